@@ -1,0 +1,211 @@
+"""Build pinned Kubernetes and etcd binaries from the Go module proxy into a version-keyed cache.
+
+Why from source: the test rig and the demo need the real kube-apiserver, kube-scheduler and
+kube-controller-manager, and this machine (like CI) reaches only package registries. The Go
+module proxy serves `k8s.io/kubernetes`; its go.mod points the k8s.io staging modules at
+`./staging/...`, which a dependant cannot use, so the build module replaces each of them with the
+published `k8s.io/<name> v0.<minor>.<patch>` release of the same Kubernetes version.
+
+etcd is built from its own Go module (`go.etcd.io/etcd/server/v3`), in a separate build module so
+its dependency graph never mixes with Kubernetes'. That is the only source of a real etcd server
+reachable here (no release tarballs), and it is the same code the upstream releases ship.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dra.errors import UserError
+
+DEFAULT_K8S_VERSION = "v1.34.4"
+# etcd minor used by Kubernetes 1.34 is 3.6; the newest 3.6 patch the proxy serves.
+DEFAULT_ETCD_VERSION = "v3.6.16"
+ETCD_FOR_MINOR = {"1.34": "v3.6.16", "1.35": "v3.6.16", "1.36": "v3.6.16", "1.37": "v3.6.16"}
+
+K8S_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+ALL_BINARIES = (*K8S_COMMANDS, "etcd")
+
+_VERSION_RE = re.compile(r"^v1\.(\d+)\.(\d+)$")
+_REPLACE_RE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/src/\S+\s*$", re.M)
+
+
+def cache_root() -> Path:
+    """Where built binaries live: `$DRA_K8S_CACHE` or `~/.cache/dra-k8s`."""
+    env = os.environ.get("DRA_K8S_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "dra-k8s"
+
+
+@dataclass(frozen=True)
+class BinarySet:
+    """The binaries of one Kubernetes version, ready to run."""
+
+    k8s_version: str
+    etcd_version: str
+    directory: Path
+
+    def path(self, name: str) -> Path:
+        return self.directory / name
+
+    def complete(self) -> bool:
+        return all(self.path(n).is_file() and os.access(self.path(n), os.X_OK) for n in ALL_BINARIES)
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    m = _VERSION_RE.match(version)
+    if not m:
+        raise UserError(
+            f"unknown Kubernetes version {version!r}: expected the form v1.MINOR.PATCH "
+            f"(for example {DEFAULT_K8S_VERSION})."
+        )
+    return int(m.group(1)), int(m.group(2))
+
+
+def binary_set(version: str = DEFAULT_K8S_VERSION, root: Path | None = None) -> BinarySet:
+    minor, _ = parse_version(version)
+    etcd = ETCD_FOR_MINOR.get(f"1.{minor}", DEFAULT_ETCD_VERSION)
+    return BinarySet(version, etcd, (root or cache_root()) / version)
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if not go:
+        raise UserError(
+            "the Go toolchain ('go') is not on PATH; it is needed once to build the pinned "
+            "Kubernetes and etcd binaries from the Go module proxy. Install Go >= 1.24 "
+            "(for example from your distribution's packages) and run the command again, or point "
+            "DRA_K8S_CACHE at a cache that already holds the binaries."
+        )
+    return go
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str]) -> None:
+    with log.open("ab") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        rc = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise UserError(
+            f"building Kubernetes binaries failed: `{' '.join(cmd)}` exited {rc} in {cwd}. "
+            f"Last lines of {log}:\n" + "\n".join(tail)
+        )
+
+
+def _go_env(workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOFLAGS", "-mod=mod")
+    env["CGO_ENABLED"] = "0"
+    env["GOTOOLCHAIN"] = env.get("GOTOOLCHAIN", "local")
+    env.setdefault("GOCACHE", str(workdir.parent / "go-build-cache"))
+    return env
+
+
+def _module_file(go: str, module: str, version: str, workdir: Path, log: Path, env: dict[str, str]) -> str:
+    """Download `module@version` and return its go.mod text; a clear error if the proxy lacks it."""
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        cwd=workdir, capture_output=True, text=True, env=env,
+    )
+    with log.open("a") as out:
+        out.write(proc.stdout + proc.stderr)
+    info = {}
+    try:
+        info = json.loads(proc.stdout or "{}")
+    except json.JSONDecodeError:
+        pass
+    if proc.returncode != 0 or "GoMod" not in info:
+        reason = info.get("Error") or proc.stderr.strip().splitlines()[-1:] or ["no answer"]
+        raise UserError(
+            f"unknown Kubernetes version {version}: the Go module proxy does not serve "
+            f"{module}@{version} ({reason if isinstance(reason, str) else reason[0]}). "
+            f"Pick a released version such as {DEFAULT_K8S_VERSION}."
+        )
+    return Path(info["GoMod"]).read_text()
+
+
+def _k8s_go_mod(version: str, upstream_mod: str) -> str:
+    minor, patch = parse_version(version)
+    staging = sorted(set(_REPLACE_RE.findall(upstream_mod)))
+    lines = [
+        "module dra.local/k8s-binaries",
+        "",
+        "go 1.24.0",
+        "",
+        f"require k8s.io/kubernetes {version}",
+        "",
+        "replace (",
+        *[f"\t{name} => {name} v0.{minor}.{patch}" for name in staging],
+        ")",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _ldflags(version: str) -> str:
+    minor, _ = parse_version(version)
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor=1",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return " ".join(flags)
+
+
+def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None, progress=print) -> BinarySet:
+    """Build (or reuse) the binaries for `version`; returns where they are."""
+    bins = binary_set(version, root)
+    if bins.complete():
+        return bins
+    go = _go()
+    bins.directory.mkdir(parents=True, exist_ok=True)
+    work = bins.directory.parent / f"src-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    log = bins.directory / "build.log"
+    env = _go_env(work)
+    started = time.monotonic()
+
+    k8s_dir = work / "kubernetes"
+    k8s_dir.mkdir(exist_ok=True)
+    upstream_mod = _module_file(go, "k8s.io/kubernetes", version, work, log, env)
+    (k8s_dir / "go.mod").write_text(_k8s_go_mod(version, upstream_mod))
+    pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS]
+    progress(f"resolving k8s.io/kubernetes {version} modules (log: {log})")
+    _run([go, "get", *[f"{p}@{version}" for p in pkgs]], k8s_dir, log, env)
+    for cmd, pkg in zip(K8S_COMMANDS, pkgs):
+        if bins.path(cmd).is_file():
+            continue
+        progress(f"building {cmd} {version}")
+        tmp = bins.path(cmd).with_suffix(".tmp")
+        _run([go, "build", "-trimpath", "-ldflags", _ldflags(version), "-o", str(tmp), pkg], k8s_dir, log, env)
+        tmp.rename(bins.path(cmd))
+
+    if not bins.path("etcd").is_file():
+        etcd_dir = work / "etcd"
+        etcd_dir.mkdir(exist_ok=True)
+        (etcd_dir / "go.mod").write_text("module dra.local/etcd-binary\n\ngo 1.24.0\n")
+        progress(f"building etcd {bins.etcd_version}")
+        _run([go, "get", f"go.etcd.io/etcd/server/v3@{bins.etcd_version}"], etcd_dir, log, env)
+        tmp = bins.path("etcd").with_suffix(".tmp")
+        _run([go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), "go.etcd.io/etcd/server/v3"],
+             etcd_dir, log, env)
+        tmp.rename(bins.path("etcd"))
+
+    manifest = {
+        "kubernetes": version,
+        "etcd": bins.etcd_version,
+        "go": subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip(),
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
+    (bins.directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return bins
