@@ -1,0 +1,1 @@
+"""A fake-device driver: the template third-party driver authors copy."""
