@@ -182,7 +182,7 @@ def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None, progress
     pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in K8S_COMMANDS]
     progress(f"resolving k8s.io/kubernetes {version} modules (log: {log})")
     _run([go, "get", *[f"{p}@{version}" for p in pkgs]], k8s_dir, log, env)
-    for cmd, pkg in zip(K8S_COMMANDS, pkgs):
+    for cmd, pkg in zip(K8S_COMMANDS, pkgs, strict=False):
         if bins.path(cmd).is_file():
             continue
         progress(f"building {cmd} {version}")

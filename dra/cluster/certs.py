@@ -1,0 +1,155 @@
+"""Local PKI for the embedded control plane: a CA, serving and client certificates, the SA key.
+
+Everything is ECDSA P-256 (fast to generate, accepted by every component) and lives in the
+cluster directory; nothing is trusted system-wide.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = datetime.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class PKI:
+    """Paths of the files `write_pki` creates."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.directory / "apiserver.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "apiserver.key"
+
+    @property
+    def admin_cert(self) -> Path:
+        return self.directory / "admin.crt"
+
+    @property
+    def admin_key(self) -> Path:
+        return self.directory / "admin.key"
+
+    @property
+    def sa_key(self) -> Path:
+        return self.directory / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.directory / "sa.pub"
+
+    def complete(self) -> bool:
+        return all(
+            p.is_file()
+            for p in (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
+                      self.admin_cert, self.admin_key, self.sa_key, self.sa_pub)
+        )
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                          serialization.NoEncryption())
+    )
+    path.chmod(0o600)
+
+
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+    )
+
+
+def write_pki(directory: Path, service_ip: str = "10.0.0.1") -> PKI:
+    """Create the PKI once; an existing complete set is reused so restarts keep kubeconfigs valid."""
+    pki = PKI(directory)
+    if pki.complete():
+        return pki
+    directory.mkdir(parents=True, exist_ok=True)
+
+    ca_key = _key()
+    ca_name = _name("dra-embedded-ca")
+    ca = (
+        _builder(ca_name, ca_name, ca_key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_key(pki.ca_key, ca_key)
+    pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+
+    def leaf(cn: str, org: str | None, usage: x509.ObjectIdentifier,
+             sans: list[x509.GeneralName] | None) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        key = _key()
+        b = _builder(_name(cn, org), ca_name, key.public_key()).add_extension(
+            x509.ExtendedKeyUsage([usage]), critical=False
+        )
+        if sans:
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return b.sign(ca_key, hashes.SHA256()), key
+
+    serving, serving_key = leaf(
+        "kube-apiserver", None, ExtendedKeyUsageOID.SERVER_AUTH,
+        [
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes"),
+            x509.DNSName("kubernetes.default"),
+            x509.DNSName("kubernetes.default.svc"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address(service_ip)),
+        ],
+    )
+    pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki.serving_key, serving_key)
+
+    admin, admin_key = leaf("dra-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    pki.admin_cert.write_bytes(admin.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki.admin_key, admin_key)
+
+    sa_key = _key()
+    _write_key(pki.sa_key, sa_key)
+    pki.sa_pub.write_bytes(
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return pki

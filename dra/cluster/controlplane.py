@@ -1,0 +1,451 @@
+"""An embedded Kubernetes control plane on loopback: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager, started from the pinned binaries with the DRA feature gates on.
+
+Used by `dra cluster up|status|down`, the pytest fixture and the demo, so all three run the same
+code. Processes run in their own sessions (they outlive the command that started them); their
+PIDs and command lines are recorded in `<dir>/cluster.json`, and `down` signals only processes
+whose PID still runs the binary recorded for it, so it never touches anything it did not start.
+
+There is no kubelet: nodes are Node objects created by tests or the demo. For that reason the
+node-lifecycle controller is off (it would taint every node without heartbeats NotReady) and
+the ServiceAccount admission plugin is off (no kubelet mounts tokens), as in controller-runtime's
+envtest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra.cluster.binaries import DEFAULT_K8S_VERSION, BinarySet, binary_set, build
+from dra.cluster.certs import PKI, write_pki
+from dra.errors import UserError
+
+FEATURE_GATES = (
+    "DRAConsumableCapacity",
+    "DRAExtendedResource",
+    "DRADeviceTaints",
+    "DRAPartitionableDevices",
+    "ResourceHealthStatus",
+)
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+
+
+def default_dir() -> Path:
+    env = os.environ.get("DRA_CLUSTER_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "dra" / "cluster"
+
+
+@dataclass
+class Ports:
+    """Loopback ports; the defaults avoid the well-known ports of a real cluster on the same host."""
+
+    etcd: int = 12379
+    etcd_peer: int = 12380
+    apiserver: int = 16443
+    scheduler: int = 20259
+    controller_manager: int = 20257
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Ports the kernel says are free now (for tests running beside a user's cluster)."""
+        socks = []
+        try:
+            for _ in range(5):
+                s = socket.socket()
+                s.bind(("127.0.0.1", 0))
+                socks.append(s)
+            return cls(*(s.getsockname()[1] for s in socks))
+        finally:
+            for s in socks:
+                s.close()
+
+
+@dataclass
+class ProcessRecord:
+    pid: int
+    binary: str
+    log: str
+
+
+@dataclass
+class ClusterState:
+    k8s_version: str
+    ports: Ports
+    processes: dict[str, ProcessRecord] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> ClusterState | None:
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                k8s_version=raw["k8s_version"],
+                ports=Ports(**raw["ports"]),
+                processes={k: ProcessRecord(**v) for k, v in raw.get("processes", {}).items()},
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+
+def _pid_runs(rec: ProcessRecord) -> bool:
+    """True when `rec.pid` is alive and still runs the binary we started (not a reused PID)."""
+    try:
+        cmd = Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        stat = Path(f"/proc/{rec.pid}/stat").read_text()
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return cmd == rec.binary and state != "Z"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Health:
+    """What `status` reports."""
+
+    running: dict[str, bool]
+    ready: bool
+    leaders: dict[str, str]
+    version: str | None
+
+    @property
+    def healthy(self) -> bool:
+        return all(self.running.values()) and self.ready and all(self.leaders.values())
+
+
+class ControlPlane:
+    """One embedded control plane rooted at `directory`."""
+
+    def __init__(self, directory: Path | None = None, k8s_version: str = DEFAULT_K8S_VERSION,
+                 ports: Ports | None = None, bins: BinarySet | None = None) -> None:
+        self.directory = (directory or default_dir()).resolve()
+        self.k8s_version = k8s_version
+        self._ports = ports
+        self.bins = bins or binary_set(k8s_version)
+        self.pki = PKI(self.directory / "pki")
+
+    # --- paths ---------------------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.directory / "cluster.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "admin.kubeconfig"
+
+    def log(self, name: str) -> Path:
+        return self.directory / "logs" / f"{name}.log"
+
+    @property
+    def state(self) -> ClusterState | None:
+        return ClusterState.load(self.state_file)
+
+    @property
+    def ports(self) -> Ports:
+        st = self.state
+        if st is not None:
+            return st.ports
+        return self._ports or Ports()
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def up(self, timeout: float = 180.0, progress: Callable[[str], None] = lambda _m: None) -> Health:
+        """Start what is not running and wait until healthy; a healthy cluster is left as is."""
+        existing = self.state
+        if existing is not None:
+            if existing.k8s_version != self.k8s_version:
+                raise UserError(
+                    f"the cluster in {self.directory} runs Kubernetes {existing.k8s_version}, not "
+                    f"{self.k8s_version}; run `dra cluster down --dir {self.directory}` first or pick "
+                    "another --dir."
+                )
+            if all(_pid_runs(r) for r in existing.processes.values()) and len(existing.processes) == 4:
+                health = self.wait_healthy(timeout)
+                progress("already running")
+                return health
+            self._stop(existing)  # partial leftovers from a crash: restart cleanly
+        if not self.bins.complete():
+            build(self.k8s_version, progress=progress)
+        ports = self._ports or (existing.ports if existing else Ports())
+        for name, port in asdict(ports).items():
+            if not _port_free(port):
+                raise UserError(
+                    f"port {port} on 127.0.0.1 (for {name.replace('_', '-')}) is already in use by another "
+                    f"process, so the control plane cannot start. Stop that process (`ss -ltnp 'sport = :{port}'` "
+                    "shows it), or choose another --dir whose cluster.json names free ports."
+                )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "logs").mkdir(exist_ok=True)
+        write_pki(self.pki.directory)
+        self._write_kubeconfig(ports)
+        state = ClusterState(self.k8s_version, ports)
+        state.save(self.state_file)
+        try:
+            progress("starting etcd")
+            self._start(state, "etcd", self._etcd_args(ports))
+            self._wait(lambda: self._etcd_healthy(ports), 30, "etcd")
+            progress("starting kube-apiserver")
+            self._start(state, "kube-apiserver", self._apiserver_args(ports))
+            self._wait(self._ready, 90, "kube-apiserver")
+            progress("starting kube-scheduler and kube-controller-manager")
+            self._start(state, "kube-scheduler", self._scheduler_args(ports))
+            self._start(state, "kube-controller-manager", self._controller_manager_args(ports))
+            return self.wait_healthy(timeout)
+        except UserError:
+            self._stop(state)
+            raise
+
+    def down(self) -> list[str]:
+        """Stop the processes this directory's `up` started; returns their names."""
+        state = self.state
+        if state is None:
+            return []
+        stopped = self._stop(state)
+        state.processes.clear()
+        state.save(self.state_file)
+        return stopped
+
+    def health(self) -> Health:
+        state = self.state
+        running = {c: bool(state and c in state.processes and _pid_runs(state.processes[c])) for c in COMPONENTS}
+        ready = running["kube-apiserver"] and self._ready()
+        leaders = {c: (self._leader(c) if ready else "") for c in ("kube-scheduler", "kube-controller-manager")}
+        version = None
+        if ready:
+            with contextlib.suppress(Exception):
+                version = json.loads(self._get("/version"))["gitVersion"]
+        return Health(running, ready, leaders, version)
+
+    def wait_healthy(self, timeout: float = 120.0) -> Health:
+        deadline = time.monotonic() + timeout
+        health = self.health()
+        while not health.healthy:
+            state = self.state
+            for name, rec in (state.processes.items() if state else []):
+                if not _pid_runs(rec):
+                    raise UserError(
+                        f"{name} exited while the control plane was starting; read {rec.log} for the reason."
+                    )
+            if time.monotonic() > deadline:
+                missing = [c for c, ok in health.running.items() if not ok]
+                missing += [c + " (not leading)" for c, who in health.leaders.items() if not who]
+                if not health.ready:
+                    missing.append("kube-apiserver (/readyz not ok)")
+                raise UserError(
+                    f"the control plane in {self.directory} did not become healthy within {timeout:.0f} s: "
+                    f"{', '.join(missing)}; read the logs in {self.directory / 'logs'}."
+                )
+            time.sleep(0.5)
+            health = self.health()
+        return health
+
+    # --- api helpers -----------------------------------------------------------------------
+    def api_client(self) -> Any:
+        """A `kubernetes.client.ApiClient` for the admin user."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return ctx
+
+    def _get(self, path: str, timeout: float = 3.0) -> str:
+        url = f"https://127.0.0.1:{self.ports.apiserver}{path}"
+        with urllib.request.urlopen(url, context=self._ssl(), timeout=timeout) as resp:
+            return resp.read().decode()
+
+    def _ready(self) -> bool:
+        try:
+            return self._get("/readyz").strip() == "ok"
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    def _leader(self, component: str) -> str:
+        try:
+            lease = json.loads(self._get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{component}"))
+        except (OSError, urllib.error.URLError, ValueError):
+            return ""
+        return str(lease.get("spec", {}).get("holderIdentity") or "")
+
+    @staticmethod
+    def _etcd_healthy(ports: Ports) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports.etcd}/health", timeout=2) as resp:
+                return json.loads(resp.read()).get("health") == "true"
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
+    # --- processes -------------------------------------------------------------------------
+    def _start(self, state: ClusterState, name: str, args: list[str]) -> None:
+        binary = str(self.bins.path(name))
+        log = self.log(name)
+        with log.open("ab") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {binary} {' '.join(args)}\n".encode())
+            try:
+                proc = subprocess.Popen([binary, *args], stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.directory)
+            except OSError as exc:
+                raise UserError(f"cannot start {name} ({binary}): {exc}; run `dra cluster build`.") from exc
+        state.processes[name] = ProcessRecord(proc.pid, binary, str(log))
+        state.save(self.state_file)
+
+    def _wait(self, check: Callable[[], bool], timeout: float, name: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            rec = self.state.processes.get(name) if self.state else None
+            if rec is None or not _pid_runs(rec):
+                raise UserError(f"{name} failed to start: it exited; read {self.log(name)} for the reason.")
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"{name} did not become healthy within {timeout:.0f} s; read {self.log(name)}."
+                )
+            time.sleep(0.2)
+
+    def _stop(self, state: ClusterState) -> list[str]:
+        stopped = []
+        for name in reversed(COMPONENTS):
+            rec = state.processes.get(name)
+            if rec is None or not _pid_runs(rec):
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rec.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while _pid_runs(rec) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _pid_runs(rec):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(rec.pid, signal.SIGKILL)
+                while _pid_runs(rec):
+                    time.sleep(0.05)
+            stopped.append(name)
+        return stopped
+
+    # --- configuration -----------------------------------------------------------------------
+    def _gates(self) -> str:
+        return "--feature-gates=" + ",".join(f"{g}=true" for g in FEATURE_GATES)
+
+    def _write_kubeconfig(self, ports: Ports) -> None:
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "dra", "cluster": {
+                "server": f"https://127.0.0.1:{ports.apiserver}",
+                "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate": str(self.pki.admin_cert),
+                "client-key": str(self.pki.admin_key)}}],
+            "contexts": [{"name": "dra", "context": {"cluster": "dra", "user": "admin"}}],
+            "current-context": "dra",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        self.kubeconfig.chmod(0o600)
+
+    def _etcd_args(self, p: Ports) -> list[str]:
+        return [
+            "--name=dra-embedded",
+            f"--data-dir={self.directory / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{p.etcd}",
+            f"--advertise-client-urls=http://127.0.0.1:{p.etcd}",
+            f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-cluster=dra-embedded=http://127.0.0.1:{p.etcd_peer}",
+            "--listen-metrics-urls=",
+            # A throw-away test store: durability across power loss is not worth the fsync cost.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ]
+
+    def _apiserver_args(self, p: Ports) -> list[str]:
+        k = self.pki
+        return [
+            f"--etcd-servers=http://127.0.0.1:{p.etcd}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={p.apiserver}",
+            f"--cert-dir={self.directory / 'apiserver-certs'}",
+            f"--tls-cert-file={k.serving_cert}",
+            f"--tls-private-key-file={k.serving_key}",
+            f"--client-ca-file={k.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={k.sa_pub}",
+            f"--service-account-signing-key-file={k.sa_key}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+            "--profiling=false",
+            self._gates(),
+            "--v=1",
+        ]
+
+    def _component_args(self, name: str, port: int) -> list[str]:
+        kc = str(self.kubeconfig)
+        return [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self.directory / (name + '-certs')}",
+            "--leader-elect=true",
+            self._gates(),
+            "--v=1",
+        ]
+
+    def _scheduler_args(self, p: Ports) -> list[str]:
+        return self._component_args("kube-scheduler", p.scheduler)
+
+    def _controller_manager_args(self, p: Ports) -> list[str]:
+        k = self.pki
+        return [
+            *self._component_args("kube-controller-manager", p.controller_manager),
+            f"--service-account-private-key-file={k.sa_key}",
+            f"--root-ca-file={k.ca_cert}",
+            f"--cluster-signing-cert-file={k.ca_cert}",
+            f"--cluster-signing-key-file={k.ca_key}",
+            "--controllers=*,-node-lifecycle-controller",
+        ]
+
+
+@contextlib.contextmanager
+def running(directory: Path, k8s_version: str = DEFAULT_K8S_VERSION) -> Iterator[ControlPlane]:
+    """A control plane on free ports for the duration of the block (tests, benchmarks)."""
+    cp = ControlPlane(directory, k8s_version, ports=Ports.free())
+    cp.up()
+    try:
+        yield cp
+    finally:
+        cp.down()

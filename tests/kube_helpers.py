@@ -1,0 +1,54 @@
+"""Small helpers for tests against the real API server: nodes, waiting, unique names."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes import client
+
+T = TypeVar("T")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(fn: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.2, what: str = "condition") -> T:
+    """Poll `fn` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def create_node(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> client.V1Node:
+    """A schedulable, Ready Node object (no kubelet runs; the node-lifecycle controller is off)."""
+    core = client.CoreV1Api(api)
+    core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+        name=name, labels={"kubernetes.io/hostname": name, **(labels or {})})))
+    resources = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    core.patch_node_status(name, {"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "fake node for tests", "lastHeartbeatTime": None}],
+    }})
+    # TaintNodesByCondition admission marks new nodes not-ready; nothing would lift that here.
+    core.patch_node(name, {"spec": {"taints": None}})
+    return core.read_node(name)
+
+
+def pod_scheduled(api: client.ApiClient, namespace: str, name: str) -> tuple[bool, str]:
+    """(scheduled, reason/message of the PodScheduled condition)."""
+    pod = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    for cond in pod.status.conditions or []:
+        if cond.type == "PodScheduled":
+            return cond.status == "True", f"{cond.reason}: {cond.message}"
+    return False, "no PodScheduled condition yet"
