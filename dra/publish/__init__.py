@@ -1,0 +1,20 @@
+"""ResourceSlice publishing: the driver's devices as this node's pool, kept in sync with the API server.
+
+`desired` computes slices (pure, validated); `sync.Publisher` writes them and keeps them there.
+"""
+
+from dra.publish.desired import DesiredPool, DeviceValidationError, desired_pool
+from dra.publish.sync import Publisher, PublishSettings, SyncResult
+from dra.publish.timing import Backoff, Clock, SystemClock
+
+__all__ = [
+    "Backoff",
+    "Clock",
+    "DesiredPool",
+    "DeviceValidationError",
+    "PublishSettings",
+    "Publisher",
+    "SyncResult",
+    "SystemClock",
+    "desired_pool",
+]

@@ -1,0 +1,406 @@
+"""Keep this node's ResourceSlices equal to the driver's devices.
+
+Concurrency model: two daemon threads. The *sync worker* owns all writes: it lists the node's
+slices for this driver, compares them with the desired pool and makes only the writes needed;
+it runs at start, when woken, after a failure (with backoff) and every `resync_period` as a
+safety net. The *watcher* streams slice events and wakes the worker for anything it did not
+cause itself: kubelet deleting the node's slices at its restart, someone editing or deleting a
+slice. Nothing else touches the API, so there is no locking beyond the wake event.
+
+Pool rules (the same as the upstream resourceslice controller, so the scheduler sees the pool
+the way it expects): all slices of a pool carry one `generation`; the highest generation wins
+and older slices are deleted; any change writes every slice with generation + 1 and
+`resourceSliceCount` = number of slices. When the stored slices already equal the desired ones
+no request other than the LIST is made.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from dra.driver import Device
+from dra.publish.desired import DesiredPool, DeviceValidationError, comparable_devices, desired_pool, slice_object
+from dra.publish.timing import Backoff, Clock, SystemClock
+
+log = logging.getLogger("dra.publish")
+
+# Field-dropping gates: when the server stores less than we sent, one of these is likely off.
+_GATES = "DRAConsumableCapacity (allowMultipleAllocations, requestPolicy), DRADeviceTaints (taints)"
+
+
+@dataclasses.dataclass
+class PublishSettings:
+    """Tuning of the sync loop; the defaults suit a node daemon."""
+
+    backoff_initial: float = 0.2
+    """Seconds before the first retry after a failed sync (conflict, outage)."""
+
+    backoff_max: float = 5.0
+    """Ceiling of the retry delay, so that the pool converges within seconds of an outage ending."""
+
+    resync_period: float = 300.0
+    """Seconds between safety-net syncs when nothing woke the worker (one LIST, no writes)."""
+
+    coalesce: float = 0.05
+    """Seconds to wait after a wake-up so a burst of events (kubelet wiping slices) gives one sync."""
+
+    request_timeout: float = 10.0
+    """Seconds per API request before it counts as failed."""
+
+    watch_timeout: int = 290
+    """Server-side timeout of one watch request, in seconds; the watcher then resumes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncResult:
+    """What one sync did."""
+
+    generation: int
+    slices: int
+    devices: int
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.created + self.updated + self.deleted
+
+
+class _Conflict(Exception):
+    """The stored state moved under us; list again and retry."""
+
+
+class Publisher:
+    """Publishes one driver's devices as this node's pool and keeps them published.
+
+    `devices` is called at `start()` and after each `devices_changed()`. `api_client` must not
+    be shared with code that changes its configuration. `on_sync` is called from the worker
+    thread after every successful sync (metrics, readiness).
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        driver_name: str,
+        node_name: str,
+        devices: Callable[[], Sequence[Device]],
+        *,
+        settings: PublishSettings | None = None,
+        clock: Clock | None = None,
+        backoff: Backoff | None = None,
+        on_sync: Callable[[SyncResult], None] | None = None,
+    ) -> None:
+        self.api = client.ResourceV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.settings = settings or PublishSettings()
+        self.clock: Clock = clock or SystemClock()
+        self.backoff = backoff or Backoff(initial=self.settings.backoff_initial, maximum=self.settings.backoff_max)
+        self._devices = devices
+        self._on_sync = on_sync
+        self._selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
+        self._desired: DesiredPool | None = None
+        self._devices_dirty = True
+        self._node_uid: str | None = None
+        self._known_versions: set[str] = set()  # resourceVersions this publisher has seen or written
+        self._accepted: dict[Any, Any] = {}  # desired device list -> what the server stored (dropped fields)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._published = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watch_response: Any = None  # the open watch stream, closed by stop()
+        self.last_result: SyncResult | None = None
+        self.counts: collections.Counter[str] = collections.Counter()
+        """API requests made, by verb: list, get, create, update, delete, watch (for tests and debugging)."""
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Validate the devices now (raising DeviceValidationError) and start the threads."""
+        self._desired = desired_pool(self.driver_name, self.node_name, self._devices())
+        self._devices_dirty = False
+        self._stop.clear()
+        self._wake.set()
+        for target, name in ((self._work, "dra-publish-sync"), (self._watch, "dra-publish-watch")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop both threads; the slices stay (kubelet removes them 30 s after the plugin is gone)."""
+        self._stop.set()
+        self._wake.set()
+        response = self._watch_response
+        if response is not None:
+            try:
+                response.close()
+            except Exception:  # closing a half-dead socket may raise; the thread exits either way
+                pass
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    def devices_changed(self) -> None:
+        """Ask the driver for its devices again and republish if they differ."""
+        self._devices_dirty = True
+        self._wake.set()
+
+    def resync(self) -> None:
+        """Compare with the API server now."""
+        self._wake.set()
+
+    @property
+    def ready(self) -> bool:
+        """True once the pool has been published (and stays true: a later outage is not unreadiness)."""
+        return self._published.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._published.wait(timeout)
+
+    # ---- the sync worker -------------------------------------------------------------------
+
+    def _work(self) -> None:
+        delay: float | None = None
+        while not self._stop.is_set():
+            if self.clock.wait(self._wake, delay) and not self._stop.is_set():
+                self.clock.wait(self._stop, self.settings.coalesce)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            try:
+                self.sync_once()
+            except DeviceValidationError as exc:
+                log.error("devices not published: %s", exc, extra={"driver": self.driver_name})
+                delay = self.settings.resync_period
+            except (_Conflict, ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                delay = self.backoff.next_delay()
+                status = getattr(exc, "status", None)
+                if isinstance(exc, _Conflict) or status == 409:
+                    log.info("slices changed during sync; retrying in %.1fs", delay, extra={"node": self.node_name})
+                else:
+                    log.warning(
+                        "publishing slices failed (%s); retrying in %.1fs",
+                        _short(exc),
+                        delay,
+                        extra={"node": self.node_name, "driver": self.driver_name},
+                    )
+            except Exception:
+                delay = self.backoff.next_delay()
+                log.exception("unexpected error publishing slices; retrying in %.1fs", delay)
+            else:
+                self.backoff.reset()
+                delay = self.settings.resync_period
+
+    def sync_once(self) -> SyncResult:
+        """One comparison and the writes it needs. Raises on API errors; callers retry."""
+        if self._devices_dirty:
+            self._devices_dirty = False
+            try:
+                new = desired_pool(self.driver_name, self.node_name, self._devices())
+            except DeviceValidationError:
+                if self._desired is None:
+                    raise
+                log.exception("new device list rejected; keeping the published one")
+            else:
+                self._desired = new
+        desired = self._desired
+        assert desired is not None, "start() computes the first desired pool"
+
+        if self._node_uid is None:
+            node = self._call("get", self.core.read_node, self.node_name)
+            self._node_uid = node["metadata"]["uid"]
+        listing = self._call("list", self.api.list_resource_slice, field_selector=self._selector)
+        items: list[dict[str, Any]] = listing.get("items") or []
+        self._known_versions = {s["metadata"]["resourceVersion"] for s in items}
+
+        ours = [s for s in items if s["spec"].get("pool", {}).get("name") == desired.pool_name]
+        foreign = [s for s in items if s not in ours]  # another pool name for this node: not ours to keep
+        generation = max((s["spec"]["pool"]["generation"] for s in ours), default=0)
+        current = [s for s in ours if s["spec"]["pool"]["generation"] == generation]
+        obsolete = [s for s in ours if s["spec"]["pool"]["generation"] < generation]
+        wanted = [self._accepted.get(key, key) for key in (comparable_devices(d) for d in desired.slices)]
+
+        result = SyncResult(generation=generation, slices=len(desired.slices), devices=desired.device_count)
+        deleted = 0
+        for stale in obsolete + foreign:
+            deleted += self._delete(stale)
+        if self._up_to_date(current, wanted, len(desired.slices)):
+            result = dataclasses.replace(result, deleted=deleted)
+        else:
+            result = self._rewrite(desired, current, wanted, generation + 1, deleted)
+        self.last_result = result
+        self._published.set()
+        if result.writes:
+            log.info(
+                "published %d devices in %d slices, pool generation %d",
+                result.devices,
+                result.slices,
+                result.generation,
+                extra={"node": self.node_name, "driver": self.driver_name, "writes": result.writes},
+            )
+        if self._on_sync is not None:
+            self._on_sync(result)
+        return result
+
+    def _up_to_date(self, current: list[dict[str, Any]], wanted: list[Any], count: int) -> bool:
+        if len(current) != count:
+            return False
+        for s in current:
+            if s["spec"]["pool"].get("resourceSliceCount") != count or not self._owned(s):
+                return False
+        have = collections.Counter(comparable_devices(s["spec"].get("devices") or ()) for s in current)
+        return have == collections.Counter(wanted)
+
+    def _owned(self, s: dict[str, Any]) -> bool:
+        refs = s["metadata"].get("ownerReferences") or []
+        return any(r.get("kind") == "Node" and r.get("uid") == self._node_uid for r in refs)
+
+    def _rewrite(self, desired: DesiredPool, current: list[dict[str, Any]], wanted: list[Any], generation: int, deleted: int) -> SyncResult:
+        """Write every slice at `generation`: update matched ones, delete the rest, create the missing."""
+        # Match existing slices to desired ones: identical content first, then the same device names,
+        # then whatever is left one to one, so a changed device is one update, not delete + create.
+        unmatched = list(current)
+        assignment: dict[int, dict[str, Any]] = {}
+        names = [frozenset(d["name"] for d in devices) for devices in desired.slices]
+
+        def devices_of(s: dict[str, Any]) -> Sequence[dict[str, Any]]:
+            devices: Sequence[dict[str, Any]] = s["spec"].get("devices") or ()
+            return devices
+
+        def same_content(i: int, s: dict[str, Any]) -> bool:
+            return bool(comparable_devices(devices_of(s)) == wanted[i])
+
+        def same_names(i: int, s: dict[str, Any]) -> bool:
+            return frozenset(d["name"] for d in devices_of(s)) == names[i]
+
+        for pred in (same_content, same_names):
+            for i in range(len(desired.slices)):
+                if i in assignment:
+                    continue
+                for s in unmatched:
+                    if pred(i, s):
+                        assignment[i] = s
+                        unmatched.remove(s)
+                        break
+        for i in range(len(desired.slices)):
+            if i not in assignment and unmatched:
+                assignment[i] = unmatched.pop(0)
+
+        assert self._node_uid is not None
+        for s in unmatched:
+            deleted += self._delete(s)
+        updated = created = 0
+        for i in range(len(desired.slices)):
+            existing = assignment.get(i)
+            body = slice_object(desired, i, generation, self._node_uid, existing["metadata"]["name"] if existing else None)
+            if existing is not None:
+                body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                stored = self._call("update", self.api.replace_resource_slice, existing["metadata"]["name"], body)
+                updated += 1
+            else:
+                stored = self._call("create", self.api.create_resource_slice, body)
+                created += 1
+            self._known_versions.add(stored["metadata"]["resourceVersion"])
+            self._check_stored(desired.slices[i], stored)
+        return SyncResult(generation, len(desired.slices), desired.device_count, created, updated, deleted)
+
+    def _check_stored(self, sent: Sequence[dict[str, Any]], stored: dict[str, Any]) -> None:
+        """Detect fields the server dropped (a feature gate is off) and stop fighting over them."""
+        want, got = comparable_devices(sent), comparable_devices(stored["spec"].get("devices") or ())
+        if want != got and self._accepted.get(want) != got:
+            self._accepted[want] = got
+            log.error(
+                "the API server dropped device fields of slice %s; is a feature gate off? (%s)",
+                stored["metadata"]["name"],
+                _GATES,
+                extra={"node": self.node_name, "driver": self.driver_name},
+            )
+
+    def _delete(self, s: dict[str, Any]) -> int:
+        meta = s["metadata"]
+        body = {"preconditions": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}}
+        try:
+            self._call("delete", self.api.delete_resource_slice, meta["name"], body=body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return 0  # already gone: that is what we wanted
+            if exc.status == 409:
+                raise _Conflict(meta["name"]) from exc
+            raise
+        return 1
+
+    def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.counts[verb] += 1
+        response = fn(*args, _preload_content=False, _request_timeout=self.settings.request_timeout, **kwargs)
+        data: dict[str, Any] = json.loads(response.data or b"{}")
+        return data
+
+    # ---- the watcher -----------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Wake the worker on slice events it did not cause; reconnect with backoff."""
+        backoff = Backoff(initial=self.settings.backoff_initial, maximum=self.settings.backoff_max)
+        version = ""
+        reconnected = False
+        while not self._stop.is_set():
+            try:
+                self.counts["watch"] += 1
+                response: Any = self.api.list_resource_slice(
+                    field_selector=self._selector,
+                    watch=True,
+                    allow_watch_bookmarks=True,
+                    resource_version=version or None,
+                    timeout_seconds=self.settings.watch_timeout,
+                    _preload_content=False,
+                    _request_timeout=(self.settings.request_timeout, self.settings.watch_timeout + 30),
+                )
+                self._watch_response = response
+                if reconnected:
+                    self.resync()  # events may have been missed while disconnected
+                    reconnected = False
+                for line in iter_resp_lines(response):
+                    if not line:
+                        continue
+                    backoff.reset()
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:  # too old: start from now, after a full comparison
+                            version = ""
+                            reconnected = True
+                        break
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED" or version not in self._known_versions:
+                        log.debug("slice %s %s; resyncing", obj.get("metadata", {}).get("name"), kind.lower())
+                        self.resync()
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                delay = backoff.next_delay()
+                log.debug("slice watch interrupted (%s); reconnecting in %.1fs", _short(exc), delay)
+                reconnected = True
+                self.clock.wait(self._stop, delay)
+            finally:
+                self._watch_response = None
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
