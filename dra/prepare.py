@@ -1,0 +1,509 @@
+"""The claim path: kubelet's NodePrepareResources / NodeUnprepareResources, version-free.
+
+`ClaimPreparer` implements `dra.kubelet.handler.ClaimHandler`. For each claim of a prepare call:
+
+1. GET the ResourceClaim (no lock held); check the UID, that it is allocated, that the
+   allocation is usable on this node, and keep only this driver's results. A claim with no
+   result for this driver is an error: kubelet sends a claim only to the drivers named in its
+   results, so getting one means kubelet and the API server disagree (e.g. the claim was
+   deallocated and allocated again); an empty success would start the container without the
+   devices it asked for.
+2. Decode this driver's opaque config strictly (class config before claim config, the last
+   matching entry wins) and run the driver's `validate_config`.
+3. Under the claim's lock (a flock per claim, so claims never wait for each other): answer from
+   the checkpoint when the claim is already prepared in this boot with the same allocation;
+   otherwise record ``preparing``, call the driver, write the claim's CDI spec, record
+   ``prepared``.
+
+Unprepare works from the checkpoint alone (the claim may be gone): driver unprepare, remove the
+CDI spec, delete the record. Unknown UIDs succeed. Every step is idempotent and a crash between
+any two steps is repaired by kubelet's retry (fault points mark the steps).
+
+Prepared devices are keyed by (driver, pool, device, shareID): two shares of one device, in one
+claim or two, get distinct CDI devices ``<claimUID>-<device>-<shareID>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import threading
+import time
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from typing import Any
+
+from dra.api import ClaimSource, DeviceResult, OpaqueConfig, ResourceClaim
+from dra.cdi import CDISpecs, device_name
+from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
+from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
+from dra.faults import fault
+from dra.kubelet.handler import ClaimOutcome, PreparedResult
+
+log = logging.getLogger(__name__)
+
+LockFactory = Callable[[str], AbstractContextManager[Any]]
+"""Given a claim UID, a context manager that excludes every other process and thread working on
+that claim. The default is `Checkpoint.lock` (a flock per claim). A node-global lock such as
+kubelet's ``serialize.lock`` fits too (``lambda uid: global_lock()``) at the cost of serialising
+all claims."""
+
+
+class ClaimError(Exception):
+    """A per-claim failure whose message goes to kubelet (and the pod's events) as is."""
+
+
+# --- strict opaque-config decoding -------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """Opaque config that does not decode; `path` names the field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"field {path!r}: {message}" if path else message)
+        self.path = path
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _json_name(f: dataclasses.Field[Any]) -> str:
+    return str(f.metadata.get("json", _camel(f.name)))
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _decode_value(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        errors = []
+        for a in non_none:
+            try:
+                return _decode_value(a, value, path)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(path, f"expected {' or '.join(_describe(a) for a in non_none)}, got {_type_name(value)}")
+    if origin is typing.Literal:
+        if value in args and type(value) in {type(a) for a in args}:
+            return value
+        raise ConfigError(path, f"must be one of {list(args)}, got {value!r}")
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _decode_dataclass(tp, value, path)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ConfigError(path, f"must be one of {[m.value for m in tp]}, got {value!r}") from None
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(path, f"expected boolean, got {_type_name(value)} {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(path, f"expected integer, got {_type_name(value)} {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(path, f"expected number, got {_type_name(value)} {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(path, f"expected string, got {_type_name(value)} {value!r}")
+    if origin in (list, tuple, typing.Sequence, Sequence) or tp in (list, tuple):
+        if not isinstance(value, list):
+            raise ConfigError(path, f"expected array, got {_type_name(value)}")
+        item = args[0] if args else Any
+        items = [_decode_value(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple or tp is tuple else items
+    if origin in (dict, typing.Mapping, Mapping) or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected object, got {_type_name(value)}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _decode_value(vt, v, f"{path}.{k}") for k, v in value.items()}
+    raise ConfigError(path, f"the driver's config type uses an unsupported field type {tp!r}")
+
+
+def _describe(tp: Any) -> str:
+    if dataclasses.is_dataclass(tp):
+        return "object"
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _decode_dataclass(cls: type, value: Any, path: str, skip: tuple[str, ...] = ()) -> Any:
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected object, got {_type_name(value)}")
+    hints = typing.get_type_hints(cls)
+    fields = {_json_name(f): f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(k for k in value if k not in fields and k not in skip)
+    if unknown:
+        k = unknown[0]
+        where = f"{path}.{k}" if path else k
+        hint = next((j for j in fields if j.lower().replace("_", "") == k.lower().replace("_", "")), None)
+        known = ", ".join(sorted(fields)) or "(none)"
+        raise ConfigError(where, "unknown field" + (f" (did you mean {hint!r}?)" if hint else "") + f"; known fields: {known}")
+    kwargs = {}
+    for jname, f in fields.items():
+        sub = f"{path}.{jname}" if path else jname
+        if jname in value:
+            kwargs[f.name] = _decode_value(hints[f.name], value[jname], sub)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(sub, "required field is missing")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(path, str(e)) from None
+
+
+def decode_config(driver: type[Driver] | Driver, parameters: Any) -> Any:
+    """Decode one opaque ``parameters`` object into the driver's `config_type`, strictly.
+
+    The object must carry ``apiVersion`` (the driver's `config_api_version`) and ``kind`` (the
+    config type's class name); every other key must be a field of the dataclass (Python
+    ``snake_case`` fields are spelled ``camelCase`` in JSON, or as ``metadata={"json": ...}``
+    says); types must match exactly. Then the driver's `validate_config` runs. Raises ConfigError.
+    """
+    cfg_type = driver.config_type
+    if cfg_type is None:
+        raise ConfigError("", f"driver {driver.name} takes no opaque config; remove the config entry for it")
+    if not isinstance(parameters, dict):
+        raise ConfigError("", f"parameters must be a JSON object, got {_type_name(parameters)}")
+    want_kind = cfg_type.__name__
+    if driver.config_api_version is not None and parameters.get("apiVersion") != driver.config_api_version:
+        raise ConfigError("apiVersion", f"must be {driver.config_api_version!r}, got {parameters.get('apiVersion')!r}")
+    if parameters.get("kind") != want_kind:
+        raise ConfigError("kind", f"must be {want_kind!r}, got {parameters.get('kind')!r}")
+    config = _decode_dataclass(cfg_type, parameters, "", skip=("apiVersion", "kind"))
+    if isinstance(driver, Driver):
+        try:
+            driver.validate_config(config)
+        except ValueError as e:
+            raise ConfigError("", f"invalid: {e}") from None
+    return config
+
+
+# --- the preparer ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What a claim asks of this driver, checked and decoded, before any side effect."""
+
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+    names: tuple[str, ...]  # CDI device name per device
+
+
+def _describe_claim(ref: ClaimRef) -> str:
+    return f"claim {ref.namespace}/{ref.name} ({ref.uid})"
+
+
+class ClaimPreparer:
+    """The prepare path for one driver on one node; thread-safe, and safe across processes."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        claim_source: ClaimSource,
+        node_name: str,
+        checkpoint: Checkpoint,
+        cdi: CDISpecs,
+        lock: LockFactory | None = None,
+        node_labels: Mapping[str, str] | None = None,
+        max_parallel: int = 16,
+    ) -> None:
+        """`node_labels`: the Node's labels, for allocations whose nodeSelector uses labels
+        (default: only ``kubernetes.io/hostname=<node_name>``; the scheduler selects node-local
+        devices by the ``metadata.name`` field, which needs no labels)."""
+        self.driver = driver
+        self.source = claim_source
+        self.node_name = node_name
+        self.checkpoint = checkpoint
+        self.cdi = cdi
+        self.lock: LockFactory = lock or checkpoint.lock
+        self.node_labels = dict(node_labels) if node_labels is not None else {"kubernetes.io/hostname": node_name}
+        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="claim")
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._pool.shutdown(wait=True)
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    def start(self, temp_grace_s: float = 30.0) -> list[str]:
+        """Repair local state at daemon start: drop temp files, sweep orphaned CDI specs.
+
+        Returns the paths removed. Records in ``preparing`` are kept: kubelet's next prepare
+        finishes them, its next unprepare undoes them. Temp files younger than `temp_grace_s`
+        are spared (another instance may be writing them during a rolling update).
+        """
+        removed = [str(p) for p in self.checkpoint.remove_temp_files(older_than_s=temp_grace_s)]
+        known = {r.uid for r in self.checkpoint.records()}
+        # Records that could not be read (newer version) still protect their specs.
+        known |= self.checkpoint.uids()
+        removed += [str(p) for p in self.cdi.sweep_orphans(known, temp_older_than_s=temp_grace_s)]
+        return removed
+
+    # -- prepare ---------------------------------------------------------------------------------
+
+    def prepare_claims(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
+        if len(claims) <= 1:
+            return {c.uid: self._prepare_one(c) for c in claims}
+        futures = {c.uid: self._pool.submit(self._prepare_one, c) for c in claims}
+        return {uid: f.result() for uid, f in futures.items()}
+
+    def _prepare_one(self, ref: ClaimRef) -> ClaimOutcome:
+        t0 = time.monotonic()
+        try:
+            fault("prepare.start")
+            plan = self._plan(ref)
+            fault("prepare.after_fetch")
+            with self.lock(ref.uid):
+                outcome = self._prepare_locked(plan)
+        except ClaimError as e:
+            log.warning("claim not prepared", extra={"claim": ref.uid, "namespace": ref.namespace,
+                                                     "name": ref.name, "error": str(e)})
+            return ClaimOutcome(error=str(e))
+        except Exception as e:
+            log.exception("claim not prepared: internal error", extra={"claim": ref.uid, "namespace": ref.namespace,
+                                                                      "name": ref.name})
+            return ClaimOutcome(error=f"{_describe_claim(ref)}: internal error in the driver framework: {e!r};"
+                                      " kubelet retries; see the driver's log")
+        log.info("claim prepared", extra={"claim": ref.uid, "namespace": ref.namespace, "name": ref.name,
+                                          "devices": [f"{d.pool}/{d.device}" for d in outcome.devices],
+                                          "ms": round((time.monotonic() - t0) * 1000, 1)})
+        return outcome
+
+    def _fetch(self, ref: ClaimRef) -> ResourceClaim:
+        what = _describe_claim(ref)
+        try:
+            claim = self.source.get_claim(ref.namespace, ref.name)
+        except Exception as e:
+            raise ClaimError(f"{what}: cannot read the ResourceClaim from the API server: {e}; kubelet retries") from e
+        if claim is None:
+            raise ClaimError(f"{what}: ResourceClaim {ref.namespace}/{ref.name} not found in the API server;"
+                             " it was deleted or never existed")
+        if claim.uid != ref.uid:
+            raise ClaimError(f"{what}: the ResourceClaim {ref.namespace}/{ref.name} in the API server has UID"
+                             f" {claim.uid}, not {ref.uid}: it was deleted and created again; kubelet must"
+                             " restart the pod with the new claim")
+        return claim
+
+    def _plan(self, ref: ClaimRef) -> _Plan:
+        what = _describe_claim(ref)
+        claim = self._fetch(ref)
+        alloc = claim.allocation
+        if alloc is None:
+            raise ClaimError(f"{what}: not allocated (status.allocation is empty); the scheduler allocates it"
+                             " before the pod is bound; check the pod's scheduling events")
+        if alloc.node_selector is not None and not alloc.node_selector.matches(self.node_name, self.node_labels):
+            raise ClaimError(f"{what}: allocated for another node: its nodeSelector {alloc.node_selector.describe()}"
+                             f" does not select this node {self.node_name!r}; the pod must run where the claim"
+                             " is allocated")
+        mine = [r for r in alloc.results if r.driver == self.driver.name]
+        if not mine:
+            others = sorted({r.driver for r in alloc.results})
+            raise ClaimError(f"{what}: has no devices of driver {self.driver.name} (its results are for"
+                             f" {', '.join(others) or 'no driver'}); kubelet sends a claim only to the drivers of"
+                             " its results, so the claim changed since kubelet read it; kubelet retries")
+        configs = self._configs(ref, claim, mine)
+        devices = tuple(
+            AllocatedDevice(request=r.request, pool=r.pool, device=r.device, share_id=r.share_id,
+                            consumed_capacity=dict(r.consumed_capacity), admin_access=r.admin_access,
+                            config=configs.get(r.request))
+            for r in mine
+        )
+        return _Plan(ref=ref, devices=devices, names=self._cdi_names(ref.uid, mine))
+
+    def _configs(self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceResult]) -> dict[str, Any]:
+        """The decoded config per request name: FromClass before FromClaim, the last match wins."""
+        assert claim.allocation is not None
+        entries = [c for c in claim.allocation.config if c.driver == self.driver.name]
+        entries.sort(key=lambda c: (0 if c.source == "FromClass" else 1, c.index))
+        decoded: list[tuple[OpaqueConfig, Any]] = []
+        for c in entries:
+            try:
+                decoded.append((c, decode_config(self.driver, c.parameters)))
+            except ConfigError as e:
+                fix = ("fix the DeviceClass's spec.config" if c.source == "FromClass"
+                       else "fix spec.devices.config of the ResourceClaim (or its template) and recreate it")
+                reqs = ", ".join(repr(r) for r in c.requests) if c.requests else "all requests"
+                raise ClaimError(f"{_describe_claim(ref)}: opaque config #{c.index} ({c.source}, for {reqs}) of"
+                                 f" driver {self.driver.name}: {e}; {fix}") from None
+        out: dict[str, Any] = {}
+        for r in results:
+            for c, cfg in decoded:
+                if c.applies_to(r.request):
+                    out[r.request] = cfg
+        return out
+
+    @staticmethod
+    def _cdi_names(uid: str, results: Sequence[DeviceResult]) -> tuple[str, ...]:
+        keys = [f"{r.device}-{r.share_id}" if r.share_id else r.device for r in results]
+        names = []
+        for r, key in zip(results, keys, strict=True):
+            # Two pools may hold devices of one name (network-attached pools): qualify by pool then.
+            if keys.count(key) > 1:
+                key = f"{r.pool}-{key}"
+            names.append(device_name(uid, key))
+        if len(set(names)) != len(names):
+            raise ClaimError(f"claim {uid}: two allocation results name the same device share {sorted(names)}")
+        return tuple(names)
+
+    def _prepare_locked(self, plan: _Plan) -> ClaimOutcome:
+        ref = plan.ref
+        try:
+            record = self.checkpoint.get(ref.uid)
+        except CheckpointError as e:
+            raise ClaimError(f"{_describe_claim(ref)}: {e}") from e
+        wanted = [(self.driver.name, d.pool, d.device, d.share_id) for d in plan.devices]
+        if record is not None and record.boot_id == self.checkpoint.boot_id and \
+                [d.key for d in record.devices] == wanted:
+            if record.phase == PREPARED:
+                return self._answer_from_record(record)
+        elif record is not None and record.boot_id == self.checkpoint.boot_id:
+            # Same UID, different allocation in this boot: the claim was deallocated and allocated
+            # again without an unprepare reaching us. Undo the old devices first.
+            log.warning("claim allocation changed since it was prepared; undoing the old devices",
+                        extra={"claim": ref.uid, "old": [d.key for d in record.devices], "new": wanted})
+            self._undo(record)
+        elif record is not None:
+            log.info("claim was prepared in an earlier boot; preparing it again",
+                     extra={"claim": ref.uid, "recorded_boot": record.boot_id, "boot": self.checkpoint.boot_id})
+
+        now = time.time()
+        created = record.created_at if record is not None else now
+        base = [DeviceRecord(driver=self.driver.name, request=d.request, pool=d.pool, device=d.device,
+                             share_id=d.share_id, consumed_capacity=dict(d.consumed_capacity),
+                             admin_access=d.admin_access, cdi_name=n)
+                for d, n in zip(plan.devices, plan.names, strict=True)]
+        self.checkpoint.put(ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARING,
+                                        boot_id=self.checkpoint.boot_id, devices=tuple(base),
+                                        created_at=created, updated_at=now))
+        fault("prepare.after_preparing")
+
+        try:
+            prepared = list(self.driver.prepare(ref, list(plan.devices)))
+            by_key = self._match(ref, plan, prepared)
+            claim_edits = self.driver.claim_edits(ref, prepared)
+        except PrepareError as e:
+            self._rollback(ref, plan, base)
+            raise ClaimError(f"{_describe_claim(ref)}: driver {self.driver.name} refused to prepare: {e}") from e
+        fault("prepare.after_driver")
+
+        edits_by_name = [(n, by_key[(d.pool, d.device, d.share_id)].edits) for d, n in zip(plan.devices, plan.names,
+                                                                                           strict=True)]
+        ids = self.cdi.write_claim(ref.uid, edits_by_name, claim_edits)
+        fault("prepare.after_cdi")
+
+        final = tuple(dataclasses.replace(b, cdi_ids=(cid,), edits=by_key[(b.pool, b.device, b.share_id)].edits,
+                                          state=dict(by_key[(b.pool, b.device, b.share_id)].state))
+                      for b, cid in zip(base, ids, strict=True))
+        done = ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARED,
+                           boot_id=self.checkpoint.boot_id, devices=final, claim_edits=claim_edits,
+                           created_at=created, updated_at=time.time())
+        self.checkpoint.put(done)
+        fault("prepare.after_prepared")
+        return _outcome(done)
+
+    def _match(self, ref: ClaimRef, plan: _Plan, prepared: Sequence[PreparedDevice]
+               ) -> dict[tuple[str, str, str | None], PreparedDevice]:
+        by_key = {(p.device.pool, p.device.device, p.device.share_id): p for p in prepared}
+        missing = [d for d in plan.devices if (d.pool, d.device, d.share_id) not in by_key]
+        if missing or len(by_key) != len(prepared):
+            raise PrepareError(
+                f"the driver's prepare returned {len(prepared)} device(s) that do not match the claim's"
+                f" {len(plan.devices)} allocated device(s) one to one (missing: "
+                f"{[f'{d.pool}/{d.device}' for d in missing]}); this is a bug in the driver"
+            )
+        return by_key
+
+    def _rollback(self, ref: ClaimRef, plan: _Plan, base: Sequence[DeviceRecord]) -> None:
+        """After a driver refusal: undo what it may have done, then forget the claim."""
+        try:
+            self.driver.unprepare(ref, [PreparedDevice(d, ContainerEdits()) for d in plan.devices])
+        except Exception:
+            log.exception("rollback after a refused prepare failed; keeping the record for unprepare",
+                          extra={"claim": ref.uid})
+            return
+        self.cdi.remove_claim(ref.uid)
+        self.checkpoint.delete(ref.uid)
+
+    def _answer_from_record(self, record: ClaimRecord) -> ClaimOutcome:
+        # The CDI spec may be gone (someone cleaned /var/run/cdi): rewrite it from the record.
+        if not self.cdi.spec_path(record.uid).exists():
+            log.warning("CDI spec of a prepared claim was missing; rewriting it from the checkpoint",
+                        extra={"claim": record.uid})
+            self.cdi.write_claim(record.uid, [(d.cdi_name, d.edits) for d in record.devices], record.claim_edits)
+        return _outcome(record)
+
+    # -- unprepare -------------------------------------------------------------------------------
+
+    def unprepare_claims(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        if len(claims) <= 1:
+            return {c.uid: self._unprepare_one(c) for c in claims}
+        futures = {c.uid: self._pool.submit(self._unprepare_one, c) for c in claims}
+        return {uid: f.result() for uid, f in futures.items()}
+
+    def _unprepare_one(self, ref: ClaimRef) -> str:
+        try:
+            fault("unprepare.start")
+            with self.lock(ref.uid):
+                try:
+                    record = self.checkpoint.get(ref.uid)
+                except CheckpointError as e:
+                    return f"{_describe_claim(ref)}: {e}"
+                if record is None:
+                    # Unknown (never prepared here, already unprepared, or its record was corrupt):
+                    # still make sure no spec of ours is left for it.
+                    self.cdi.remove_claim(ref.uid)
+                    return ""
+                self._undo(record)
+        except Exception as e:
+            log.exception("claim not unprepared", extra={"claim": ref.uid, "namespace": ref.namespace,
+                                                         "name": ref.name})
+            return f"{_describe_claim(ref)}: unprepare failed: {e}; kubelet retries"
+        log.info("claim unprepared", extra={"claim": ref.uid, "namespace": ref.namespace, "name": ref.name})
+        return ""
+
+    def _undo(self, record: ClaimRecord) -> None:
+        ref = ClaimRef(uid=record.uid, namespace=record.namespace, name=record.name)
+        prepared = [
+            PreparedDevice(
+                AllocatedDevice(request=d.request, pool=d.pool, device=d.device, share_id=d.share_id,
+                                consumed_capacity=dict(d.consumed_capacity), admin_access=d.admin_access),
+                d.edits, state=dict(d.state))
+            for d in record.devices if d.driver == self.driver.name
+        ]
+        # Also for records of an earlier boot or still "preparing": the driver's unprepare must
+        # tolerate resources that are already gone, and may hold state that survives a reboot.
+        self.driver.unprepare(ref, prepared)
+        fault("unprepare.after_driver")
+        self.cdi.remove_claim(record.uid)
+        fault("unprepare.after_cdi")
+        self.checkpoint.delete(record.uid)
+        fault("unprepare.after_checkpoint")
+
+
+def _outcome(record: ClaimRecord) -> ClaimOutcome:
+    return ClaimOutcome(devices=tuple(
+        PreparedResult(request_names=(d.request.split("/", 1)[0],), pool=d.pool, device=d.device,
+                       cdi_device_ids=d.cdi_ids, share_id=d.share_id)
+        for d in record.devices
+    ))
