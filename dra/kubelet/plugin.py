@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import secrets
 import socket
 import stat
 import threading
@@ -73,8 +74,8 @@ class KubeletPlugin:
     its length and the fix), create the plugin dir, start the driver's health monitor, serve the
     DRA socket (v1, v1beta1 and, with health, v1alpha1 + v1 DRAResourceHealth), and only then
     create the registration socket, so the endpoint kubelet learns from GetInfo already accepts
-    connections. A stale file at one of OUR socket paths is removed before listening (a warning is
-    logged when something still answers on it); sockets of other instances are never touched.
+    connections. A stale file at one of OUR socket paths is replaced (a warning is logged when
+    something still answers on it); sockets of other instances are never touched.
 
     GetInfo answers type ``DRAPlugin``, the driver name, the absolute DRA socket path and
     ``["v1.DRAPlugin", "v1beta1.DRAPlugin"]`` plus, with health, ``"v1alpha1.DRAResourceHealth",
@@ -246,18 +247,29 @@ class KubeletPlugin:
         server.start()
 
     def _listen(self, server: grpc.Server, path: Path) -> None:
-        self._remove_stale(path)
+        """Listen on a hidden temporary name, then rename it onto `path`.
+
+        gRPC unlinks the path it bound when the server stops, whatever file is there by then;
+        binding a private name and renaming it keeps gRPC away from the public name (we remove
+        that ourselves, only while it is still our socket). The rename also replaces a stale
+        socket of our own name atomically. Kubelet ignores names starting with a dot.
+        """
+        self._check_stale(path)
+        tmp = path.parent / f".{secrets.token_hex(3)}"
+        while tmp.exists():
+            tmp = path.parent / f".{secrets.token_hex(3)}"
         try:
-            port = server.add_insecure_port(f"unix:{path}")
+            port = server.add_insecure_port(f"unix:{tmp}")
         except RuntimeError as exc:
-            raise UserError(f"Cannot listen on unix socket {path}: {exc}.") from exc
+            raise UserError(f"Cannot listen on unix socket {path} (via {tmp.name}): {exc}.") from exc
         if not port:
-            raise UserError(f"Cannot listen on unix socket {path}.")
-        st = os.stat(path)
+            raise UserError(f"Cannot listen on unix socket {path} (via {tmp.name}).")
+        st = os.stat(tmp)
+        os.rename(tmp, path)
         self._owned[path] = (st.st_dev, st.st_ino)
 
-    def _remove_stale(self, path: Path) -> None:
-        """Remove a leftover file at one of our own socket paths (left by a SIGKILLed instance)."""
+    def _check_stale(self, path: Path) -> None:
+        """Vet a leftover file at one of our own socket paths (e.g. from a SIGKILLed instance)."""
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -271,8 +283,7 @@ class KubeletPlugin:
                 extra={"socket": str(path)},
             )
         else:
-            log.info("removing stale socket", extra={"socket": str(path)})
-        path.unlink(missing_ok=True)
+            log.info("replacing stale socket", extra={"socket": str(path)})
 
     def _remove_own(self, path: Path) -> None:
         ident = self._owned.pop(path, None)
