@@ -38,6 +38,16 @@ def truncate_message(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
+def check_resend_interval(resend_interval: float, device_timeout_s: int = 0) -> None:
+    """Raise ValueError unless resends come before kubelet reads the devices as Unknown."""
+    limit = device_timeout_s if device_timeout_s > 0 else KUBELET_DEFAULT_HEALTH_TIMEOUT_S
+    if not 0 < resend_interval < limit:
+        raise ValueError(
+            f"health resend interval {resend_interval:g} s must be positive and below the device "
+            f"health timeout ({limit} s), or kubelet reads devices as Unknown between resends"
+        )
+
+
 class HealthMonitor:
     """Holds the latest full health snapshot of the driver and wakes streams on change."""
 
@@ -126,12 +136,7 @@ class HealthServicer:
         device_timeout_s: int = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        limit = device_timeout_s if device_timeout_s > 0 else KUBELET_DEFAULT_HEALTH_TIMEOUT_S
-        if not 0 < resend_interval < limit:
-            raise ValueError(
-                f"health resend interval {resend_interval:g} s must be positive and below the device "
-                f"health timeout ({limit} s), or kubelet reads devices as Unknown between resends"
-            )
+        check_resend_interval(resend_interval, device_timeout_s)
         self.monitor = monitor
         self.pb = pb
         self.resend_interval = resend_interval

@@ -28,7 +28,7 @@ from dra.kubelet._proto import (
     pluginregistration_v1_pb2_grpc,
 )
 from dra.kubelet.handler import ClaimHandler, ClaimOutcome
-from dra.kubelet.health import HealthMonitor, HealthServicer, HealthSource
+from dra.kubelet.health import HealthMonitor, HealthServicer, HealthSource, check_resend_interval
 from dra.kubelet.lock import SerializeLock
 from dra.kubelet.node import NodeV1beta1Servicer, NodeV1Servicer
 from dra.kubelet.paths import KubeletPaths, PluginPaths
@@ -109,6 +109,9 @@ class KubeletPlugin:
         self.paths: PluginPaths = (paths or KubeletPaths()).resolve(driver_name, self.pod_uid)
         self.lock = SerializeLock(self.paths.lock_file)
         self._handler: ClaimHandler = _SerializedHandler(handler, self.lock) if serialize else handler
+        check_resend_interval(health_resend_interval, health_device_timeout_s)
+        if max_workers < 1:
+            raise ValueError("max_workers must be positive")
         self._health_source = health_source
         self._max_workers = max_workers
         self._health_resend_interval = health_resend_interval
