@@ -1,0 +1,66 @@
+/* limiter.h - the compute limiter: a claim-wide token bucket of GPU time (pure C, no CUDA).
+ *
+ * A device's compute share s (percent) is enforced as a duty cycle: over any long window the
+ * claim's processes may keep the GPU busy for at most s% of wall time. Tokens are nanoseconds of
+ * GPU time. They accrue at s/100 ns per wall-clock ns, up to a small burst; the shim charges each
+ * measured stretch of GPU work (CUDA events around launches, see hookcore/cuda/launch.c) after it
+ * completes, and a launching thread that finds the balance negative waits until it is repaid.
+ *
+ * The state lives in the ledger's per-device limiter area (hk_limiter_area), so every process of
+ * a claim draws on one bucket. Lock free: a CAS elects the refiller of each quantum, charges are
+ * atomic subtractions. Clock: CLOCK_MONOTONIC, which all processes of a node share.
+ */
+#ifndef HOOKCORE_LIMITER_H
+#define HOOKCORE_LIMITER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HK_LIMITER_VERSION 0x4c494d31u      /* "LIM1": layout of hk_limiter_shared */
+#define HK_LIMITER_BURST_NS 10000000LL      /* at most 10 ms of GPU time banked while idle */
+#define HK_LIMITER_QUANTUM_NS 20000LL       /* refill at most every 20 us */
+
+/* Layout of the shared area (fits in HK_LIMITER_BYTES = 256). */
+typedef struct hk_limiter_shared {
+    _Atomic uint32_t xversion;              /* 0 = untouched, 1 = being set up, HK_LIMITER_VERSION */
+    uint32_t share;                         /* percent, written once at set-up (for inspection) */
+    _Atomic int64_t xtokens_ns;             /* GPU-time credit; negative = debt */
+    _Atomic int64_t xlast_refill_ns;        /* CLOCK_MONOTONIC of the last refill */
+    _Atomic int64_t xcharged_ns;            /* total GPU time charged (statistics) */
+    _Atomic int64_t xthrottled_ns;          /* total time launching threads waited (statistics) */
+} hk_limiter_shared;
+
+/* A process-local handle on one device's bucket. */
+typedef struct hk_limiter {
+    hk_limiter_shared *shared;              /* NULL = no limit on this device */
+    uint32_t share;                         /* percent 1..99 */
+} hk_limiter;
+
+/* Monotonic clock in ns. */
+int64_t hk_limiter_now_ns(void);
+
+/* Attach to `area` (HK_LIMITER_BYTES, zeroed at ledger creation) with a share in percent.
+   Shares >= 100 or a NULL area leave the limiter off (lim->shared = NULL). */
+void hk_limiter_attach(hk_limiter *lim, void *area, uint32_t share_percent);
+
+/* Accrue credit up to `now` and return the balance in ns of GPU time (negative = in debt). */
+int64_t hk_limiter_balance(hk_limiter *lim, int64_t now_ns);
+
+/* Charge measured GPU time. */
+void hk_limiter_charge(hk_limiter *lim, int64_t gpu_ns);
+
+/* How long to wait, given a negative balance, until the debt is repaid (ns, capped at 20 ms so
+   the caller re-checks; 0 if not in debt). */
+int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance);
+
+/* Record time a thread spent throttled (statistics only). */
+void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HOOKCORE_LIMITER_H */

@@ -1,0 +1,156 @@
+/* device.c - process state, CUDA ordinal -> ledger device mapping, cuInit, memory info.
+ *
+ * Devices are keyed by UUID: the first time an ordinal is used its UUID is read from the driver
+ * (cuDeviceGetUuid_v2) and hk_device_resolve() names the ledger index. A claim that lists its GPUs
+ * (HOOKCORE_DEVICE_UUID_<i>) is therefore immune to CUDA_VISIBLE_DEVICES reordering; a plain HAMi
+ * config keys by ordinal, as HAMi does.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <string.h>
+
+#include "../core/limiter.h"
+#include "shim.h"
+
+_Atomic int hk_shim_state = HK_SHIM_UNINIT;
+int hk_shim_limiter_on;
+
+#define HK_MAX_ORDINALS 64
+static _Atomic int g_ordmap[HK_MAX_ORDINALS];   /* ordinal -> ledger index + 1000 (0 = unknown) */
+
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int hk_shim_init_slow(void) {
+    pthread_mutex_lock(&g_init_lock);
+    int s = atomic_load_explicit(&hk_shim_state, memory_order_acquire);
+    if (s == HK_SHIM_UNINIT) {
+        hk_shim_load(0);
+        /* hk_init prints the one-line reason itself when it fails closed. */
+        if (hk_init() != HK_OK) {
+            s = HK_SHIM_FAILCLOSED;
+        } else {
+            for (int d = 0; d < HK_MAX_DEVICES; d++)
+                if (hk_sm_limit(d) < HK_SM_UNLIMITED) hk_shim_limiter_on = 1;
+            s = HK_SHIM_READY;
+        }
+        if (hk_shim_debug)
+            hk_shim_log("init: %s, compute limiter %s", s == HK_SHIM_READY ? "ready" : "failed closed",
+                        hk_shim_limiter_on ? "on" : "off");
+        atomic_store_explicit(&hk_shim_state, s, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_init_lock);
+    return s;
+}
+
+int hk_dev_of_ordinal(CUdevice ord) {
+    if (ord < 0 || ord >= HK_MAX_ORDINALS) return HK_ENODEV;
+    int v = atomic_load_explicit(&g_ordmap[ord], memory_order_relaxed);
+    if (HK_LIKELY(v != 0)) return v - 1000;
+    CUuuid raw;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (hk_real.cuDeviceGetUuid_v2) r = hk_real.cuDeviceGetUuid_v2(&raw, ord);
+    if (r != CUDA_SUCCESS && hk_real.cuDeviceGetUuid) r = hk_real.cuDeviceGetUuid(&raw, ord);
+    char uuid[HK_UUID_MAX] = "";
+    if (r == CUDA_SUCCESS) hk_uuid_format((const unsigned char *)raw.bytes, uuid);
+    int dev = hk_device_resolve(ord, r == CUDA_SUCCESS ? uuid : NULL);
+    if (dev < 0) dev = HK_ENODEV;
+    if (hk_shim_debug) hk_shim_log("device ordinal %d (%s) -> ledger index %d", ord, uuid, dev);
+    atomic_store_explicit(&g_ordmap[ord], dev + 1000, memory_order_relaxed);
+    return dev;
+}
+
+CUresult hk_current_dev(int *ldev, CUdevice *ord_out) {
+    CUdevice ord;
+    if (!hk_real.cuCtxGetDevice) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = hk_real.cuCtxGetDevice(&ord);
+    if (r != CUDA_SUCCESS) return r;
+    *ldev = hk_dev_of_ordinal(ord);
+    if (ord_out) *ord_out = ord;
+    return CUDA_SUCCESS;
+}
+
+int hk_cuda_ordinal_of_uuid(const char *uuid) {
+    hk_shim_load(0);
+    int n = 0;
+    if (!hk_real.cuDeviceGetCount || hk_real.cuDeviceGetCount(&n) != CUDA_SUCCESS) return -1;
+    for (int ord = 0; ord < n; ord++) {
+        CUuuid raw;
+        CUresult r = CUDA_ERROR_NOT_FOUND;
+        if (hk_real.cuDeviceGetUuid_v2) r = hk_real.cuDeviceGetUuid_v2(&raw, ord);
+        if (r != CUDA_SUCCESS && hk_real.cuDeviceGetUuid) r = hk_real.cuDeviceGetUuid(&raw, ord);
+        if (r != CUDA_SUCCESS) continue;
+        char s[HK_UUID_MAX];
+        hk_uuid_format((const unsigned char *)raw.bytes, s);
+        if (hk_uuid_equal(s, uuid)) return ord;
+    }
+    return -1;
+}
+
+static void atfork_child(void) {
+    hk_launch_atfork_child();
+}
+
+/* ---------------------------------------------------------------------------
+ * cuInit: the fail-closed gate. A bad config makes CUDA unusable, never unlimited.
+ * ------------------------------------------------------------------------- */
+HK_EXPORT CUresult cuInit(unsigned int flags) {
+    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hk_real.cuInit) return CUDA_ERROR_NOT_INITIALIZED;
+    static int atfork_done;
+    if (!__atomic_exchange_n(&atfork_done, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, atfork_child);
+    return hk_real.cuInit(flags);
+}
+
+/* ---------------------------------------------------------------------------
+ * Memory info: the quota and the claim's usage, saturating (never underflows).
+ * ------------------------------------------------------------------------- */
+static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t *free_b, size_t *total_b) {
+    if (dev < 0) {             /* a GPU outside a UUID-keyed claim: no quota for it */
+        *free_b = 0;
+        *total_b = 0;
+        return;
+    }
+    uint64_t limit = hk_mem_limit(dev);
+    if (limit == HK_MEM_UNLIMITED) {
+        *free_b = real_free;
+        *total_b = real_total;
+        return;
+    }
+    uint64_t total = limit < real_total ? limit : real_total;
+    uint64_t used = hk_mem_used(dev);
+    uint64_t free_q = used >= total ? 0 : total - used;
+    *total_b = (size_t)total;
+    *free_b = (size_t)(free_q < real_free ? free_q : real_free);
+}
+
+HK_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hk_real.cuMemGetInfo_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    size_t rf, rt;
+    CUresult r = hk_real.cuMemGetInfo_v2(&rf, &rt);
+    if (r != CUDA_SUCCESS || !free_b || !total_b) {
+        if (r == CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+        return r;
+    }
+    int dev;
+    if (hk_current_dev(&dev, NULL) != CUDA_SUCCESS) {
+        *free_b = rf;
+        *total_b = rt;
+        return CUDA_SUCCESS;
+    }
+    virtual_meminfo(dev, rf, rt, free_b, total_b);
+    return CUDA_SUCCESS;
+}
+
+HK_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice ord) {
+    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!hk_real.cuDeviceTotalMem_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = hk_real.cuDeviceTotalMem_v2(bytes, ord);
+    if (r != CUDA_SUCCESS) return r;
+    size_t f, t;
+    virtual_meminfo(hk_dev_of_ordinal(ord), *bytes, *bytes, &f, &t);
+    *bytes = t;
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,727 @@
+/* cuda_stub.c - a stub libcuda.so.1 for testing hookcore without a GPU.
+ *
+ * Fake devices come from the environment:
+ *   STUB_CUDA_DEVICES   number of devices (default 1, at most 16)
+ *   STUB_CUDA_MEMORY    memory of each device: bytes or Ki/Mi/Gi/Ti (default 16Gi)
+ *   CUDA_VISIBLE_DEVICES  comma-separated physical indexes, honoured like the real driver
+ *
+ * Device i has UUID 57554201-0000-4000-8000-0000000000ii ("GPU-5755..."), so tests can
+ * check that a quota follows the UUID when CUDA_VISIBLE_DEVICES reorders the devices.
+ *
+ * Memory: allocations return fake addresses from a per-device counter and are tracked,
+ * so the stub runs out of memory at the device size like a real GPU would.
+ *
+ * Time: each device is simulated as one engine. A kernel's duration in microseconds is
+ * the value of its CUfunction handle (tests pass (CUfunction)(uintptr_t)us); a graph's
+ * is the value of its CUgraphExec handle. Launches queue behind each other on the
+ * device; events complete when the simulated clock passes their time, and
+ * cuEventElapsedTime reports simulated time. That is enough to test the compute limiter.
+ *
+ * Test-only extras (not CUDA API): stubCudaUsedBytes(dev) and stubCudaLaunchCount().
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../cuda/cuda_abi.h"
+
+#define STUB_API __attribute__((visibility("default")))
+#define STUB_MAX_DEVICES 16
+#define STUB_MAX_ALLOCS 65536
+
+/* ---------------------------------------------------------------------------
+ * State
+ * ------------------------------------------------------------------------- */
+typedef struct stub_device {
+    int physical;                      /* index before CUDA_VISIBLE_DEVICES */
+    size_t total;
+    _Atomic size_t used;
+    _Atomic int64_t busy_until_ns;     /* simulated engine: end of the last queued work */
+    int ctx_tag;                       /* primary context is &devices[i] */
+} stub_device;
+
+typedef struct stub_alloc {
+    unsigned long long key;            /* device pointer, VMM handle or array handle; 0 = free */
+    size_t size;
+    int dev;
+} stub_alloc;
+
+typedef struct stub_event {
+    int64_t t_ns;                      /* completion time on the simulated clock; -1 = never recorded */
+} stub_event;
+
+typedef struct stub_stream {
+    int dev;
+    int64_t last_end_ns;
+} stub_stream;
+
+static int g_ndev = -1;
+static stub_device g_dev[STUB_MAX_DEVICES];
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static stub_alloc g_alloc[STUB_MAX_ALLOCS];
+static unsigned long long g_next_addr[STUB_MAX_DEVICES];
+static unsigned long long g_next_handle = 0x10000;
+static _Atomic unsigned long long g_launches;
+static __thread int t_cur_dev = -1;    /* current context's device, -1 = none */
+static stub_stream g_default_stream[STUB_MAX_DEVICES];
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_until(int64_t t_ns) {
+    for (;;) {
+        int64_t d = t_ns - now_ns();
+        if (d <= 0) return;
+        struct timespec ts = {d / 1000000000LL, d % 1000000000LL};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static size_t parse_size(const char *s, size_t dflt) {
+    if (!s || !*s) return dflt;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!strcmp(end, "Ki")) v <<= 10;
+    else if (!strcmp(end, "Mi")) v <<= 20;
+    else if (!strcmp(end, "Gi")) v <<= 30;
+    else if (!strcmp(end, "Ti")) v <<= 40;
+    return (size_t)v;
+}
+
+static void stub_setup(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_ndev >= 0) { pthread_mutex_unlock(&g_lock); return; }
+    const char *n = getenv("STUB_CUDA_DEVICES");
+    int phys = n ? atoi(n) : 1;
+    if (phys < 0) phys = 0;
+    if (phys > STUB_MAX_DEVICES) phys = STUB_MAX_DEVICES;
+    size_t mem = parse_size(getenv("STUB_CUDA_MEMORY"), (size_t)16 << 30);
+    int order[STUB_MAX_DEVICES], count = 0;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis) {
+        const char *p = vis;
+        while (*p && count < STUB_MAX_DEVICES) {
+            char *end;
+            long idx = strtol(p, &end, 10);
+            if (end == p || idx < 0 || idx >= phys) break;   /* like the driver: stop at the first bad entry */
+            order[count++] = (int)idx;
+            p = (*end == ',') ? end + 1 : end;
+            if (*end != ',') break;
+        }
+    } else {
+        for (int i = 0; i < phys; i++) order[count++] = i;
+    }
+    for (int i = 0; i < count; i++) {
+        g_dev[i].physical = order[i];
+        g_dev[i].total = mem;
+        atomic_store(&g_dev[i].used, 0);
+        atomic_store(&g_dev[i].busy_until_ns, 0);
+        g_next_addr[i] = 0x700000000000ULL + ((unsigned long long)order[i] << 36);
+        g_default_stream[i].dev = i;
+    }
+    g_ndev = count;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---------------------------------------------------------------------------
+ * Allocation bookkeeping (a mutex is fine: this is a test double)
+ * ------------------------------------------------------------------------- */
+static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_handle) {
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_CONTEXT;
+    if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t rounded = (size + 511) & ~(size_t)511;
+    pthread_mutex_lock(&g_lock);
+    size_t used = atomic_load(&g_dev[dev].used);
+    if (used + rounded > g_dev[dev].total) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    int slot = -1;
+    for (int i = 0; i < STUB_MAX_ALLOCS; i++)
+        if (g_alloc[i].key == 0) { slot = i; break; }
+    if (slot < 0) { pthread_mutex_unlock(&g_lock); return CUDA_ERROR_OUT_OF_MEMORY; }
+    unsigned long long key;
+    if (is_handle) key = g_next_handle++;
+    else { key = g_next_addr[dev]; g_next_addr[dev] += rounded; }
+    g_alloc[slot] = (stub_alloc){key, rounded, dev};
+    atomic_store(&g_dev[dev].used, used + rounded);
+    pthread_mutex_unlock(&g_lock);
+    *key_out = key;
+    return CUDA_SUCCESS;
+}
+
+static CUresult give(unsigned long long key) {
+    if (key == 0) return CUDA_SUCCESS;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < STUB_MAX_ALLOCS; i++) {
+        if (g_alloc[i].key == key) {
+            atomic_fetch_sub(&g_dev[g_alloc[i].dev].used, g_alloc[i].size);
+            g_alloc[i].key = 0;
+            pthread_mutex_unlock(&g_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static int cur_dev(void) {
+    if (g_ndev < 0) return -1;
+    return t_cur_dev;
+}
+
+#define NEED_INIT() do { if (g_ndev < 0) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
+#define NEED_CTX(d) int d = cur_dev(); if (d < 0) return CUDA_ERROR_INVALID_CONTEXT
+
+/* ---------------------------------------------------------------------------
+ * Init, devices, contexts
+ * ------------------------------------------------------------------------- */
+STUB_API CUresult cuInit(unsigned int flags) {
+    (void)flags;
+    stub_setup();
+    return g_ndev > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+STUB_API CUresult cuDriverGetVersion(int *v) {
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDeviceGetCount(int *count) {
+    NEED_INIT();
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = g_ndev;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
+    NEED_INIT();
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    NEED_INIT();
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "Stub GPU %d", g_dev[dev].physical);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
+    NEED_INIT();
+    if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    static const unsigned char base[16] = {0x57, 0x55, 0x42, 0x01, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0};
+    memcpy(uuid->bytes, base, 16);
+    uuid->bytes[15] = (char)g_dev[dev].physical;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
+
+STUB_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    NEED_INIT();
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = g_dev[dev].total;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
+    NEED_INIT();
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 132 : 1;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    NEED_INIT();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = (CUcontext)&g_dev[dev];
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    NEED_INIT();
+    return (dev < 0 || dev >= g_ndev) ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+    NEED_INIT();
+    if (!ctx) { t_cur_dev = -1; return CUDA_SUCCESS; }
+    stub_device *d = (stub_device *)ctx;
+    if (d < g_dev || d >= g_dev + g_ndev) return CUDA_ERROR_INVALID_CONTEXT;
+    t_cur_dev = (int)(d - g_dev);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    NEED_INIT();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = t_cur_dev < 0 ? NULL : (CUcontext)&g_dev[t_cur_dev];
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuCtxGetDevice(CUdevice *dev) {
+    NEED_INIT();
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    if (t_cur_dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = t_cur_dev;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuCtxSynchronize(void) {
+    NEED_INIT();
+    NEED_CTX(d);
+    sleep_until(atomic_load(&g_dev[d].busy_until_ns));
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------
+ * Memory
+ * ------------------------------------------------------------------------- */
+STUB_API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
+    *total_b = g_dev[d].total;
+    *free_b = g_dev[d].total - atomic_load(&g_dev[d].used);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    return take(d, size, dptr, 0);
+}
+
+/* The CUDA 3.1 ABI (32-bit sizes): a caller asking cuGetProcAddress for version < 3020 gets it. */
+STUB_API CUresult cuMemAlloc(unsigned int *dptr, unsigned int size) {
+    NEED_INIT();
+    NEED_CTX(d);
+    (void)d;
+    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    (void)size;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+STUB_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                     unsigned int elem) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!dptr || !pitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;
+    size_t p = (width + 511) & ~(size_t)511;
+    CUresult r = take(d, p * height, dptr, 0);
+    if (r == CUDA_SUCCESS) *pitch = p;
+    return r;
+}
+
+STUB_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    return take(d, size, dptr, 0);
+}
+
+STUB_API CUresult cuMemFree_v2(CUdeviceptr p) {
+    NEED_INIT();
+    return give(p);
+}
+
+STUB_API CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int flags) {
+    (void)flags;
+    NEED_INIT();
+    if (!g || !prop) return CUDA_ERROR_INVALID_VALUE;
+    *g = (size_t)2 << 20;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                              unsigned long long flags) {
+    (void)flags;
+    NEED_INIT();
+    if (!h || !prop) return CUDA_ERROR_INVALID_VALUE;
+    if (size % ((size_t)2 << 20)) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+        *h = __atomic_add_fetch(&g_next_handle, 1, __ATOMIC_RELAXED);   /* host memory: not device usage */
+        return CUDA_SUCCESS;
+    }
+    return take(prop->location.id, size, h, 1);
+}
+
+STUB_API CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    NEED_INIT();
+    CUresult r = give(h);
+    return r == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : r;   /* host handles are not tracked */
+}
+
+STUB_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                      unsigned long long flags) {
+    (void)align; (void)addr; (void)flags;
+    NEED_INIT();
+    static _Atomic unsigned long long next = 0x600000000000ULL;
+    *p = atomic_fetch_add(&next, (size + 0xfffff) & ~0xfffffULL);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
+STUB_API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                           unsigned long long flags) {
+    (void)p; (void)size; (void)off; (void)h; (void)flags;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemUnmap(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
+
+/* Stream-ordered allocator: the memory is taken at once (no pool caching in the stub). */
+STUB_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
+    (void)s;
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    return take(d, size, dptr, 0);
+}
+STUB_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
+    return cuMemAllocAsync(dptr, size, s);
+}
+STUB_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; NEED_INIT(); return give(p); }
+STUB_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
+
+STUB_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props) {
+    (void)props;
+    NEED_INIT();
+    NEED_CTX(d);
+    *pool = (CUmemoryPool)(uintptr_t)(0x1000 + d);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemPoolDestroy(CUmemoryPool pool) { (void)pool; return CUDA_SUCCESS; }
+STUB_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED_INIT();
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = (CUmemoryPool)(uintptr_t)(0x1000 + dev);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
+    (void)s;
+    NEED_INIT();
+    int d = (int)((uintptr_t)pool - 0x1000);
+    if (!dptr || d < 0 || d >= g_ndev) return CUDA_ERROR_INVALID_VALUE;
+    return take(d, size, dptr, 0);
+}
+STUB_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
+    return cuMemAllocFromPoolAsync(dptr, size, pool, s);
+}
+
+static size_t format_bytes(CUarray_format f) {
+    switch (f) {
+    case 0x01: case 0x08: return 1;
+    case 0x02: case 0x09: case 0x10: return 2;
+    default: return 4;
+    }
+}
+
+STUB_API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d) {
+    NEED_INIT();
+    NEED_CTX(dev);
+    if (!arr || !d) return CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = d->Width * (d->Height ? d->Height : 1) * d->NumChannels * format_bytes(d->Format);
+    unsigned long long h;
+    CUresult r = take(dev, bytes, &h, 1);
+    if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
+    return r;
+}
+
+STUB_API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    NEED_INIT();
+    NEED_CTX(dev);
+    if (!arr || !d) return CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels *
+                   format_bytes(d->Format);
+    unsigned long long h;
+    CUresult r = take(dev, bytes, &h, 1);
+    if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
+    return r;
+}
+
+STUB_API CUresult cuArrayDestroy(CUarray arr) { NEED_INIT(); return give((uintptr_t)arr); }
+
+STUB_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                         unsigned int levels) {
+    NEED_INIT();
+    NEED_CTX(dev);
+    if (!arr || !d || levels == 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels *
+                   format_bytes(d->Format);
+    bytes = bytes * 4 / 3 + 1;
+    unsigned long long h;
+    CUresult r = take(dev, bytes, &h, 1);
+    if (r == CUDA_SUCCESS) *arr = (CUmipmappedArray)(uintptr_t)h;
+    return r;
+}
+
+STUB_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray arr) { NEED_INIT(); return give((uintptr_t)arr); }
+
+/* ---------------------------------------------------------------------------
+ * Streams, events and a simulated engine
+ * ------------------------------------------------------------------------- */
+static stub_stream *stream_of(CUstream s, int dev) {
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &g_default_stream[dev];
+    return (stub_stream *)s;
+}
+
+STUB_API CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    NEED_CTX(d);
+    stub_stream *st = calloc(1, sizeof *st);
+    if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
+    st->dev = d;
+    *s = (CUstream)st;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
+    NEED_INIT();
+    if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) free(s);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamSynchronize(CUstream s) {
+    NEED_INIT();
+    NEED_CTX(d);
+    sleep_until(stream_of(s, d)->last_end_ns);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamQuery(CUstream s) {
+    NEED_INIT();
+    NEED_CTX(d);
+    return now_ns() >= stream_of(s, d)->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+/* Capture: only the state is modelled (launches during capture still run in the stub). */
+static __thread CUstream t_capturing;
+STUB_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)mode;
+    NEED_INIT();
+    t_capturing = s ? s : CU_STREAM_LEGACY;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuStreamEndCapture(CUstream s, void **graph) {
+    NEED_INIT();
+    if (t_capturing != (s ? s : CU_STREAM_LEGACY)) return 401;   /* CUDA_ERROR_ILLEGAL_STATE */
+    t_capturing = NULL;
+    if (graph) *graph = (void *)0x1;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    NEED_INIT();
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    *status = t_capturing != NULL && t_capturing == (s ? s : CU_STREAM_LEGACY);
+    return CUDA_SUCCESS;
+}
+
+/* Queue work of `dur_ns` on the stream: it starts when both the engine and the stream are free. */
+static void enqueue(CUstream s, int64_t dur_ns) {
+    int d = cur_dev();
+    stub_stream *st = stream_of(s, d);
+    int64_t now = now_ns();
+    int64_t busy = atomic_load(&g_dev[d].busy_until_ns);
+    int64_t start, end;
+    do {
+        start = busy > now ? busy : now;
+        if (st->last_end_ns > start) start = st->last_end_ns;
+        end = start + dur_ns;
+    } while (!atomic_compare_exchange_weak(&g_dev[d].busy_until_ns, &busy, end));
+    st->last_end_ns = end;
+    atomic_fetch_add(&g_launches, 1);
+}
+
+STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    stub_event *ev = malloc(sizeof *ev);
+    if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
+    ev->t_ns = -1;
+    *e = (CUevent)ev;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuEventDestroy_v2(CUevent e) { NEED_INIT(); free(e); return CUDA_SUCCESS; }
+
+STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    stub_stream *st = stream_of(s, d);
+    int64_t now = now_ns();
+    ((stub_event *)e)->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+
+STUB_API CUresult cuEventQuery(CUevent e) {
+    NEED_INIT();
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    int64_t t = ((stub_event *)e)->t_ns;
+    return (t < 0 || now_ns() >= t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+STUB_API CUresult cuEventSynchronize(CUevent e) {
+    NEED_INIT();
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    sleep_until(((stub_event *)e)->t_ns);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    NEED_INIT();
+    if (!ms || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
+    int64_t ta = ((stub_event *)a)->t_ns, tb = ((stub_event *)b)->t_ns;
+    if (ta < 0 || tb < 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (now_ns() < tb || now_ns() < ta) return CUDA_ERROR_NOT_READY;
+    *ms = (float)(tb - ta) / 1e6f;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
+
+#define KERNEL_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
+                    unsigned bz, unsigned shmem, CUstream s
+
+STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
+    NEED_INIT();
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    enqueue(s, (int64_t)(uintptr_t)f * 1000);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **params, void **extra) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s ? s : CU_STREAM_PER_THREAD, params, extra);
+}
+STUB_API CUresult cuLaunchCooperativeKernel(KERNEL_ARGS, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+STUB_API CUresult cuLaunchCooperativeKernel_ptsz(KERNEL_ARGS, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s ? s : CU_STREAM_PER_THREAD, params, NULL);
+}
+STUB_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                          c->sharedMemBytes, c->hStream, params, extra);
+}
+STUB_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    return cuLaunchKernelEx(c, f, params, extra);
+}
+STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    NEED_INIT();
+    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    enqueue(s, (int64_t)(uintptr_t)g * 1000);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+    return cuGraphLaunch(g, s ? s : CU_STREAM_PER_THREAD);
+}
+
+STUB_API CUresult cuGetErrorString(CUresult r, const char **s) {
+    if (!s) return CUDA_ERROR_INVALID_VALUE;
+    *s = r == CUDA_SUCCESS ? "no error" : r == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "stub error";
+    return CUDA_SUCCESS;
+}
+
+/* Not policed by the shim: used by tests to check that the real pointer is handed out. */
+STUB_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
+    (void)ctx;
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    *v = 12040;
+    return CUDA_SUCCESS;
+}
+
+/* Test-only extras. */
+STUB_API size_t stubCudaUsedBytes(int dev) {
+    return (dev >= 0 && dev < g_ndev) ? atomic_load(&g_dev[dev].used) : 0;
+}
+STUB_API unsigned long long stubCudaLaunchCount(void) { return atomic_load(&g_launches); }
+
+/* ---------------------------------------------------------------------------
+ * cuGetProcAddress: base name + version + flags -> variant, like the driver
+ * ------------------------------------------------------------------------- */
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status);
+
+typedef struct { const char *name; void *fn; } stub_sym;
+#define S(n) {#n, (void *)n}
+static const stub_sym g_syms[] = {
+    S(cuInit), S(cuDriverGetVersion), S(cuDeviceGetCount), S(cuDeviceGet), S(cuDeviceGetName),
+    S(cuDeviceGetUuid), S(cuDeviceGetUuid_v2), S(cuDeviceTotalMem_v2), S(cuDeviceGetAttribute),
+    S(cuDevicePrimaryCtxRetain), S(cuDevicePrimaryCtxRelease_v2), S(cuCtxSetCurrent), S(cuCtxGetCurrent),
+    S(cuCtxGetDevice), S(cuCtxSynchronize), S(cuMemGetInfo_v2), S(cuMemAlloc), S(cuMemAlloc_v2), S(cuMemAllocPitch_v2),
+    S(cuMemAllocManaged), S(cuMemFree_v2), S(cuMemGetAllocationGranularity), S(cuMemCreate), S(cuMemRelease),
+    S(cuMemAddressReserve), S(cuMemAddressFree), S(cuMemMap), S(cuMemUnmap), S(cuMemAllocAsync),
+    S(cuMemAllocAsync_ptsz), S(cuMemFreeAsync), S(cuMemFreeAsync_ptsz), S(cuMemPoolCreate),
+    S(cuMemPoolDestroy), S(cuDeviceGetDefaultMemPool), S(cuMemAllocFromPoolAsync),
+    S(cuMemAllocFromPoolAsync_ptsz), S(cuArrayCreate_v2), S(cuArray3DCreate_v2), S(cuArrayDestroy),
+    S(cuMipmappedArrayCreate), S(cuMipmappedArrayDestroy), S(cuStreamCreate), S(cuStreamDestroy_v2),
+    S(cuStreamSynchronize), S(cuStreamQuery), S(cuStreamIsCapturing), S(cuStreamBeginCapture_v2),
+    S(cuStreamEndCapture), S(cuEventCreate), S(cuEventDestroy_v2), S(cuEventRecord),
+    S(cuEventRecord_ptsz), S(cuEventQuery), S(cuEventSynchronize), S(cuEventElapsedTime),
+    S(cuEventElapsedTime_v2), S(cuLaunchKernel), S(cuLaunchKernel_ptsz), S(cuLaunchCooperativeKernel),
+    S(cuLaunchCooperativeKernel_ptsz), S(cuLaunchKernelEx), S(cuLaunchKernelEx_ptsz), S(cuGraphLaunch),
+    S(cuGraphLaunch_ptsz), S(cuGetErrorString), S(cuCtxGetApiVersion), S(cuGetProcAddress),
+    S(cuGetProcAddress_v2),
+};
+#undef S
+
+static void *find_sym(const char *name) {
+    for (size_t i = 0; i < sizeof g_syms / sizeof g_syms[0]; i++)
+        if (!strcmp(g_syms[i].name, name)) return g_syms[i].fn;
+    return NULL;
+}
+
+/* The variant a caller built against `ver` gets: _ptsz for per-thread default stream,
+ * the newest _vN that existed in `ver` (v2 of the 3.2-era APIs; a few are newer). */
+static void *resolve(const char *symbol, int ver, cuuint64_t flags) {
+    char buf[128];
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        snprintf(buf, sizeof buf, "%s_ptsz", symbol);
+        void *p = find_sym(buf);
+        if (p) return p;
+    }
+    int v2_since = 3020;
+    if (!strcmp(symbol, "cuGetProcAddress")) v2_since = 12000;
+    else if (!strcmp(symbol, "cuDeviceGetUuid")) v2_since = 11040;
+    else if (!strcmp(symbol, "cuEventElapsedTime")) v2_since = 12080;
+    if (ver >= v2_since) {
+        snprintf(buf, sizeof buf, "%s_v2", symbol);
+        void *p = find_sym(buf);
+        if (p) return p;
+    }
+    return find_sym(symbol);
+}
+
+STUB_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
+                                      CUdriverProcAddressQueryResult *status) {
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    void *p = resolve(symbol, ver, flags);
+    *pfn = p;
+    if (status) *status = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+STUB_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags) {
+    return cuGetProcAddress_v2(symbol, pfn, ver, flags, NULL);
+}
