@@ -166,7 +166,9 @@ class CDISpecs:
         """Write (or replace) the claim's spec atomically; returns the qualified CDI IDs in order."""
         spec = self.build_spec(devices, claim_edits)
         self.ensure_dir()
-        atomic_write(self.spec_path(claim_uid), json.dumps(spec, indent=2).encode(), mode=0o644)
+        # Not fsync'ed: the CDI dir is volatile (/var/run) by design, a claim prepared before a
+        # reboot is prepared again (boot ID), and the rename alone survives a daemon crash.
+        atomic_write(self.spec_path(claim_uid), json.dumps(spec).encode(), mode=0o644, durable=False)
         return [self.qualified(n) for n, _ in devices]
 
     def read_claim(self, claim_uid: str) -> dict[str, Any] | None:

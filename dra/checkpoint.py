@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -160,11 +161,13 @@ def checksum(claim: Any) -> str:
     return "sha256:" + hashlib.sha256(_canonical(claim)).hexdigest()
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
     """Write `data` to `path` so that readers see the old or the new content, never a mix.
 
-    Temp file in the same directory, fsync, rename over `path`, fsync the directory. Temp
-    files are named ``.<name>.<random>.tmp`` (a crash may leave one; `remove_temp_files`).
+    Temp file in the same directory, then rename over `path`. With `durable` the data is
+    fdatasync'ed before the rename and the directory fsync'ed after it (concurrent writers in
+    one directory share that fsync: group commit), so the new content survives power loss.
+    Temp files are named ``.<name>.<random>.tmp`` (a crash may leave one; `remove_temp_files`).
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -172,7 +175,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
+            if durable:
+                os.fdatasync(f.fileno())
         fault("atomic.before_rename")
         os.replace(tmp, path)
     except BaseException:
@@ -180,7 +184,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
             os.unlink(tmp)
         raise
     fault("atomic.after_rename")
-    fsync_dir(path.parent)
+    if durable:
+        _dir_syncer(path.parent).sync()
 
 
 def fsync_dir(path: Path) -> None:
@@ -189,6 +194,49 @@ def fsync_dir(path: Path) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+class _DirSync:
+    """Group commit of directory fsyncs: a caller returns once an fsync that started after its
+    call has finished; callers arriving while one runs share the next one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cv = threading.Condition()
+        self._requested = 0
+        self._done = 0
+        self._running = False
+
+    def sync(self) -> None:
+        with self._cv:
+            self._requested += 1
+            ticket = self._requested
+            while self._done < ticket:
+                if self._running:
+                    self._cv.wait()
+                    continue
+                self._running = True
+                covers = self._requested
+                self._cv.release()
+                try:
+                    fsync_dir(self.path)
+                finally:
+                    self._cv.acquire()
+                    self._running = False
+                    self._cv.notify_all()
+                self._done = max(self._done, covers)
+
+
+_dir_syncers: dict[Path, _DirSync] = {}
+_dir_syncers_lock = threading.Lock()
+
+
+def _dir_syncer(path: Path) -> _DirSync:
+    with _dir_syncers_lock:
+        syncer = _dir_syncers.get(path)
+        if syncer is None:
+            syncer = _dir_syncers[path] = _DirSync(path)
+        return syncer
 
 
 def remove_temp_files(directory: Path, prefix: str = "", older_than_s: float = 0.0) -> list[Path]:
@@ -306,6 +354,10 @@ class Checkpoint:
 
     def _quarantine(self, path: Path, why: str) -> None:
         aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+        n = 1
+        while aside.exists():  # keep every bad copy for inspection
+            n += 1
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}-{n}")
         try:
             os.replace(path, aside)
         except FileNotFoundError:
@@ -320,7 +372,7 @@ class Checkpoint:
     def put(self, record: ClaimRecord) -> None:
         claim = _record_to_json(record)
         doc = {"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(claim), "claim": claim}
-        atomic_write(self.path(record.uid), json.dumps(doc, indent=1, sort_keys=True).encode())
+        atomic_write(self.path(record.uid), json.dumps(doc, sort_keys=True).encode())
 
     def delete(self, uid: str) -> bool:
         path = self.path(uid)

@@ -277,15 +277,13 @@ class ClaimPreparer:
             with self.lock(ref.uid):
                 outcome = self._prepare_locked(plan)
         except ClaimError as e:
-            log.warning("claim not prepared", extra={"claim": ref.uid, "namespace": ref.namespace,
-                                                     "name": ref.name, "error": str(e)})
+            log.warning("claim not prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}", "error": str(e)})
             return ClaimOutcome(error=str(e))
         except Exception as e:
-            log.exception("claim not prepared: internal error", extra={"claim": ref.uid, "namespace": ref.namespace,
-                                                                      "name": ref.name})
+            log.exception("claim not prepared: internal error", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return ClaimOutcome(error=f"{_describe_claim(ref)}: internal error in the driver framework: {e!r};"
                                       " kubelet retries; see the driver's log")
-        log.info("claim prepared", extra={"claim": ref.uid, "namespace": ref.namespace, "name": ref.name,
+        log.info("claim prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
                                           "devices": [f"{d.pool}/{d.device}" for d in outcome.devices],
                                           "ms": round((time.monotonic() - t0) * 1000, 1)})
         return outcome
@@ -476,10 +474,9 @@ class ClaimPreparer:
                     return ""
                 self._undo(record)
         except Exception as e:
-            log.exception("claim not unprepared", extra={"claim": ref.uid, "namespace": ref.namespace,
-                                                         "name": ref.name})
+            log.exception("claim not unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return f"{_describe_claim(ref)}: unprepare failed: {e}; kubelet retries"
-        log.info("claim unprepared", extra={"claim": ref.uid, "namespace": ref.namespace, "name": ref.name})
+        log.info("claim unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
         return ""
 
     def _undo(self, record: ClaimRecord) -> None:

@@ -10,6 +10,7 @@ unknown ID or a device defined twice is an error.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -66,3 +67,61 @@ def apply_cdi(spec_dir: Path | str, device_ids: Sequence[str]) -> tuple[dict[str
             _apply(spec.get("containerEdits") or {}, env, mounts)
         _apply(dev.get("containerEdits") or {}, env, mounts)
     return env, mounts
+
+
+_SPEC_KEYS = {"cdiVersion", "kind", "annotations", "devices", "containerEdits"}
+_DEVICE_KEYS = {"name", "annotations", "containerEdits"}
+_EDIT_KEYS = {"env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"}
+_KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
+
+
+def validate_cdi_spec(spec: dict[str, Any], schema_dir: Path | str) -> None:
+    """Check `spec` as a CDI loader would: the JSON schema (``schema.json`` + ``defs.json`` in
+    `schema_dir`), plus what the schema leaves to code: no unknown fields, kind and device-name
+    syntax, a known cdiVersion no lower than the fields need, non-empty device edits."""
+    import jsonschema
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT7
+
+    from dra.cdi import minimum_version
+
+    schema_dir = Path(schema_dir)
+    schema = json.loads((schema_dir / "schema.json").read_text())
+    defs = json.loads((schema_dir / "defs.json").read_text())
+    registry: Registry[Any] = Registry().with_resource(
+        "defs.json", Resource.from_contents(defs, default_specification=DRAFT7))
+    jsonschema.Draft7Validator(schema, registry=registry).validate(spec)
+
+    def no_unknown(obj: dict[str, Any], allowed: set[str], where: str) -> None:
+        extra = set(obj) - allowed
+        if extra:
+            raise ValueError(f"{where}: unknown fields {sorted(extra)} (CDI loaders reject them)")
+
+    no_unknown(spec, _SPEC_KEYS, "spec")
+    if spec["cdiVersion"] not in _KNOWN_VERSIONS:
+        raise ValueError(f"cdiVersion {spec['cdiVersion']!r} is not a released CDI version")
+    need = minimum_version(spec)
+    if tuple(map(int, spec["cdiVersion"].split("."))) < tuple(map(int, need.split("."))):
+        raise ValueError(f"cdiVersion {spec['cdiVersion']} is lower than the {need} the fields need")
+    vendor, sep, cls = spec["kind"].partition("/")
+    if not sep or not re.match(r"^[A-Za-z][A-Za-z0-9._-]*[A-Za-z0-9]$", vendor) or \
+            not re.match(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$", cls):
+        raise ValueError(f"kind {spec['kind']!r} is not vendor/class")
+    if not spec["devices"]:
+        raise ValueError("a spec needs at least one device")
+    names = set()
+    for edits in [spec.get("containerEdits") or {}] + [d["containerEdits"] for d in spec["devices"]]:
+        no_unknown(edits, _EDIT_KEYS, "containerEdits")
+        for kv in edits.get("env") or ():
+            if "=" not in kv:
+                raise ValueError(f"env entry {kv!r} has no '='")
+    for d in spec["devices"]:
+        no_unknown(d, _DEVICE_KEYS, f"device {d.get('name')!r}")
+        if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?$", d["name"]):
+            raise ValueError(f"device name {d['name']!r} is not valid")
+        if d["name"] in names:
+            raise ValueError(f"device name {d['name']!r} appears twice")
+        names.add(d["name"])
+        if not d["containerEdits"]:
+            raise ValueError(f"device {d['name']!r} has empty containerEdits (CDI rejects it)")
+
