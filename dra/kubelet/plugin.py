@@ -102,8 +102,10 @@ class KubeletPlugin:
         health_clock: Callable[[], float] = time.time,
         serialize: bool = False,
     ) -> None:
-        if not driver_name:
-            raise UserError("The DRA driver name is empty; set the driver's `name`.")
+        if not driver_name or "/" in driver_name or driver_name.startswith("."):
+            raise UserError(f"Invalid DRA driver name {driver_name!r}: it must be a DNS subdomain.")
+        if pod_uid and ("/" in pod_uid or pod_uid.startswith(".")):
+            raise UserError(f"Invalid pod UID {pod_uid!r}: pass the pod's metadata.uid (downward API).")
         self.driver_name = driver_name
         self.pod_uid = pod_uid or None
         self.paths: PluginPaths = (paths or KubeletPaths()).resolve(driver_name, self.pod_uid)
@@ -121,7 +123,7 @@ class KubeletPlugin:
         self._registration: RegistrationServicer | None = None
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
-        self._owned: dict[Path, tuple[int, int]] = {}  # socket path -> (st_dev, st_ino) we created
+        self._owned: dict[Path, tuple[int, int, int]] = {}  # socket path -> identity of the file we made
         self._state_lock = threading.Lock()
         self._started = False
 
@@ -267,9 +269,8 @@ class KubeletPlugin:
             raise UserError(f"Cannot listen on unix socket {path} (via {tmp.name}): {exc}.") from exc
         if not port:
             raise UserError(f"Cannot listen on unix socket {path} (via {tmp.name}).")
-        st = os.stat(tmp)
         os.rename(tmp, path)
-        self._owned[path] = (st.st_dev, st.st_ino)
+        self._owned[path] = _identity(path)
 
     def _check_stale(self, path: Path) -> None:
         """Vet a leftover file at one of our own socket paths (e.g. from a SIGKILLed instance)."""
@@ -293,10 +294,10 @@ class KubeletPlugin:
         if ident is None:
             return
         try:
-            st = os.lstat(path)
+            current = _identity(path)
         except FileNotFoundError:
             return
-        if (st.st_dev, st.st_ino) == ident:
+        if current == ident:
             path.unlink(missing_ok=True)
         else:
             log.warning("socket path reused by someone else; left in place", extra={"socket": str(path)})
@@ -316,6 +317,12 @@ class KubeletPlugin:
         self._remove_own(self.paths.dra_socket)
         if self._started:
             log.info("kubelet plugin stopped", extra={"driver": self.driver_name})
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """(device, inode, ctime ns): inode numbers alone are reused quickly after an unlink."""
+    st = os.lstat(path)
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def _answers(path: Path) -> bool:

@@ -125,7 +125,7 @@ class DeviceHealth:
 @dataclasses.dataclass
 class _Instance:
     plugin: RegisteredPlugin
-    ident: tuple[int, int]  # (st_dev, st_ino) of the registration socket
+    ident: tuple[int, int, int]  # (st_dev, st_ino, st_ctime_ns) of the registration socket
     channel: grpc.Channel
     state: grpc.ChannelConnectivity | None = None
 
@@ -208,7 +208,7 @@ class KubeletHarness:
         self.registrar_dir = Path(registrar_dir)
         self.dial_timeout = dial_timeout
         self.retry_delay = retry_delay
-        self._retry_at: dict[str, tuple[tuple[int, int], float]] = {}  # failed socket -> (ident, when)
+        self._retry_at: dict[str, tuple[tuple[int, int, int], float]] = {}  # failed socket -> (ident, when)
         self.services = tuple(services)
         self.force_service = _service_name(force_service) if force_service else None
         self.call_timeout = call_timeout
@@ -220,8 +220,8 @@ class KubeletHarness:
 
     # -- discovery and registration --------------------------------------------------------------
 
-    def _sockets(self) -> dict[str, tuple[int, int]]:
-        found: dict[str, tuple[int, int]] = {}
+    def _sockets(self) -> dict[str, tuple[int, int, int]]:
+        found: dict[str, tuple[int, int, int]] = {}
         if not self.registrar_dir.is_dir():
             return found
         for root, dirs, files in os.walk(self.registrar_dir):
@@ -235,7 +235,7 @@ class KubeletHarness:
                 except FileNotFoundError:
                     continue
                 if stat.S_ISSOCK(st.st_mode):
-                    found[path] = (st.st_dev, st.st_ino)
+                    found[path] = (st.st_dev, st.st_ino, st.st_ctime_ns)
         return found
 
     def scan(self) -> None:
@@ -272,7 +272,7 @@ class KubeletHarness:
     def _fail(self, path: str, error: str) -> None:
         self.failures.append(RegistrationFailure(path, error))
 
-    def _register(self, path: str, ident: tuple[int, int]) -> bool:
+    def _register(self, path: str, ident: tuple[int, int, int]) -> bool:
         channel = grpc.insecure_channel(f"unix:{path}")
         try:
             try:

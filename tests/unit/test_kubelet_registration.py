@@ -241,3 +241,28 @@ def test_rolling_update_two_instances_serve_side_by_side(paths: KubeletPaths) ->
                 new.stop()
         finally:
             old.stop()
+
+
+def test_restarted_plugin_is_registered_again(paths: KubeletPaths) -> None:
+    claim = ClaimRef("uid-1", "default", "claim-1")
+    with KubeletHarness(paths.registrar_dir) as kubelet:
+        first = KubeletPlugin(DRIVER, RecordingHandler(), None, paths)
+        with first:
+            before = kubelet.wait_for_plugin(DRIVER)
+        h = RecordingHandler()
+        with KubeletPlugin(DRIVER, h, None, paths) as second:
+            kubelet.scan()
+            after = kubelet.wait_for_plugin(DRIVER)
+            assert after.registered_at > before.registered_at
+            assert second.wait_registered(5)
+            assert kubelet.prepare([claim])["uid-1"].error == ""
+            assert h.prepare_calls == [[claim]]
+        kubelet.scan()
+        assert kubelet.plugins() == []
+        assert kubelet.failures == []
+
+
+@pytest.mark.parametrize("name,uid", [("", None), ("a/b", None), (DRIVER, "../x")])
+def test_bad_names_are_user_errors(paths: KubeletPaths, name: str, uid: str | None) -> None:
+    with pytest.raises(UserError):
+        KubeletPlugin(name, RecordingHandler(), None, paths, pod_uid=uid)
