@@ -8,13 +8,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from dra.driver import ClaimRef
-from dra.kubelet import KubeletPaths, KubeletPlugin, LockTimeout, SerializeLock
+from dra.kubelet import ClaimOutcome, KubeletPaths, KubeletPlugin, LockTimeout, SerializeLock
 from dra.testing.kubelet import KubeletHarness, RecordingHandler, short_tmpdir
 
 
@@ -109,7 +109,7 @@ def test_plugin_serialize_option_holds_the_lock_around_handler_calls() -> None:
         seen: list[bool] = []
 
         class Probe(RecordingHandler):
-            def prepare_claims(self, claims):  # type: ignore[no-untyped-def]
+            def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimOutcome]:
                 try:
                     with SerializeLock(paths.resolve("drv").lock_file).acquire(timeout=0):
                         seen.append(False)
