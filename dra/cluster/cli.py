@@ -30,7 +30,7 @@ def build_cmd(k8s_version: VersionOpt = DEFAULT_K8S_VERSION) -> None:
     """Build (or reuse) the pinned Kubernetes and etcd binaries in the cache."""
     parse_version(k8s_version)
     bins = build(k8s_version, progress=_say)
-    _out.print(f"binaries for Kubernetes {bins.k8s_version} (etcd {bins.etcd_version}) in {bins.directory}")
+    typer.echo(f"binaries for Kubernetes {bins.k8s_version} (etcd {bins.etcd_version}) in {bins.directory}")
 
 
 @app.command("up")
@@ -43,8 +43,8 @@ def up_cmd(
     parse_version(k8s_version)
     cp = ControlPlane(directory or default_dir(), k8s_version, ports=Ports.free() if free_ports else None)
     health = cp.up(progress=_say)
-    _out.print(f"control plane {health.version} ready at {cp.server}")
-    _out.print(f"export KUBECONFIG={cp.kubeconfig}")
+    typer.echo(f"control plane {health.version} ready at {cp.server}")
+    typer.echo(f"export KUBECONFIG={cp.kubeconfig}")
 
 
 @app.command("status")
@@ -74,4 +74,4 @@ def down_cmd(directory: DirOpt = None) -> None:
     """Stop the processes `up` started for this directory; files in it are kept."""
     cp = ControlPlane(directory or default_dir())
     stopped = cp.down()
-    _out.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    typer.echo(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")

@@ -151,6 +151,7 @@ class ControlPlane:
         self._ports = ports
         self.bins = bins or binary_set(k8s_version)
         self.pki = PKI(self.directory / "pki")
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     # --- paths ---------------------------------------------------------------------------
     @property
@@ -253,7 +254,7 @@ class ControlPlane:
         while not health.healthy:
             state = self.state
             for name, rec in (state.processes.items() if state else []):
-                if not _pid_runs(rec):
+                if not self._alive(name, rec):
                     raise UserError(
                         f"{name} exited while the control plane was starting; read {rec.log} for the reason."
                     )
@@ -319,14 +320,22 @@ class ControlPlane:
                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.directory)
             except OSError as exc:
                 raise UserError(f"cannot start {name} ({binary}): {exc}; run `dra cluster build`.") from exc
+        self._children[name] = proc
         state.processes[name] = ProcessRecord(proc.pid, binary, str(log))
         state.save(self.state_file)
+
+    def _alive(self, name: str, rec: ProcessRecord | None) -> bool:
+        """Our own children are judged by `poll()` (which also reaps them), others through /proc."""
+        child = self._children.get(name)
+        if child is not None and rec is not None and child.pid == rec.pid:
+            return child.poll() is None
+        return rec is not None and _pid_runs(rec)
 
     def _wait(self, check: Callable[[], bool], timeout: float, name: str) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             rec = self.state.processes.get(name) if self.state else None
-            if rec is None or not _pid_runs(rec):
+            if not self._alive(name, rec):
                 raise UserError(f"{name} failed to start: it exited; read {self.log(name)} for the reason.")
             if time.monotonic() > deadline:
                 raise UserError(
@@ -338,17 +347,17 @@ class ControlPlane:
         stopped = []
         for name in reversed(COMPONENTS):
             rec = state.processes.get(name)
-            if rec is None or not _pid_runs(rec):
+            if rec is None or not self._alive(name, rec):
                 continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rec.pid, signal.SIGTERM)
             deadline = time.monotonic() + 15
-            while _pid_runs(rec) and time.monotonic() < deadline:
+            while self._alive(name, rec) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _pid_runs(rec):
+            if self._alive(name, rec):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(rec.pid, signal.SIGKILL)
-                while _pid_runs(rec):
+                while self._alive(name, rec):
                     time.sleep(0.05)
             stopped.append(name)
         return stopped
@@ -406,6 +415,8 @@ class ControlPlane:
             "--authorization-mode=RBAC",
             "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
+            # DeviceTaintRule (DRADeviceTaints) is served only by v1alpha3; the scheduler watches it.
+            "--runtime-config=resource.k8s.io/v1alpha3=true,resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
             "--profiling=false",
             self._gates(),
             "--v=1",

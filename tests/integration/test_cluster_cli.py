@@ -74,6 +74,8 @@ def test_up_twice_is_one_healthy_cluster_and_down_leaves_no_process(tmp_path: Pa
         pytest.skip("binaries not built")
     d = str(tmp_path / "c")
     first = dra("cluster", "up", "--dir", d, "--free-ports")
+    if first.returncode != 0:
+        dra("cluster", "down", "--dir", d)
     assert first.returncode == 0, first.stderr
     assert f"export KUBECONFIG={Path(d).resolve() / 'admin.kubeconfig'}" in first.stdout
     pids = {k: v["pid"] for k, v in json.loads((Path(d) / "cluster.json").read_text())["processes"].items()}

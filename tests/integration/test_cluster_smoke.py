@@ -105,14 +105,14 @@ def test_scheduler_shares_one_device_by_consumable_capacity(api_client: client.A
     assert "cannot allocate all claims" in reason or "resourceclaim" in reason.lower(), reason
     assert resource.read_namespaced_resource_claim("second", ns).status.allocation is None
 
-    resource.create_namespaced_resource_claim(ns, _claim("third", "40"))
+    # Without a memory request the policy default (the full 16Gi) would be asked for, which no
+    # longer fits beside the first claim's 8Gi: the third claim names its memory.
+    resource.create_namespaced_resource_claim(ns, _claim("third", "40", "4Gi"))
     core.create_namespaced_pod(ns, _pod("third", "third"))
     wait_for(lambda: pod_scheduled(api_client, ns, "third")[0], 60, what="pod 'third' (40 cores) to fit")
     third = resource.read_namespaced_resource_claim("third", ns).to_dict()
     (r3,) = third["status"]["allocation"]["devices"]["results"]
-    assert r3["device"] == "dev-0" and r3["consumed_capacity"]["cores"] == "40"
-    # Without a memory request the policy default (the full 16Gi) is consumed.
-    assert r3["consumed_capacity"]["memory"] == "16Gi"
+    assert r3["device"] == "dev-0" and r3["consumed_capacity"] == {"cores": "40", "memory": "4Gi"}
     assert r3["share_id"] != result["share_id"]
     assert not pod_scheduled(api_client, ns, "second")[0]
 
