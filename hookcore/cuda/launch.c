@@ -70,6 +70,16 @@ static hk_limiter *limiter_for(int ldev) {
     if (st == 2) return NULL;
     pthread_mutex_lock(&g_lock);
     if (atomic_load_explicit(&g_lim_state[ldev], memory_order_relaxed) == 0) {
+        /* CUDA 12.8 added cuEventElapsedTime_v2 (same signature); prefer it where it exists. */
+        if (hk_real.cuEventElapsedTime_v2) hk_real.cuEventElapsedTime = hk_real.cuEventElapsedTime_v2;
+        if (!hk_real.cuEventCreate || !hk_real.cuEventDestroy_v2 || !hk_real.cuEventRecord ||
+            !hk_real.cuEventQuery || !hk_real.cuEventSynchronize || !hk_real.cuEventElapsedTime ||
+            !hk_real.cuCtxGetCurrent) {
+            hk_shim_log("the driver lacks the event API; compute limit of device %d not enforced", ldev);
+            atomic_store_explicit(&g_lim_state[ldev], 2, memory_order_release);
+            pthread_mutex_unlock(&g_lock);
+            return NULL;
+        }
         hk_limiter_attach(&g_lim[ldev], hk_limiter_area(ldev), hk_sm_limit(ldev));
         if (hk_shim_debug)
             hk_shim_log("limiter for ledger device %d: share %u%% %s", ldev, hk_sm_limit(ldev),

@@ -59,6 +59,7 @@ enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUME
     X(cuCtxGetDevice, 0) X(cuCtxGetCurrent, 0) X(cuDeviceGetUuid, 0) X(cuDeviceGetUuid_v2, 0) \
     X(cuMemGetAllocationGranularity, 0) X(cuEventCreate, 0) X(cuEventDestroy_v2, 0)           \
     X(cuEventRecord, 0) X(cuEventQuery, 0) X(cuEventSynchronize, 0) X(cuEventElapsedTime, 0)  \
+    X(cuEventElapsedTime_v2, 0)                                                               \
     X(cuStreamIsCapturing, 0) X(cuDeviceGetCount, 0)                                          \
     X(nvmlDeviceGetUUID, 1) X(nvmlDeviceGetIndex, 1)
 
@@ -122,6 +123,7 @@ typedef struct hk_real_table {
     CUresult (*cuEventQuery)(CUevent);
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuEventElapsedTime_v2)(float *, CUevent, CUevent);
     CUresult (*cuStreamIsCapturing)(CUstream, int *);
     CUresult (*cuDeviceGetCount)(int *);
     nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned int);

@@ -79,6 +79,13 @@ STUB_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned i
     return NVML_SUCCESS;
 }
 
+STUB_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned int *index) {
+    if (!g_init) return NVML_ERROR_UNINITIALIZED;
+    if (!dev || !index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)dev->index;
+    return NVML_SUCCESS;
+}
+
 STUB_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char *name, unsigned int len) {
     if (!g_init) return NVML_ERROR_UNINITIALIZED;
     if (!dev || !name) return NVML_ERROR_INVALID_ARGUMENT;

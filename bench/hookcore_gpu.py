@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""hookcore on a real GPU: memory quota, compute share and overhead, with and without the preload.
+
+Run on the GPU machine from the repository root:
+
+    python3 bench/hookcore_gpu.py --out "$OUT"            # everything, about 5 minutes
+    python3 bench/hookcore_gpu.py --out "$OUT" --sections probe,compute
+
+It builds libvgpu.so (make -C hookcore) and the C client, then runs each measurement in fresh
+processes (one per configuration) so that every process starts with its own quota. Results go
+to OUT/results.json (all numbers) and OUT/summary.md (the table); the table is printed last.
+
+Sections:
+  probe     torch under the preload with HOOKCORE_LOG=debug: which entry points were hooked
+  memory    torch allocation to the quota and past it (clean OOM), default and expandable segments;
+            mem_get_info; nvidia-smi under the preload
+  compute   share achieved at 10/30/50/70% on a 4096^3 bf16 matmul loop and on a CUDA-graph loop
+  tenants   two processes (two claims) running the matmul loop at once: native, 50/50, 30/70
+  launch    launch-bound loop (1-element add_, 1000 per sync), native vs preload (no SM limit)
+  alloc     1 MiB cudaMalloc+cudaFree pairs through CuPy, 1 and 8 processes, native vs preload
+  start     process start cost of the preload (/bin/true, stub driver, real cuInit)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GiB = 1 << 30
+MiB = 1 << 20
+
+# ----------------------------------------------------------------------------------------------
+# Workers: run in a child process, print one JSON line last.
+# ----------------------------------------------------------------------------------------------
+
+
+def _emit(obj: dict) -> None:
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+def _wait_until(t: float) -> None:
+    while time.time() < t:
+        time.sleep(min(0.01, max(0.0, t - time.time())))
+
+
+def w_probe(args: dict) -> None:
+    import torch
+
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = a @ a
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            b = a @ a
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        b = a @ a
+    g.replay()
+    torch.cuda.synchronize()
+    _emit({"free": free, "total": total, "ok": bool(torch.isfinite(b.float()).all())})
+
+
+def w_memory(args: dict) -> None:
+    import torch
+
+    out: dict = {}
+    free, total = torch.cuda.mem_get_info()
+    out["mem_get_info"] = [free, total]
+    first = int(args["first_gib"] * GiB)
+    second = int(args["second_gib"] * GiB)
+    x = torch.empty(first, dtype=torch.uint8, device="cuda")
+    out["first_ok"] = True
+    out["after_first"] = list(torch.cuda.mem_get_info())
+    if args.get("smi"):
+        env = dict(os.environ)
+        r = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total,memory.used,memory.free", "--format=csv,noheader"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        out["nvidia_smi"] = (r.stdout.strip() or r.stderr.strip())
+    try:
+        y = torch.empty(second, dtype=torch.uint8, device="cuda")
+        out["second"] = "allocated"
+        del y
+    except torch.OutOfMemoryError as e:
+        out["second"] = "OutOfMemoryError"
+        out["oom_message"] = str(e).splitlines()[0][:300]
+    except RuntimeError as e:  # anything but a clean OOM is a failure of the quota
+        out["second"] = "RuntimeError"
+        out["oom_message"] = str(e).splitlines()[0][:300]
+    # After an OOM the process must still work: free, then allocate again.
+    del x
+    torch.cuda.empty_cache()
+    z = torch.ones(first, dtype=torch.uint8, device="cuda")
+    out["after_oom_alloc_ok"] = int(z[-1].item()) == 1
+    out["reserved"] = torch.cuda.memory_reserved()
+    _emit(out)
+
+
+def _matmul_setup():
+    import torch
+
+    torch.manual_seed(0)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    return a, b, c
+
+
+def _rate(step, per_step: int, warm: float, secs: float, go_at: float | None = None) -> float:
+    import torch
+
+    t_end = time.perf_counter() + warm
+    while time.perf_counter() < t_end:
+        step()
+    torch.cuda.synchronize()
+    if go_at:
+        _wait_until(go_at)
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        step()
+        n += per_step
+        if time.perf_counter() - t0 >= secs:
+            break
+    torch.cuda.synchronize()
+    return n / (time.perf_counter() - t0)
+
+
+def w_compute(args: dict) -> None:
+    import torch
+
+    a, b, c = _matmul_setup()
+
+    def plain() -> None:
+        for _ in range(20):
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+
+    out = {}
+    go_at = args.get("go_at")
+    secs = args.get("secs", 3.0)
+    if "plain" in args["loops"]:
+        out["plain"] = _rate(plain, 20, 0.5, secs, go_at)
+    if "graph" in args["loops"]:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                torch.mm(a, b, out=c)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(20):
+                torch.mm(a, b, out=c)
+
+        def graph() -> None:
+            g.replay()
+            torch.cuda.synchronize()
+
+        out["graph"] = _rate(graph, 20, 0.5, secs, None)
+    _emit(out)
+
+
+def w_launch(args: dict) -> None:
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+
+    def step() -> None:
+        for _ in range(1000):
+            x.add_(1)
+        torch.cuda.synchronize()
+
+    _emit({"rate": _rate(step, 1000, 0.5, args.get("secs", 2.0))})
+
+
+def w_alloc(args: dict) -> None:
+    import cupy
+
+    rt = cupy.cuda.runtime
+    cupy.cuda.Device(0).use()
+    p = rt.malloc(MiB)  # context creation and first allocation outside the timing
+    rt.free(p)
+    go_at = args.get("go_at")
+    if go_at:
+        _wait_until(go_at)
+    n = args.get("pairs", 3000)
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n // 5):
+            p = rt.malloc(MiB)
+            rt.free(p)
+        samples.append((time.perf_counter() - t0) / (n // 5) * 1e6)
+    _emit({"us_per_pair": statistics.median(samples), "samples": samples})
+
+
+WORKERS = {"probe": w_probe, "memory": w_memory, "compute": w_compute, "launch": w_launch,
+           "alloc": w_alloc}
+
+# ----------------------------------------------------------------------------------------------
+# Driver side
+# ----------------------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, out: Path, build: Path) -> None:
+        self.out = out
+        self.build = build
+        self.lib = build / "libvgpu.so"
+        self.client = build / "shim_client"
+        self.tmp = Path(tempfile.mkdtemp(prefix="hkbench-"))
+        self.n = 0
+        self.results: dict = {"env": {}, "sections": {}}
+        self.log = open(out / "bench.log", "a")
+
+    def say(self, msg: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        self.log.write(line + "\n")
+        self.log.flush()
+
+    def env(self, preload: bool, **quota: str) -> dict:
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith("CUDA_DEVICE_") or k in ("LD_PRELOAD", "HOOKCORE_LOG"):
+                del e[k]
+        e["PYTHONUNBUFFERED"] = "1"
+        if preload:
+            self.n += 1
+            e["LD_PRELOAD"] = str(self.lib)
+            e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(self.tmp / f"claim{self.n}.ledger")
+            e.update(quota)
+        return e
+
+    def spawn(self, worker: str, args: dict, env: dict) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, __file__, "--worker", worker, json.dumps(args)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def collect(self, p: subprocess.Popen, timeout: float = 240) -> dict:
+        try:
+            so, se = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+            return {"error": "timeout", "stderr": se[-2000:]}
+        for line in reversed(so.splitlines()):
+            if line.startswith("RESULT "):
+                r = json.loads(line[7:])
+                r["_stderr"] = se[-4000:]
+                return r
+        return {"error": f"exit {p.returncode}", "stderr": se[-3000:], "stdout": so[-1000:]}
+
+    def run(self, worker: str, args: dict, env: dict, timeout: float = 240) -> dict:
+        return self.collect(self.spawn(worker, args, env), timeout)
+
+    # --- sections -----------------------------------------------------------------------------
+    def s_build(self) -> None:
+        self.build.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"BUILD={self.build}", "libs"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit("build failed:\n" + r.stdout[-3000:] + r.stderr[-3000:])
+        r = subprocess.run(["cc", "-O2", "-o", str(self.client), str(ROOT / "tests/hook/c/shim_client.c"), "-ldl"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit("client build failed:\n" + r.stderr[-3000:])
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        import torch  # noqa: F401  (versions only; no CUDA work in the parent)
+
+        self.results["env"] = {"gpu": smi.stdout.strip(), "torch": torch.__version__,
+                               "cuda_runtime": torch.version.cuda,
+                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        self.say(f"built; {self.results['env']}")
+
+    def s_probe(self) -> None:
+        e = self.env(True, CUDA_DEVICE_MEMORY_LIMIT="8Gi", CUDA_DEVICE_SM_LIMIT="50")
+        e["HOOKCORE_LOG"] = "debug"
+        r = self.run("probe", {}, e)
+        err = r.pop("_stderr", "") + r.get("stderr", "")
+        hooked = sorted({ln.split("-> hook ")[1].strip() for ln in err.splitlines() if "-> hook " in ln})
+        policed_prefixes = ("cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease", "cuLaunch",
+                            "cuGraphLaunch", "cuArray", "cuMipmapped", "cuMemGetInfo", "cuDeviceTotalMem",
+                            "cuStreamBeginCapture", "cuStreamEndCapture")
+        real_policed = sorted({ln.split("(")[1].split(",")[0] for ln in err.splitlines()
+                               if "-> real" in ln and ln.split("(")[1].startswith(policed_prefixes)})
+        r.update({"hooked": hooked, "policed_names_left_real": real_policed,
+                  "log_head": [ln for ln in err.splitlines() if "init:" in ln or "ledger index" in ln
+                               or "limiter for" in ln][:10]})
+        self.results["sections"]["probe"] = r
+        self.say(f"probe: {json.dumps(r)[:1500]}")
+
+    def s_memory(self) -> None:
+        res = {}
+        args = {"first_gib": 3, "second_gib": 2}
+        for alloc_conf in ("", "expandable_segments:True"):
+            for preload in (False, True):
+                e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="4Gi")
+                if alloc_conf:
+                    e["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+                key = f"{'preload' if preload else 'native'}{'+expandable' if alloc_conf else ''}"
+                r = self.run("memory", dict(args, smi=True), e)
+                r.pop("_stderr", None)
+                res[key] = r
+                self.say(f"memory {key}: {json.dumps(r)[:600]}")
+        self.results["sections"]["memory"] = res
+
+    def s_compute(self) -> None:
+        res = {}
+        native = self.run("compute", {"loops": ["plain", "graph"]}, self.env(False))
+        native.pop("_stderr", None)
+        res["native"] = native
+        self.say(f"compute native: {native}")
+        for share in (100, 70, 50, 30, 10):
+            quota = {"CUDA_DEVICE_SM_LIMIT": str(share)} if share < 100 else {"CUDA_DEVICE_MEMORY_LIMIT": "64Gi"}
+            r = self.run("compute", {"loops": ["plain", "graph"]}, self.env(True, **quota))
+            err = r.pop("_stderr", "")
+            if "error" in r:
+                r["stderr"] = err[-1500:]
+            res[str(share)] = r
+            if "plain" in r and "plain" in native:
+                r["share_plain"] = 100.0 * r["plain"] / native["plain"]
+                r["share_graph"] = 100.0 * r["graph"] / native["graph"]
+            self.say(f"compute {share}%: {r}")
+        self.results["sections"]["compute"] = res
+
+    def s_tenants(self) -> None:
+        res = {}
+        solo = self.results["sections"].get("compute", {}).get("native", {}).get("plain")
+        if not solo:
+            r = self.run("compute", {"loops": ["plain"]}, self.env(False))
+            solo = r.get("plain")
+        res["solo_native"] = solo
+        for name, shares in (("native", (None, None)), ("50+50", (50, 50)), ("30+70", (30, 70))):
+            go_at = time.time() + 25
+            procs = []
+            for sh in shares:
+                e = self.env(sh is not None, **({"CUDA_DEVICE_SM_LIMIT": str(sh)} if sh else {}))
+                procs.append(self.spawn("compute", {"loops": ["plain"], "go_at": go_at, "secs": 4.0}, e))
+            rs = [self.collect(p) for p in procs]
+            for r in rs:
+                r.pop("_stderr", None)
+            rates = [r.get("plain") for r in rs]
+            res[name] = {"rates": rates,
+                         "shares": [100.0 * x / solo if (x and solo) else None for x in rates],
+                         "raw": rs if any("error" in r for r in rs) else None}
+            self.say(f"tenants {name}: {res[name]}")
+        self.results["sections"]["tenants"] = res
+
+    def s_launch(self) -> None:
+        res = {"native": [], "preload": []}
+        for _ in range(2):
+            for preload in (False, True):
+                e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
+                r = self.run("launch", {"secs": 2.0}, e)
+                res["preload" if preload else "native"].append(r.get("rate"))
+        n, p = max(filter(None, res["native"]), default=None), max(filter(None, res["preload"]), default=None)
+        if n and p:
+            res["overhead_pct"] = 100.0 * (n - p) / n
+        self.say(f"launch: {res}")
+        self.results["sections"]["launch"] = res
+
+    def s_alloc(self) -> None:
+        res = {}
+        for nproc in (1, 8):
+            for preload in (False, True):
+                go_at = time.time() + (15 if nproc > 1 else 0)
+                # one claim for all 8 processes (shared ledger), as in a container
+                e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
+                procs = [self.spawn("alloc", {"pairs": 3000, "go_at": go_at if nproc > 1 else None}, e)
+                         for _ in range(nproc)]
+                rs = [self.collect(p) for p in procs]
+                us = [r.get("us_per_pair") for r in rs]
+                key = f"{nproc}p_{'preload' if preload else 'native'}"
+                res[key] = {"us": us, "median": statistics.median([u for u in us if u]) if any(us) else None}
+                if any("error" in r for r in rs):
+                    res[key]["errors"] = [r.get("stderr", "")[-500:] for r in rs if "error" in r]
+                self.say(f"alloc {key}: {res[key]}")
+        for nproc in (1, 8):
+            n, p = res[f"{nproc}p_native"]["median"], res[f"{nproc}p_preload"]["median"]
+            if n and p:
+                res[f"{nproc}p_ratio"] = p / n
+        self.results["sections"]["alloc"] = res
+
+    def _time_procs(self, argv: list[str], env: dict, n: int) -> float:
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts) * 1e3
+
+    def s_start(self) -> None:
+        res = {}
+        for preload in (False, True):
+            e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="4Gi")
+            k = "preload" if preload else "native"
+            res[f"true_{k}_ms"] = self._time_procs(["/bin/true"], e, 200)
+            es = dict(e, LD_LIBRARY_PATH=str(self.build / "stub"))
+            res[f"stubinit_{k}_ms"] = self._time_procs([str(self.client), "init"], es, 100)
+            cu = []
+            for _ in range(7):
+                r = subprocess.run([str(self.client), "cuinit"], env=e, capture_output=True, text=True)
+                for ln in r.stdout.splitlines():
+                    if ln.startswith("CUINIT"):
+                        cu.append(float(ln.split()[2]) / 1e3)
+            res[f"cuinit_{k}_ms"] = statistics.median(cu) if cu else None
+        res["true_delta_ms"] = res["true_preload_ms"] - res["true_native_ms"]
+        res["stubinit_delta_ms"] = res["stubinit_preload_ms"] - res["stubinit_native_ms"]
+        if res["cuinit_native_ms"] and res["cuinit_preload_ms"]:
+            res["cuinit_delta_ms"] = res["cuinit_preload_ms"] - res["cuinit_native_ms"]
+        self.say(f"start: {res}")
+        self.results["sections"]["start"] = res
+
+    # --- report -------------------------------------------------------------------------------
+    def summary(self) -> str:
+        s = self.results["sections"]
+        env = self.results["env"]
+        L = [f"GPU: {env.get('gpu')}; torch {env.get('torch')} (CUDA {env.get('cuda_runtime')}); {env.get('date')}", ""]
+        L += ["| measurement | native | hookcore | target | met |", "|---|---|---|---|---|"]
+
+        def row(name, nat, hk, target, ok):
+            L.append(f"| {name} | {nat} | {hk} | {target} | {'yes' if ok else ('NO' if ok is not None else '?')} |")
+
+        m = s.get("memory", {})
+        for key in ("", "+expandable"):
+            n, p = m.get("native" + key, {}), m.get("preload" + key, {})
+            if p:
+                mg = p.get("mem_get_info", [0, 0])
+                row(f"torch 3 GiB then 2 GiB, quota 4 GiB{' (expandable)' if key else ''}",
+                    n.get("second"), f"{p.get('second')}; mem_get_info total {mg[1] / GiB:.2f} GiB",
+                    "clean OOM, total = quota", p.get("second") == "OutOfMemoryError" and abs(mg[1] - 4 * GiB) < MiB)
+        if m.get("preload"):
+            row("nvidia-smi under preload (total, used, free)", m.get("native", {}).get("nvidia_smi"),
+                m["preload"].get("nvidia_smi"), "total = quota", "4096 MiB" in str(m["preload"].get("nvidia_smi")))
+        c = s.get("compute", {})
+        nat = c.get("native", {})
+        for share in ("70", "50", "30", "10"):
+            r = c.get(share, {})
+            for loop in ("plain", "graph"):
+                v = r.get(f"share_{loop}")
+                row(f"compute share {share}% ({'matmul loop' if loop == 'plain' else 'CUDA graph'})",
+                    f"{nat.get(loop, 0):.0f} it/s", f"{v:.1f}%" if v is not None else r.get("error"),
+                    f"{share} ± 5", v is not None and abs(v - int(share)) <= 5)
+        r = c.get("100", {})
+        if r.get("share_plain") is not None:
+            row("matmul loop, preload without SM limit", "100%", f"{r['share_plain']:.1f}% / graph {r['share_graph']:.1f}%",
+                ">= 98%", r["share_plain"] >= 98 and r["share_graph"] >= 98)
+        t = s.get("tenants", {})
+        for name in ("native", "50+50", "30+70"):
+            v = t.get(name, {}).get("shares")
+            if v:
+                want = {"native": None, "50+50": (50, 50), "30+70": (30, 70)}[name]
+                ok = None if want is None else all(x is not None and abs(x - w) <= 5 for x, w in zip(v, want))
+                row(f"two tenants {name} (share of solo native)", "", ", ".join(f"{x:.1f}%" if x else "?" for x in v),
+                    "each ± 5" if want else "reference", ok)
+        la = s.get("launch", {})
+        if la.get("overhead_pct") is not None:
+            row("launch-bound loop (launches/s, best of 2)", f"{max(filter(None, la['native'])):.0f}",
+                f"{max(filter(None, la['preload'])):.0f} ({la['overhead_pct']:.2f}% slower)", "<= 2%",
+                la["overhead_pct"] <= 2)
+        al = s.get("alloc", {})
+        for nproc, lim in ((1, 1.3), (8, 1.5)):
+            ratio = al.get(f"{nproc}p_ratio")
+            if ratio:
+                row(f"1 MiB cudaMalloc+cudaFree, {nproc} process(es) (us/pair, median)",
+                    f"{al[f'{nproc}p_native']['median']:.1f}", f"{al[f'{nproc}p_preload']['median']:.1f} ({ratio:.2f}x)",
+                    f"<= {lim}x", ratio <= lim)
+        st = s.get("start", {})
+        if st:
+            row("process start: /bin/true (ms, median of 200)", f"{st['true_native_ms']:.2f}",
+                f"{st['true_preload_ms']:.2f} (+{st['true_delta_ms']:.2f})", "+<= 5 ms", st["true_delta_ms"] <= 5)
+            row("process start + cuInit, stub driver (ms)", f"{st['stubinit_native_ms']:.2f}",
+                f"{st['stubinit_preload_ms']:.2f} (+{st['stubinit_delta_ms']:.2f})", "+<= 5 ms",
+                st["stubinit_delta_ms"] <= 5)
+            if st.get("cuinit_delta_ms") is not None:
+                row("dlopen + cuInit, real driver (ms, median of 7)", f"{st['cuinit_native_ms']:.1f}",
+                    f"{st['cuinit_preload_ms']:.1f} ({st['cuinit_delta_ms']:+.1f})", "+<= 5 ms",
+                    st["cuinit_delta_ms"] <= 5)
+        return "\n".join(L)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker")
+    ap.add_argument("args", nargs="?")
+    ap.add_argument("--out", default=str(ROOT / "bench/out"))
+    ap.add_argument("--build", default="/tmp/hookcore-build")
+    ap.add_argument("--sections", default="probe,memory,compute,tenants,launch,alloc,start")
+    a = ap.parse_args()
+    if a.worker:
+        WORKERS[a.worker](json.loads(a.args or "{}"))
+        return
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    b = Bench(out, Path(a.build))
+    b.s_build()
+    for sec in a.sections.split(","):
+        t0 = time.time()
+        try:
+            getattr(b, "s_" + sec)()
+        except Exception as e:  # keep going: one broken section must not cost the run
+            b.results["sections"][sec] = {"error": repr(e)}
+            b.say(f"section {sec} failed: {e!r}")
+        b.say(f"section {sec} took {time.time() - t0:.0f} s")
+        (out / "results.json").write_text(json.dumps(b.results, indent=1))
+    text = b.summary()
+    (out / "summary.md").write_text(text + "\n")
+    print("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
