@@ -153,6 +153,15 @@ class HealthEvent:
     message: str = ""
 
 
+def quantity_to_int(quantity: str) -> int:
+    """A Kubernetes quantity ("16Gi", "100", "1.5k") in integer base units, rounded up."""
+    import math
+
+    from kubernetes.utils import parse_quantity
+
+    return math.ceil(parse_quantity(quantity))
+
+
 class PrepareError(Exception):
     """A driver's refusal of one claim; the message reaches kubelet and the pod's events."""
 

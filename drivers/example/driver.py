@@ -15,8 +15,6 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from kubernetes.utils import parse_quantity
-
 from dra.driver import (
     AllocatedDevice,
     Capacity,
@@ -28,6 +26,7 @@ from dra.driver import (
     PrepareError,
     RequestPolicy,
     Version,
+    quantity_to_int,
 )
 
 
@@ -48,6 +47,7 @@ class ExampleDriver(Driver):
     def __init__(self, count: int | None = None, memory: str | None = None) -> None:
         self.count = count if count is not None else int(os.environ.get("EXAMPLE_DEVICE_COUNT", "2"))
         self.memory = memory or os.environ.get("EXAMPLE_DEVICE_MEMORY", "16Gi")
+        self.memory_bytes = quantity_to_int(self.memory)
 
     def devices(self) -> Sequence[Device]:
         return [
@@ -81,7 +81,7 @@ class ExampleDriver(Driver):
             if dev.device not in known:
                 raise PrepareError(f"device {dev.device} is not on this node (known: {sorted(known)})")
             cfg = dev.config or ExampleConfig()
-            memory = dev.consumed_capacity.get("memory", int(parse_quantity(self.memory)))
+            memory = dev.consumed_capacity.get("memory", self.memory_bytes)
             env = {
                 f"EXAMPLE_DEVICE_{dev.device.upper().replace('-', '_')}": dev.key,
                 "EXAMPLE_MEMORY_LIMIT": str(memory),
