@@ -23,8 +23,10 @@ from dra.kubelet._proto import (
     dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
+    pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
 from dra.kubelet.handler import ClaimHandler, ClaimOutcome
@@ -48,6 +50,7 @@ class KubeletPlugin:
                                pod_uid=os.environ.get("POD_UID"))
         plugin.start()                  # raises UserError on bad paths / sockets in use
         plugin.registered               # for /readyz: kubelet accepted the registration
+        plugin.check()                  # for /healthz: "" or what is wrong with our sockets
         ...
         plugin.stop()                   # on SIGTERM/SIGINT; removes this instance's sockets
 
@@ -158,6 +161,32 @@ class KubeletPlugin:
     def wait_registered(self, timeout: float | None = None) -> bool:
         """Block until kubelet reports the registration; False on timeout or when not started."""
         return self._registration is not None and self._registration.wait_registered(timeout)
+
+    def check(self, timeout: float = 2.0) -> str:
+        """Liveness self-check as kubelet would see us: "" when healthy, else what is wrong.
+
+        Dials the registration socket (GetInfo) and the DRA socket (an empty v1
+        NodePrepareResources, a probe the handler never sees), each through its public path.
+        """
+        if not self._started:
+            return "kubelet plugin not started"
+        try:
+            with grpc.insecure_channel(f"unix:{self.paths.registration_socket}") as ch:
+                info = pluginregistration_v1_pb2_grpc.RegistrationStub(ch).GetInfo(
+                    pluginregistration_v1_pb2.InfoRequest(), timeout=timeout
+                )
+            if info.name != self.driver_name or info.endpoint != self.endpoint:
+                return f"registration socket {self.paths.registration_socket} answers for another plugin"
+        except grpc.RpcError as exc:
+            return f"registration socket {self.paths.registration_socket}: {exc.code().name} {exc.details()}"
+        try:
+            with grpc.insecure_channel(f"unix:{self.endpoint}") as ch:
+                dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(
+                    dra_v1_pb2.NodePrepareResourcesRequest(), timeout=timeout
+                )
+        except grpc.RpcError as exc:
+            return f"DRA socket {self.endpoint}: {exc.code().name} {exc.details()}"
+        return ""
 
     # -- lifecycle -------------------------------------------------------------------------------
 

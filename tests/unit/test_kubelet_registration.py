@@ -266,3 +266,14 @@ def test_restarted_plugin_is_registered_again(paths: KubeletPaths) -> None:
 def test_bad_names_are_user_errors(paths: KubeletPaths, name: str, uid: str | None) -> None:
     with pytest.raises(UserError):
         KubeletPlugin(name, RecordingHandler(), None, paths, pod_uid=uid)
+
+
+def test_self_check_dials_both_sockets(paths: KubeletPaths) -> None:
+    handler = RecordingHandler()
+    plugin = KubeletPlugin(DRIVER, handler, None, paths)
+    assert plugin.check() == "kubelet plugin not started"
+    with plugin:
+        assert plugin.check() == ""
+        assert handler.prepare_calls == []  # the probe never reaches the handler
+        plugin.paths.dra_socket.unlink()  # someone deleted our socket
+        assert "DRA socket" in plugin.check(timeout=0.5)
