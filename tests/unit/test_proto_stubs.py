@@ -20,6 +20,20 @@ def test_committed_stubs_are_fresh() -> None:
     assert not stale, f"stale stubs {stale}: run `python -m dra.kubelet.gen_proto`"
 
 
+def test_stale_detects_changed_missing_and_extra_files() -> None:
+    fresh = {"a_pb2.py": "x", "b_pb2.py": "y"}
+    assert gen_proto.stale(fresh, dict(fresh)) == []
+    assert gen_proto.stale(fresh, {"a_pb2.py": "x", "b_pb2.py": "edited"}) == ["b_pb2.py"]
+    assert gen_proto.stale(fresh, {"a_pb2.py": "x"}) == ["b_pb2.py"]
+    assert gen_proto.stale(fresh, {**fresh, "old_pb2.py": "z"}) == ["old_pb2.py"]
+
+
+def test_generated_imports_are_package_relative() -> None:
+    for name, text in gen_proto.committed().items():
+        if name.endswith("_grpc.py"):
+            assert "from . import " in text, name
+
+
 def test_check_mode_passes() -> None:
     assert gen_proto.main(["--check"]) == 0
 
