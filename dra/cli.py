@@ -30,7 +30,7 @@ _GROUPS = (
     ("hookcore.cli", "app", "hook"),
 )
 # (module, attribute): single commands registered on the top-level app by their module.
-_COMMANDS = (("dra.daemon", "register"),)
+_COMMANDS = (("dra.daemon", "register"), ("dra.demo", "register"))
 
 for _module, _attr, _name in _GROUPS:
     try:

@@ -1,0 +1,181 @@
+"""`dra demo`: the whole claim path on an embedded control plane, with no hardware.
+
+What it does, in order, each step by the real part:
+1. starts (or reuses) the embedded control plane (`dra cluster up`);
+2. creates a Node object and runs the node daemon `dra run DRIVER` for it (the driver's fake
+   backend), which publishes the node's ResourceSlice;
+3. applies a DeviceClass and two ResourceClaims that share one device by consumable capacity,
+   each used by a Pod, and waits for kube-scheduler to allocate them;
+4. plays kubelet over the daemon's unix sockets (registration, NodePrepareResources), resolves
+   the returned CDI device IDs like a container runtime and prints what each container gets;
+5. unprepares, deletes what it created and stops the daemon; the control plane stays up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dra.cluster.binaries import DEFAULT_K8S_VERSION
+from dra.cluster.controlplane import ControlPlane, default_dir
+from dra.driver import ClaimRef
+from dra.errors import UserError
+
+_out = Console()
+
+
+def _step(msg: str) -> None:
+    _out.print(f"[bold cyan]==>[/bold cyan] {msg}", highlight=False)
+
+
+def _wait(what: str, fn: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise UserError(f"the demo timed out after {timeout:.0f} s waiting for {what}.")
+
+
+def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", keep: bool = False) -> int:
+    from kubernetes import client
+
+    from dra.testing.cdi import apply_cdi
+    from dra.testing.kubelet import KubeletHarness
+
+    _step(f"control plane (Kubernetes {k8s_version}) in {directory}")
+    cp = ControlPlane(directory, k8s_version)
+    health = cp.up(progress=lambda m: _out.print(f"    {m}", style="dim", highlight=False))
+    _out.print(f"    ready: {health.version} at {cp.server}; export KUBECONFIG={cp.kubeconfig}", highlight=False)
+
+    api = cp.api_client()
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    run_id = uuid.uuid4().hex[:6]
+    node, ns = f"demo-node-{run_id}", f"demo-{run_id}"
+    work = Path(tempfile.mkdtemp(prefix="dra-demo-", dir="/tmp"))
+    daemon: subprocess.Popen[bytes] | None = None
+    harness: KubeletHarness | None = None
+    cls: str | None = None
+    try:
+        _step(f"node {node} and the node daemon `dra run {driver_entry}`")
+        core.create_node({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+        res = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+        core.patch_node_status(node, {"status": {"capacity": res, "allocatable": res, "conditions": [
+            {"type": "Ready", "status": "True", "reason": "DemoNode", "message": "no kubelet: the demo plays it"}]}})
+        core.patch_node(node, {"spec": {"taints": None}})
+        registrar, plugins, cdi, state = (work / d for d in ("registry", "plugins", "cdi", "state"))
+        for d in (registrar, plugins, cdi, state):
+            d.mkdir()
+        log = (work / "daemon.log").open("wb")
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "dra.cli", "run", driver_entry, "--node-name", node,
+             "--kubeconfig", str(cp.kubeconfig), "--registrar-dir", str(registrar),
+             "--plugin-dir", str(plugins), "--cdi-dir", str(cdi), "--state-dir", str(state),
+             "--metrics-port", "0", "--log-format", "text"],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "EXAMPLE_DEVICE_COUNT": "2"},
+        )
+        harness = KubeletHarness(registrar)
+        harness.watch()
+        plugin = _wait("the daemon to register with the (played) kubelet",
+                       lambda: harness.plugins() if daemon.poll() is None else _daemon_died(work), 60)[0]
+        _out.print(f"    registered {plugin.name} at {plugin.endpoint}", highlight=False)
+        slices = _wait("the node's ResourceSlice",
+                       lambda: [s for s in resource.list_resource_slice().items if s.spec.node_name == node], 60)
+        devices = [d.name for s in slices for d in s.spec.devices or []]
+        _out.print(f"    published pool {node}: devices {', '.join(devices)}", highlight=False)
+
+        _step("two claims share one device by consumable capacity; kube-scheduler allocates")
+        driver_name = plugin.name
+        core.create_namespace({"metadata": {"name": ns}})
+        cls = f"demo-{run_id}.{driver_name}"
+        resource.create_device_class({"metadata": {"name": cls}, "spec": {"selectors": [
+            {"cel": {"expression": f'device.driver == "{driver_name}" && device.attributes["{driver_name}"].index == 0'}}]}})
+        wants = {"training": ("70", "10Gi"), "notebook": ("30", "4Gi")}
+        for name, (cores, mem) in wants.items():
+            resource.create_namespaced_resource_claim(ns, {"metadata": {"name": name}, "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": cls,
+                                            "capacity": {"requests": {"cores": cores, "memory": mem}}}}]}}})
+            core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": {
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                "containers": [{"name": "main", "image": "registry.invalid/demo:0",
+                                "resources": {"claims": [{"name": "gpu"}]}}]}})
+        claims = {}
+        for name in wants:
+            claims[name] = _wait(f"claim {name} to be allocated", lambda n=name: (
+                (c := resource.read_namespaced_resource_claim(n, ns)).status and c.status.allocation and c), 60)
+        table = Table("claim", "device", "shareID", "consumed cores", "consumed memory")
+        for name, c in claims.items():
+            r = c.status.allocation.devices.results[0]
+            table.add_row(name, f"{r.pool}/{r.device}", r.share_id or "-",
+                          str((r.consumed_capacity or {}).get("cores")), str((r.consumed_capacity or {}).get("memory")))
+        _out.print(table)
+
+        _step("kubelet's NodePrepareResources over the daemon's socket; CDI resolved as a runtime would")
+        refs = [ClaimRef(c.metadata.uid, ns, n) for n, c in claims.items()]
+        prepared = harness.prepare(refs)
+        out = Table("claim", "CDI device IDs", "container env (from CDI)")
+        for ref in refs:
+            p = prepared[ref.uid]
+            if p.error:
+                raise UserError(f"prepare of claim {ns}/{ref.name} failed: {p.error}")
+            ids = [i for d in p.devices for i in d.cdi_device_ids]
+            env, _mounts = apply_cdi(cdi, ids)
+            out.add_row(ref.name, "\n".join(ids), "\n".join(f"{k}={v}" for k, v in sorted(env.items())))
+        _out.print(out)
+
+        _step("NodeUnprepareResources and clean-up")
+        errors = harness.unprepare(refs)
+        left = sorted(p.name for p in cdi.iterdir())
+        _out.print(f"    unprepare errors: {[e for e in errors.values() if e] or 'none'}; CDI files left: {left or 'none'}",
+                   highlight=False)
+        _out.print("[bold green]demo complete[/bold green]: the scheduler shared one device between two claims, "
+                   "and the node daemon prepared each share with its own quota.")
+        return 0
+    finally:
+        if harness is not None:
+            harness.close()
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(15)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        if not keep:
+            for delete in (lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
+                           lambda: resource.delete_device_class(cls) if cls else None):
+                try:
+                    delete()
+                except Exception:  # best-effort clean-up of demo objects
+                    pass
+            shutil.rmtree(work, ignore_errors=True)
+        api.close()
+
+
+def _daemon_died(work: Path) -> None:
+    tail = (work / "daemon.log").read_text(errors="replace").splitlines()[-20:]
+    raise UserError("the node daemon exited during the demo; its last lines:\n" + "\n".join(tail))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo(
+        k8s_version: Annotated[str, typer.Option("--k8s-version")] = DEFAULT_K8S_VERSION,
+        directory: Annotated[Path | None, typer.Option("--dir", help="Cluster directory")] = None,
+        driver: Annotated[str, typer.Option(help="Driver entry point (fake backend)")] = "example",
+        keep: Annotated[bool, typer.Option(help="Keep the demo's objects and files")] = False,
+    ) -> None:
+        """Run the whole claim path on an embedded control plane with a fake-device driver."""
+        raise typer.Exit(run_demo(directory or default_dir(), k8s_version, driver, keep))
