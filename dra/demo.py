@@ -62,7 +62,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     _out.print(f"    ready: {health.version} at {cp.server}; export KUBECONFIG={cp.kubeconfig}", highlight=False)
 
     api = cp.api_client()
-    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    # Bodies are plain manifests (dicts), as users write them; the typed client accepts them at run time.
+    core: Any = client.CoreV1Api(api)
+    resource: Any = client.ResourceV1Api(api)
     run_id = uuid.uuid4().hex[:6]
     node, ns = f"demo-node-{run_id}", f"demo-{run_id}"
     work = Path(tempfile.mkdtemp(prefix="dra-demo-", dir="/tmp"))
