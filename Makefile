@@ -7,8 +7,8 @@ install:
 	$(PY) -m pip install -q -e '.[dev]'
 
 demo: install
-	dra cluster up
-	dra cluster status
+	dra cluster build
+	dra demo
 
 test: install
 	dra cluster build
