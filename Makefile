@@ -7,11 +7,11 @@ install:
 	$(PY) -m pip install -q -e '.[dev]'
 
 demo: install
-	dra cluster build
-	dra demo
+	$(PY) -m dra.cli cluster build
+	$(PY) -m dra.cli demo
 
 test: install
-	dra cluster build
+	$(PY) -m dra.cli cluster build
 	$(PY) -m pytest
 
 lint:
