@@ -349,13 +349,29 @@ class KubeletHarness:
         return sorted(found, key=lambda p: p.registered_at, reverse=True)
 
     def wait_for_plugin(
-        self, driver: str | None = None, *, timeout: float = 10.0, endpoint: str | None = None, count: int = 1
+        self,
+        driver: str | None = None,
+        *,
+        timeout: float = 10.0,
+        endpoint: str | None = None,
+        count: int = 1,
+        newer_than: float | None = None,
     ) -> RegisteredPlugin:
-        """Scan until `count` instances of `driver` (any driver when None) are registered; the newest."""
+        """Scan until `count` instances of `driver` (any driver when None) are registered; the newest.
+
+        `newer_than` (a `time.monotonic()` value, e.g. taken before restarting a daemon) counts only
+        instances registered after it, so a stale socket of the killed instance is not mistaken
+        for the restarted one.
+        """
         deadline = time.monotonic() + timeout
         while True:
             self.scan()
-            found = [p for p in self.plugins(driver) if endpoint is None or p.endpoint == str(endpoint)]
+            found = [
+                p
+                for p in self.plugins(driver)
+                if (endpoint is None or p.endpoint == str(endpoint))
+                and (newer_than is None or p.registered_at > newer_than)
+            ]
             if len(found) >= count:
                 return found[0]
             if time.monotonic() >= deadline:

@@ -250,9 +250,9 @@ def test_restarted_plugin_is_registered_again(paths: KubeletPaths) -> None:
         with first:
             before = kubelet.wait_for_plugin(DRIVER)
         h = RecordingHandler()
+        restart = time.monotonic()
         with KubeletPlugin(DRIVER, h, None, paths) as second:
-            kubelet.scan()
-            after = kubelet.wait_for_plugin(DRIVER)
+            after = kubelet.wait_for_plugin(DRIVER, newer_than=restart)
             assert after.registered_at > before.registered_at
             assert second.wait_registered(5)
             assert kubelet.prepare([claim])["uid-1"].error == ""
