@@ -36,6 +36,7 @@ import dataclasses
 import os
 import queue
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -273,6 +274,15 @@ class KubeletHarness:
         self.failures.append(RegistrationFailure(path, error))
 
     def _register(self, path: str, ident: tuple[int, int, int]) -> bool:
+        # A socket nobody listens on (left by a killed process) refuses at once; failing fast here
+        # instead of retrying until the dial timeout keeps scans quick. It is retried later.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(self.dial_timeout)
+            try:
+                probe.connect(path)
+            except OSError as exc:
+                self._fail(path, f"dial failed: {exc.strerror or exc}")
+                return False
         channel = grpc.insecure_channel(f"unix:{path}")
         try:
             try:

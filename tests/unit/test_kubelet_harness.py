@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +104,24 @@ def test_wrong_type_empty_versions_and_duplicate_endpoint_are_rejected(regdir: P
     finally:
         for p in plugins:
             p.stop()
+
+
+def test_stale_socket_fails_fast_and_is_retried(regdir: Path) -> None:
+    sock = regdir / "stale-reg.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(sock))  # bound, not listening: what SIGKILL leaves behind
+    try:
+        with KubeletHarness(regdir, retry_delay=0.05) as kubelet:
+            start = time.monotonic()
+            kubelet.scan()
+            assert time.monotonic() - start < 2
+            assert kubelet.plugins() == [] and "dial failed" in kubelet.failures[0].error
+            dead.close()
+            sock.unlink()
+            plugin = FakePlugin(sock, "late.example.com", "/l/dra.sock", ["v1.DRAPlugin"])
+            try:
+                assert kubelet.wait_for_plugin("late.example.com", timeout=5).registration_socket == str(sock)
+            finally:
+                plugin.stop()
+    finally:
+        dead.close()
