@@ -115,6 +115,7 @@ class Publisher:
         self._desired: DesiredPool | None = None
         self._devices_dirty = True
         self._node_uid: str | None = None
+        self._generation = 0  # highest pool generation seen or written: never goes back, even after a wipe
         self._known_versions: set[str] = set()  # resourceVersions this publisher has seen or written
         self._accepted: dict[Any, Any] = {}  # desired device list -> what the server stored (dropped fields)
         self._wake = threading.Event()
@@ -240,7 +241,8 @@ class Publisher:
         if self._up_to_date(current, wanted, len(desired.slices)):
             result = dataclasses.replace(result, deleted=deleted)
         else:
-            result = self._rewrite(desired, current, wanted, generation + 1, deleted)
+            result = self._rewrite(desired, current, wanted, max(generation, self._generation) + 1, deleted)
+        self._generation = max(self._generation, result.generation)
         self.last_result = result
         self._published.set()
         if result.writes:
