@@ -51,12 +51,13 @@ class Env:
     namespace: str
     device_class: str
 
+    # Typed Any: the client's models are strict types, these tests pass plain dicts (wire form).
     @property
-    def resource(self) -> client.ResourceV1Api:
+    def resource(self) -> Any:
         return client.ResourceV1Api(self.api)
 
     @property
-    def core(self) -> client.CoreV1Api:
+    def core(self) -> Any:
         return client.CoreV1Api(self.api)
 
     def preparer(self, tmp_path: Path, node: str | None = None, source_api: client.ApiClient | None = None,
@@ -68,15 +69,18 @@ class Env:
 
 def publish(api: client.ApiClient, driver: ExampleDriver, node: str) -> None:
     """The driver's devices as its node's ResourceSlice(s), encoded by the framework's publisher."""
-    node_uid = client.CoreV1Api(api).read_node(node).metadata.uid
+    core: Any = client.CoreV1Api(api)
+    resource: Any = client.ResourceV1Api(api)
+    node_uid = core.read_node(node).metadata.uid
     pool = desired_pool(driver.name, node, driver.devices())
     for i in range(len(pool.slices)):
-        client.ResourceV1Api(api).create_resource_slice(slice_object(pool, i, 1, node_uid))
+        resource.create_resource_slice(slice_object(pool, i, 1, node_uid))
 
 
 def add_driver(api: client.ApiClient, driver: ExampleDriver, node: str) -> None:
     """A DeviceClass named after the driver selecting its devices, and its slice on `node`."""
-    client.ResourceV1Api(api).create_device_class({
+    resource: Any = client.ResourceV1Api(api)
+    resource.create_device_class({
         "metadata": {"name": driver.name},
         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver.name}"'}}]},
     })
@@ -89,7 +93,8 @@ def setup_env(api: client.ApiClient, count: int = 2, memory: str = "16Gi",
     node = unique("node")
     create_node(api, node)
     ns = unique("claims")
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    core: Any = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
     add_driver(api, driver, node)
     return Env(api=api, driver=driver, node=node, namespace=ns, device_class=driver.name)
 
