@@ -87,7 +87,7 @@ class Publisher:
 
     `devices` is called at `start()` and after each `devices_changed()`. `api_client` must not
     be shared with code that changes its configuration. `on_sync` is called from the worker
-    thread after every successful sync (metrics, readiness).
+    thread after every successful sync (metrics, readiness), `on_error` after every failed one.
     """
 
     def __init__(
@@ -101,6 +101,7 @@ class Publisher:
         clock: Clock | None = None,
         backoff: Backoff | None = None,
         on_sync: Callable[[SyncResult], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.api = client.ResourceV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -111,6 +112,7 @@ class Publisher:
         self.backoff = backoff or Backoff(initial=self.settings.backoff_initial, maximum=self.settings.backoff_max)
         self._devices = devices
         self._on_sync = on_sync
+        self._on_error = on_error
         self._selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
         self._desired: DesiredPool | None = None
         self._devices_dirty = True
@@ -184,9 +186,11 @@ class Publisher:
             try:
                 self.sync_once()
             except DeviceValidationError as exc:
+                self._failed(exc)
                 log.error("devices not published: %s", exc, extra={"driver": self.driver_name})
                 delay = self.settings.resync_period
             except (_Conflict, ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                self._failed(exc)
                 delay = self.backoff.next_delay()
                 status = getattr(exc, "status", None)
                 if isinstance(exc, _Conflict) or status == 409:
@@ -198,12 +202,17 @@ class Publisher:
                         delay,
                         extra={"node": self.node_name, "driver": self.driver_name},
                     )
-            except Exception:
+            except Exception as exc:
+                self._failed(exc)
                 delay = self.backoff.next_delay()
                 log.exception("unexpected error publishing slices; retrying in %.1fs", delay)
             else:
                 self.backoff.reset()
                 delay = self.settings.resync_period
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._on_error is not None:
+            self._on_error(exc)
 
     def sync_once(self) -> SyncResult:
         """One comparison and the writes it needs. Raises on API errors; callers retry."""

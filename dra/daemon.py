@@ -1,0 +1,286 @@
+"""`dra run DRIVER`: the node daemon, one per driver per node (a DaemonSet pod).
+
+It wires the parts together and owns nothing else:
+
+    driver (entry point in `dra.drivers`)
+      ├── Publisher        the driver's devices -> this node's ResourceSlice pool, kept in sync
+      ├── ClaimPreparer    kubelet's prepare/unprepare: claim checks, checkpoint, CDI specs
+      │     └── MeteredHandler (counts and latencies)
+      ├── KubeletPlugin    registration + DRA gRPC sockets that kubelet dials
+      └── HealthServer     /healthz (sockets answer), /readyz (published and registered), /metrics
+
+Start order: local state repaired first (orphaned CDI specs), then publishing (in the
+background; an unreachable API server is retried, not fatal), then the sockets, so kubelet
+never reaches a daemon that cannot prepare. SIGTERM/SIGINT stop it in the reverse order and
+remove this instance's sockets; the slices stay (kubelet removes them 30 s after the last
+instance of the driver is gone, and a restarted daemon adopts them). SIGHUP re-reads the
+driver's devices and republishes them if they changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+from importlib.metadata import entry_points
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from dra import logging as dra_logging
+from dra.driver import Driver
+from dra.errors import UserError
+from dra.metrics import HealthServer, MeteredHandler, Metrics
+from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult
+
+log = logging.getLogger("dra.daemon")
+
+ENTRY_POINT_GROUP = "dra.drivers"
+
+
+@dataclasses.dataclass
+class DaemonSettings:
+    """Everything `dra run` is told on its command line."""
+
+    node_name: str
+    """The Node this daemon serves (downward API ``spec.nodeName``); also the pool name."""
+
+    kubeconfig: Path | None = None
+    """None: the in-cluster service account."""
+
+    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
+    """Root of the plugins' data dirs; the DRA socket is ``<plugin_dir>/<driver>/dra.sock``."""
+
+    registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    """Where kubelet looks for registration sockets."""
+
+    cdi_dir: Path = Path("/var/run/cdi")
+    """Where the per-claim CDI specs go (the container runtime reads them)."""
+
+    state_dir: Path | None = None
+    """The checkpoint; default ``<plugin_dir>/<driver>/state`` (survives pod restarts on the host)."""
+
+    pod_uid: str | None = None
+    """The pod's UID for rolling updates (downward API ``metadata.uid``): per-instance socket names."""
+
+    metrics_port: int = 8080
+    """/healthz, /readyz and /metrics; 0 picks a free port (logged), -1 serves none."""
+
+    metrics_address: str = "0.0.0.0"
+
+    publish: PublishSettings = dataclasses.field(default_factory=PublishSettings)
+
+
+def installed_drivers() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_driver(name: str) -> Driver:
+    """Instantiate the driver registered as `name` in the ``dra.drivers`` entry-point group."""
+    found = installed_drivers()
+    if name not in found:
+        listed = ", ".join(sorted(found)) or "none"
+        raise UserError(
+            f"No driver named {name!r} is installed (entry-point group {ENTRY_POINT_GROUP!r}); installed: "
+            f"{listed}. Install the package that provides it, or run `dra drivers` to list them."
+        )
+    try:
+        factory = found[name].load()
+        driver = factory()
+    except Exception as exc:
+        raise UserError(f"Driver {name!r} ({found[name].value}) failed to load: {exc!r}") from exc
+    if not isinstance(driver, Driver):
+        raise UserError(f"Entry point {name!r} ({found[name].value}) did not produce a dra.driver.Driver")
+    return driver
+
+
+def api_client(kubeconfig: Path | None, pool_size: int = 32) -> Any:
+    """A kubernetes ApiClient from `kubeconfig`, or from the pod's service account when None."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is not None:
+            config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+        else:
+            config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
+        hint = "" if kubeconfig else " Outside a cluster, pass --kubeconfig."
+        raise UserError(f"Cannot configure the Kubernetes client from {where}: {exc}.{hint}") from exc
+    except OSError as exc:
+        raise UserError(f"Cannot read kubeconfig {kubeconfig}: {exc}") from exc
+    cfg.connection_pool_maxsize = pool_size  # concurrent claim GETs share the pool
+    return client.ApiClient(cfg)
+
+
+class Daemon:
+    """The running pieces of one `dra run`; `start()`, then `stop()` (idempotent)."""
+
+    def __init__(self, driver: Driver, settings: DaemonSettings, claims_client: Any, publish_client: Any) -> None:
+        from dra.api import ApiClaimSource
+        from dra.cdi import CDISpecs
+        from dra.checkpoint import Checkpoint
+        from dra.kubelet import KubeletPlugin
+        from dra.kubelet.paths import KubeletPaths
+        from dra.prepare import ClaimPreparer
+
+        self.driver = driver
+        self.settings = settings
+        name = driver.name
+        self.metrics = Metrics(name)
+        self.publisher = Publisher(
+            publish_client,
+            name,
+            settings.node_name,
+            driver.devices,
+            settings=settings.publish,
+            on_sync=self._published,
+            on_error=lambda _exc: self.metrics.error("publish"),
+        )
+        state_dir = settings.state_dir or settings.plugin_dir / name / "state"
+        self.preparer = ClaimPreparer(
+            driver,
+            ApiClaimSource(claims_client),
+            settings.node_name,
+            Checkpoint(state_dir),
+            CDISpecs(driver.cdi_kind, settings.cdi_dir),
+        )
+        self.plugin = KubeletPlugin(
+            name,
+            MeteredHandler(self.preparer, self.metrics),
+            driver.health,
+            KubeletPaths(registrar_dir=settings.registrar_dir, plugins_dir=settings.plugin_dir),
+            pod_uid=settings.pod_uid,
+        )
+        self.http: HealthServer | None = None
+        if settings.metrics_port >= 0:
+            self.http = HealthServer(self.metrics, self.liveness, self.readiness, settings.metrics_port, settings.metrics_address)
+        self._stopped = False
+
+    def _published(self, result: SyncResult) -> None:
+        self.metrics.published(result.devices, result.slices, result.generation)
+
+    def liveness(self) -> str:
+        return self.plugin.check()
+
+    def readiness(self) -> str:
+        problems = []
+        if not self.publisher.ready:
+            problems.append("ResourceSlices not published yet")
+        if not self.plugin.registered:
+            error = self.plugin.registration_error
+            problems.append(f"kubelet registration failed: {error}" if error else "not registered with kubelet yet")
+        return "; ".join(problems)
+
+    def start(self) -> None:
+        removed = self.preparer.start()
+        if removed:
+            log.info("removed leftovers of earlier runs", extra={"paths": removed})
+        try:
+            self.publisher.start()
+        except DeviceValidationError as exc:
+            raise UserError(f"Driver {self.driver.name} reported a device the API would reject: {exc}") from exc
+        self.plugin.start()
+        if self.http is not None:
+            self.http.start()
+            log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.plugin.stop()  # first: kubelet must stop sending calls before the handler goes away
+        self.publisher.stop()
+        self.preparer.close()
+        if self.http is not None:
+            self.http.stop()
+
+
+def run(driver_entry: str, settings: DaemonSettings) -> None:
+    """Build the daemon, serve until SIGTERM/SIGINT, stop cleanly."""
+    driver = load_driver(driver_entry)
+    daemon = Daemon(driver, settings, api_client(settings.kubeconfig), api_client(settings.kubeconfig, 4))
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            log.info("SIGHUP: re-reading devices")
+            daemon.publisher.devices_changed()
+            return
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        daemon.start()
+        log.info(
+            "daemon running",
+            extra={"driver": driver.name, "node": settings.node_name, "entry_point": driver_entry},
+        )
+        while not stop.wait(3600):
+            pass
+    finally:
+        daemon.stop()
+        log.info("daemon stopped", extra={"driver": driver.name})
+
+
+def register(app: typer.Typer) -> None:
+    """Add `dra run` to the CLI."""
+
+    @app.command("run")
+    def run_command(
+        driver: Annotated[str, typer.Argument(help="Driver entry-point name (see `dra drivers`), e.g. example.")],
+        node_name: Annotated[str, typer.Option("--node-name", envvar="NODE_NAME", help="This node's name (downward API spec.nodeName).")],
+        kubeconfig: Annotated[
+            Path | None,
+            typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster service account."),
+        ] = None,
+        plugin_dir: Annotated[
+            Path, typer.Option("--plugin-dir", help="Root of kubelet plugin dirs (DRA socket in <dir>/<driver>/).")
+        ] = DaemonSettings.plugin_dir,
+        registrar_dir: Annotated[
+            Path, typer.Option("--registrar-dir", help="kubelet's plugin registration directory.")
+        ] = DaemonSettings.registrar_dir,
+        cdi_dir: Annotated[Path, typer.Option("--cdi-dir", help="Where CDI specs are written.")] = DaemonSettings.cdi_dir,
+        state_dir: Annotated[
+            Path | None, typer.Option("--state-dir", help="Checkpoint directory; default <plugin-dir>/<driver>/state.")
+        ] = None,
+        pod_uid: Annotated[
+            str | None,
+            typer.Option("--pod-uid", envvar="POD_UID", help="Pod UID for rolling updates (per-instance socket names)."),
+        ] = None,
+        metrics_port: Annotated[
+            int, typer.Option("--metrics-port", help="Port of /healthz /readyz /metrics; 0: any free port; -1: off.")
+        ] = DaemonSettings.metrics_port,
+        metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address to bind it to.")] = "0.0.0.0",
+        log_format: Annotated[str, typer.Option("--log-format", help="json or text.")] = "json",
+        log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+    ) -> None:
+        """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
+        if log_format not in ("json", "text"):
+            raise UserError(f"--log-format must be 'json' or 'text', not {log_format!r}")
+        if log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise UserError(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+        if not node_name:
+            raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
+        dra_logging.setup(log_format, log_level)
+        # The client's connection retries log a warning each; the publisher reports outages itself.
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
+        settings = DaemonSettings(
+            node_name=node_name,
+            kubeconfig=kubeconfig,
+            plugin_dir=plugin_dir,
+            registrar_dir=registrar_dir,
+            cdi_dir=cdi_dir,
+            state_dir=state_dir,
+            pod_uid=pod_uid or os.environ.get("POD_UID") or None,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
+        )
+        run(driver, settings)

@@ -1,0 +1,154 @@
+"""Run `dra run DRIVER` as a child process, as a DaemonSet pod would, for tests and benchmarks.
+
+The daemon gets its own directories (registrar, plugins, CDI, state) under a short work dir, so
+unix socket paths stay well within 107 bytes, and a free port for /healthz, /readyz, /metrics.
+
+Drivers are found through the ``dra.drivers`` entry-point group. When this checkout is not
+installed (no entry points yet), `ensure_entry_points` puts a minimal ``*.dist-info`` with the
+bundled drivers' entry points on the child's PYTHONPATH: the daemon then resolves them exactly
+as it resolves an installed third-party driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+# The bundled drivers, as pyproject.toml registers them.
+BUNDLED = {"example": "drivers.example.driver:ExampleDriver"}
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_entry_points(directory: Path, drivers: Mapping[str, str] = BUNDLED) -> list[str]:
+    """Extra PYTHONPATH entries that make `drivers` resolvable (none when already installed)."""
+    installed = {ep.name for ep in entry_points(group="dra.drivers")}
+    missing = {k: v for k, v in drivers.items() if k not in installed}
+    if not missing:
+        return [str(_REPO)]
+    info = directory / "dra_test_drivers-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dra-test-drivers\nVersion: 0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in sorted(missing.items()))
+    (info / "entry_points.txt").write_text(f"[dra.drivers]\n{lines}")
+    return [str(directory), str(_REPO)]
+
+
+class DaemonProcess:
+    """One `dra run` child process with its own directories."""
+
+    def __init__(
+        self,
+        driver: str,
+        node: str,
+        kubeconfig: Path,
+        workdir: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        log_format: str = "text",
+    ) -> None:
+        self.driver = driver
+        self.node = node
+        self.workdir = workdir
+        self.registrar_dir = workdir / "registry"
+        self.plugin_dir = workdir / "plugins"
+        self.cdi_dir = workdir / "cdi"
+        self.state_dir = workdir / "state"
+        self.log_path = workdir / "daemon.log"
+        self.metrics_port = free_port()
+        for d in (self.registrar_dir, self.plugin_dir, self.cdi_dir, self.state_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        path = ensure_entry_points(workdir / "site")
+        if os.environ.get("PYTHONPATH"):
+            path.append(os.environ["PYTHONPATH"])
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(env or {})}
+        self.argv = [
+            sys.executable, "-m", "dra.cli", "run", driver,
+            "--node-name", node,
+            "--kubeconfig", str(kubeconfig),
+            "--registrar-dir", str(self.registrar_dir),
+            "--plugin-dir", str(self.plugin_dir),
+            "--cdi-dir", str(self.cdi_dir),
+            "--state-dir", str(self.state_dir),
+            "--metrics-port", str(self.metrics_port),
+            "--metrics-address", "127.0.0.1",
+            "--log-format", log_format,
+            *args,
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> DaemonProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=_REPO)
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """GET http://127.0.0.1:<metrics port><path>: (status, body); (0, reason) when unreachable."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=timeout) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read().decode()
+        except OSError as e:
+            return 0, str(e)
+
+    def wait_http(self, path: str, status: int = 200, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        last: tuple[int, str] = (0, "")
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise AssertionError(f"the daemon exited with {self.proc and self.proc.returncode}:\n{self.log()[-4000:]}")
+            last = self.get(path)
+            if last[0] == status:
+                return last[1]
+            time.sleep(0.05)
+        raise AssertionError(f"GET {path} gave {last} instead of {status} within {timeout} s:\n{self.log()[-4000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Signal the daemon and wait for it; kill it after `timeout`. Returns the exit status."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+    def sockets(self) -> list[Path]:
+        """Unix sockets under the registrar and plugin dirs."""
+        found = []
+        for root in (self.registrar_dir, self.plugin_dir):
+            for p in root.rglob("*"):
+                if p.is_socket():
+                    found.append(p)
+        return sorted(found)
