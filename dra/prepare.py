@@ -277,10 +277,12 @@ class ClaimPreparer:
             with self.lock(ref.uid):
                 outcome = self._prepare_locked(plan)
         except ClaimError as e:
-            log.warning("claim not prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}", "error": str(e)})
+            log.warning("claim not prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
+                                                     "error": str(e)})
             return ClaimOutcome(error=str(e))
         except Exception as e:
-            log.exception("claim not prepared: internal error", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
+            log.exception("claim not prepared: internal error",
+                          extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return ClaimOutcome(error=f"{_describe_claim(ref)}: internal error in the driver framework: {e!r};"
                                       " kubelet retries; see the driver's log")
         log.info("claim prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
@@ -371,19 +373,20 @@ class ClaimPreparer:
         except CheckpointError as e:
             raise ClaimError(f"{_describe_claim(ref)}: {e}") from e
         wanted = [(self.driver.name, d.pool, d.device, d.share_id) for d in plan.devices]
-        if record is not None and record.boot_id == self.checkpoint.boot_id and \
-                [d.key for d in record.devices] == wanted:
-            if record.phase == PREPARED:
+        if record is not None:
+            same_devices = [d.key for d in record.devices] == wanted
+            if same_devices and record.boot_id == self.checkpoint.boot_id and record.phase == PREPARED:
                 return self._answer_from_record(record)
-        elif record is not None and record.boot_id == self.checkpoint.boot_id:
-            # Same UID, different allocation in this boot: the claim was deallocated and allocated
-            # again without an unprepare reaching us. Undo the old devices first.
-            log.warning("claim allocation changed since it was prepared; undoing the old devices",
-                        extra={"claim": ref.uid, "old": [d.key for d in record.devices], "new": wanted})
-            self._undo(record)
-        elif record is not None:
-            log.info("claim was prepared in an earlier boot; preparing it again",
-                     extra={"claim": ref.uid, "recorded_boot": record.boot_id, "boot": self.checkpoint.boot_id})
+            if not same_devices:
+                # Same UID, other devices: the claim was deallocated and allocated again without an
+                # unprepare reaching us. Undo the old devices first.
+                log.warning("claim allocation changed since it was prepared; undoing the old devices",
+                            extra={"claim": ref.uid, "old": [d.key for d in record.devices], "new": wanted})
+                self._undo(record)
+                record = None
+            elif record.boot_id != self.checkpoint.boot_id:
+                log.info("claim was prepared in an earlier boot; preparing it again",
+                         extra={"claim": ref.uid, "recorded_boot": record.boot_id, "boot": self.checkpoint.boot_id})
 
         now = time.time()
         created = record.created_at if record is not None else now
