@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -146,12 +147,7 @@ class Publisher:
         """Stop both threads; the slices stay (kubelet removes them 30 s after the plugin is gone)."""
         self._stop.set()
         self._wake.set()
-        response = self._watch_response
-        if response is not None:
-            try:
-                response.close()
-            except Exception:  # closing a half-dead socket may raise; the thread exits either way
-                pass
+        _interrupt(self._watch_response)
         for thread in self._threads:
             thread.join(timeout)
         self._threads.clear()
@@ -379,6 +375,8 @@ class Publisher:
                     _request_timeout=(self.settings.request_timeout, self.settings.watch_timeout + 30),
                 )
                 self._watch_response = response
+                if self._stop.is_set():  # stop() ran before the stream was published to it
+                    return
                 if reconnected:
                     self.resync()  # events may have been missed while disconnected
                     reconnected = False
@@ -408,6 +406,20 @@ class Publisher:
                 self.clock.wait(self._stop, delay)
             finally:
                 self._watch_response = None
+
+
+def _interrupt(response: Any) -> None:
+    """Unblock a thread reading a streaming response: shut its socket down (close() would wait for the reader)."""
+    if response is None:
+        return
+    conn = getattr(response, "connection", None) or getattr(response, "_connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is None:
+        return
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain-socket method: no TLS close_notify dance
+    except OSError:
+        pass  # already closed
 
 
 def _short(exc: BaseException) -> str:
