@@ -118,6 +118,9 @@ def _matmul_setup():
     return a, b, c
 
 
+WINDOWS: list = []
+
+
 def _rate(step, per_step: int, warm: float, secs: float, go_at: float | None = None) -> float:
     import torch
 
@@ -128,6 +131,7 @@ def _rate(step, per_step: int, warm: float, secs: float, go_at: float | None = N
     if go_at:
         _wait_until(go_at)
     n = 0
+    w0 = time.time()
     t0 = time.perf_counter()
     while True:
         step()
@@ -135,7 +139,25 @@ def _rate(step, per_step: int, warm: float, secs: float, go_at: float | None = N
         if time.perf_counter() - t0 >= secs:
             break
     torch.cuda.synchronize()
+    WINDOWS.append([w0, time.time()])
     return n / (time.perf_counter() - t0)
+
+
+def _kernel_ms(launch_first, launch_rest, n_rest: int, samples: int = 30) -> float:
+    """GPU time per matmul, measured by events around n_rest matmuls issued after a first one (a
+    throttled launch waits before its kernel, so the first launch is left outside the window)."""
+    import torch
+
+    ts = []
+    for _ in range(samples):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        launch_first()
+        e0.record()
+        launch_rest()
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1) / n_rest)
+    return statistics.median(ts)
 
 
 def w_compute(args: dict) -> None:
@@ -153,6 +175,9 @@ def w_compute(args: dict) -> None:
     secs = args.get("secs", 3.0)
     if "plain" in args["loops"]:
         out["plain"] = _rate(plain, 20, 0.5, secs, go_at)
+        if args.get("kernel_time", True):
+            out["plain_kernel_ms"] = _kernel_ms(lambda: torch.mm(a, b, out=c),
+                                                lambda: [torch.mm(a, b, out=c) for _ in range(19)], 19)
     if "graph" in args["loops"]:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -170,6 +195,7 @@ def w_compute(args: dict) -> None:
             torch.cuda.synchronize()
 
         out["graph"] = _rate(graph, 20, 0.5, secs, None)
+    out["windows"] = WINDOWS
     _emit(out)
 
 
@@ -249,7 +275,7 @@ class Bench:
         return subprocess.Popen([sys.executable, __file__, "--worker", worker, json.dumps(args)],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def collect(self, p: subprocess.Popen, timeout: float = 240) -> dict:
+    def collect(self, p: subprocess.Popen, timeout: float = 240, keep: int = 4000) -> dict:
         try:
             so, se = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -259,12 +285,12 @@ class Bench:
         for line in reversed(so.splitlines()):
             if line.startswith("RESULT "):
                 r = json.loads(line[7:])
-                r["_stderr"] = se[-4000:]
+                r["_stderr"] = se[-keep:]
                 return r
         return {"error": f"exit {p.returncode}", "stderr": se[-3000:], "stdout": so[-1000:]}
 
-    def run(self, worker: str, args: dict, env: dict, timeout: float = 240) -> dict:
-        return self.collect(self.spawn(worker, args, env), timeout)
+    def run(self, worker: str, args: dict, env: dict, timeout: float = 240, keep: int = 4000) -> dict:
+        return self.collect(self.spawn(worker, args, env), timeout, keep)
 
     # --- sections -----------------------------------------------------------------------------
     def s_build(self) -> None:
@@ -289,8 +315,10 @@ class Bench:
     def s_probe(self) -> None:
         e = self.env(True, CUDA_DEVICE_MEMORY_LIMIT="8Gi", CUDA_DEVICE_SM_LIMIT="50")
         e["HOOKCORE_LOG"] = "debug"
-        r = self.run("probe", {}, e)
+        r = self.run("probe", {}, e, keep=10_000_000)
         err = r.pop("_stderr", "") + r.get("stderr", "")
+        (self.out / "probe-stderr.txt").write_text(err[-2_000_000:])
+        r["requests"] = sum(1 for ln in err.splitlines() if "cuGetProcAddress(" in ln)
         hooked = sorted({ln.split("-> hook ")[1].strip() for ln in err.splitlines() if "-> hook " in ln})
         policed_prefixes = ("cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease", "cuLaunch",
                             "cuGraphLaunch", "cuArray", "cuMipmapped", "cuMemGetInfo", "cuDeviceTotalMem",
@@ -318,23 +346,64 @@ class Bench:
                 self.say(f"memory {key}: {json.dumps(r)[:600]}")
         self.results["sections"]["memory"] = res
 
+    def clocks(self):
+        """Sample SM clock and power every 100 ms in the background; returns a stop function that
+        gives the samples as (time, MHz, W)."""
+        import threading
+
+        p = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                              "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        samples: list = []
+
+        def reader() -> None:
+            for line in p.stdout:
+                try:
+                    mhz, w = (float(x) for x in line.split(","))
+                    samples.append((time.time(), mhz, w))
+                except ValueError:
+                    pass
+
+        th = threading.Thread(target=reader, daemon=True)
+        th.start()
+
+        def stop() -> list:
+            p.terminate()
+            p.wait()
+            th.join(timeout=2)
+            return samples
+
+        return stop
+
+    @staticmethod
+    def in_windows(samples: list, windows: list) -> dict:
+        sel = [(m, w) for (t, m, w) in samples for (a, b) in windows if a + 0.3 <= t <= b]
+        if not sel:
+            return {}
+        return {"sm_mhz": statistics.median(m for m, _ in sel), "power_w": statistics.median(w for _, w in sel)}
+
     def s_compute(self) -> None:
         res = {}
-        native = self.run("compute", {"loops": ["plain", "graph"]}, self.env(False))
-        native.pop("_stderr", None)
-        res["native"] = native
-        self.say(f"compute native: {native}")
-        for share in (100, 70, 50, 30, 10):
-            quota = {"CUDA_DEVICE_SM_LIMIT": str(share)} if share < 100 else {"CUDA_DEVICE_MEMORY_LIMIT": "64Gi"}
-            r = self.run("compute", {"loops": ["plain", "graph"]}, self.env(True, **quota))
+        configs = [("native", False, {}), ("100", True, {"CUDA_DEVICE_MEMORY_LIMIT": "64Gi"})]
+        configs += [(str(sh), True, {"CUDA_DEVICE_SM_LIMIT": str(sh)}) for sh in (70, 50, 30, 10)]
+        configs += [("50-elapsed", True, {"CUDA_DEVICE_SM_LIMIT": "50", "HOOKCORE_LIMITER_CHARGE": "elapsed"})]
+        for name, preload, quota in configs:
+            stop = self.clocks()
+            r = self.run("compute", {"loops": ["plain", "graph"]}, self.env(preload, **quota))
+            r.update(self.in_windows(stop(), r.get("windows", [])))
             err = r.pop("_stderr", "")
             if "error" in r:
                 r["stderr"] = err[-1500:]
-            res[str(share)] = r
-            if "plain" in r and "plain" in native:
+            res[name] = r
+            native = res["native"]
+            if name != "native" and "plain" in r and "plain" in native:
                 r["share_plain"] = 100.0 * r["plain"] / native["plain"]
                 r["share_graph"] = 100.0 * r["graph"] / native["graph"]
-            self.say(f"compute {share}%: {r}")
+                if r.get("plain_kernel_ms"):
+                    # GPU-time duty cycle: matmuls per second x GPU time per matmul
+                    r["duty_plain"] = 100.0 * r["plain"] * r["plain_kernel_ms"] / 1e3
+            if name == "native" and r.get("plain_kernel_ms"):
+                r["duty_plain"] = 100.0 * r["plain"] * r["plain_kernel_ms"] / 1e3
+            self.say(f"compute {name}: {r}")
         self.results["sections"]["compute"] = res
 
     def s_tenants(self) -> None:
@@ -344,12 +413,16 @@ class Bench:
             r = self.run("compute", {"loops": ["plain"]}, self.env(False))
             solo = r.get("plain")
         res["solo_native"] = solo
-        for name, shares in (("native", (None, None)), ("50+50", (50, 50)), ("30+70", (30, 70))):
-            go_at = time.time() + 25
+        for name, shares in (("native", (None, None)), ("50+50", (50, 50)), ("30+70", (30, 70)),
+                             ("50+50-elapsed", (50, 50))):
+            go_at = time.time() + 20
             procs = []
             for sh in shares:
                 e = self.env(sh is not None, **({"CUDA_DEVICE_SM_LIMIT": str(sh)} if sh else {}))
-                procs.append(self.spawn("compute", {"loops": ["plain"], "go_at": go_at, "secs": 4.0}, e))
+                if name.endswith("-elapsed"):
+                    e["HOOKCORE_LIMITER_CHARGE"] = "elapsed"
+                procs.append(self.spawn("compute", {"loops": ["plain"], "go_at": go_at, "secs": 4.0,
+                                                    "kernel_time": False}, e))
             rs = [self.collect(p) for p in procs]
             for r in rs:
                 r.pop("_stderr", None)
@@ -362,14 +435,15 @@ class Bench:
 
     def s_launch(self) -> None:
         res = {"native": [], "preload": []}
-        for _ in range(2):
-            for preload in (False, True):
+        for i in range(4):
+            for preload in ((False, True) if i % 2 == 0 else (True, False)):
                 e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
                 r = self.run("launch", {"secs": 2.0}, e)
                 res["preload" if preload else "native"].append(r.get("rate"))
-        n, p = max(filter(None, res["native"]), default=None), max(filter(None, res["preload"]), default=None)
-        if n and p:
-            res["overhead_pct"] = 100.0 * (n - p) / n
+        nn, pp = list(filter(None, res["native"])), list(filter(None, res["preload"]))
+        if nn and pp:
+            res["native_median"], res["preload_median"] = statistics.median(nn), statistics.median(pp)
+            res["overhead_pct"] = 100.0 * (res["native_median"] - res["preload_median"]) / res["native_median"]
         self.say(f"launch: {res}")
         self.results["sections"]["launch"] = res
 
@@ -411,13 +485,19 @@ class Bench:
             res[f"true_{k}_ms"] = self._time_procs(["/bin/true"], e, 200)
             es = dict(e, LD_LIBRARY_PATH=str(self.build / "stub"))
             res[f"stubinit_{k}_ms"] = self._time_procs([str(self.client), "init"], es, 100)
-            cu = []
-            for _ in range(7):
-                r = subprocess.run([str(self.client), "cuinit"], env=e, capture_output=True, text=True)
+            cu, lines = [], []
+            for i in range(9):
+                ed = dict(e, HOOKCORE_LOG="debug") if (preload and i == 8) else e
+                r = subprocess.run([str(self.client), "cuinit"], env=ed, capture_output=True, text=True)
                 for ln in r.stdout.splitlines():
                     if ln.startswith("CUINIT"):
-                        cu.append(float(ln.split()[2]) / 1e3)
+                        if i < 8:
+                            cu.append(float(ln.split()[2]) / 1e3)
+                        lines.append(ln)
+                if i == 8:
+                    lines += [ln for ln in r.stderr.splitlines() if "init" in ln]
             res[f"cuinit_{k}_ms"] = statistics.median(cu) if cu else None
+            res[f"cuinit_{k}_lines"] = lines
         res["true_delta_ms"] = res["true_preload_ms"] - res["true_native_ms"]
         res["stubinit_delta_ms"] = res["stubinit_preload_ms"] - res["stubinit_native_ms"]
         if res["cuinit_native_ms"] and res["cuinit_preload_ms"]:
@@ -448,29 +528,45 @@ class Bench:
                 m["preload"].get("nvidia_smi"), "total = quota", "4096 MiB" in str(m["preload"].get("nvidia_smi")))
         c = s.get("compute", {})
         nat = c.get("native", {})
-        for share in ("70", "50", "30", "10"):
+
+        def extra(r: dict) -> str:
+            bits = []
+            if r.get("duty_plain") is not None:
+                bits.append(f"GPU-time duty {r['duty_plain']:.1f}%")
+            if r.get("plain_kernel_ms") is not None:
+                bits.append(f"{r['plain_kernel_ms'] * 1e3:.0f} us/matmul")
+            if r.get("sm_mhz") is not None:
+                bits.append(f"SM {r['sm_mhz']:.0f} MHz, {r['power_w']:.0f} W")
+            return f" ({'; '.join(bits)})" if bits else ""
+
+        if nat:
+            row("matmul loop / CUDA-graph loop, native (it/s)", f"{nat.get('plain', 0):.0f} / {nat.get('graph', 0):.0f}"
+                + extra(nat), "", "reference", None)
+        for share in ("70", "50", "30", "10", "50-elapsed"):
             r = c.get(share, {})
+            want = int(share.split("-")[0])
+            label = f"{share}%" if share.isdigit() else f"{want}% (charge = elapsed, no contention estimate)"
             for loop in ("plain", "graph"):
                 v = r.get(f"share_{loop}")
-                row(f"compute share {share}% ({'matmul loop' if loop == 'plain' else 'CUDA graph'})",
-                    f"{nat.get(loop, 0):.0f} it/s", f"{v:.1f}%" if v is not None else r.get("error"),
-                    f"{share} ± 5", v is not None and abs(v - int(share)) <= 5)
+                row(f"compute share {label}, {'matmul loop' if loop == 'plain' else 'CUDA graph'} (throughput vs native)",
+                    "", (f"{v:.1f}%" + (extra(r) if loop == "plain" else "")) if v is not None else r.get("error"),
+                    f"{want} ± 5", v is not None and abs(v - want) <= 5)
         r = c.get("100", {})
         if r.get("share_plain") is not None:
             row("matmul loop, preload without SM limit", "100%", f"{r['share_plain']:.1f}% / graph {r['share_graph']:.1f}%",
                 ">= 98%", r["share_plain"] >= 98 and r["share_graph"] >= 98)
         t = s.get("tenants", {})
-        for name in ("native", "50+50", "30+70"):
+        for name in ("native", "50+50", "30+70", "50+50-elapsed"):
             v = t.get(name, {}).get("shares")
             if v:
-                want = {"native": None, "50+50": (50, 50), "30+70": (30, 70)}[name]
+                want = {"native": None, "50+50": (50, 50), "30+70": (30, 70), "50+50-elapsed": (50, 50)}[name]
                 ok = None if want is None else all(x is not None and abs(x - w) <= 5 for x, w in zip(v, want))
                 row(f"two tenants {name} (share of solo native)", "", ", ".join(f"{x:.1f}%" if x else "?" for x in v),
                     "each ± 5" if want else "reference", ok)
         la = s.get("launch", {})
         if la.get("overhead_pct") is not None:
-            row("launch-bound loop (launches/s, best of 2)", f"{max(filter(None, la['native'])):.0f}",
-                f"{max(filter(None, la['preload'])):.0f} ({la['overhead_pct']:.2f}% slower)", "<= 2%",
+            row("launch-bound loop (launches/s, median of 4)", f"{la['native_median']:.0f}",
+                f"{la['preload_median']:.0f} ({la['overhead_pct']:.2f}% slower)", "<= 2%",
                 la["overhead_pct"] <= 2)
         al = s.get("alloc", {})
         for nproc, lim in ((1, 1.3), (8, 1.5)):

@@ -26,7 +26,9 @@ int hk_shim_init_slow(void) {
     pthread_mutex_lock(&g_init_lock);
     int s = atomic_load_explicit(&hk_shim_state, memory_order_acquire);
     if (s == HK_SHIM_UNINIT) {
+        int64_t t0 = hk_limiter_now_ns();
         hk_shim_load(0);
+        int64_t t1 = hk_limiter_now_ns();
         /* hk_init prints the one-line reason itself when it fails closed. */
         if (hk_init() != HK_OK) {
             s = HK_SHIM_FAILCLOSED;
@@ -36,8 +38,9 @@ int hk_shim_init_slow(void) {
             s = HK_SHIM_READY;
         }
         if (hk_shim_debug)
-            hk_shim_log("init: %s, compute limiter %s", s == HK_SHIM_READY ? "ready" : "failed closed",
-                        hk_shim_limiter_on ? "on" : "off");
+            hk_shim_log("init: %s, compute limiter %s (load %.0f us, core %.0f us)",
+                        s == HK_SHIM_READY ? "ready" : "failed closed", hk_shim_limiter_on ? "on" : "off",
+                        (t1 - t0) / 1e3, (hk_limiter_now_ns() - t1) / 1e3);
         atomic_store_explicit(&hk_shim_state, s, memory_order_release);
     }
     pthread_mutex_unlock(&g_init_lock);
@@ -100,7 +103,11 @@ HK_EXPORT CUresult cuInit(unsigned int flags) {
     if (!hk_real.cuInit) return CUDA_ERROR_NOT_INITIALIZED;
     static int atfork_done;
     if (!__atomic_exchange_n(&atfork_done, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, atfork_child);
-    return hk_real.cuInit(flags);
+    if (!hk_shim_debug) return hk_real.cuInit(flags);
+    int64_t t0 = hk_limiter_now_ns();
+    CUresult r = hk_real.cuInit(flags);
+    hk_shim_log("cuInit(%u) = %d in %.0f us", flags, r, (hk_limiter_now_ns() - t0) / 1e3);
+    return r;
 }
 
 /* ---------------------------------------------------------------------------

@@ -13,6 +13,13 @@
  * HK_MAX_PENDING closed batches may be in flight per process, which bounds how far work can run
  * ahead of its charge. Graph launches are timed the same way, so CUDA graphs are limited too.
  *
+ * Contention: with time slicing, another claim's work that runs while ours is queued lands inside
+ * our [start, end] window, so elapsed time over-charges a tenant that shares the GPU. Each batch
+ * therefore also carries a signature (a hash of the kernels, grids and graphs it launched), and
+ * the charge is min(elapsed, the lowest cost seen for that signature, grown by 1/128 per use):
+ * repeated work (training and inference loops, CUDA graphs) is charged its uncontended cost, new
+ * work its elapsed time. HOOKCORE_LIMITER_CHARGE=elapsed switches the estimate off.
+ *
  * Stream capture: while any capture is in progress (cuStreamBeginCapture* .. cuStreamEndCapture*,
  * counted here) the limiter issues no event calls at all: event queries are illegal during a
  * global-mode capture and recorded events would become graph nodes.
@@ -23,6 +30,7 @@
 #define _GNU_SOURCE
 #endif
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -44,6 +52,7 @@ typedef struct hk_pair {
 typedef struct hk_batch {
     int open;
     int ldev;
+    uint64_t sig;                      /* hash of what the batch launched */
     CUstream stream;
     CUcontext ctx;
     hk_pair ev;
@@ -54,11 +63,40 @@ typedef struct hk_batch {
 static __thread hk_batch t_batch;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { hk_pair ev; int ldev; } g_pending[HK_RING];
+static struct { hk_pair ev; int ldev; uint64_t sig; } g_pending[HK_RING];
 static unsigned g_head, g_npending;
 static hk_pair g_pool[HK_POOL];
 static unsigned g_npool;
 static _Atomic int g_captures;
+
+/* Lowest cost seen per batch signature (process-local; open addressing, overwrite on collision). */
+#define HK_EST 512
+static struct { uint64_t sig; int64_t ns; } g_est[HK_EST];
+static int g_charge_elapsed = -1;      /* HOOKCORE_LIMITER_CHARGE=elapsed */
+
+static int64_t charge_for(uint64_t sig, int64_t elapsed) {
+    if (g_charge_elapsed < 0) {
+        const char *v = getenv("HOOKCORE_LIMITER_CHARGE");
+        g_charge_elapsed = v && strcmp(v, "elapsed") == 0;
+    }
+    if (g_charge_elapsed || sig == 0) return elapsed;
+    pthread_mutex_lock(&g_lock);
+    unsigned i = (unsigned)(sig ^ (sig >> 29)) % HK_EST;
+    int64_t c = elapsed;
+    if (g_est[i].sig == sig) {
+        int64_t grown = g_est[i].ns + g_est[i].ns / 128 + 1;
+        if (grown < c) c = grown;
+    }
+    g_est[i].sig = sig;
+    g_est[i].ns = c;
+    pthread_mutex_unlock(&g_lock);
+    return c;
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
 
 static hk_limiter g_lim[HK_MAX_DEVICES];
 static _Atomic int g_lim_state[HK_MAX_DEVICES];     /* 0 unknown, 1 attached, 2 unlimited */
@@ -140,6 +178,7 @@ static int collect_one(int block) {
     }
     hk_pair ev = g_pending[i].ev;
     int ldev = g_pending[i].ldev;
+    uint64_t sig = g_pending[i].sig;
     g_head = (g_head + 1) % HK_RING;
     g_npending--;
     pthread_mutex_unlock(&g_lock);
@@ -147,7 +186,7 @@ static int collect_one(int block) {
     float ms = 0;
     if (hk_real.cuEventElapsedTime(&ms, ev.start, ev.end) == CUDA_SUCCESS && ms > 0) {
         hk_limiter *lim = limiter_for(ldev);
-        if (lim) hk_limiter_charge(lim, (int64_t)((double)ms * 1e6));
+        if (lim) hk_limiter_charge(lim, charge_for(sig, (int64_t)((double)ms * 1e6)));
     }
     put_pair(&ev);
     return 1;
@@ -173,6 +212,7 @@ static void close_batch(hk_batch *b) {
             unsigned tail = (g_head + g_npending) % HK_RING;
             g_pending[tail].ev = b->ev;
             g_pending[tail].ldev = b->ldev;
+            g_pending[tail].sig = b->sig;
             g_npending++;
             pthread_mutex_unlock(&g_lock);
             return;
@@ -239,14 +279,16 @@ static hk_batch *gate_before(CUstream s) {
         b->ctx = ctx;
         b->ldev = ldev;
         b->count = 0;
+        b->sig = 0;
         b->opened_ns = now;
     }
     return b;
 }
 
-static void gate_after(hk_batch *b, CUstream s, CUresult r) {
+static void gate_after(hk_batch *b, CUstream s, CUresult r, uint64_t sig) {
     if (r != CUDA_SUCCESS) return;
     if (hk_real.cuEventRecord(b->ev.end, s) != CUDA_SUCCESS) return;
+    b->sig = mix(b->sig, sig);
     b->count++;
     b->last_ns = hk_limiter_now_ns();
 }
@@ -255,6 +297,7 @@ void hk_launch_atfork_child(void) {
     /* The parent's events and contexts are not usable here: forget them (leaked, by design). */
     pthread_mutex_init(&g_lock, NULL);
     g_head = g_npending = g_npool = 0;
+    memset(g_est, 0, sizeof g_est);
     atomic_store(&g_captures, 0);
     memset(&t_batch, 0, sizeof t_batch);
 }
@@ -272,7 +315,7 @@ static inline CUresult slow_check(void) {
     return hk_shim_ready() == HK_SHIM_FAILCLOSED ? CUDA_ERROR_NOT_INITIALIZED : CUDA_SUCCESS;
 }
 
-#define GATED(real_fn, stream, call)                               \
+#define GATED(real_fn, stream, sig, call)                          \
     do {                                                           \
         if (HK_UNLIKELY(!real_fn)) return CUDA_ERROR_NOT_INITIALIZED; \
         if (fast_path()) return call;                              \
@@ -282,39 +325,43 @@ static inline CUresult slow_check(void) {
         CUstream s_ = (stream);                                    \
         hk_batch *b_ = gate_before(s_);                            \
         CUresult r_ = call;                                        \
-        if (b_) gate_after(b_, s_, r_);                            \
+        if (b_) gate_after(b_, s_, r_, (sig));                     \
         return r_;                                                 \
     } while (0)
 
 #define PTSZ(s) ((s) ? (s) : CU_STREAM_PER_THREAD)
+#define KSIG ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)gx << 40 ^ (uint64_t)gy << 20 ^ gz) * 17 + \
+              ((uint64_t)bx << 20 ^ (uint64_t)by << 10 ^ bz) + shmem)
+#define XSIG (c ? ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)c->gridDimX << 40 ^ (uint64_t)c->gridDimY << 20 ^ \
+                   c->gridDimZ) * 17 + ((uint64_t)c->blockDimX << 20 ^ c->blockDimY << 10 ^ c->blockDimZ)) : 1)
 
 HK_EXPORT CUresult cuLaunchKernel(HK_LAUNCH_ARGS, void **params, void **extra) {
-    GATED(hk_real.cuLaunchKernel, s, hk_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
+    GATED(hk_real.cuLaunchKernel, s, KSIG, hk_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 HK_EXPORT CUresult cuLaunchKernel_ptsz(HK_LAUNCH_ARGS, void **params, void **extra) {
-    GATED(hk_real.cuLaunchKernel_ptsz, PTSZ(s),
+    GATED(hk_real.cuLaunchKernel_ptsz, PTSZ(s), KSIG,
           hk_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 HK_EXPORT CUresult cuLaunchCooperativeKernel(HK_LAUNCH_ARGS, void **params) {
-    GATED(hk_real.cuLaunchCooperativeKernel, s,
+    GATED(hk_real.cuLaunchCooperativeKernel, s, KSIG,
           hk_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 HK_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(HK_LAUNCH_ARGS, void **params) {
-    GATED(hk_real.cuLaunchCooperativeKernel_ptsz, PTSZ(s),
+    GATED(hk_real.cuLaunchCooperativeKernel_ptsz, PTSZ(s), KSIG,
           hk_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 HK_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    GATED(hk_real.cuLaunchKernelEx, c ? c->hStream : NULL, hk_real.cuLaunchKernelEx(c, f, params, extra));
+    GATED(hk_real.cuLaunchKernelEx, c ? c->hStream : NULL, XSIG, hk_real.cuLaunchKernelEx(c, f, params, extra));
 }
 HK_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    GATED(hk_real.cuLaunchKernelEx_ptsz, PTSZ(c ? c->hStream : NULL),
+    GATED(hk_real.cuLaunchKernelEx_ptsz, PTSZ(c ? c->hStream : NULL), XSIG,
           hk_real.cuLaunchKernelEx_ptsz(c, f, params, extra));
 }
 HK_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
-    GATED(hk_real.cuGraphLaunch, s, hk_real.cuGraphLaunch(g, s));
+    GATED(hk_real.cuGraphLaunch, s, (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch(g, s));
 }
 HK_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-    GATED(hk_real.cuGraphLaunch_ptsz, PTSZ(s), hk_real.cuGraphLaunch_ptsz(g, s));
+    GATED(hk_real.cuGraphLaunch_ptsz, PTSZ(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch_ptsz(g, s));
 }
 
 /* ---------------------------------------------------------------------------

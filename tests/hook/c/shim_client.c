@@ -449,10 +449,14 @@ int main(int argc, char **argv) {
         double t0 = now_s();
         libcuda = dlopen("libcuda.so.1", RTLD_NOW);
         if (!libcuda) fail("dlopen");
+        double t1 = now_s();
         gpa = (gpa_v2_t)dlsym(libcuda, "cuGetProcAddress_v2");
         cuInit_ = sym("cuInit", V, 0);
+        double t2 = now_s();
         CUresult r = cuInit_(0);
-        printf("CUINIT %d %.1f\n", r, (now_s() - t0) * 1e6);
+        double t3 = now_s();
+        printf("CUINIT %d %.1f dlopen %.1f resolve %.1f cuInit %.1f\n", r, (t3 - t0) * 1e6, (t1 - t0) * 1e6,
+               (t2 - t1) * 1e6, (t3 - t2) * 1e6);
         return 0;
     }
     if (!strcmp(cmd, "nvml")) {
