@@ -1,0 +1,594 @@
+/* ledger.c -- the shared per-claim ledger: creation, validation, process slots, admission.
+ *
+ * Invariants (see hookcore.h for the overview):
+ *   - A slot's counters are written by its owner only (atomic add/sub), and by whoever holds the
+ *     slot's OFD lock while the slot is not LIVE (claim zeroes them before publishing LIVE).
+ *   - The owner word changes only under the slot's OFD lock. Live owners hold that lock for their
+ *     lifetime, so "I could take the lock" == "the owner is dead" (the kernel drops OFD locks when
+ *     the last descriptor of the open file description goes away, whatever killed the process).
+ *   - Admission sums counters of LIVE slots below the high-water mark. Every operation on the
+ *     counters, the owner words and the mark is seq_cst, so of two racing reservations the later
+ *     fetch_add is ordered before the other's scan or sees it: both may fail, never both pass.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define ORD_SC  memory_order_seq_cst
+#define ORD_ACQ memory_order_acquire
+#define ORD_REL memory_order_release
+#define ORD_RLX memory_order_relaxed
+
+/* ---------------------------------------------------------------------------------------------
+   Small OS helpers                                                                             */
+
+uint64_t hk__random64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+  }
+  return v;
+}
+
+uint64_t hk_proc_start_time(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');          /* comm may contain spaces and parentheses */
+  if (p == NULL) return 0;
+  p++;
+  for (int field = 3; field <= 22; field++) {  /* field 3 follows ") " */
+    while (*p == ' ') p++;
+    if (*p == '\0') return 0;
+    if (field == 22) return strtoull(p, NULL, 10);
+    while (*p && *p != ' ') p++;
+  }
+  return 0;
+}
+
+/* OFD byte-range lock on one byte. cmd: F_OFD_SETLK / F_OFD_SETLKW / F_OFD_GETLK.
+   Returns 0 on success; for GETLK, 1 if another description holds a conflicting lock. */
+static int ofd_lock(int fd, int cmd, short type, off_t off) {
+  struct flock fl;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = off;
+  fl.l_len = 1;
+  fl.l_pid = 0;
+  int rc;
+  do {
+    rc = fcntl(fd, cmd, &fl);
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return -1;
+  if (cmd == F_OFD_GETLK) return fl.l_type != F_UNLCK;
+  return 0;
+}
+
+static off_t slot_lock_offset(int i) { return (off_t)HK_OFF_SLOTS + (off_t)i * (off_t)sizeof(hk__slot); }
+
+/* 1 if slot i's owner is alive (someone else holds its lock), 0 if not, -1 on error. */
+static int slot_alive(const hk_ledger *l, int i) {
+  if (l->private_mem) return 1;
+  if (i == l->my_index) return 1;
+  if (l->fd < 0) return -1;
+  return ofd_lock(l->fd, F_OFD_GETLK, F_WRLCK, slot_lock_offset(i));
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Open / create / validate                                                                     */
+
+static void init_devices(hk_ledger *l, const hk_config *cfg) {
+  l->hdr->device_count = cfg ? cfg->device_count : 0;
+  l->hdr->uuid_keyed = cfg ? cfg->uuid_keyed : 0;
+  for (int i = 0; i < HK_MAX_DEVICES; i++) {
+    hk__dev *d = &l->dev[i];
+    memset(d->uuid, 0, sizeof d->uuid);
+    if (cfg) memcpy(d->uuid, cfg->uuid[i], sizeof d->uuid);
+    d->mem_limit = cfg ? cfg->mem_limit[i] : HK_MEM_UNLIMITED;
+    d->sm_limit = cfg ? cfg->sm_limit[i] : HK_SM_UNLIMITED;
+    d->flags = cfg ? cfg->flags[i] : 0;
+    atomic_store_explicit(&d->xpeak, 0, ORD_RLX);
+    memset(d->limiter, 0, sizeof d->limiter);
+  }
+}
+
+static void init_header(hk_ledger *l, const hk_config *cfg) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  memset(l->base, 0, l->size);
+  hk__hdr *h = l->hdr;
+  h->version = HK_LEDGER_VERSION;
+  h->header_size = sizeof(hk__hdr);
+  h->device_size = sizeof(hk__dev);
+  h->slot_size = sizeof(hk__slot);
+  h->max_devices = HK_MAX_DEVICES;
+  h->max_slots = HK_MAX_SLOTS;
+  h->file_size = HK_LEDGER_SIZE;
+  h->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  h->epoch = hk__random64();
+  init_devices(l, cfg);
+  atomic_store_explicit((_Atomic uint64_t *)&h->xmagic, HK_LEDGER_MAGIC, ORD_REL);
+}
+
+static int check_header(const hk_ledger *l, char *err, size_t errlen) {
+  const hk__hdr *h = l->hdr;
+  uint64_t magic = atomic_load_explicit((_Atomic uint64_t *)&h->xmagic, ORD_ACQ);
+  if (magic != HK_LEDGER_MAGIC) {
+    hk__errf(err, errlen, "%s is not a hookcore ledger (magic %#llx); remove it or point "
+             "CUDA_DEVICE_MEMORY_SHARED_CACHE elsewhere", l->path, (unsigned long long)magic);
+    return HK_EFAILCLOSED;
+  }
+  if (h->version != HK_LEDGER_VERSION || h->header_size != sizeof(hk__hdr) ||
+      h->device_size != sizeof(hk__dev) || h->slot_size != sizeof(hk__slot) ||
+      h->max_devices != HK_MAX_DEVICES || h->max_slots != HK_MAX_SLOTS || h->file_size != HK_LEDGER_SIZE) {
+    hk__errf(err, errlen, "ledger %s has layout version %u (header %u, device %u, slot %u bytes); this "
+             "library uses version %u (%zu, %zu, %zu): all processes of a claim must use one hookcore build",
+             l->path, h->version, h->header_size, h->device_size, h->slot_size, HK_LEDGER_VERSION,
+             sizeof(hk__hdr), sizeof(hk__dev), sizeof(hk__slot));
+    return HK_EFAILCLOSED;
+  }
+  return HK_OK;
+}
+
+static void fmt_limit(char *buf, size_t n, uint64_t v) {
+  if (v == HK_MEM_UNLIMITED) snprintf(buf, n, "unlimited");
+  else snprintf(buf, n, "%llu bytes", (unsigned long long)v);
+}
+
+/* First difference between the ledger's quotas and cfg, as a message; 0 if equal. */
+static int config_differs(const hk_ledger *l, const hk_config *cfg, char *msg, size_t n) {
+  if (l->hdr->uuid_keyed != cfg->uuid_keyed) {
+    snprintf(msg, n, "UUID keying differs (ledger %u, environment %u)", l->hdr->uuid_keyed, cfg->uuid_keyed);
+    return 1;
+  }
+  for (int i = 0; i < HK_MAX_DEVICES; i++) {
+    const hk__dev *d = &l->dev[i];
+    char a[32], b[32];
+    if (d->mem_limit != cfg->mem_limit[i]) {
+      fmt_limit(a, sizeof a, d->mem_limit);
+      fmt_limit(b, sizeof b, cfg->mem_limit[i]);
+      snprintf(msg, n, "device %d memory quota differs (ledger %s, environment %s)", i, a, b);
+      return 1;
+    }
+    if (d->sm_limit != cfg->sm_limit[i]) {
+      snprintf(msg, n, "device %d SM limit differs (ledger %u%%, environment %u%%)", i, d->sm_limit,
+               cfg->sm_limit[i]);
+      return 1;
+    }
+    if (strncmp(d->uuid, cfg->uuid[i], HK_UUID_MAX) != 0) {
+      snprintf(msg, n, "device %d UUID differs (ledger \"%.63s\", environment \"%.63s\")", i, d->uuid,
+               cfg->uuid[i]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Number of slots whose owner is alive (other than mine). */
+static int count_live(const hk_ledger *l) {
+  int live = 0;
+  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  for (uint32_t i = 0; i < hwm && i < HK_MAX_SLOTS; i++) {
+    uint64_t w = atomic_load_explicit(&l->slots[i].xowner, ORD_SC);
+    if (HK_OWNER_STATE(w) == HK_SLOT_FREE || (int)i == l->my_index) continue;
+    if (slot_alive(l, (int)i) != 0) live++;
+  }
+  return live;
+}
+
+static int map_file(hk_ledger *l, int prot, char *err, size_t errlen) {
+  void *p = mmap(NULL, HK_LEDGER_SIZE, prot, MAP_SHARED, l->fd, 0);
+  if (p == MAP_FAILED) {
+    hk__errf(err, errlen, "cannot map ledger %s: %s", l->path, strerror(errno));
+    return HK_EIO;
+  }
+  l->base = p;
+  l->size = HK_LEDGER_SIZE;
+  l->hdr = (hk__hdr *)l->base;
+  l->dev = (hk__dev *)(l->base + HK_OFF_DEVICES);
+  l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
+  return HK_OK;
+}
+
+/* With the creation lock held: size the file, map it, create or validate it. */
+static int open_locked(hk_ledger *l, const hk_config *cfg, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(l->fd, &st) < 0) {
+    hk__errf(err, errlen, "cannot stat ledger %s: %s", l->path, strerror(errno));
+    return HK_EIO;
+  }
+  l->st_dev = st.st_dev;
+  l->st_ino = st.st_ino;
+  if ((uint64_t)st.st_size != HK_LEDGER_SIZE) {
+    uint64_t magic = 0;
+    if (st.st_size >= 8 && pread(l->fd, &magic, sizeof magic, 0) == (ssize_t)sizeof magic && magic != 0) {
+      hk__errf(err, errlen, "ledger %s has size %lld, expected %u (magic %#llx): it was written by another "
+               "program or another hookcore version; remove it", l->path, (long long)st.st_size,
+               HK_LEDGER_SIZE, (unsigned long long)magic);
+      return HK_EFAILCLOSED;
+    }
+    if (ftruncate(l->fd, HK_LEDGER_SIZE) < 0) {   /* new file, or a creator died before the magic */
+      hk__errf(err, errlen, "cannot size ledger %s: %s", l->path, strerror(errno));
+      return HK_EIO;
+    }
+  }
+  int rc = map_file(l, PROT_READ | PROT_WRITE, err, errlen);
+  if (rc != HK_OK) return rc;
+  if (atomic_load_explicit((_Atomic uint64_t *)&l->hdr->xmagic, ORD_ACQ) == 0) {
+    init_header(l, cfg);   /* nobody can be using it: every user holds the creation lock first */
+    return HK_OK;
+  }
+  rc = check_header(l, err, errlen);
+  if (rc != HK_OK || cfg == NULL) return rc;
+  char why[256];
+  if (config_differs(l, cfg, why, sizeof why)) {
+    int live = count_live(l);
+    if (live > 0) {
+      hk__errf(err, errlen, "ledger %s is in use by %d process(es) with another configuration: %s; all "
+               "processes of a claim must share one configuration", l->path, live, why);
+      return HK_EFAILCLOSED;
+    }
+    hk_ledger_reclaim(l);    /* stale file from an earlier run: adopt the new quotas */
+    init_devices(l, cfg);
+  }
+  return HK_OK;
+}
+
+/* With the creation lock held: take a slot (lock it, zero it, publish LIVE). */
+int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen) {
+  int pass;
+  for (pass = 0; pass < 2; pass++) {           /* pass 0: free slots; pass 1: dead owners */
+    for (int i = 0; i < HK_MAX_SLOTS; i++) {
+      hk__slot *s = &l->slots[i];
+      uint64_t w = atomic_load_explicit(&s->xowner, ORD_SC);
+      if ((HK_OWNER_STATE(w) == HK_SLOT_FREE) != (pass == 0)) continue;
+      if (ofd_lock(l->fd, F_OFD_SETLK, F_WRLCK, slot_lock_offset(i)) != 0) {
+        if (errno == EAGAIN || errno == EACCES) continue;   /* alive owner or another claimer */
+        hk__errf(err, errlen, "cannot lock slot %d of ledger %s: %s (the filesystem must support "
+                 "OFD locks)", i, l->path, strerror(errno));
+        return HK_EIO;
+      }
+      /* Slot i is ours: nobody alive holds it, nobody else can take it. */
+      w = atomic_load_explicit(&s->xowner, ORD_SC);
+      uint64_t gen = HK_OWNER_GEN(w) + 1;
+      atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_CLAIMING), ORD_SC);
+      for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&s->xused[d], 0, ORD_SC);
+      s->pid = (int32_t)getpid();
+      s->start_time = hk_proc_start_time(s->pid);
+      s->nonce = hk__random64();
+      uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+      while (hwm < (uint32_t)i + 1 &&
+             !atomic_compare_exchange_weak_explicit(&l->hdr->xslot_hwm, &hwm, (uint32_t)i + 1, ORD_SC, ORD_SC)) {
+      }
+      atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_LIVE), ORD_SC);
+      l->me = s;
+      l->my_index = i;
+      return HK_OK;
+    }
+  }
+  hk__errf(err, errlen, "ledger %s has no free process slot (%d live processes)", l->path, HK_MAX_SLOTS);
+  return HK_ENOSPC;
+}
+
+static int open_private(const hk_config *cfg, hk_ledger *l, char *err, size_t errlen) {
+  void *p = mmap(NULL, HK_LEDGER_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    hk__errf(err, errlen, "cannot allocate a private ledger: %s", strerror(errno));
+    return HK_EIO;
+  }
+  l->private_mem = 1;
+  l->base = p;
+  l->size = HK_LEDGER_SIZE;
+  l->hdr = (hk__hdr *)l->base;
+  l->dev = (hk__dev *)(l->base + HK_OFF_DEVICES);
+  l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
+  snprintf(l->path, sizeof l->path, "(private)");
+  init_header(l, cfg);
+  hk__slot *s = &l->slots[0];
+  s->pid = (int32_t)getpid();
+  s->start_time = hk_proc_start_time(s->pid);
+  s->nonce = hk__random64();
+  atomic_store_explicit(&l->hdr->xslot_hwm, 1, ORD_SC);
+  atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(1, HK_SLOT_LIVE), ORD_SC);
+  l->me = s;
+  l->my_index = 0;
+  return HK_OK;
+}
+
+int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out, char *err,
+                   size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (out == NULL) {
+    hk__errf(err, errlen, "hk_ledger_open: NULL out");
+    return HK_EINVAL;
+  }
+  *out = NULL;
+  hk_ledger *l = calloc(1, sizeof *l);
+  if (l == NULL) {
+    hk__errf(err, errlen, "out of host memory");
+    return HK_EIO;
+  }
+  l->fd = -1;
+  l->my_index = -1;
+  l->flags = flags;
+  int rc;
+  if (path == NULL || *path == '\0') {
+    rc = open_private(cfg, l, err, errlen);
+    if (rc != HK_OK) { free(l); return rc; }
+    *out = l;
+    return HK_OK;
+  }
+  if (strlen(path) >= sizeof l->path) {
+    hk__errf(err, errlen, "ledger path too long");
+    free(l);
+    return HK_EINVAL;
+  }
+  snprintf(l->path, sizeof l->path, "%s", path);
+  if (flags & HK_OPEN_READONLY) {
+    struct stat st;
+    l->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (l->fd < 0) {
+      hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
+      free(l);
+      return HK_EIO;
+    }
+    if (fstat(l->fd, &st) < 0 || (uint64_t)st.st_size != HK_LEDGER_SIZE) {
+      hk__errf(err, errlen, "%s is not a hookcore ledger of version %u (size %lld, expected %u)", path,
+               HK_LEDGER_VERSION, (long long)st.st_size, HK_LEDGER_SIZE);
+      close(l->fd);
+      free(l);
+      return HK_EFAILCLOSED;
+    }
+    rc = map_file(l, PROT_READ, err, errlen);
+    if (rc == HK_OK) rc = check_header(l, err, errlen);
+    if (rc != HK_OK) { hk_ledger_close(l); return rc; }
+    *out = l;
+    return HK_OK;
+  }
+  l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+  if (l->fd < 0) {
+    hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
+    free(l);
+    return HK_EIO;
+  }
+  if (ofd_lock(l->fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
+    hk__errf(err, errlen, "cannot lock ledger %s: %s (the filesystem must support OFD locks)", path,
+             strerror(errno));
+    close(l->fd);
+    free(l);
+    return HK_EIO;
+  }
+  rc = open_locked(l, cfg, err, errlen);
+  if (rc == HK_OK && !(flags & HK_OPEN_NOCLAIM)) rc = hk__ledger_claim_locked(l, err, errlen);
+  ofd_lock(l->fd, F_OFD_SETLK, F_UNLCK, 0);
+  if (rc != HK_OK) {
+    hk_ledger_close(l);
+    return rc;
+  }
+  *out = l;
+  return HK_OK;
+}
+
+void hk_ledger_close(hk_ledger *l) {
+  if (l == NULL) return;
+  if (l->me != NULL && !l->private_mem && l->fd >= 0) {
+    /* Still holding the slot lock: hand the slot back (a kill here just leaves it for reclaim). */
+    for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&l->me->xused[d], 0, ORD_SC);
+    uint64_t w = atomic_load_explicit(&l->me->xowner, ORD_SC);
+    atomic_store_explicit(&l->me->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w), HK_SLOT_FREE), ORD_SC);
+  }
+  if (l->base != NULL) munmap(l->base, l->size);
+  if (l->fd >= 0) close(l->fd);   /* drops the slot lock */
+  free(l);
+}
+
+/* After fork, in the child: the descriptor is shared with the parent, so its locks are the
+   parent's. Drop it (not the locks: the parent's description still holds them) and forget the
+   slot; hk__ledger_reattach() gives the child its own. */
+void hk__ledger_atfork_child(hk_ledger *l) {
+  if (l == NULL) return;
+  if (l->private_mem) {   /* the child has its own copy: start it from zero */
+    if (l->me == NULL) return;
+    for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&l->me->xused[d], 0, ORD_RLX);
+    l->me->pid = (int32_t)getpid();
+    return;
+  }
+  if (l->fd >= 0) close(l->fd);
+  l->fd = -1;
+  l->me = NULL;
+  l->my_index = -1;
+}
+
+int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen) {
+  struct stat st;
+  if (l->private_mem) return HK_OK;
+  int fd = open(l->path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    hk__errf(err, errlen, "cannot reopen ledger %s after fork: %s", l->path, strerror(errno));
+    return HK_EIO;
+  }
+  if (fstat(fd, &st) < 0 || st.st_dev != l->st_dev || st.st_ino != l->st_ino) {
+    hk__errf(err, errlen, "ledger %s was replaced since this process started", l->path);
+    close(fd);
+    return HK_EFAILCLOSED;
+  }
+  if (ofd_lock(fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
+    hk__errf(err, errlen, "cannot lock ledger %s: %s", l->path, strerror(errno));
+    close(fd);
+    return HK_EIO;
+  }
+  l->fd = fd;
+  int rc = hk__ledger_claim_locked(l, err, errlen);
+  ofd_lock(fd, F_OFD_SETLK, F_UNLCK, 0);
+  if (rc != HK_OK) {
+    close(fd);
+    l->fd = -1;
+  }
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Admission                                                                                    */
+
+uint64_t hk__ledger_sum(const hk_ledger *l, int dev) {
+  uint64_t sum = 0;
+  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  if (hwm > HK_MAX_SLOTS) hwm = HK_MAX_SLOTS;
+  for (uint32_t i = 0; i < hwm; i++) {
+    hk__slot *s = &l->slots[i];
+    if (HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC)) != HK_SLOT_LIVE) continue;
+    uint64_t v = atomic_load_explicit(&s->xused[dev], ORD_SC);
+    sum = (sum + v < sum) ? UINT64_MAX : sum + v;   /* saturate */
+  }
+  return sum;
+}
+
+static void peak_max(hk__dev *d, uint64_t v) {
+  uint64_t p = atomic_load_explicit(&d->xpeak, ORD_RLX);
+  while (p < v && !atomic_compare_exchange_weak_explicit(&d->xpeak, &p, v, ORD_RLX, ORD_RLX)) {
+  }
+}
+
+static void backoff(int attempt) {
+  if (attempt <= 1) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, 20000L << attempt};   /* 80us, 160us */
+  nanosleep(&ts, NULL);
+}
+
+int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
+  if (hk_unlikely(l == NULL || dev < 0 || dev >= HK_MAX_DEVICES)) return HK_EINVAL;
+  hk__slot *me = l->me;
+  if (hk_unlikely(me == NULL)) return HK_EINVAL;
+  hk__dev *d = &l->dev[dev];
+  const uint64_t limit = d->mem_limit;
+  if (limit == HK_MEM_UNLIMITED) {
+    atomic_fetch_add_explicit(&me->xused[dev], bytes, ORD_SC);
+    return HK_OK;
+  }
+  if (bytes > limit) return HK_ENOMEM;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    atomic_fetch_add_explicit(&me->xused[dev], bytes, ORD_SC);
+    uint64_t sum = hk__ledger_sum(l, dev);
+    if (hk_likely(sum <= limit)) {
+      peak_max(d, sum);
+      return HK_OK;
+    }
+    atomic_fetch_sub_explicit(&me->xused[dev], bytes, ORD_SC);
+    /* Slow path: maybe dead processes hold quota, maybe a racer will roll back. */
+    if (attempt == 0 && hk_ledger_reclaim(l) > 0) continue;
+    if (attempt < 3) backoff(attempt);
+  }
+  return HK_ENOMEM;
+}
+
+void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes) {
+  if (l == NULL || l->me == NULL || dev < 0 || dev >= HK_MAX_DEVICES || bytes == 0) return;
+  _Atomic uint64_t *c = &l->me->xused[dev];
+  uint64_t v = atomic_load_explicit(c, ORD_SC);
+  uint64_t nv;
+  do {
+    nv = v > bytes ? v - bytes : 0;   /* never underflow */
+  } while (!atomic_compare_exchange_weak_explicit(c, &v, nv, ORD_SC, ORD_SC));
+}
+
+uint64_t hk_ledger_used(const hk_ledger *l, int dev) {
+  if (l == NULL || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
+  return hk__ledger_sum(l, dev);
+}
+
+int hk_ledger_slot_index(const hk_ledger *l) { return l ? l->my_index : -1; }
+
+int hk_ledger_reclaim(hk_ledger *l) {
+  if (l == NULL || l->private_mem || l->fd < 0 || (l->flags & HK_OPEN_READONLY)) return 0;
+  int freed = 0;
+  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  for (uint32_t i = 0; i < hwm && i < HK_MAX_SLOTS; i++) {
+    hk__slot *s = &l->slots[i];
+    if ((int)i == l->my_index) continue;
+    if (HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC)) == HK_SLOT_FREE) continue;
+    if (ofd_lock(l->fd, F_OFD_SETLK, F_WRLCK, slot_lock_offset((int)i)) != 0) continue;  /* alive */
+    uint64_t w = atomic_load_explicit(&s->xowner, ORD_SC);   /* stable now: we hold the lock */
+    if (HK_OWNER_STATE(w) != HK_SLOT_FREE) {
+      atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w), HK_SLOT_FREE), ORD_SC);
+      for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&s->xused[d], 0, ORD_SC);
+      freed++;
+    }
+    ofd_lock(l->fd, F_OFD_SETLK, F_UNLCK, slot_lock_offset((int)i));
+  }
+  return freed;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Readers                                                                                      */
+
+uint32_t hk_ledger_device_count(const hk_ledger *l) { return l ? l->hdr->device_count : 0; }
+uint32_t hk_ledger_version(const hk_ledger *l) { return l ? l->hdr->version : 0; }
+
+uint32_t hk_ledger_slot_hwm(const hk_ledger *l) {
+  if (l == NULL) return 0;
+  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  return hwm > HK_MAX_SLOTS ? HK_MAX_SLOTS : hwm;
+}
+
+int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out) {
+  if (l == NULL || out == NULL || dev < 0 || dev >= HK_MAX_DEVICES) return HK_EINVAL;
+  const hk__dev *d = &l->dev[dev];
+  memset(out, 0, sizeof *out);
+  memcpy(out->uuid, d->uuid, sizeof out->uuid);
+  out->uuid[HK_UUID_MAX - 1] = '\0';
+  out->mem_limit = d->mem_limit;
+  out->sm_limit = d->sm_limit;
+  out->peak = atomic_load_explicit((_Atomic uint64_t *)&d->xpeak, ORD_RLX);
+  uint32_t hwm = hk_ledger_slot_hwm(l);
+  for (uint32_t i = 0; i < hwm; i++) {
+    hk__slot *s = &l->slots[i];
+    if (HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC)) != HK_SLOT_LIVE) continue;
+    uint64_t v = atomic_load_explicit(&s->xused[dev], ORD_SC);
+    out->used = (out->used + v < out->used) ? UINT64_MAX : out->used + v;
+    if (v > 0 && slot_alive(l, (int)i) != 0) out->live_processes++;
+  }
+  return HK_OK;
+}
+
+int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out) {
+  if (l == NULL || out == NULL || slot < 0 || slot >= HK_MAX_SLOTS) return HK_EINVAL;
+  hk__slot *s = &l->slots[slot];
+  memset(out, 0, sizeof *out);
+  uint32_t st = HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC));
+  out->pid = s->pid;
+  out->start_time = s->start_time;
+  out->nonce = s->nonce;
+  for (int d = 0; d < HK_MAX_DEVICES; d++) out->used[d] = atomic_load_explicit(&s->xused[d], ORD_SC);
+  if (st == HK_SLOT_LIVE || st == HK_SLOT_CLAIMING) {
+    int alive = slot_alive(l, slot);
+    if (alive == 0) st = HK_SLOT_DEAD;   /* -1 (cannot tell): report what the word says */
+  }
+  out->state = st;
+  return HK_OK;
+}
+
+void *hk_ledger_limiter_area(hk_ledger *l, int dev) {
+  if (l == NULL || dev < 0 || dev >= HK_MAX_DEVICES) return NULL;
+  return l->dev[dev].limiter;
+}

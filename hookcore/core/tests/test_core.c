@@ -1,0 +1,812 @@
+/* test_core.c -- unit and multi-process tests of the hookcore core (no GPU, no shim).
+ *
+ *   test_core [DIR]                  run every test; ledgers are created under DIR (default /tmp)
+ *   test_core populate PATH D:N ... [--hold]
+ *                                    open PATH with the config from the environment, reserve N bytes
+ *                                    on device D for each argument, print "ready", and with --hold
+ *                                    stay alive until stdin reaches EOF (used by the Python tests)
+ *
+ * Exit status 0 when every CHECK passed. Each test prints one line.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../internal.h"
+
+static int g_failures;
+static char g_dir[1024] = "/tmp";
+
+#define CHECK(cond)                                                                        \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                    \
+      g_failures++;                                                                        \
+    }                                                                                      \
+  } while (0)
+#define CHECK_EQ_U64(a, b)                                                                 \
+  do {                                                                                     \
+    unsigned long long _a = (unsigned long long)(a), _b = (unsigned long long)(b);         \
+    if (_a != _b) {                                                                        \
+      fprintf(stderr, "  FAIL %s:%d: %s == %llu, expected %s == %llu\n", __FILE__, __LINE__, \
+              #a, _a, #b, _b);                                                             \
+      g_failures++;                                                                        \
+    }                                                                                      \
+  } while (0)
+
+#define MiB (1024ull * 1024ull)
+#define GiB (1024ull * MiB)
+
+static void ledger_path(char *buf, size_t n, const char *name) {
+  snprintf(buf, n, "%s/hk-test-%d-%s.ledger", g_dir, (int)getpid(), name);
+  unlink(buf);
+}
+
+static hk_config config_of(const char *const *envp) {
+  hk_config c;
+  char err[HK_ERR_MAX];
+  int rc = hk_config_parse(envp, &c, err, sizeof err);
+  if (rc != HK_OK) {
+    fprintf(stderr, "  config parse failed: %s\n", err);
+    g_failures++;
+  }
+  return c;
+}
+
+static hk_ledger *open_ok(const char *path, const hk_config *cfg) {
+  hk_ledger *l = NULL;
+  char err[HK_ERR_MAX];
+  int rc = hk_ledger_open(path, cfg, 0, &l, err, sizeof err);
+  if (rc != HK_OK) {
+    fprintf(stderr, "  open %s failed: %s\n", path, err);
+    g_failures++;
+  }
+  return l;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+static void test_parse_mem(void) {
+  static const struct { const char *in; unsigned long long want; } good[] = {
+    {"1073741824", 1073741824ull}, {"+1024", 1024}, {"1", 1}, {"007", 7},
+    {"3000m", 3000 * MiB}, {"2g", 2 * GiB}, {"512k", 512 * 1024}, {"512K", 512 * 1024},
+    {"10Gi", 10 * GiB}, {"512Mi", 512 * MiB}, {"1Ki", 1024}, {"1Ti", 1024 * GiB},
+    {"1Pi", 1024ull * 1024 * GiB}, {"2Ei", 2ull << 60}, {"4Ei", 4ull << 60},
+    {"1G", 1000000000ull}, {"1M", 1000000ull}, {"2T", 2000000000000ull}, {"1P", 1000000000000000ull},
+    {"1E", 1000000000000000000ull}, {"1e9", 1000000000ull}, {"1E9", 1000000000ull},
+    {"1.5e3", 1500}, {"1.5Gi", 1536 * MiB}, {"0.5Ki", 512}, {".5Ki", 512}, {"2.", 2},
+    {"1e+3", 1000}, {"1000e-3", 1}, {"2.50Mi", 2621440}, {"0.001G", 1000000}, {"1.0", 1},
+    {"00000000000000000000000000000000000000000001", 1}, {"4611686018427387904", 1ull << 62},
+  };
+  static const char *bad[] = {
+    "", " 1", "1 ", "-1", "-0", "0", "0Gi", "0.0", "abc", "1gb", "1Gi!", "1GB", "0x10", "1.3k",
+    "1e-1", ".", "+", "e9", "1e", "1e+", "1ee9", "1i", "1Ki ", "1..5", "1,000", "1_000",
+    "4611686018427387905", "5Ei", "8Ei", "18446744073709551616", "1e19", "1e1000", "99999999999e99999",
+    "123456789012345678901234567890123456789", "1t", "1 Gi", "1\n", "\xff", "1mi", "1KI", "nan", "inf",
+    "1e9Gi", "1%",
+  };
+  char err[HK_ERR_MAX];
+  uint64_t v;
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    int rc = hk_parse_mem("CUDA_DEVICE_MEMORY_LIMIT", good[i].in, &v, err, sizeof err);
+    if (rc != HK_OK || v != good[i].want) {
+      fprintf(stderr, "  FAIL parse_mem(\"%s\") = %d/%llu, want %llu (%s)\n", good[i].in, rc,
+              (unsigned long long)v, good[i].want, err);
+      g_failures++;
+    }
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = '\0';
+    int rc = hk_parse_mem("CUDA_DEVICE_MEMORY_LIMIT_3", bad[i], &v, err, sizeof err);
+    if (rc != HK_EFAILCLOSED || strstr(err, "CUDA_DEVICE_MEMORY_LIMIT_3=\"") != err || strchr(err, '\n')) {
+      fprintf(stderr, "  FAIL parse_mem(\"%s\") accepted or bad message: rc=%d v=%llu err=%s\n", bad[i], rc,
+              (unsigned long long)v, err);
+      g_failures++;
+    }
+  }
+  hk_parse_mem("CUDA_DEVICE_MEMORY_LIMIT", "12x", &v, err, sizeof err);
+  CHECK(strstr(err, "CUDA_DEVICE_MEMORY_LIMIT=\"12x\"") != NULL && strstr(err, "unknown unit \"x\"") != NULL);
+  hk_parse_mem("CUDA_DEVICE_MEMORY_LIMIT", "1\n2", &v, err, sizeof err);
+  CHECK(strstr(err, "\"1\\x0a2\"") != NULL);
+  /* a tiny error buffer is truncated, never overrun */
+  char small[8];
+  hk_parse_mem("CUDA_DEVICE_MEMORY_LIMIT", "garbage", &v, small, sizeof small);
+  CHECK(strlen(small) == 7);
+  printf("ok parse_mem (%zu good, %zu bad)\n", sizeof good / sizeof good[0], sizeof bad / sizeof bad[0]);
+}
+
+static void test_parse_sm(void) {
+  static const struct { const char *in; unsigned want; } good[] = {
+    {"1", 1}, {"50", 50}, {"100", 100}, {"050", 50}, {"0100", 100},
+  };
+  static const char *bad[] = {"", "0", "00", "101", "1000", "-5", "+5", "50%", "5.5", "abc", " 5", "5 ",
+                              "99999999999999999999", "1e2"};
+  char err[HK_ERR_MAX];
+  uint32_t v;
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    int rc = hk_parse_sm("CUDA_DEVICE_SM_LIMIT", good[i].in, &v, err, sizeof err);
+    if (rc != HK_OK || v != good[i].want) {
+      fprintf(stderr, "  FAIL parse_sm(\"%s\") = %d/%u (%s)\n", good[i].in, rc, v, err);
+      g_failures++;
+    }
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = hk_parse_sm("CUDA_DEVICE_SM_LIMIT_0", bad[i], &v, err, sizeof err);
+    if (rc != HK_EFAILCLOSED || strstr(err, "CUDA_DEVICE_SM_LIMIT_0=\"") != err) {
+      fprintf(stderr, "  FAIL parse_sm(\"%s\") accepted: %d %s\n", bad[i], rc, err);
+      g_failures++;
+    }
+  }
+  hk_parse_sm("CUDA_DEVICE_SM_LIMIT", "0", &v, err, sizeof err);
+  CHECK(strstr(err, "0 is not a valid compute share") != NULL);
+  printf("ok parse_sm\n");
+}
+
+static void test_config(void) {
+  char err[HK_ERR_MAX];
+  hk_config c;
+  {
+    const char *env[] = {"PATH=/bin", "CUDA_DEVICE_MEMORY_LIMIT=2g", "CUDA_DEVICE_MEMORY_LIMIT_1=512Mi",
+                         "CUDA_DEVICE_SM_LIMIT=30", "CUDA_DEVICE_SM_LIMIT_2=100", "NOEQUALS",
+                         "CUDA_DEVICE_MEMORY_LIMIT=1g", /* duplicate: first wins */
+                         NULL};
+    CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_OK);
+    CHECK_EQ_U64(c.mem_limit[0], 2 * GiB);
+    CHECK_EQ_U64(c.mem_limit[1], 512 * MiB);
+    CHECK_EQ_U64(c.mem_limit[15], 2 * GiB);
+    CHECK_EQ_U64(c.sm_limit[0], 30);
+    CHECK_EQ_U64(c.sm_limit[2], 100);
+    CHECK_EQ_U64(c.device_count, 3);
+    CHECK(!c.uuid_keyed);
+    CHECK(strcmp(c.ledger_path, HK_DEFAULT_LEDGER) == 0);
+    CHECK((c.flags[1] & HK_CFG_MEM_SET) && !(c.flags[2] & HK_CFG_SM_SET));
+  }
+  {
+    const char *env[] = {"HOME=/root", NULL};
+    CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_OK);
+    CHECK(c.mem_limit[0] == HK_MEM_UNLIMITED && c.sm_limit[0] == 100 && c.ledger_path[0] == '\0');
+    CHECK(c.device_count == 0);
+    CHECK(hk_config_parse(NULL, &c, err, sizeof err) == HK_OK);
+  }
+  {
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=1Gi", "HOOKCORE_DEVICE_UUID_0=GPU-aaaa",
+                         "HOOKCORE_DEVICE_UUID_1=gpu-BBBB", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/x/y.ledger", NULL};
+    CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_OK);
+    CHECK(c.uuid_keyed && c.device_count == 2);
+    CHECK(strcmp(c.uuid[1], "gpu-BBBB") == 0);
+    CHECK(strcmp(c.ledger_path, "/x/y.ledger") == 0);
+    CHECK(c.mem_limit[1] == HK_MEM_UNLIMITED);
+  }
+  static const struct { const char *env; const char *needle; } bad[] = {
+    {"CUDA_DEVICE_MEMORY_LIMIT_1=12x", "CUDA_DEVICE_MEMORY_LIMIT_1=\"12x\""},
+    {"CUDA_DEVICE_MEMORY_LIMIT_x=1g", "CUDA_DEVICE_MEMORY_LIMIT_x=\"1g\": bad device index"},
+    {"CUDA_DEVICE_MEMORY_LIMIT_01=1g", "bad device index"},
+    {"CUDA_DEVICE_MEMORY_LIMIT_16=1g", "bad device index"},
+    {"CUDA_DEVICE_MEMORY_LIMIT_=1g", "bad device index"},
+    {"CUDA_DEVICE_SM_LIMIT=0", "CUDA_DEVICE_SM_LIMIT=\"0\""},
+    {"CUDA_DEVICE_SM_LIMIT_3=150", "out of range"},
+    {"CUDA_DEVICE_MEMORY_LIMIT=", "empty value"},
+    {"CUDA_DEVICE_MEMORY_LIMIT=-1g", "negative"},
+    {"CUDA_DEVICE_MEMORY_SHARED_CACHE=relative/path", "not an absolute path"},
+    {"CUDA_DEVICE_MEMORY_SHARED_CACHE=", "empty path"},
+    {"HOOKCORE_DEVICE_UUID_0=GPU 1", "invalid character"},
+    {"HOOKCORE_DEVICE_UUID_0=", "empty UUID"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=1g", bad[i].env, NULL};
+    int rc = hk_config_parse(env, &c, err, sizeof err);
+    if (rc != HK_EFAILCLOSED || strstr(err, bad[i].needle) == NULL || c.mem_limit[0] != 0) {
+      fprintf(stderr, "  FAIL config %s: rc=%d err=%s\n", bad[i].env, rc, err);
+      g_failures++;
+    }
+  }
+  {
+    const char *env[] = {"HOOKCORE_DEVICE_UUID_0=GPU-1", "CUDA_DEVICE_MEMORY_LIMIT_1=1g", NULL};
+    CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_EFAILCLOSED);
+    CHECK(strstr(err, "HOOKCORE_DEVICE_UUID_1 is not") != NULL);
+  }
+  {
+    const char *env[] = {"HOOKCORE_DEVICE_UUID_0=GPU-abc", "HOOKCORE_DEVICE_UUID_3=ABC", NULL};
+    CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_EFAILCLOSED);
+    CHECK(strstr(err, "same device as HOOKCORE_DEVICE_UUID_0") != NULL);
+  }
+  unsigned char raw[16];
+  for (int i = 0; i < 16; i++) raw[i] = (unsigned char)(i * 17);
+  char u[HK_UUID_MAX];
+  hk_uuid_format(raw, u);
+  CHECK(strcmp(u, "GPU-00112233-4455-6677-8899-aabbccddeeff") == 0);
+  CHECK(hk_uuid_equal(u, "00112233-4455-6677-8899-AABBCCDDEEFF"));
+  CHECK(!hk_uuid_equal(u, "GPU-00112233-4455-6677-8899-aabbccddeefe"));
+  CHECK(!hk_uuid_equal("", ""));
+  printf("ok config\n");
+}
+
+static void test_reserve_release(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=100Mi", "CUDA_DEVICE_MEMORY_LIMIT_1=1Gi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  for (int private_mem = 0; private_mem < 2; private_mem++) {
+    ledger_path(path, sizeof path, "rr");
+    hk_ledger *l = open_ok(private_mem ? NULL : path, &c);
+    if (!l) return;
+    CHECK(hk_ledger_slot_index(l) == 0);
+    for (int i = 0; i < 10; i++) CHECK(hk_ledger_reserve(l, 0, 10 * MiB) == HK_OK);
+    CHECK(hk_ledger_reserve(l, 0, 1) == HK_ENOMEM);
+    CHECK_EQ_U64(hk_ledger_used(l, 0), 100 * MiB);
+    hk_ledger_release(l, 0, 10 * MiB);
+    CHECK(hk_ledger_reserve(l, 0, 10 * MiB + 1) == HK_ENOMEM);
+    CHECK(hk_ledger_reserve(l, 0, 10 * MiB) == HK_OK);
+    CHECK(hk_ledger_reserve(l, 0, 101 * MiB) == HK_ENOMEM);
+    CHECK(hk_ledger_reserve(l, 1, 1 * GiB) == HK_OK);
+    CHECK_EQ_U64(hk_ledger_used(l, 1), GiB);
+    CHECK(hk_ledger_reserve(l, 2, 64 * GiB) == HK_OK);   /* no quota: admitted, counted */
+    CHECK_EQ_U64(hk_ledger_used(l, 2), 64 * GiB);
+    CHECK(hk_ledger_reserve(l, 16, 1) == HK_EINVAL);
+    CHECK(hk_ledger_reserve(l, -1, 1) == HK_EINVAL);
+    hk_ledger_release(l, 1, 5 * GiB);                        /* saturates, never wraps */
+    CHECK_EQ_U64(hk_ledger_used(l, 1), 0);
+    hk_device_info di;
+    CHECK(hk_ledger_device(l, 0, &di) == HK_OK);
+    CHECK_EQ_U64(di.mem_limit, 100 * MiB);
+    CHECK_EQ_U64(di.used, 100 * MiB);
+    CHECK_EQ_U64(di.peak, 100 * MiB);
+    CHECK_EQ_U64(di.live_processes, 1);
+    void *area = hk_ledger_limiter_area(l, 3);
+    CHECK(area != NULL && ((uintptr_t)area % 64) == 0);
+    hk_ledger_close(l);
+    unlink(path);
+  }
+  printf("ok reserve_release\n");
+}
+
+/* Two handles in one process are two open file descriptions: they behave as two processes. */
+static void test_two_handles(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=64Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "two");
+  hk_ledger *a = open_ok(path, &c), *b = open_ok(path, &c);
+  if (!a || !b) return;
+  CHECK(hk_ledger_slot_index(a) != hk_ledger_slot_index(b));
+  CHECK(hk_ledger_reserve(a, 0, 40 * MiB) == HK_OK);
+  CHECK(hk_ledger_reserve(b, 0, 40 * MiB) == HK_ENOMEM);
+  CHECK(hk_ledger_reserve(b, 0, 24 * MiB) == HK_OK);
+  CHECK_EQ_U64(hk_ledger_used(a, 0), 64 * MiB);
+  hk_process_info pi;
+  CHECK(hk_ledger_process(b, hk_ledger_slot_index(a), &pi) == HK_OK);
+  CHECK(pi.state == HK_SLOT_LIVE && pi.pid == getpid() && pi.used[0] == 40 * MiB);
+  CHECK(pi.start_time == hk_proc_start_time(getpid()) && pi.start_time != 0);
+  /* limiter area is shared */
+  ((volatile unsigned char *)hk_ledger_limiter_area(a, 0))[5] = 42;
+  CHECK(((volatile unsigned char *)hk_ledger_limiter_area(b, 0))[5] == 42);
+  /* read-only view sees the same */
+  hk_ledger *r = NULL;
+  char err[HK_ERR_MAX];
+  CHECK(hk_ledger_open(path, NULL, HK_OPEN_READONLY, &r, err, sizeof err) == HK_OK);
+  if (r) {
+    CHECK_EQ_U64(hk_ledger_used(r, 0), 64 * MiB);
+    CHECK(hk_ledger_reserve(r, 0, 1) == HK_EINVAL);
+    CHECK(hk_ledger_process(r, hk_ledger_slot_index(b), &pi) == HK_OK && pi.state == HK_SLOT_LIVE);
+  }
+  int ia = hk_ledger_slot_index(a);
+  hk_ledger_close(a);   /* gives its slot and charge back */
+  CHECK_EQ_U64(hk_ledger_used(b, 0), 24 * MiB);
+  if (r) {
+    CHECK(hk_ledger_process(r, ia, &pi) == HK_OK && pi.state == HK_SLOT_FREE);
+    hk_ledger_close(r);
+  }
+  CHECK(hk_ledger_reserve(b, 0, 40 * MiB) == HK_OK);
+  hk_ledger_close(b);
+  unlink(path);
+  printf("ok two_handles\n");
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* 8 processes hammer one device; a shared counter tracks what they hold between reserve and
+   release; its maximum must never exceed the quota. */
+
+typedef struct shared_obs {
+  _Atomic uint64_t cur, max, ok, fail;
+} shared_obs;
+
+static void test_concurrent(void) {
+  const uint64_t limit = 100 * MiB;
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=100Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "conc");
+  shared_obs *obs = mmap(NULL, sizeof *obs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  memset(obs, 0, sizeof *obs);
+  enum { NPROC = 8, ITERS = 20000 };
+  pid_t pids[NPROC];
+  for (int p = 0; p < NPROC; p++) {
+    pids[p] = fork();
+    if (pids[p] == 0) {
+      hk_ledger *l = NULL;
+      char err[HK_ERR_MAX];
+      if (hk_ledger_open(path, &c, 0, &l, err, sizeof err) != HK_OK) {
+        fprintf(stderr, "child open: %s\n", err);
+        _exit(2);
+      }
+      uint64_t seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+      uint64_t held[4] = {0};
+      for (int i = 0; i < ITERS; i++) {
+        seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+        int k = (int)(seed & 3);
+        if (held[k]) {
+          atomic_fetch_sub(&obs->cur, held[k]);
+          hk_ledger_release(l, 0, held[k]);
+          held[k] = 0;
+        } else {
+          uint64_t sz = (seed >> 8) % (30 * MiB) + 1;
+          if (hk_ledger_reserve(l, 0, sz) == HK_OK) {
+            uint64_t now = atomic_fetch_add(&obs->cur, sz) + sz;
+            uint64_t m = atomic_load(&obs->max);
+            while (m < now && !atomic_compare_exchange_weak(&obs->max, &m, now)) {
+            }
+            held[k] = sz;
+            atomic_fetch_add(&obs->ok, 1);
+          } else {
+            atomic_fetch_add(&obs->fail, 1);
+          }
+        }
+      }
+      for (int k = 0; k < 4; k++) {
+        if (held[k]) {
+          atomic_fetch_sub(&obs->cur, held[k]);
+          hk_ledger_release(l, 0, held[k]);
+        }
+      }
+      _exit(0);
+    }
+  }
+  int all_ok = 1;
+  for (int p = 0; p < NPROC; p++) {
+    int st;
+    waitpid(pids[p], &st, 0);
+    all_ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  CHECK(all_ok);
+  CHECK(atomic_load(&obs->max) <= limit);
+  CHECK(atomic_load(&obs->ok) > 1000 && atomic_load(&obs->fail) > 100);  /* real contention */
+  hk_ledger *l = open_ok(path, &c);
+  if (l) {
+    CHECK_EQ_U64(hk_ledger_used(l, 0), 0);   /* dead children's slots are ignored/reclaimed */
+    hk_device_info di;
+    hk_ledger_device(l, 0, &di);
+    CHECK(di.peak <= limit && di.peak > limit / 2);
+    hk_ledger_close(l);
+  }
+  printf("ok concurrent: %d procs, max held %llu of %llu, %llu admitted, %llu refused\n", NPROC,
+         (unsigned long long)atomic_load(&obs->max), (unsigned long long)limit,
+         (unsigned long long)atomic_load(&obs->ok), (unsigned long long)atomic_load(&obs->fail));
+  munmap(obs, sizeof *obs);
+  unlink(path);
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+static void test_sigkill(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=100Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "kill");
+  hk_ledger *me = open_ok(path, &c);
+  if (!me) return;
+  int pfd[2];
+  CHECK(pipe(pfd) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    hk_ledger *l = NULL;
+    char err[HK_ERR_MAX];
+    if (hk_ledger_open(path, &c, 0, &l, err, sizeof err) != HK_OK) _exit(2);
+    if (hk_ledger_reserve(l, 0, 80 * MiB) != HK_OK) _exit(3);
+    char ch = 'r';
+    if (write(pfd[1], &ch, 1) != 1) _exit(4);
+    for (;;) pause();
+  }
+  char ch = 0;
+  CHECK(read(pfd[0], &ch, 1) == 1 && ch == 'r');
+  CHECK_EQ_U64(hk_ledger_used(me, 0), 80 * MiB);
+  CHECK(hk_ledger_reserve(me, 0, 30 * MiB) == HK_ENOMEM);   /* child alive: its charge stands */
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  /* The dead slot is still counted until someone notices; the reader sees it as dead. */
+  hk_ledger *r = NULL;
+  char err[HK_ERR_MAX];
+  CHECK(hk_ledger_open(path, NULL, HK_OPEN_READONLY, &r, err, sizeof err) == HK_OK);
+  int dead = 0;
+  for (uint32_t i = 0; r && i < hk_ledger_slot_hwm(r); i++) {
+    hk_process_info pi;
+    hk_ledger_process(r, (int)i, &pi);
+    if (pi.pid == pid) dead = pi.state == HK_SLOT_DEAD && pi.used[0] == 80 * MiB;
+  }
+  CHECK(dead);
+  /* Admission reclaims on its own when the quota looks exhausted. */
+  CHECK(hk_ledger_reserve(me, 0, 30 * MiB) == HK_OK);
+  CHECK_EQ_U64(hk_ledger_used(me, 0), 30 * MiB);
+  hk_ledger_close(r);
+  close(pfd[0]);
+  close(pfd[1]);
+
+  /* kill -9 at arbitrary instructions: children loop reserve/release (and open/close), the parent
+     kills them at random moments; afterwards everything must be reclaimable and consistent. */
+  hk_ledger_release(me, 0, 30 * MiB);
+  enum { NKILL = 24 };
+  uint64_t seed = 12345;
+  for (int round = 0; round < NKILL; round++) {
+    pid_t k = fork();
+    if (k == 0) {
+      for (;;) {
+        hk_ledger *l = NULL;
+        if (hk_ledger_open(path, &c, 0, &l, NULL, 0) != HK_OK) continue;
+        for (int i = 0; i < 1000; i++) {
+          if (hk_ledger_reserve(l, 0, MiB * (uint64_t)(1 + i % 7)) == HK_OK && (i & 1))
+            hk_ledger_release(l, 0, MiB * (uint64_t)(1 + i % 7));
+        }
+        if (round & 1) hk_ledger_close(l);
+      }
+    }
+    seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+    struct timespec ts = {0, (long)(seed % 3000000)};   /* 0..3 ms */
+    nanosleep(&ts, NULL);
+    kill(k, SIGKILL);
+    waitpid(k, NULL, 0);
+  }
+  int freed = hk_ledger_reclaim(me);
+  CHECK_EQ_U64(hk_ledger_used(me, 0), 0);
+  uint32_t hwm = hk_ledger_slot_hwm(me);
+  for (uint32_t i = 0; i < hwm; i++) {
+    hk_process_info pi;
+    hk_ledger_process(me, (int)i, &pi);
+    if ((int)i != hk_ledger_slot_index(me)) CHECK(pi.state == HK_SLOT_FREE);
+  }
+  CHECK(hk_ledger_reserve(me, 0, 100 * MiB) == HK_OK);   /* the whole quota is back */
+  printf("ok sigkill (%d kills at random points, %d slots reclaimed, hwm %u)\n", NKILL, freed, hwm);
+  hk_ledger_close(me);
+  unlink(path);
+}
+
+/* A slot whose pid is alive (PID reuse) but whose owner lock is gone is dead. */
+static void test_pid_reuse(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=10Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "reuse");
+  hk_ledger *me = open_ok(path, &c);
+  if (!me) return;
+  /* forge slot 5: live, pid = our own (alive) pid with another start time, holding 8 MiB */
+  hk__slot *s = &me->slots[5];
+  s->pid = getpid();
+  s->start_time = hk_proc_start_time(getpid()) + 777;
+  atomic_store(&s->xused[0], 8 * MiB);
+  atomic_store(&s->xowner, HK_OWNER_MAKE(3, HK_SLOT_LIVE));
+  atomic_store(&me->hdr->xslot_hwm, 6);
+  CHECK_EQ_U64(hk_ledger_used(me, 0), 8 * MiB);
+  hk_ledger *r = NULL;
+  char err[HK_ERR_MAX];
+  CHECK(hk_ledger_open(path, NULL, HK_OPEN_READONLY, &r, err, sizeof err) == HK_OK);
+  hk_process_info pi;
+  CHECK(r && hk_ledger_process(r, 5, &pi) == HK_OK && pi.state == HK_SLOT_DEAD && pi.pid == getpid());
+  hk_ledger_close(r);
+  CHECK(hk_ledger_reserve(me, 0, 5 * MiB) == HK_OK);   /* reclaims slot 5 on the way */
+  CHECK(HK_OWNER_STATE(atomic_load(&s->xowner)) == HK_SLOT_FREE);
+  /* a CLAIMING slot left by a process killed mid-claim is also reclaimed */
+  atomic_store(&me->slots[4].xowner, HK_OWNER_MAKE(9, HK_SLOT_CLAIMING));
+  CHECK(hk_ledger_reclaim(me) == 1);
+  hk_ledger_close(me);
+  unlink(path);
+  printf("ok pid_reuse\n");
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+static void test_validation(void) {
+  char path[1200], err[HK_ERR_MAX];
+  hk_ledger *l = NULL;
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT=1Gi", NULL};
+  hk_config c = config_of(env);
+  /* not a ledger */
+  ledger_path(path, sizeof path, "junk");
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  CHECK(write(fd, "hello world, not a ledger", 25) == 25);
+  close(fd);
+  CHECK(hk_ledger_open(path, &c, 0, &l, err, sizeof err) == HK_EFAILCLOSED);
+  CHECK(strstr(err, path) != NULL && strstr(err, "remove it") != NULL);
+  CHECK(hk_ledger_open(path, NULL, HK_OPEN_READONLY, &l, err, sizeof err) == HK_EFAILCLOSED);
+  unlink(path);
+  /* other version */
+  l = open_ok(path, &c);
+  hk_ledger_close(l);
+  fd = open(path, O_RDWR);
+  uint32_t v = 99;
+  CHECK(pwrite(fd, &v, sizeof v, 8) == sizeof v);
+  close(fd);
+  CHECK(hk_ledger_open(path, &c, 0, &l, err, sizeof err) == HK_EFAILCLOSED);
+  CHECK(strstr(err, "layout version 99") != NULL);
+  unlink(path);
+  /* another configuration while a process is live: refused; once nobody is live: adopted */
+  hk_ledger *a = open_ok(path, &c);
+  const char *env2[] = {"CUDA_DEVICE_MEMORY_LIMIT=2Gi", NULL};
+  hk_config c2 = config_of(env2);
+  CHECK(hk_ledger_open(path, &c2, 0, &l, err, sizeof err) == HK_EFAILCLOSED);
+  CHECK(strstr(err, "device 0 memory quota differs") != NULL && strstr(err, "in use by 1") != NULL);
+  hk_ledger_close(a);
+  l = open_ok(path, &c2);
+  if (l) {
+    CHECK(hk_ledger_reserve(l, 0, 2 * GiB) == HK_OK);
+    hk_ledger_close(l);
+  }
+  /* missing directory */
+  CHECK(hk_ledger_open("/nonexistent-dir/x.ledger", &c, 0, &l, err, sizeof err) == HK_EIO);
+  CHECK(strstr(err, "/nonexistent-dir/x.ledger") != NULL);
+  unlink(path);
+  printf("ok validation\n");
+}
+
+/* Several processes create the same new ledger at once. */
+static void test_creation_race(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=8Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  int ok_all = 1;
+  for (int round = 0; round < 10; round++) {
+    ledger_path(path, sizeof path, "race");
+    int go[2];
+    CHECK(pipe(go) == 0);
+    enum { N = 8 };
+    pid_t pids[N];
+    for (int p = 0; p < N; p++) {
+      pids[p] = fork();
+      if (pids[p] == 0) {
+        char ch;
+        close(go[1]);
+        if (read(go[0], &ch, 1) != 0) _exit(5);   /* wait for the pipe to close */
+        hk_ledger *l = NULL;
+        if (hk_ledger_open(path, &c, 0, &l, NULL, 0) != HK_OK) _exit(2);
+        int rc = hk_ledger_reserve(l, 0, MiB);
+        _exit(rc == HK_OK ? 0 : 3);   /* slot stays charged: exits without close */
+      }
+    }
+    close(go[0]);
+    close(go[1]);
+    for (int p = 0; p < N; p++) {
+      int st;
+      waitpid(pids[p], &st, 0);
+      ok_all &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    hk_ledger *r = NULL;
+    char err[HK_ERR_MAX];
+    CHECK(hk_ledger_open(path, NULL, HK_OPEN_READONLY, &r, err, sizeof err) == HK_OK);
+    if (r) {
+      CHECK_EQ_U64(hk_ledger_slot_hwm(r), N);   /* 8 distinct slots, none lost to a re-init */
+      int seen = 0;
+      for (int i = 0; i < N; i++) {
+        hk_process_info pi;
+        hk_ledger_process(r, i, &pi);
+        seen += pi.state == HK_SLOT_DEAD && pi.used[0] == MiB;
+      }
+      CHECK_EQ_U64(seen, N);
+      hk_ledger_close(r);
+    }
+    unlink(path);
+  }
+  CHECK(ok_all);
+  printf("ok creation_race\n");
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* The process-wide API, in a child (hk_init runs once per process). */
+
+static int run_in_child(void (*fn)(void)) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    g_failures = 0;
+    fn();
+    fflush(stdout);
+    _exit(g_failures ? 1 : 0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    g_failures++;
+    return 1;
+  }
+  return 0;
+}
+
+static char g_global_path[1200];
+
+static void global_fork_body(void) {
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "64Mi", 1);
+  setenv("CUDA_DEVICE_SM_LIMIT_0", "40", 1);
+  setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", g_global_path, 1);
+  CHECK(hk_init() == HK_OK);
+  CHECK(hk_init() == HK_OK);
+  CHECK(hk_status() == HK_OK && hk_error_message()[0] == '\0');
+  CHECK_EQ_U64(hk_mem_limit(0), 64 * MiB);
+  CHECK_EQ_U64(hk_mem_limit(1), HK_MEM_UNLIMITED);
+  CHECK_EQ_U64(hk_sm_limit(0), 40);
+  CHECK_EQ_U64(hk_sm_limit(1), 100);
+  CHECK(hk_device_resolve(3, "GPU-whatever") == 3);
+  CHECK(hk_device_index_for_uuid("GPU-x") == HK_ENODEV);
+  CHECK(hk_mem_reserve(0, 40 * MiB) == HK_OK);
+  CHECK(hk_track_alloc(0x1000, HK_KIND_PTR, 0, 40 * MiB) == HK_OK);
+  CHECK(hk_limiter_area(0) != NULL);
+  int c2p[2], p2c[2];
+  CHECK(pipe(c2p) == 0 && pipe(p2c) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int bad = 0;
+    int d;
+    uint64_t sz;
+    bad |= hk_mem_used_self(0) != 0;                       /* no inherited charge */
+    bad |= hk_track_lookup(0x1000, HK_KIND_PTR, &d, &sz) != HK_ENOENT;  /* no inherited table */
+    bad |= hk_mem_reserve(0, 30 * MiB) != HK_ENOMEM;        /* parent's 40 MiB still counts */
+    bad |= hk_mem_reserve(0, 20 * MiB) != HK_OK;            /* own slot */
+    bad |= hk_mem_used_self(0) != 20 * MiB;
+    bad |= hk_mem_used(0) != 60 * MiB;
+    char ch = 'c';
+    if (write(c2p[1], &ch, 1) != 1) bad = 1;
+    if (read(p2c[0], &ch, 1) != 1) bad = 1;   /* wait for the parent's checks */
+    _exit(bad ? 1 : 0);
+  }
+  char ch;
+  CHECK(read(c2p[0], &ch, 1) == 1);
+  CHECK_EQ_U64(hk_mem_used(0), 60 * MiB);
+  CHECK_EQ_U64(hk_mem_used_self(0), 40 * MiB);
+  CHECK(write(p2c[1], &ch, 1) == 1);
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* child exited without releasing: its 20 MiB come back by reclaim on the next refusal */
+  CHECK(hk_mem_reserve(0, 24 * MiB) == HK_OK);
+  int d = -1;
+  uint64_t sz = 0;
+  CHECK(hk_track_free(0x1000, HK_KIND_PTR, &d, &sz) == HK_OK && d == 0 && sz == 40 * MiB);
+  hk_mem_release(d, sz);
+  CHECK_EQ_U64(hk_mem_used(0), 24 * MiB);
+}
+
+static void global_bad_body(void) {
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "lots", 1);
+  CHECK(hk_init() == HK_EFAILCLOSED);
+  CHECK(hk_mem_reserve(0, 1) == HK_EFAILCLOSED);
+  CHECK(strstr(hk_error_message(), "CUDA_DEVICE_MEMORY_LIMIT=\"lots\"") != NULL);
+  CHECK(hk_mem_limit(0) == 0 && hk_limiter_area(0) == NULL);
+}
+
+static void global_uuid_body(void) {
+  setenv("HOOKCORE_DEVICE_UUID_0", "GPU-00000000-0000-0000-0000-0000000000b1", 1);
+  setenv("HOOKCORE_DEVICE_UUID_1", "GPU-00000000-0000-0000-0000-0000000000a0", 1);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "1Gi", 1);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_1", "2Gi", 1);
+  setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", g_global_path, 1);
+  CHECK(hk_init() == HK_OK);
+  /* CUDA_VISIBLE_DEVICES reordered: ordinal 0 is the GPU the claim calls index 1 */
+  CHECK(hk_device_resolve(0, "GPU-00000000-0000-0000-0000-0000000000A0") == 1);
+  CHECK(hk_device_resolve(1, "00000000-0000-0000-0000-0000000000b1") == 0);
+  CHECK(hk_device_resolve(2, "GPU-00000000-0000-0000-0000-0000000000c2") == HK_ENODEV);
+  CHECK_EQ_U64(hk_mem_limit(1), 2 * GiB);
+}
+
+static void test_global(void) {
+  ledger_path(g_global_path, sizeof g_global_path, "global");
+  run_in_child(global_fork_body);
+  unlink(g_global_path);
+  run_in_child(global_bad_body);
+  ledger_path(g_global_path, sizeof g_global_path, "uuid");
+  run_in_child(global_uuid_body);
+  unlink(g_global_path);
+  printf("ok global (init, fork child slot, fail closed, uuid keying)\n");
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+static void *track_worker(void *arg) {
+  uint64_t base = (uint64_t)(uintptr_t)arg << 40;
+  int bad = 0;
+  for (uint64_t i = 0; i < 20000; i++) {
+    if (hk_track_alloc(base + i * 256, HK_KIND_PTR, (int)(i % 4), i) != HK_OK) bad++;
+    if (i >= 10) {
+      int d;
+      uint64_t sz;
+      uint64_t j = i - 10;
+      if (hk_track_free(base + j * 256, HK_KIND_PTR, &d, &sz) != HK_OK || sz != j || d != (int)(j % 4)) bad++;
+    }
+  }
+  return (void *)(uintptr_t)bad;
+}
+
+static void test_track(void) {
+  int d;
+  uint64_t sz;
+  CHECK(hk_track_alloc(0xdead000, HK_KIND_PTR, 1, 4096) == HK_OK);
+  CHECK(hk_track_alloc(0xdead000, HK_KIND_PTR, 1, 4096) == HK_EEXIST);
+  CHECK(hk_track_alloc(0xdead000, HK_KIND_VMM, 2, 8192) == HK_OK);   /* other key space */
+  CHECK(hk_track_lookup(0xdead000, HK_KIND_PTR, &d, &sz) == HK_OK && d == 1 && sz == 4096);
+  CHECK(hk_track_free(0xdead000, HK_KIND_VMM, &d, &sz) == HK_OK && d == 2 && sz == 8192);
+  CHECK(hk_track_free(0xdead000, HK_KIND_VMM, &d, &sz) == HK_ENOENT);
+  CHECK(hk_track_free(0xdead000, HK_KIND_PTR, NULL, NULL) == HK_OK);
+  pthread_t th[8];
+  for (uintptr_t t = 0; t < 8; t++) pthread_create(&th[t], NULL, track_worker, (void *)(t + 1));
+  uintptr_t bad = 0;
+  for (int t = 0; t < 8; t++) {
+    void *r;
+    pthread_join(th[t], &r);
+    bad += (uintptr_t)r;
+  }
+  CHECK(bad == 0);
+  printf("ok track\n");
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+static int populate(int argc, char **argv) {
+  hk_config c;
+  char err[HK_ERR_MAX];
+  if (hk_config_from_environ(&c, err, sizeof err) != HK_OK) {
+    fprintf(stderr, "%s\n", err);
+    return 2;
+  }
+  hk_ledger *l = NULL;
+  if (hk_ledger_open(argv[0], &c, 0, &l, err, sizeof err) != HK_OK) {
+    fprintf(stderr, "%s\n", err);
+    return 2;
+  }
+  int hold = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--hold") == 0) { hold = 1; continue; }
+    int dev;
+    unsigned long long n;
+    if (sscanf(argv[i], "%d:%llu", &dev, &n) != 2) return 2;
+    int rc = hk_ledger_reserve(l, dev, n);
+    if (rc != HK_OK) {
+      fprintf(stderr, "reserve %s: %s\n", argv[i], hk_strerror(rc));
+      return 3;
+    }
+  }
+  printf("ready %d %d\n", (int)getpid(), hk_ledger_slot_index(l));
+  fflush(stdout);
+  if (hold) {
+    char buf[64];
+    while (read(0, buf, sizeof buf) > 0) {
+    }
+  }
+  return 0;   /* exits without closing: the slot stays charged until reclaimed */
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc >= 3 && strcmp(argv[1], "populate") == 0) return populate(argc - 2, argv + 2);
+  if (argc >= 2) snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
+  test_parse_mem();
+  test_parse_sm();
+  test_config();
+  test_reserve_release();
+  test_two_handles();
+  test_track();
+  test_validation();
+  test_pid_reuse();
+  test_creation_race();
+  test_sigkill();
+  test_concurrent();
+  test_global();
+  if (g_failures) {
+    printf("FAILED: %d check(s)\n", g_failures);
+    return 1;
+  }
+  printf("all core tests passed\n");
+  return 0;
+}
