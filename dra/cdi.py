@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dra.checkpoint import atomic_write, fsync_dir, remove_temp_files
+from dra.checkpoint import atomic_write, fsync_dir, temp_files
 from dra.driver import ContainerEdits
 from dra.errors import UserError
 
@@ -197,11 +197,17 @@ class CDISpecs:
         n = len(self._prefix)
         return {p.name[n:-len(".json")] for p in self.spec_dir.glob(f"{self._prefix}*.json")}
 
-    def sweep_orphans(self, known_uids: Iterable[str], temp_older_than_s: float = 0.0) -> list[Path]:
-        """Remove this kind's claim specs whose claim is not in `known_uids`, and temp leftovers.
+    def temp_files(self) -> list[tuple[Path, str]]:
+        """(path, claim UID) of this kind's temp files left by interrupted spec writes."""
+        return temp_files(self.spec_dir, self._prefix) if self.spec_dir.is_dir() else []
 
-        Only files named ``<vendor>-<class>_*.json`` are touched: other drivers' specs and static
-        specs in the same directory stay.
+    def sweep_orphans(self, known_uids: Iterable[str]) -> list[Path]:
+        """Remove this kind's claim specs whose claim is not in `known_uids`.
+
+        Only files named ``<vendor>-<class>_<uid>.json`` are touched: other drivers' specs and
+        static specs in the same directory stay. A spec never exists without its claim's
+        checkpoint record (the record is written first and deleted last), so no live prepare or
+        unprepare is disturbed.
         """
         known = set(known_uids)
         removed = []
@@ -211,6 +217,4 @@ class CDISpecs:
                 path.unlink()
                 removed.append(path)
                 log.warning("removed orphaned CDI spec (no checkpoint record)", extra={"claim": uid, "path": str(path)})
-        if self.spec_dir.is_dir():
-            removed += remove_temp_files(self.spec_dir, prefix=self._prefix, older_than_s=temp_older_than_s)
         return removed

@@ -239,21 +239,15 @@ def _dir_syncer(path: Path) -> _DirSync:
         return syncer
 
 
-def remove_temp_files(directory: Path, prefix: str = "", older_than_s: float = 0.0) -> list[Path]:
-    """Delete ``.<prefix>*.tmp`` leftovers of interrupted atomic writes; returns what was removed.
-
-    `older_than_s` spares files another live process may still be writing.
-    """
-    removed = []
-    now = time.time()
-    for p in directory.glob(f".{prefix}*.tmp"):
-        try:
-            if now - p.stat().st_mtime >= older_than_s:
-                p.unlink()
-                removed.append(p)
-        except FileNotFoundError:
-            continue
-    return removed
+def temp_files(directory: Path, prefix: str = "") -> list[tuple[Path, str]]:
+    """Leftovers of interrupted `atomic_write` calls for ``<prefix><claimUID>.json`` targets,
+    with the claim UID each belongs to (writers hold that claim's lock while a temp file exists)."""
+    out = []
+    for p in directory.glob(f".{prefix}*.json.*.tmp"):
+        uid = p.name[1 + len(prefix):].rsplit(".json.", 1)[0]
+        if _UID_RE.match(uid):
+            out.append((p, uid))
+    return out
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -404,5 +398,6 @@ class Checkpoint:
                 out.append(rec)
         return out
 
-    def remove_temp_files(self, older_than_s: float = 0.0) -> list[Path]:
-        return remove_temp_files(self.claims_dir, older_than_s=older_than_s)
+    def temp_files(self) -> list[tuple[Path, str]]:
+        """(path, claim UID) of temp files left by interrupted writes of records."""
+        return temp_files(self.claims_dir)

@@ -246,18 +246,26 @@ class ClaimPreparer:
 
     # -- start-up --------------------------------------------------------------------------------
 
-    def start(self, temp_grace_s: float = 30.0) -> list[str]:
-        """Repair local state at daemon start: drop temp files, sweep orphaned CDI specs.
+    def start(self) -> list[str]:
+        """Repair local state at daemon start; returns the paths removed.
 
-        Returns the paths removed. Records in ``preparing`` are kept: kubelet's next prepare
-        finishes them, its next unprepare undoes them. Temp files younger than `temp_grace_s`
-        are spared (another instance may be writing them during a rolling update).
+        Temp files of interrupted writes go (each under its claim's lock, so a write in progress
+        in another instance during a rolling update is never disturbed), then CDI specs with no
+        checkpoint record. Records in ``preparing`` stay: kubelet's next prepare finishes them,
+        its next unprepare undoes them.
         """
-        removed = [str(p) for p in self.checkpoint.remove_temp_files(older_than_s=temp_grace_s)]
+        removed = []
+        for path, uid in [*self.checkpoint.temp_files(), *self.cdi.temp_files()]:
+            with self.lock(uid):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+                removed.append(str(path))
         known = {r.uid for r in self.checkpoint.records()}
         # Records that could not be read (newer version) still protect their specs.
         known |= self.checkpoint.uids()
-        removed += [str(p) for p in self.cdi.sweep_orphans(known, temp_older_than_s=temp_grace_s)]
+        removed += [str(p) for p in self.cdi.sweep_orphans(known)]
         return removed
 
     # -- prepare ---------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def _child(rig: Rig, op: str, refs: list[ClaimRef], spec: str | None, out: Path)
     driver = LedgerDriver(rig.env.driver.name, rig.ledger)
     prep = ClaimPreparer(driver, ApiClaimSource(pooled_client(rig.kubeconfig)), rig.env.node,
                          Checkpoint(rig.state, boot_id=BOOT), CDISpecs(driver.cdi_kind, rig.cdi))
-    prep.start(temp_grace_s=0)  # what the daemon does at start
+    prep.start()  # what the daemon does at start
     result: Any
     if op == "prepare":
         result = {uid: {"error": o.error, "devices": [dataclasses.asdict(d) for d in o.devices]}

@@ -131,8 +131,9 @@ def test_sweep_removes_only_our_orphans(tmp_path: Path) -> None:
     theirs_tmp = cdi / ".k8s.other.example.com-claim_x.json.456.tmp"
     theirs_tmp.write_text("partial")
     removed = specs.sweep_orphans({keep})
-    assert sorted(p.name for p in removed) == sorted([specs.spec_path(orphan).name, ours_tmp.name])
-    assert specs.spec_path(keep).exists() and foreign.exists() and static.exists() and theirs_tmp.exists()
+    assert [p.name for p in removed] == [specs.spec_path(orphan).name]
+    assert specs.temp_files() == [(ours_tmp, "x")]  # the preparer removes these under the claim's lock
+    assert specs.spec_path(keep).exists() and foreign.exists() and static.exists() and theirs_tmp.exists() and ours_tmp.exists()
     assert specs.claim_uids() == {keep}
     assert CDISpecs(KIND, tmp_path / "absent").sweep_orphans(set()) == []
 

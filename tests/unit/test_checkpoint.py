@@ -160,13 +160,47 @@ def test_atomic_write_leaves_old_content_when_interrupted(tmp_path: Path) -> Non
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
 
-def test_temp_leftovers_are_removed(tmp_path: Path) -> None:
+def test_temp_leftovers_are_found_with_their_claim(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path, boot_id="b")
-    leftover = cp.claims_dir / f".{UID}.json.abc.tmp"
+    leftover = cp.claims_dir / f".{UID}.json.abc_12x.tmp"
     leftover.write_text("partial")
+    (cp.claims_dir / ".junk.tmp").write_text("not ours")
     assert cp.uids() == set()
-    assert cp.remove_temp_files(older_than_s=3600) == []  # a live writer's file is spared
-    assert cp.remove_temp_files() == [leftover]
+    assert cp.temp_files() == [(leftover, UID)]
+
+
+def test_start_removes_temp_files_unless_a_writer_holds_the_claim(tmp_path: Path) -> None:
+    driver = Counting()
+    prep = _preparer(tmp_path, "b", driver, RecordedClaims())
+    leftover = prep.checkpoint.claims_dir / f".{UID}.json.abc_12x.tmp"
+    leftover.write_text("partial")
+    prep.cdi.ensure_dir()
+    cdi_tmp = prep.cdi.spec_dir / f".k8s.gpu.example.com-claim_{UID}.json.q1w2e3r4.tmp"
+    cdi_tmp.write_text("partial")
+    other = prep.cdi.spec_dir / f".k8s.other.example.com-claim_{UID}.json.q1w2e3r4.tmp"
+    other.write_text("another driver's write in progress")
+    started = threading.Event()
+    release = threading.Event()
+
+    def writer() -> None:  # another instance writing this claim right now
+        with prep.checkpoint.lock(UID):
+            started.set()
+            release.wait(10)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert started.wait(5)
+    result: list[list[str]] = []
+    s = threading.Thread(target=lambda: result.append(prep.start()))
+    s.start()
+    time.sleep(0.3)
+    assert leftover.exists() and cdi_tmp.exists(), "removed while the claim's writer held its lock"
+    release.set()
+    t.join(5)
+    s.join(5)
+    assert sorted(result[0]) == sorted([str(leftover), str(cdi_tmp)])
+    assert other.exists()
+    prep.close()
 
 
 def test_uid_must_be_a_plain_name(tmp_path: Path) -> None:
