@@ -364,9 +364,10 @@ class Checkpoint:
         )
 
     def put(self, record: ClaimRecord) -> None:
-        claim = _record_to_json(record)
-        doc = {"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(claim), "claim": claim}
-        atomic_write(self.path(record.uid), json.dumps(doc, sort_keys=True).encode())
+        body = _canonical(_record_to_json(record))  # encoded once: hashed and embedded as is
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        head = json.dumps({"apiVersion": API_VERSION, "checksum": digest})[:-1].encode()
+        atomic_write(self.path(record.uid), head + b', "claim": ' + body + b', "kind": "' + KIND.encode() + b'"}')
 
     def delete(self, uid: str) -> bool:
         path = self.path(uid)
