@@ -273,5 +273,12 @@ class ApiClaimSource:
             if e.status == 404:
                 return None
             raise
-        body: bytes = resp.data  # type: ignore[attr-defined]  # raw response with _preload_content=False
+        # With _preload_content=False the client hands back the raw urllib3 response.
+        raw: Any = resp
+        try:
+            body: bytes = raw.data
+        finally:
+            release = getattr(raw, "release_conn", None)
+            if release is not None:
+                release()  # back to the pool for the next GET
         return ResourceClaim.from_dict(json.loads(body))
