@@ -207,6 +207,7 @@ class _Plan:
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
     names: tuple[str, ...]  # CDI device name per device
+    pods: tuple[str, ...] = ()  # the pods the claim is reserved for, for logs
 
 
 def _describe_claim(ref: ClaimRef) -> str:
@@ -284,6 +285,7 @@ class ClaimPreparer:
             fault("prepare.after_fetch")
             with self.lock(ref.uid):
                 outcome = self._prepare_locked(plan)
+            pods: tuple[str, ...] = plan.pods
         except ClaimError as e:
             log.warning("claim not prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
                                                      "error": str(e)})
@@ -293,7 +295,7 @@ class ClaimPreparer:
                           extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return ClaimOutcome(error=f"{_describe_claim(ref)}: internal error in the driver framework: {e!r};"
                                       " kubelet retries; see the driver's log")
-        log.info("claim prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
+        log.info("claim prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}", "pods": pods,
                                           "devices": [f"{d.pool}/{d.device}" for d in outcome.devices],
                                           "ms": round((time.monotonic() - t0) * 1000, 1)})
         return outcome
@@ -337,7 +339,8 @@ class ClaimPreparer:
                             config=configs.get(r.request))
             for r in mine
         )
-        return _Plan(ref=ref, devices=devices, names=self._cdi_names(ref.uid, mine))
+        pods = tuple(f"{ref.namespace}/{c.name}" for c in claim.reserved_for if c.resource == "pods")
+        return _Plan(ref=ref, devices=devices, names=self._cdi_names(ref.uid, mine), pods=pods)
 
     def _configs(self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceResult]) -> dict[str, Any]:
         """The decoded config per request name: FromClass before FromClaim, the last match wins."""
