@@ -1,0 +1,188 @@
+"""hookcore: the quota library preloaded into GPU workloads, seen from Python.
+
+The C core (``hookcore/core``) parses the hook environment and keeps the per-claim ledger; this
+package wraps it (``hookcore._hookcore``, Cython) for the DRA driver, metrics and
+``dra hook inspect``:
+
+- :func:`parse_config` validates an environment exactly as the preloaded library will
+  (same C parser), raising :class:`HookConfigError` with the library's one-line message;
+- :class:`Ledger` opens a ledger file read-only and reports quota and usage per device and per
+  process; :class:`LedgerError` carries the C message when the file is missing or foreign;
+- :func:`library_path` / :func:`stub_dir` locate the built ``libvgpu.so`` and stub drivers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = [
+    "Config",
+    "DeviceQuota",
+    "DeviceUsage",
+    "HookConfigError",
+    "Ledger",
+    "LedgerError",
+    "ProcessUsage",
+    "library_path",
+    "parse_config",
+    "parse_memory",
+    "parse_sm",
+    "stub_dir",
+]
+
+_HERE = Path(__file__).resolve().parent
+BUILD_DIR = _HERE / "build"
+
+
+def _ext() -> Any:
+    from hookcore import _hookcore  # compiled by setup.py (pip install -e .) or build_ext --inplace
+
+    return _hookcore
+
+
+def __getattr__(name: str) -> Any:
+    # The exceptions live in the extension so the C messages cross unchanged; import lazily so
+    # `library_path()` works before the extension is built.
+    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER"):
+        return getattr(_ext(), name)
+    raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
+
+
+def library_path() -> Path:
+    """Path of the built ``libvgpu.so`` (``make -C hookcore`` or the package build creates it)."""
+    return BUILD_DIR / "libvgpu.so"
+
+
+def stub_dir() -> Path:
+    """Directory holding the stub ``libcuda.so.1`` and ``libnvidia-ml.so.1`` used by CPU tests."""
+    return BUILD_DIR / "stub"
+
+
+def parse_memory(value: str, name: str = "CUDA_DEVICE_MEMORY_LIMIT") -> int:
+    """Bytes of a memory quantity as the hook reads it (``3000m``, ``10Gi``, ``1G`` = 10^9)."""
+    return int(_ext().parse_memory(value, name))
+
+
+def parse_sm(value: str, name: str = "CUDA_DEVICE_SM_LIMIT") -> int:
+    """Percent (1..100) of an SM limit as the hook reads it; 0 is rejected."""
+    return int(_ext().parse_sm(value, name))
+
+
+@dataclass(frozen=True)
+class DeviceQuota:
+    """The quota of one device index of a claim."""
+
+    index: int
+    memory_limit: int | None  # bytes; None = no memory quota
+    sm_limit: int  # percent, 100 = no compute limit
+    uuid: str | None  # physical GPU UUID when the claim is UUID-keyed
+
+
+@dataclass(frozen=True)
+class Config:
+    """A parsed hook environment (what the preloaded library will enforce)."""
+
+    devices: tuple[DeviceQuota, ...]  # all HK_MAX_DEVICES indices
+    device_count: int  # 1 + highest index named by a per-device variable (0 = defaults only)
+    uuid_keyed: bool
+    ledger_path: str | None  # None: no limit set, no ledger needed
+
+    def configured(self) -> tuple[DeviceQuota, ...]:
+        """The devices a claim names (or device 0 when only defaults are set)."""
+        return self.devices[: max(self.device_count, 1)]
+
+
+def parse_config(env: Mapping[str, str] | None = None) -> Config:
+    """Validate a hook environment (default: ``os.environ``) with the library's own parser."""
+    raw = _ext().parse_config(dict(os.environ if env is None else env))
+    devices = tuple(
+        DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"]) for d in raw["devices"]
+    )
+    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"])
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """Quota and claim-wide usage of one device index, as recorded in a ledger."""
+
+    index: int
+    uuid: str | None
+    memory_limit: int | None
+    sm_limit: int
+    used: int  # bytes charged by live processes (dead ones until reclaimed)
+    peak: int  # highest admitted claim-wide usage
+    live_processes: int
+
+    @property
+    def free(self) -> int | None:
+        return None if self.memory_limit is None else max(self.memory_limit - self.used, 0)
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """One process slot of a ledger."""
+
+    slot: int
+    pid: int  # in the owner's PID namespace
+    state: str  # "live", "dead" (reclaimable), "claiming"
+    start_time: int  # /proc/<pid>/stat field 22
+    used: dict[int, int] = field(default_factory=dict)  # device index -> bytes, non-zero only
+
+    @property
+    def total(self) -> int:
+        return sum(self.used.values())
+
+
+class Ledger:
+    """A ledger file opened read-only (never modifies it, never claims a slot)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        self._view = _ext().LedgerView(self.path)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._view.close()
+
+    @property
+    def version(self) -> int:
+        return int(self._view.version)
+
+    @property
+    def device_count(self) -> int:
+        return int(self._view.device_count)
+
+    def device(self, index: int) -> DeviceUsage:
+        return DeviceUsage(**self._view.device(index))
+
+    def devices(self) -> list[DeviceUsage]:
+        """Devices the claim configures, plus any other index with usage recorded."""
+        out = []
+        for i in range(_ext().MAX_DEVICES):
+            d = self.device(i)
+            if i < max(self.device_count, 1) or d.used > 0 or d.peak > 0:
+                out.append(d)
+        return out
+
+    def processes(self, include_free: bool = False) -> list[ProcessUsage]:
+        """Process slots in use (live, dead-but-not-reclaimed, claiming)."""
+        out = []
+        for slot in range(int(self._view.slot_hwm)):
+            p = self._view.process(slot)
+            if p["state"] == "free" and not include_free:
+                continue
+            used = {i: v for i, v in enumerate(p["used"]) if v}
+            out.append(ProcessUsage(slot, p["pid"], p["state"], p["start_time"], used))
+        return out

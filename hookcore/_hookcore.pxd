@@ -1,0 +1,75 @@
+# Declarations of the hookcore C core (hookcore/core/hookcore.h) for the Cython wrapper.
+from libc.stdint cimport int32_t, uint32_t, uint64_t
+
+
+cdef extern from "hookcore.h" nogil:
+    enum:
+        HK_MAX_DEVICES
+        HK_MAX_SLOTS
+        HK_UUID_MAX
+        HK_PATH_MAX
+        HK_ERR_MAX
+        HK_LIMITER_BYTES
+        HK_SM_UNLIMITED
+        HK_LEDGER_VERSION
+        HK_OK
+        HK_ENOMEM
+        HK_EFAILCLOSED
+        HK_EINVAL
+        HK_ENODEV
+        HK_EIO
+        HK_ENOSPC
+        HK_OPEN_READONLY
+        HK_SLOT_FREE
+        HK_SLOT_CLAIMING
+        HK_SLOT_LIVE
+        HK_SLOT_DEAD
+        HK_CFG_MEM_SET
+        HK_CFG_SM_SET
+        HK_CFG_UUID_SET
+    uint64_t HK_MEM_UNLIMITED
+    uint64_t HK_MEM_MAX
+    const char *HK_DEFAULT_LEDGER
+
+    ctypedef struct hk_config:
+        uint32_t device_count
+        uint32_t uuid_keyed
+        uint64_t mem_limit[16]
+        uint32_t sm_limit[16]
+        uint32_t flags[16]
+        char uuid[16][64]
+        char ledger_path[4096]
+
+    ctypedef struct hk_ledger:
+        pass
+
+    ctypedef struct hk_device_info:
+        char uuid[64]
+        uint64_t mem_limit
+        uint32_t sm_limit
+        uint32_t live_processes
+        uint64_t used
+        uint64_t peak
+
+    ctypedef struct hk_process_info:
+        uint32_t state
+        int32_t pid
+        uint64_t start_time
+        uint64_t nonce
+        uint64_t used[16]
+
+    const char *hk_strerror(int code)
+    int hk_config_parse(const char *const *envp, hk_config *out, char *err, size_t errlen)
+    int hk_parse_mem(const char *name, const char *value, uint64_t *bytes, char *err, size_t errlen)
+    int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *err, size_t errlen)
+    int hk_uuid_equal(const char *a, const char *b)
+
+    int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out,
+                       char *err, size_t errlen)
+    void hk_ledger_close(hk_ledger *l)
+    uint32_t hk_ledger_device_count(const hk_ledger *l)
+    uint32_t hk_ledger_slot_hwm(const hk_ledger *l)
+    uint32_t hk_ledger_version(const hk_ledger *l)
+    int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out)
+    int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out)
+    uint64_t hk_proc_start_time(int pid)

@@ -1,0 +1,73 @@
+"""Fixtures for the hook tests: build the C parts once per session with the hookcore Makefile.
+
+- `core_tests`: the core's C test programs (`test_core`, ASan/UBSan `fuzz_config`);
+- `hookcore_ext`: the `hookcore` package with its Cython extension built in place if stale;
+- `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOKCORE = ROOT / "hookcore"
+BUILD = HOOKCORE / "build"
+
+
+def make(*targets: str) -> None:
+    """Run `make -C hookcore TARGETS`; a failure fails the test with the compiler's output."""
+    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", *targets], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"make {' '.join(targets)} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+
+
+@dataclass(frozen=True)
+class CoreTests:
+    test_core: Path
+    fuzz_config: Path
+
+
+@dataclass(frozen=True)
+class HookLibs:
+    libvgpu: Path
+    stub_dir: Path
+
+
+@pytest.fixture(scope="session")
+def core_tests() -> CoreTests:
+    make("core-tests")
+    return CoreTests(BUILD / "tests" / "test_core", BUILD / "tests" / "fuzz_config")
+
+
+def _extension_stale() -> bool:
+    built = sorted(HOOKCORE.glob("_hookcore*.so"))
+    if not built:
+        return True
+    sources = [HOOKCORE / "_hookcore.pyx", HOOKCORE / "_hookcore.pxd", *HOOKCORE.glob("core/*.[ch]")]
+    return max(p.stat().st_mtime for p in sources) > built[-1].stat().st_mtime
+
+
+@pytest.fixture(scope="session")
+def hookcore_ext() -> ModuleType:
+    if _extension_stale():
+        env = {**os.environ, "HOOKCORE_SKIP_MAKE": "1"}
+        proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
+                              env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.fail(f"building hookcore._hookcore failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+    import hookcore._hookcore  # fails here, not in every test, if the build is broken
+
+    return hookcore
+
+
+@pytest.fixture(scope="session")
+def hookcore_libs() -> HookLibs:
+    make("libs")
+    return HookLibs(BUILD / "libvgpu.so", BUILD / "stub")
