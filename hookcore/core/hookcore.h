@@ -170,7 +170,8 @@ int hk_device_resolve(int ordinal, const char *uuid);
 /* Index for a UUID, or HK_ENODEV (also when the claim is not UUID-keyed). */
 int hk_device_index_for_uuid(const char *uuid);
 
-/* Quotas of ledger index `dev` (HK_MEM_UNLIMITED / HK_SM_UNLIMITED when none or dev invalid). */
+/* Quotas of ledger index `dev`: HK_MEM_UNLIMITED / HK_SM_UNLIMITED when the device has none or
+   dev is out of range; 0 for both when the library failed closed (check hk_status() first). */
 uint64_t hk_mem_limit(int dev);
 uint32_t hk_sm_limit(int dev);
 
