@@ -1,6 +1,7 @@
 /* test_core.c -- unit and multi-process tests of the hookcore core (no GPU, no shim).
  *
  *   test_core [DIR]                  run every test; ledgers are created under DIR (default /tmp)
+ *   test_core bench [DIR]            print the cost of reserve/release, tracking, open (no checks)
  *   test_core populate PATH D:N ... [--hold]
  *                                    open PATH with the config from the environment, reserve N bytes
  *                                    on device D for each argument, print "ready", and with --hold
@@ -787,9 +788,82 @@ static int populate(int argc, char **argv) {
   return 0;   /* exits without closing: the slot stays charged until reclaimed */
 }
 
+/* --------------------------------------------------------------------------------------------- */
+/* test_core bench DIR: cost of the admission path (not a test; numbers for the report). */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double bench_pairs(hk_ledger *l, long n) {
+  double t0 = now_s();
+  for (long i = 0; i < n; i++) {
+    if (hk_ledger_reserve(l, 0, MiB) != HK_OK) abort();
+    hk_ledger_release(l, 0, MiB);
+  }
+  return (now_s() - t0) / (double)n * 1e9;
+}
+
+static int bench(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=64Gi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "bench");
+  hk_ledger *l = open_ok(path, &c);
+  if (!l) return 1;
+  const long n = 2000000;
+  printf("reserve+release, 1 process, 1 live slot:  %.1f ns/pair\n", bench_pairs(l, n));
+  hk_ledger *others[7];
+  for (int i = 0; i < 7; i++) others[i] = open_ok(path, &c);
+  printf("reserve+release, 1 process, 8 live slots: %.1f ns/pair\n", bench_pairs(l, n));
+  for (int i = 0; i < 7; i++) hk_ledger_close(others[i]);
+  enum { NPROC = 8 };
+  int pfd[2];
+  if (pipe(pfd) != 0) return 1;
+  for (int p = 0; p < NPROC; p++) {
+    if (fork() == 0) {
+      hk_ledger *m = open_ok(path, &c);
+      double ns = bench_pairs(m, n / 4);
+      if (write(pfd[1], &ns, sizeof ns) != sizeof ns) _exit(1);
+      _exit(0);
+    }
+  }
+  double sum = 0, worst = 0;
+  for (int p = 0; p < NPROC; p++) {
+    double ns = 0;
+    if (read(pfd[0], &ns, sizeof ns) != sizeof ns) return 1;
+    sum += ns;
+    if (ns > worst) worst = ns;
+    wait(NULL);
+  }
+  printf("reserve+release, %d processes at once:     %.1f ns/pair mean, %.1f worst\n", NPROC,
+         sum / NPROC, worst);
+  double t0 = now_s();
+  for (long i = 0; i < n; i++) {
+    hk_track_alloc((uint64_t)i << 12, HK_KIND_PTR, 0, MiB);
+    hk_track_free((uint64_t)i << 12, HK_KIND_PTR, NULL, NULL);
+  }
+  printf("track_alloc+track_free:                   %.1f ns/pair\n", (now_s() - t0) / (double)n * 1e9);
+  t0 = now_s();
+  for (int i = 0; i < 200; i++) {
+    hk_ledger *x = open_ok(path, &c);
+    hk_ledger_close(x);
+  }
+  printf("ledger open+claim+close:                  %.1f us\n", (now_s() - t0) / 200 * 1e6);
+  hk_ledger_close(l);
+  unlink(path);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc >= 3 && strcmp(argv[1], "populate") == 0) return populate(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "bench") == 0) {
+    if (argc >= 3) snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+    return bench();
+  }
   if (argc >= 2) snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
   test_parse_mem();
   test_parse_sm();
