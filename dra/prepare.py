@@ -2,18 +2,19 @@
 
 `ClaimPreparer` implements `dra.kubelet.handler.ClaimHandler`. For each claim of a prepare call:
 
-1. GET the ResourceClaim (no lock held); check the UID, that it is allocated, that the
-   allocation is usable on this node, and keep only this driver's results. A claim with no
-   result for this driver is an error: kubelet sends a claim only to the drivers named in its
-   results, so getting one means kubelet and the API server disagree (e.g. the claim was
-   deallocated and allocated again); an empty success would start the container without the
-   devices it asked for.
+1. Take the claim's lock (a flock per claim: claims never wait for each other, and no
+   node-wide lock is held across the API call); GET the ResourceClaim; check the UID, that it
+   is allocated, that the allocation is usable on this node, and keep only this driver's
+   results. A claim with no result for this driver is an error: kubelet sends a claim only to
+   the drivers named in its results, so getting one means kubelet and the API server disagree
+   (e.g. the claim was deallocated and allocated again); an empty success would start the
+   container without the devices it asked for.
 2. Decode this driver's opaque config strictly (class config before claim config, the last
    matching entry wins) and run the driver's `validate_config`.
-3. Under the claim's lock (a flock per claim, so claims never wait for each other): answer from
-   the checkpoint when the claim is already prepared in this boot with the same allocation;
-   otherwise record ``preparing``, call the driver, write the claim's CDI spec, record
-   ``prepared``.
+3. Still under the claim's lock (so an unprepare of the same claim cannot slip in between
+   reading the claim and recording it): answer from the checkpoint when the claim is already
+   prepared in this boot with the same allocation; otherwise record ``preparing``, call the
+   driver, write the claim's CDI spec, record ``prepared``.
 
 Unprepare works from the checkpoint alone (the claim may be gone): driver unprepare, remove the
 CDI spec, delete the record. Unknown UIDs succeed. Every step is idempotent and a crash between
@@ -281,9 +282,11 @@ class ClaimPreparer:
         t0 = time.monotonic()
         try:
             fault("prepare.start")
-            plan = self._plan(ref)
-            fault("prepare.after_fetch")
+            # The claim's own lock (not a node-wide one) covers the GET too: an unprepare of this
+            # claim cannot slip in between reading the claim and recording it as preparing.
             with self.lock(ref.uid):
+                plan = self._plan(ref)
+                fault("prepare.after_fetch")
                 outcome = self._prepare_locked(plan)
             pods: tuple[str, ...] = plan.pods
         except ClaimError as e:
