@@ -49,9 +49,10 @@ log = logging.getLogger(__name__)
 
 LockFactory = Callable[[str], AbstractContextManager[Any]]
 """Given a claim UID, a context manager that excludes every other process and thread working on
-that claim. The default is `Checkpoint.lock` (a flock per claim). A node-global lock such as
-kubelet's ``serialize.lock`` fits too (``lambda uid: global_lock()``) at the cost of serialising
-all claims."""
+that claim; held for the claim's whole prepare (GET included) or unprepare. The default is
+`Checkpoint.lock` (a flock per claim, shared by every instance on the node). A node-global lock
+such as ``dra.kubelet.lock.SerializeLock`` fits too (``lambda _uid: serialize_lock``) at the
+cost of serialising all claims and their API calls."""
 
 
 class ClaimError(Exception):
