@@ -244,3 +244,66 @@ def test_hundred_concurrent_claims_all_succeed(env: tuple[ClaimPreparer, Recorde
     with ThreadPoolExecutor(100) as pool:
         assert list(pool.map(lambda r: prep.unprepare_claims([r])[r.uid], refs)) == [""] * 100
     assert prep.checkpoint.uids() == set() == prep.cdi.claim_uids()
+
+
+class GatedClaims(RecordedClaims):
+    """Claims whose GET blocks until released, to interleave calls deterministically."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: dict[str, threading.Event] = {}
+        self.entered: dict[str, threading.Event] = {}
+
+    def gate(self, name: str) -> threading.Event:
+        self.entered[name] = threading.Event()
+        self.gates[name] = threading.Event()
+        return self.gates[name]
+
+    def get_claim(self, namespace: str, name: str) -> ResourceClaim | None:
+        if name in self.gates:
+            self.entered[name].set()
+            self.gates[name].wait(10)
+        return super().get_claim(namespace, name)
+
+
+def test_unprepare_waits_for_an_in_flight_prepare_of_the_same_claim(tmp_path: Path) -> None:
+    driver, claims = Tracking(), GatedClaims()
+    prep = ClaimPreparer(driver, claims, "node-a", Checkpoint(tmp_path / "s", boot_id="b"),
+                         CDISpecs(driver.cdi_kind, tmp_path / "cdi"))
+    c = claims.add(claim_dict("c", results=[result("gpu-0")]))
+    release = claims.gate("c")
+    prepared: list[str] = []
+    t = threading.Thread(target=lambda: prepared.append(prep.prepare_claims([ref_of(c)])[c.uid].error))
+    t.start()
+    assert claims.entered["c"].wait(5)  # the prepare is inside its GET
+    unprepared: list[str] = []
+    u = threading.Thread(target=lambda: unprepared.append(prep.unprepare_claims([ref_of(c)])[c.uid]))
+    u.start()
+    time.sleep(0.2)
+    assert unprepared == [], "unprepare ran while the prepare of the same claim was between GET and record"
+    release.set()
+    t.join(5)
+    u.join(5)
+    assert prepared == [""] and unprepared == [""]
+    assert [k for k, _ in driver.calls] == ["prepare", "unprepare"]
+    assert prep.checkpoint.uids() == set() and prep.cdi.claim_uids() == set()
+    prep.close()
+
+
+def test_a_slow_claim_does_not_hold_up_others(tmp_path: Path) -> None:
+    driver, claims = Tracking(), GatedClaims()
+    prep = ClaimPreparer(driver, claims, "node-a", Checkpoint(tmp_path / "s", boot_id="b"),
+                         CDISpecs(driver.cdi_kind, tmp_path / "cdi"))
+    slow = claims.add(claim_dict("slow", results=[result("gpu-0")]))
+    fast = claims.add(claim_dict("fast", results=[result("gpu-1")]))
+    release = claims.gate("slow")
+    t = threading.Thread(target=lambda: prep.prepare_claims([ref_of(slow)]))
+    t.start()
+    assert claims.entered["slow"].wait(5)
+    t0 = time.monotonic()
+    assert prep.prepare_claims([ref_of(fast)])[fast.uid].error == ""
+    assert prep.unprepare_claims([ref_of(fast)]) == {fast.uid: ""}
+    assert time.monotonic() - t0 < 2
+    release.set()
+    t.join(5)
+    prep.close()
