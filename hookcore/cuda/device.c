@@ -105,8 +105,10 @@ HK_EXPORT CUresult cuInit(unsigned int flags) {
     if (!__atomic_exchange_n(&atfork_done, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, atfork_child);
     if (!hk_shim_debug) return hk_real.cuInit(flags);
     int64_t t0 = hk_limiter_now_ns();
+    unsigned long d0 = hk_dlsym_calls, g0 = hk_gpa_calls;
     CUresult r = hk_real.cuInit(flags);
-    hk_shim_log("cuInit(%u) = %d in %.0f us", flags, r, (hk_limiter_now_ns() - t0) / 1e3);
+    hk_shim_log("cuInit(%u) = %d in %.0f us (%lu dlsym and %lu cuGetProcAddress calls inside)", flags, r,
+                (hk_limiter_now_ns() - t0) / 1e3, hk_dlsym_calls - d0, hk_gpa_calls - g0);
     return r;
 }
 

@@ -23,6 +23,7 @@
 
 hk_real_table hk_real;
 int hk_shim_debug;
+unsigned long hk_dlsym_calls, hk_gpa_calls;   /* statistics for HOOKCORE_LOG=debug (racy on purpose) */
 
 /* ---------------------------------------------------------------------------
  * Logging
@@ -141,6 +142,7 @@ static __attribute__((noinline)) void *lookup_policed(void *handle, const char *
 /* The pass-through is a tail call, so the real dlsym sees the caller's return address and
    RTLD_NEXT keeps its meaning for the caller. */
 HK_EXPORT void *dlsym(void *handle, const char *name) {
+    hk_dlsym_calls++;
     if (HK_UNLIKELY(maybe_policed(name))) {
         void *p = lookup_policed(handle, name);
         if (p) return p;
@@ -154,6 +156,7 @@ HK_EXPORT void *dlsym(void *handle, const char *name) {
 
 /* Swap a real driver pointer for the interposer of the same variant. */
 static void *to_hook(const char *symbol, void *real, int ver, cuuint64_t flags) {
+    hk_gpa_calls++;
     for (size_t i = 0; i < HK_NHOOKS; i++) {
         if (g_hooks[i].lib == 0 && *g_hooks[i].real == real) {
             if (hk_shim_debug) hk_shim_log("cuGetProcAddress(%s, %d, %#llx) -> hook %s", symbol, ver,

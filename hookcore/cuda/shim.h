@@ -140,6 +140,7 @@ void hk_shim_load(int lib) HK_HIDDEN;
 
 /* Debug log to stderr when HOOKCORE_LOG=debug. */
 extern int hk_shim_debug HK_HIDDEN;
+extern unsigned long hk_dlsym_calls HK_HIDDEN, hk_gpa_calls HK_HIDDEN;
 void hk_shim_log(const char *fmt, ...) HK_HIDDEN __attribute__((format(printf, 1, 2)));
 
 /* ---------------------------------------------------------------------------

@@ -664,26 +664,85 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t
                              CUdriverProcAddressQueryResult *status);
 
 typedef struct { const char *name; void *fn; } stub_sym;
-#define S(n) {#n, (void *)n}
-static const stub_sym g_syms[] = {
-    S(cuInit), S(cuDriverGetVersion), S(cuDeviceGetCount), S(cuDeviceGet), S(cuDeviceGetName),
-    S(cuDeviceGetUuid), S(cuDeviceGetUuid_v2), S(cuDeviceTotalMem_v2), S(cuDeviceGetAttribute),
-    S(cuDevicePrimaryCtxRetain), S(cuDevicePrimaryCtxRelease_v2), S(cuCtxSetCurrent), S(cuCtxGetCurrent),
-    S(cuCtxGetDevice), S(cuCtxSynchronize), S(cuMemGetInfo_v2), S(cuMemAlloc), S(cuMemAlloc_v2), S(cuMemAllocPitch_v2),
-    S(cuMemAllocManaged), S(cuMemFree_v2), S(cuMemGetAllocationGranularity), S(cuMemCreate), S(cuMemRelease),
-    S(cuMemAddressReserve), S(cuMemAddressFree), S(cuMemMap), S(cuMemUnmap), S(cuMemAllocAsync),
-    S(cuMemAllocAsync_ptsz), S(cuMemFreeAsync), S(cuMemFreeAsync_ptsz), S(cuMemPoolCreate),
-    S(cuMemPoolDestroy), S(cuDeviceGetDefaultMemPool), S(cuMemAllocFromPoolAsync),
-    S(cuMemAllocFromPoolAsync_ptsz), S(cuArrayCreate_v2), S(cuArray3DCreate_v2), S(cuArrayDestroy),
-    S(cuMipmappedArrayCreate), S(cuMipmappedArrayDestroy), S(cuStreamCreate), S(cuStreamDestroy_v2),
-    S(cuStreamSynchronize), S(cuStreamQuery), S(cuStreamIsCapturing), S(cuStreamBeginCapture_v2),
-    S(cuStreamEndCapture), S(cuEventCreate), S(cuEventDestroy_v2), S(cuEventRecord),
-    S(cuEventRecord_ptsz), S(cuEventQuery), S(cuEventSynchronize), S(cuEventElapsedTime),
-    S(cuEventElapsedTime_v2), S(cuLaunchKernel), S(cuLaunchKernel_ptsz), S(cuLaunchCooperativeKernel),
-    S(cuLaunchCooperativeKernel_ptsz), S(cuLaunchKernelEx), S(cuLaunchKernelEx_ptsz), S(cuGraphLaunch),
-    S(cuGraphLaunch_ptsz), S(cuGetErrorString), S(cuCtxGetApiVersion), S(cuGetProcAddress),
-    S(cuGetProcAddress_v2),
-};
+
+/* The table must hold the stub's own functions even when a preloaded library interposes the same
+   names (as the shim does): taking the address of an exported function in a shared object goes
+   through the GOT and would yield the interposer. Hidden aliases bind locally. */
+#define STUB_SYMS(X) \
+    X(cuInit) \
+    X(cuDriverGetVersion) \
+    X(cuDeviceGetCount) \
+    X(cuDeviceGet) \
+    X(cuDeviceGetName) \
+    X(cuDeviceGetUuid) \
+    X(cuDeviceGetUuid_v2) \
+    X(cuDeviceTotalMem_v2) \
+    X(cuDeviceGetAttribute) \
+    X(cuDevicePrimaryCtxRetain) \
+    X(cuDevicePrimaryCtxRelease_v2) \
+    X(cuCtxSetCurrent) \
+    X(cuCtxGetCurrent) \
+    X(cuCtxGetDevice) \
+    X(cuCtxSynchronize) \
+    X(cuMemGetInfo_v2) \
+    X(cuMemAlloc) \
+    X(cuMemAlloc_v2) \
+    X(cuMemAllocPitch_v2) \
+    X(cuMemAllocManaged) \
+    X(cuMemFree_v2) \
+    X(cuMemGetAllocationGranularity) \
+    X(cuMemCreate) \
+    X(cuMemRelease) \
+    X(cuMemAddressReserve) \
+    X(cuMemAddressFree) \
+    X(cuMemMap) \
+    X(cuMemUnmap) \
+    X(cuMemAllocAsync) \
+    X(cuMemAllocAsync_ptsz) \
+    X(cuMemFreeAsync) \
+    X(cuMemFreeAsync_ptsz) \
+    X(cuMemPoolCreate) \
+    X(cuMemPoolDestroy) \
+    X(cuDeviceGetDefaultMemPool) \
+    X(cuMemAllocFromPoolAsync) \
+    X(cuMemAllocFromPoolAsync_ptsz) \
+    X(cuArrayCreate_v2) \
+    X(cuArray3DCreate_v2) \
+    X(cuArrayDestroy) \
+    X(cuMipmappedArrayCreate) \
+    X(cuMipmappedArrayDestroy) \
+    X(cuStreamCreate) \
+    X(cuStreamDestroy_v2) \
+    X(cuStreamSynchronize) \
+    X(cuStreamQuery) \
+    X(cuStreamIsCapturing) \
+    X(cuStreamBeginCapture_v2) \
+    X(cuStreamEndCapture) \
+    X(cuEventCreate) \
+    X(cuEventDestroy_v2) \
+    X(cuEventRecord) \
+    X(cuEventRecord_ptsz) \
+    X(cuEventQuery) \
+    X(cuEventSynchronize) \
+    X(cuEventElapsedTime) \
+    X(cuEventElapsedTime_v2) \
+    X(cuLaunchKernel) \
+    X(cuLaunchKernel_ptsz) \
+    X(cuLaunchCooperativeKernel) \
+    X(cuLaunchCooperativeKernel_ptsz) \
+    X(cuLaunchKernelEx) \
+    X(cuLaunchKernelEx_ptsz) \
+    X(cuGraphLaunch) \
+    X(cuGraphLaunch_ptsz) \
+    X(cuGetErrorString) \
+    X(cuCtxGetApiVersion) \
+    X(cuGetProcAddress) \
+    X(cuGetProcAddress_v2)
+#define ALIAS(n) extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
+STUB_SYMS(ALIAS)
+#undef ALIAS
+#define S(n) {#n, (void *)&stub_local_##n},
+static const stub_sym g_syms[] = {STUB_SYMS(S)};
 #undef S
 
 static void *find_sym(const char *name) {
