@@ -95,6 +95,16 @@ uint32_t hk_sm_limit(int dev) {
   return g.led->dev[dev].sm_limit;
 }
 
+static __attribute__((noinline)) void lost_slot(void) {
+  pthread_mutex_lock(&g.mu);
+  if (g.status == HK_OK) {
+    snprintf(g.msg, sizeof g.msg, "lost the process slot of ledger %.300s; usage can no longer be "
+             "accounted", g.led->path);
+    fail_closed(g.msg);
+  }
+  pthread_mutex_unlock(&g.mu);
+}
+
 /* A forked child: take a slot of its own (slow path, once per child). */
 static __attribute__((noinline)) int reattach(void) {
   int rc = HK_OK;
@@ -112,7 +122,9 @@ int hk_mem_reserve(int dev, uint64_t bytes) {
   if (hk_unlikely(ready() != HK_OK)) return HK_EFAILCLOSED;
   if (hk_unlikely(dev < 0 || dev >= HK_MAX_DEVICES)) return HK_EINVAL;
   if (hk_unlikely(g.led->me == NULL) && reattach() != HK_OK) return HK_EFAILCLOSED;
-  return hk_ledger_reserve(g.led, dev, bytes);
+  int rc = hk_ledger_reserve(g.led, dev, bytes);
+  if (hk_unlikely(rc == HK_EFAILCLOSED)) lost_slot();
+  return rc;
 }
 
 void hk_mem_release(int dev, uint64_t bytes) {

@@ -58,10 +58,14 @@
  * Admission: add `size` to my slot's used[dev] (seq_cst), then sum used[dev] over live slots; if
  * the sum exceeds the limit, subtract it again and fail (after one reclaim pass and a short retry).
  * Two racers may both fail but can never both succeed past the limit. No lock on this path.
- * Liveness: each live process holds an OFD byte-range lock (fcntl F_OFD_SETLK) on its slot; the
- * kernel drops it when the process dies, however it dies, so a dead slot is detected by being able
- * to take its lock -- robust against kill -9 at any instruction, PID reuse and PID namespaces
- * (the lock lives on the shared inode). pid + start time (/proc/<pid>/stat field 22) + a random
+ * Liveness: each live process holds an OFD byte-range lock (fcntl F_OFD_SETLK) on its slot. The
+ * lock belongs to the process's open file description of the ledger, which its descriptor and its
+ * mapping keep alive; the kernel drops it when the process dies (however it dies) or execs, so a
+ * dead slot is detected by being able to take its lock -- robust against kill -9 at any
+ * instruction, PID reuse and PID namespaces (the lock lives on the shared inode), and unaffected
+ * by an application closing our descriptor (the mapping still holds the description). A forked
+ * child re-opens and re-maps the file at once (atfork handler) so it never pins its parent's lock,
+ * and claims its own slot on first use. pid + start time (/proc/<pid>/stat field 22) + a random
  * nonce are recorded for display only. Reclaiming a slot happens while holding its lock.
  * Creation: O_CREAT + an OFD lock on byte 0 held only while the file is created/validated and a
  * slot is claimed (once per process, never on the hot path). A ledger whose magic, version or

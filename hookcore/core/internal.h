@@ -78,6 +78,7 @@ struct hk_ledger {
   int fd;                        /* -1 for a private ledger or after fork */
   unsigned flags;                /* HK_OPEN_* */
   int private_mem;               /* 1: anonymous memory, no file, no locks */
+  int lost;                      /* 1: my slot was taken from me (descriptor closed behind my back) */
   size_t size;
   unsigned char *base;
   hk__hdr *hdr;
@@ -85,6 +86,7 @@ struct hk_ledger {
   hk__slot *slots;
   hk__slot *me;            /* my slot, NULL if none */
   int my_index;
+  uint64_t my_owner;             /* owner word I published; anything else there = slot lost */
   dev_t st_dev;
   ino_t st_ino;
   char path[HK_PATH_MAX];

@@ -63,6 +63,15 @@ uint64_t hk_proc_start_time(int pid) {
   return 0;
 }
 
+/* Move a descriptor out of the low range, where applications that close "their" descriptors
+   by number are most likely to hit it (closing ours would drop the slot lock). */
+static int high_fd(int fd) {
+  int hi = fcntl(fd, F_DUPFD_CLOEXEC, 512);
+  if (hi < 0) return fd;
+  close(fd);
+  return hi;
+}
+
 /* OFD byte-range lock on one byte. cmd: F_OFD_SETLK / F_OFD_SETLKW / F_OFD_GETLK.
    Returns 0 on success; for GETLK, 1 if another description holds a conflicting lock. */
 static int ofd_lock(int fd, int cmd, short type, off_t off) {
@@ -281,6 +290,7 @@ int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen) {
       atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_LIVE), ORD_SC);
       l->me = s;
       l->my_index = i;
+      l->my_owner = HK_OWNER_MAKE(gen, HK_SLOT_LIVE);
       return HK_OK;
     }
   }
@@ -310,6 +320,7 @@ static int open_private(const hk_config *cfg, hk_ledger *l, char *err, size_t er
   atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(1, HK_SLOT_LIVE), ORD_SC);
   l->me = s;
   l->my_index = 0;
+  l->my_owner = HK_OWNER_MAKE(1, HK_SLOT_LIVE);
   return HK_OK;
 }
 
@@ -369,6 +380,7 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
     free(l);
     return HK_EIO;
   }
+  l->fd = high_fd(l->fd);
   if (ofd_lock(l->fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
     hk__errf(err, errlen, "cannot lock ledger %s: %s (the filesystem must support OFD locks)", path,
              strerror(errno));
@@ -400,9 +412,11 @@ void hk_ledger_close(hk_ledger *l) {
   free(l);
 }
 
-/* After fork, in the child: the descriptor is shared with the parent, so its locks are the
-   parent's. Drop it (not the locks: the parent's description still holds them) and forget the
-   slot; hk__ledger_reattach() gives the child its own. */
+/* After fork, in the child. The inherited descriptor AND mapping both reference the parent's
+   open file description, which owns the parent's slot lock: as long as the child keeps either,
+   a dead parent would look alive. So the child opens the file again, maps it again at the same
+   address (MAP_FIXED: every pointer stays valid) and closes the inherited descriptor. Its own
+   slot is claimed lazily (hk__ledger_reattach) on first use. Only async-signal-safe calls here. */
 void hk__ledger_atfork_child(hk_ledger *l) {
   if (l == NULL) return;
   if (l->private_mem) {   /* the child has its own copy: start it from zero */
@@ -411,37 +425,35 @@ void hk__ledger_atfork_child(hk_ledger *l) {
     l->me->pid = (int32_t)getpid();
     return;
   }
-  if (l->fd >= 0) close(l->fd);
+  int old = l->fd;
   l->fd = -1;
   l->me = NULL;
   l->my_index = -1;
+  l->my_owner = 0;
+  int fd = open(l->path, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == l->st_dev && st.st_ino == l->st_ino &&
+      mmap(l->base, l->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
+    l->fd = high_fd(fd);
+  } else {
+    if (fd >= 0) close(fd);
+    l->lost = 1;   /* cannot detach from the parent's description: this child fails closed */
+  }
+  if (old >= 0) close(old);
 }
 
 int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen) {
-  struct stat st;
   if (l->private_mem) return HK_OK;
-  int fd = open(l->path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
-    hk__errf(err, errlen, "cannot reopen ledger %s after fork: %s", l->path, strerror(errno));
-    return HK_EIO;
-  }
-  if (fstat(fd, &st) < 0 || st.st_dev != l->st_dev || st.st_ino != l->st_ino) {
-    hk__errf(err, errlen, "ledger %s was replaced since this process started", l->path);
-    close(fd);
+  if (l->fd < 0 || l->lost) {
+    hk__errf(err, errlen, "cannot reopen ledger %s in this forked process", l->path);
     return HK_EFAILCLOSED;
   }
-  if (ofd_lock(fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
+  if (ofd_lock(l->fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
     hk__errf(err, errlen, "cannot lock ledger %s: %s", l->path, strerror(errno));
-    close(fd);
     return HK_EIO;
   }
-  l->fd = fd;
   int rc = hk__ledger_claim_locked(l, err, errlen);
-  ofd_lock(fd, F_OFD_SETLK, F_UNLCK, 0);
-  if (rc != HK_OK) {
-    close(fd);
-    l->fd = -1;
-  }
+  ofd_lock(l->fd, F_OFD_SETLK, F_UNLCK, 0);
   return rc;
 }
 
@@ -472,14 +484,32 @@ static void backoff(int attempt) {
     sched_yield();
     return;
   }
-  struct timespec ts = {0, 20000L << attempt};   /* 80us, 160us */
+  struct timespec ts = {0, 50000L};
   nanosleep(&ts, NULL);
+}
+
+/* My slot's owner word changed: someone took my slot's lock, i.e. this process closed (or an
+   application closed for it) the ledger descriptor. Charges can no longer be counted: stop. */
+static void sub_saturating(_Atomic uint64_t *c, uint64_t bytes) {
+  uint64_t v = atomic_load_explicit(c, ORD_SC);
+  uint64_t nv;
+  do {
+    nv = v > bytes ? v - bytes : 0;   /* never underflow */
+  } while (!atomic_compare_exchange_weak_explicit(c, &v, nv, ORD_SC, ORD_SC));
+}
+
+static __attribute__((noinline)) int slot_lost(hk_ledger *l, int dev, uint64_t bytes) {
+  if (bytes) sub_saturating(&l->me->xused[dev], bytes);   /* the slot may have a new owner */
+  l->me = NULL;
+  l->my_index = -1;
+  l->lost = 1;
+  return HK_EFAILCLOSED;
 }
 
 int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
   if (hk_unlikely(l == NULL || dev < 0 || dev >= HK_MAX_DEVICES)) return HK_EINVAL;
   hk__slot *me = l->me;
-  if (hk_unlikely(me == NULL)) return HK_EINVAL;
+  if (hk_unlikely(me == NULL)) return l->lost ? HK_EFAILCLOSED : HK_EINVAL;
   hk__dev *d = &l->dev[dev];
   const uint64_t limit = d->mem_limit;
   if (limit == HK_MEM_UNLIMITED) {
@@ -490,6 +520,9 @@ int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
   for (int attempt = 0; attempt < 4; attempt++) {
     atomic_fetch_add_explicit(&me->xused[dev], bytes, ORD_SC);
     uint64_t sum = hk__ledger_sum(l, dev);
+    if (hk_unlikely(atomic_load_explicit(&me->xowner, ORD_RLX) != l->my_owner)) {
+      return slot_lost(l, dev, bytes);
+    }
     if (hk_likely(sum <= limit)) {
       peak_max(d, sum);
       return HK_OK;
@@ -504,12 +537,11 @@ int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
 
 void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes) {
   if (l == NULL || l->me == NULL || dev < 0 || dev >= HK_MAX_DEVICES || bytes == 0) return;
-  _Atomic uint64_t *c = &l->me->xused[dev];
-  uint64_t v = atomic_load_explicit(c, ORD_SC);
-  uint64_t nv;
-  do {
-    nv = v > bytes ? v - bytes : 0;   /* never underflow */
-  } while (!atomic_compare_exchange_weak_explicit(c, &v, nv, ORD_SC, ORD_SC));
+  if (hk_unlikely(atomic_load_explicit(&l->me->xowner, ORD_RLX) != l->my_owner)) {
+    slot_lost(l, dev, 0);   /* not my counter any more: touch nothing */
+    return;
+  }
+  sub_saturating(&l->me->xused[dev], bytes);
 }
 
 uint64_t hk_ledger_used(const hk_ledger *l, int dev) {

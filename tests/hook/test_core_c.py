@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from tests.hook.conftest import CoreTests
 
 EXPECTED = ["parse_mem", "parse_sm", "config", "reserve_release", "two_handles", "track", "validation",
-            "pid_reuse", "creation_race", "sigkill", "concurrent", "global"]
+            "pid_reuse", "creation_race", "sigkill", "concurrent", "global", "orphan_child"]
 
 
 def test_core_c_suite(core_tests: CoreTests, tmp_path: Path) -> None:

@@ -306,6 +306,31 @@ static void test_two_handles(void) {
     hk_ledger_close(r);
   }
   CHECK(hk_ledger_reserve(b, 0, 40 * MiB) == HK_OK);
+  /* An application closes the ledger descriptor of handle cc behind its back: the mapping still
+     references the open file description, so the slot lock (and the charge) survive. */
+  hk_ledger *cc = open_ok(path, &c);
+  if (cc) {
+    CHECK(cc->fd >= 512);   /* kept out of the low descriptor range */
+    CHECK(hk_ledger_reserve(cc, 0, 10 * MiB) == HK_ENOMEM);
+    hk_ledger_release(b, 0, 40 * MiB);
+    CHECK(hk_ledger_reserve(cc, 0, 10 * MiB) == HK_OK);
+    close(cc->fd);
+    cc->fd = -1;
+    CHECK(hk_ledger_reserve(b, 0, 40 * MiB) == HK_ENOMEM);   /* cc still counts: not reclaimable */
+    CHECK(hk_ledger_reclaim(b) == 0);
+    CHECK(hk_ledger_reserve(cc, 0, 1 * MiB) == HK_OK);
+    /* If its slot is ever taken from it anyway (forged here), cc stops instead of counting into
+       another process's slot. */
+    uint64_t w = atomic_load(&cc->me->xowner);
+    atomic_store(&cc->me->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w) + 5, HK_SLOT_LIVE));
+    uint64_t before = hk_ledger_used(b, 0);
+    hk_ledger_release(cc, 0, 10 * MiB);                      /* must not touch the counters */
+    CHECK_EQ_U64(hk_ledger_used(b, 0), before);
+    CHECK(hk_ledger_reserve(cc, 0, 1) == HK_EFAILCLOSED);
+    CHECK(hk_ledger_reserve(cc, 0, 1) == HK_EFAILCLOSED);
+    CHECK_EQ_U64(hk_ledger_used(b, 0), before);
+    hk_ledger_close(cc);
+  }
   hk_ledger_close(b);
   unlink(path);
   printf("ok two_handles\n");
@@ -702,6 +727,50 @@ static void global_uuid_body(void) {
   CHECK_EQ_U64(hk_mem_limit(1), 2 * GiB);
 }
 
+/* The parent dies while its forked child (which never touches the GPU) lives on: the parent's
+   slot must still be reclaimable, i.e. the child must not keep the parent's lock alive. */
+static void test_orphan_child(void) {
+  char path[1200];
+  ledger_path(path, sizeof path, "orphan");
+  int c2p[2], hold[2];
+  CHECK(pipe(c2p) == 0 && pipe(hold) == 0);
+  pid_t parent = fork();
+  if (parent == 0) {
+    setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "64Mi", 1);
+    setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", path, 1);
+    if (hk_init() != HK_OK || hk_mem_reserve(0, 48 * MiB) != HK_OK) _exit(2);
+    pid_t child = fork();
+    if (child == 0) {
+      char ch;
+      pid_t me = getpid();
+      close(hold[1]);
+      if (write(c2p[1], &me, sizeof me) != sizeof me) _exit(3);
+      while (read(hold[0], &ch, 1) > 0) {
+      }
+      _exit(0);
+    }
+    _exit(0);   /* dies holding 48 MiB; the child stays */
+  }
+  close(hold[0]);
+  waitpid(parent, NULL, 0);
+  pid_t child = 0;
+  CHECK(read(c2p[0], &child, sizeof child) == sizeof child);
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=64Mi", NULL};
+  hk_config c = config_of(env);
+  hk_ledger *l = open_ok(path, &c);
+  if (l) {
+    CHECK_EQ_U64(hk_ledger_used(l, 0), 48 * MiB);
+    CHECK(hk_ledger_reserve(l, 0, 64 * MiB) == HK_OK);   /* reclaimed although the child lives */
+    CHECK(kill(child, 0) == 0);
+    hk_ledger_close(l);
+  }
+  close(hold[1]);   /* let the child go */
+  close(c2p[0]);
+  close(c2p[1]);
+  unlink(path);
+  printf("ok orphan_child\n");
+}
+
 static void test_global(void) {
   ledger_path(g_global_path, sizeof g_global_path, "global");
   run_in_child(global_fork_body);
@@ -877,6 +946,7 @@ int main(int argc, char **argv) {
   test_sigkill();
   test_concurrent();
   test_global();
+  test_orphan_child();
   if (g_failures) {
     printf("FAILED: %d check(s)\n", g_failures);
     return 1;
