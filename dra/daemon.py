@@ -19,6 +19,7 @@ driver's devices and republishes them if they changed.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
@@ -201,8 +202,23 @@ class Daemon:
             self.http.stop()
 
 
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's per-thread malloc arenas before threads start.
+
+    gRPC workers and claim threads each get an arena under contention (up to 8 per core), and
+    Python rarely returns memory to them: after a burst of concurrent prepares RSS stays high.
+    Two arenas keep the daemon small at no measurable cost in latency. No-op off glibc.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(ctypes.c_int(-8), ctypes.c_int(arenas))  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
 def run(driver_entry: str, settings: DaemonSettings) -> None:
     """Build the daemon, serve until SIGTERM/SIGINT, stop cleanly."""
+    limit_malloc_arenas()
     driver = load_driver(driver_entry)
     daemon = Daemon(driver, settings, api_client(settings.kubeconfig), api_client(settings.kubeconfig, 4))
     stop = threading.Event()

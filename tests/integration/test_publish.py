@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra.driver import Capacity, Device, RequestPolicy, Taint, Version
 from dra.publish import Publisher, PublishSettings
 from drivers.example.driver import ExampleDriver
-from tests.kube_helpers import create_node, unique, wait_for
 
 pytestmark = pytest.mark.cluster
 
