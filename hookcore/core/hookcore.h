@@ -156,7 +156,7 @@ int hk_uuid_equal(const char *a, const char *b);
 /* Process-wide API used by the shim                                                            */
 
 /* Initialise once (env, ledger, process slot). Idempotent and thread safe; cheap after the first
-   call. Returns HK_OK or HK_EFAILCLOSED (message in hk_error_message(), also printed once to
+   call. Waits at most 10 s for the ledger's creation lock (held for microseconds by each opener). Returns HK_OK or HK_EFAILCLOSED (message in hk_error_message(), also printed once to
    stderr as "hookcore: ..."). */
 int hk_init(void);
 

@@ -97,6 +97,7 @@ void hk__errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((for
 void hk__quote(char *dst, size_t dstlen, const char *value);
 
 /* ledger.c */
+extern long hk__create_wait_ms;   /* bound on waiting for the creation lock (tests shorten it) */
 int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen);
 int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen);  /* after fork: new fd + slot */
 void hk__ledger_atfork_child(hk_ledger *l);

@@ -91,6 +91,26 @@ static int ofd_lock(int fd, int cmd, short type, off_t off) {
   return 0;
 }
 
+/* The creation lock (byte 0), held for microseconds by each opener. Bounded: a holder stopped
+   or hung for hk__create_wait_ms makes the opener fail closed instead of hanging the application. */
+long hk__create_wait_ms = 10000;
+static int create_lock(int fd) {
+  struct timespec start, now, nap = {0, 20000};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    if (ofd_lock(fd, F_OFD_SETLK, F_WRLCK, 0) == 0) return 0;
+    if (errno != EAGAIN && errno != EACCES) return -1;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long waited_ms = (long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (waited_ms >= hk__create_wait_ms) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    nanosleep(&nap, NULL);
+    if (nap.tv_nsec < 5000000) nap.tv_nsec *= 2;
+  }
+}
+
 static off_t slot_lock_offset(int i) { return (off_t)HK_OFF_SLOTS + (off_t)i * (off_t)sizeof(hk__slot); }
 
 /* 1 if slot i's owner is alive (someone else holds its lock), 0 if not, -1 on error. */
@@ -381,9 +401,9 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
     return HK_EIO;
   }
   l->fd = high_fd(l->fd);
-  if (ofd_lock(l->fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
-    hk__errf(err, errlen, "cannot lock ledger %s: %s (the filesystem must support OFD locks)", path,
-             strerror(errno));
+  if (create_lock(l->fd) != 0) {
+    hk__errf(err, errlen, "cannot lock ledger %s: %s (another process holds its creation lock, or the "
+             "filesystem lacks OFD locks)", path, strerror(errno));
     close(l->fd);
     free(l);
     return HK_EIO;
@@ -448,7 +468,7 @@ int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen) {
     hk__errf(err, errlen, "cannot reopen ledger %s in this forked process", l->path);
     return HK_EFAILCLOSED;
   }
-  if (ofd_lock(l->fd, F_OFD_SETLKW, F_WRLCK, 0) != 0) {
+  if (create_lock(l->fd) != 0) {
     hk__errf(err, errlen, "cannot lock ledger %s: %s", l->path, strerror(errno));
     return HK_EIO;
   }

@@ -1,6 +1,7 @@
 """Fixtures for the hook tests: build the C parts once per session with the hookcore Makefile.
 
-- `core_tests`: the core's C test programs (`test_core`, ASan/UBSan `fuzz_config`);
+- `core_tests`: the core's C test programs (`test_core`, and under ASan/UBSan `test_core_asan`,
+  `fuzz_config`);
 - `hookcore_ext`: the `hookcore` package with its Cython extension built in place if stale;
 - `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`.
 """
@@ -31,6 +32,7 @@ def make(*targets: str) -> None:
 @dataclass(frozen=True)
 class CoreTests:
     test_core: Path
+    test_core_asan: Path  # the same tests built with ASan + UBSan
     fuzz_config: Path
 
 
@@ -43,7 +45,8 @@ class HookLibs:
 @pytest.fixture(scope="session")
 def core_tests() -> CoreTests:
     make("core-tests")
-    return CoreTests(BUILD / "tests" / "test_core", BUILD / "tests" / "fuzz_config")
+    tests = BUILD / "tests"
+    return CoreTests(tests / "test_core", tests / "test_core_asan", tests / "fuzz_config")
 
 
 def _extension_stale() -> bool:

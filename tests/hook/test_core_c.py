@@ -1,7 +1,8 @@
 """The core's C test programs, built with the hookcore Makefile and run here.
 
 test_core covers the parser table, reserve/release, 8 processes hammering one quota, kill -9 at
-random points, PID reuse, fork, ledger validation and the creation race (see its header).
+random points, threads, PID reuse, fork (own slot; orphaned child), ledger validation, the
+creation race and its bounded lock (see its header); it runs plain and under ASan + UBSan.
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 if TYPE_CHECKING:
     from tests.hook.conftest import CoreTests
 
 EXPECTED = ["parse_mem", "parse_sm", "config", "reserve_release", "two_handles", "track", "validation",
-            "pid_reuse", "creation_race", "sigkill", "concurrent", "global", "orphan_child"]
+            "pid_reuse", "creation_race", "sigkill", "concurrent", "threads", "global", "orphan_child"]
 
 
-def test_core_c_suite(core_tests: CoreTests, tmp_path: Path) -> None:
-    proc = subprocess.run([str(core_tests.test_core), str(tmp_path)], capture_output=True, text=True,
-                          timeout=300)
+@pytest.mark.parametrize("variant", ["plain", "asan"])
+def test_core_c_suite(core_tests: CoreTests, tmp_path: Path, variant: str) -> None:
+    binary = core_tests.test_core if variant == "plain" else core_tests.test_core_asan
+    proc = subprocess.run([str(binary), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all core tests passed" in proc.stdout
     for name in EXPECTED:
@@ -30,6 +34,9 @@ def test_core_c_suite(core_tests: CoreTests, tmp_path: Path) -> None:
     assert m, proc.stdout
     procs, held, limit, admitted, refused = map(int, m.groups())
     assert procs == 8 and held <= limit and admitted > 1000 and refused > 0
+    m = re.search(r"ok threads: max held (\d+) of (\d+)", proc.stdout)
+    assert m and int(m.group(1)) <= int(m.group(2)), proc.stdout
+    assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # every test removed its ledger
 
 

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,6 +420,62 @@ static void test_concurrent(void) {
   unlink(path);
 }
 
+/* Threads of one process share a slot; threads of two handles race each other. */
+typedef struct thr_arg {
+  hk_ledger *l;
+  shared_obs *obs;
+  uint64_t seed;
+} thr_arg;
+
+static void *thr_hammer(void *p) {
+  thr_arg *a = p;
+  uint64_t seed = a->seed;
+  for (int i = 0; i < 20000; i++) {
+    seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+    uint64_t sz = (seed >> 8) % (35 * MiB) + 1;
+    if (hk_ledger_reserve(a->l, 0, sz) == HK_OK) {
+      uint64_t now = atomic_fetch_add(&a->obs->cur, sz) + sz;
+      uint64_t m = atomic_load(&a->obs->max);
+      while (m < now && !atomic_compare_exchange_weak(&a->obs->max, &m, now)) {
+      }
+      atomic_fetch_add(&a->obs->ok, 1);
+      if ((i & 15) == 0) sched_yield();   /* hold it across a reschedule now and then */
+      atomic_fetch_sub(&a->obs->cur, sz);
+      hk_ledger_release(a->l, 0, sz);
+    } else {
+      atomic_fetch_add(&a->obs->fail, 1);
+    }
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=50Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "thr");
+  hk_ledger *h[2] = {open_ok(path, &c), open_ok(path, &c)};
+  if (!h[0] || !h[1]) return;
+  static shared_obs obs;
+  memset(&obs, 0, sizeof obs);
+  pthread_t th[8];
+  thr_arg args[8];
+  for (int i = 0; i < 8; i++) {
+    args[i] = (thr_arg){h[i & 1], &obs, 0x1234567ull * (uint64_t)(i + 1)};
+    pthread_create(&th[i], NULL, thr_hammer, &args[i]);
+  }
+  for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+  CHECK(atomic_load(&obs.max) <= 50 * MiB);
+  CHECK(atomic_load(&obs.ok) > 1000 && atomic_load(&obs.fail) > 0);
+  CHECK_EQ_U64(hk_ledger_used(h[0], 0), 0);
+  hk_ledger_close(h[0]);
+  hk_ledger_close(h[1]);
+  unlink(path);
+  printf("ok threads: max held %llu of %llu, %llu admitted, %llu refused\n",
+         (unsigned long long)atomic_load(&obs.max), 50 * MiB, (unsigned long long)atomic_load(&obs.ok),
+         (unsigned long long)atomic_load(&obs.fail));
+}
+
 /* --------------------------------------------------------------------------------------------- */
 
 static void test_sigkill(void) {
@@ -570,6 +627,25 @@ static void test_validation(void) {
   l = open_ok(path, &c2);
   if (l) {
     CHECK(hk_ledger_reserve(l, 0, 2 * GiB) == HK_OK);
+    hk_ledger_close(l);
+  }
+  /* a process stuck while holding the creation lock: openers give up after the bound */
+  {
+    int fd2 = open(path, O_RDWR);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    CHECK(fd2 >= 0 && fcntl(fd2, F_OFD_SETLK, &fl) == 0);
+    long saved = hk__create_wait_ms;
+    hk__create_wait_ms = 200;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(hk_ledger_open(path, &c2, 0, &l, err, sizeof err) == HK_EIO);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK(waited >= 0.2 && waited < 2.0);
+    CHECK(strstr(err, "creation lock") != NULL && strstr(err, "timed out") != NULL);
+    hk__create_wait_ms = saved;
+    close(fd2);
+    l = open_ok(path, &c2);   /* lock gone with the descriptor */
     hk_ledger_close(l);
   }
   /* missing directory */
@@ -945,6 +1021,7 @@ int main(int argc, char **argv) {
   test_creation_race();
   test_sigkill();
   test_concurrent();
+  test_threads();
   test_global();
   test_orphan_child();
   if (g_failures) {
