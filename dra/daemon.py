@@ -99,7 +99,7 @@ def load_driver(name: str) -> Driver:
     return driver
 
 
-def api_client(kubeconfig: Path | None, pool_size: int = 32) -> Any:
+def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     """A kubernetes ApiClient from `kubeconfig`, or from the pod's service account when None."""
     from kubernetes import client, config
 
@@ -220,7 +220,12 @@ def run(driver_entry: str, settings: DaemonSettings) -> None:
     """Build the daemon, serve until SIGTERM/SIGINT, stop cleanly."""
     limit_malloc_arenas()
     driver = load_driver(driver_entry)
-    daemon = Daemon(driver, settings, api_client(settings.kubeconfig), api_client(settings.kubeconfig, 4))
+    from dra.kubelet.plugin import DEFAULT_MAX_WORKERS
+
+    # The claim client's pool holds a connection per gRPC worker: a prepare call beyond the pool
+    # would open (and then drop) a fresh TLS connection, a handshake's CPU on every call.
+    claims = api_client(settings.kubeconfig, pool_size=DEFAULT_MAX_WORKERS + 8)
+    daemon = Daemon(driver, settings, claims, api_client(settings.kubeconfig, pool_size=4))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
