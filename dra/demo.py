@@ -33,7 +33,8 @@ from dra.cluster.controlplane import ControlPlane, default_dir
 from dra.driver import ClaimRef
 from dra.errors import UserError
 
-_out = Console()
+# Wide enough for CDI IDs and env lines when piped (rich assumes 80 columns off a terminal).
+_out = Console(width=None if os.isatty(1) else 160)
 
 
 def _step(msg: str) -> None:
@@ -106,6 +107,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
         resource.create_device_class({"metadata": {"name": cls}, "spec": {"selectors": [
             {"cel": {"expression": f'device.driver == "{driver_name}" && device.attributes["{driver_name}"].index == 0'}}]}})
         wants = {"training": ("70", "10Gi"), "notebook": ("30", "4Gi")}
+        claims = {}
+        # One at a time: a pod tried while another claim's allocation is still in flight can be
+        # parked as unschedulable for minutes on 1.34 (the allocation event does not requeue it).
         for name, (cores, mem) in wants.items():
             resource.create_namespaced_resource_claim(ns, {"metadata": {"name": name}, "spec": {"devices": {"requests": [
                 {"name": "gpu", "exactly": {"deviceClassName": cls,
@@ -114,8 +118,6 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
                 "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
                 "containers": [{"name": "main", "image": "registry.invalid/demo:0",
                                 "resources": {"claims": [{"name": "gpu"}]}}]}})
-        claims = {}
-        for name in wants:
             claims[name] = _wait(f"claim {name} to be allocated", lambda n=name: (
                 (c := resource.read_namespaced_resource_claim(n, ns)).status and c.status.allocation and c), 60)
         table = Table("claim", "device", "shareID", "consumed cores", "consumed memory")

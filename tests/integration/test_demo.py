@@ -1,0 +1,27 @@
+"""The README's main job, `dra demo`, runs to the end on the session's control plane."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+import dra.demo
+from dra.cluster.controlplane import ControlPlane
+
+pytestmark = pytest.mark.cluster
+
+
+def test_demo_shares_one_device_and_prepares_both_claims(cluster: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = io.StringIO()
+    monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=200))
+    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version) == 0
+    out = buf.getvalue()
+    assert "published pool demo-node-" in out and "devices gpu-0, gpu-1" in out
+    # Both claims landed on gpu-0 (the class selects index 0) with their own shares and quotas.
+    assert out.count("/gpu-0") == 2
+    assert "EXAMPLE_CORES_LIMIT=70" in out and "EXAMPLE_CORES_LIMIT=30" in out
+    assert "EXAMPLE_MEMORY_LIMIT=4294967296" in out and "EXAMPLE_MEMORY_LIMIT=10737418240" in out
+    assert "unprepare errors: none; CDI files left: none" in out
+    assert "demo complete" in out
