@@ -137,6 +137,11 @@ uint64_t hk_mem_used(int dev) {
   return hk_ledger_used(g.led, dev);
 }
 
+int hk_reclaim(void) {
+  if (ready() != HK_OK) return 0;
+  return hk_ledger_reclaim(g.led);
+}
+
 uint64_t hk_mem_used_self(int dev) {
   if (ready() != HK_OK || dev < 0 || dev >= HK_MAX_DEVICES || g.led->me == NULL) return 0;
   return atomic_load_explicit(&g.led->me->xused[dev], memory_order_relaxed);

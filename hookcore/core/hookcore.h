@@ -51,9 +51,10 @@
  * ---------------------------------------------------------------------------------------------
  * Ledger (file layout HK_LEDGER_VERSION; readable by other processes via hk_ledger_open)
  *
- *   hk_ledger_header   magic "HKLEDGER", version, sizes, device count, slot high-water mark
- *   hk_ledger_device[HK_MAX_DEVICES]  uuid, mem limit, sm limit, peak, limiter area (256 bytes)
- *   hk_ledger_slot[HK_MAX_SLOTS]      owner word, pid, start time, nonce, used[HK_MAX_DEVICES]
+ *   header (4 KiB)            magic "HKLEDGER", version, sizes, device count, slot high-water mark
+ *   device[HK_MAX_DEVICES]    uuid, mem limit, sm limit, peak, limiter area (256 bytes)
+ *   slot[HK_MAX_SLOTS]        owner word, pid, start time, nonce, used[HK_MAX_DEVICES]
+ * (exact layout: core/internal.h; 268 KiB in all)
  *
  * Admission: add `size` to my slot's used[dev] (seq_cst), then sum used[dev] over live slots; if
  * the sum exceeds the limit, subtract it again and fail (after one reclaim pass and a short retry).
@@ -190,6 +191,12 @@ void hk_mem_release(int dev, uint64_t bytes);
 /* Claim-wide usage of `dev` (sum over live processes) / this process's usage. */
 uint64_t hk_mem_used(int dev);
 uint64_t hk_mem_used_self(int dev);
+
+/* Free the slots (and charges) of processes that died. Admission does this by itself when a
+   reservation would fail, and every process does it once at start; call it before reporting
+   usage after a long quiet period (e.g. in cuMemGetInfo). One fcntl per used slot; returns the
+   number of slots freed. */
+int hk_reclaim(void);
 
 /* The compute limiter's shared area of device `dev`: HK_LIMITER_BYTES bytes, 64-byte aligned,
    in the ledger (so shared by every process of the claim), zero when the ledger is created.

@@ -411,6 +411,7 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
   rc = open_locked(l, cfg, err, errlen);
   if (rc == HK_OK && !(flags & HK_OPEN_NOCLAIM)) rc = hk__ledger_claim_locked(l, err, errlen);
   ofd_lock(l->fd, F_OFD_SETLK, F_UNLCK, 0);
+  if (rc == HK_OK) hk_ledger_reclaim(l);   /* drop charges of dead processes before anyone reads usage */
   if (rc != HK_OK) {
     hk_ledger_close(l);
     return rc;

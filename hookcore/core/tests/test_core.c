@@ -545,6 +545,10 @@ static void test_sigkill(void) {
     kill(k, SIGKILL);
     waitpid(k, NULL, 0);
   }
+  /* A newcomer reclaims dead slots when it opens the ledger (usage reads are right at once). */
+  hk_ledger *newcomer = open_ok(path, &c);
+  CHECK_EQ_U64(hk_ledger_used(newcomer, 0), 0);
+  hk_ledger_close(newcomer);
   int freed = hk_ledger_reclaim(me);
   CHECK_EQ_U64(hk_ledger_used(me, 0), 0);
   uint32_t hwm = hk_ledger_slot_hwm(me);
@@ -655,7 +659,7 @@ static void test_validation(void) {
   printf("ok validation\n");
 }
 
-/* Several processes create the same new ledger at once. */
+/* Several processes create the same new ledger at once; all stay alive until every one is in. */
 static void test_creation_race(void) {
   const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=8Mi", NULL};
   hk_config c = config_of(env);
@@ -663,8 +667,8 @@ static void test_creation_race(void) {
   int ok_all = 1;
   for (int round = 0; round < 10; round++) {
     ledger_path(path, sizeof path, "race");
-    int go[2];
-    CHECK(pipe(go) == 0);
+    int go[2], ack[2], done[2];
+    CHECK(pipe(go) == 0 && pipe(ack) == 0 && pipe(done) == 0);
     enum { N = 8 };
     pid_t pids[N];
     for (int p = 0; p < N; p++) {
@@ -672,19 +676,22 @@ static void test_creation_race(void) {
       if (pids[p] == 0) {
         char ch;
         close(go[1]);
-        if (read(go[0], &ch, 1) != 0) _exit(5);   /* wait for the pipe to close */
+        close(done[1]);
+        if (read(go[0], &ch, 1) != 0) _exit(5);   /* start together: when the pipe closes */
         hk_ledger *l = NULL;
         if (hk_ledger_open(path, &c, 0, &l, NULL, 0) != HK_OK) _exit(2);
-        int rc = hk_ledger_reserve(l, 0, MiB);
-        _exit(rc == HK_OK ? 0 : 3);   /* slot stays charged: exits without close */
+        ch = hk_ledger_reserve(l, 0, MiB) == HK_OK ? 'y' : 'n';
+        if (write(ack[1], &ch, 1) != 1) _exit(4);
+        if (read(done[0], &ch, 1) != 0) _exit(5);   /* hold the slot until the parent looked */
+        _exit(0);
       }
     }
     close(go[0]);
     close(go[1]);
+    close(done[0]);
     for (int p = 0; p < N; p++) {
-      int st;
-      waitpid(pids[p], &st, 0);
-      ok_all &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      char ch = 0;
+      ok_all &= read(ack[0], &ch, 1) == 1 && ch == 'y';
     }
     hk_ledger *r = NULL;
     char err[HK_ERR_MAX];
@@ -695,11 +702,20 @@ static void test_creation_race(void) {
       for (int i = 0; i < N; i++) {
         hk_process_info pi;
         hk_ledger_process(r, i, &pi);
-        seen += pi.state == HK_SLOT_DEAD && pi.used[0] == MiB;
+        seen += pi.state == HK_SLOT_LIVE && pi.used[0] == MiB;
       }
       CHECK_EQ_U64(seen, N);
+      CHECK_EQ_U64(hk_ledger_used(r, 0), N * MiB);
       hk_ledger_close(r);
     }
+    close(done[1]);
+    for (int p = 0; p < N; p++) {
+      int st;
+      waitpid(pids[p], &st, 0);
+      ok_all &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    close(ack[0]);
+    close(ack[1]);
     unlink(path);
   }
   CHECK(ok_all);
@@ -833,9 +849,17 @@ static void test_orphan_child(void) {
   CHECK(read(c2p[0], &child, sizeof child) == sizeof child);
   const char *env[] = {"CUDA_DEVICE_MEMORY_LIMIT_0=64Mi", NULL};
   hk_config c = config_of(env);
+  hk_ledger *r = NULL;
+  char err[HK_ERR_MAX];
+  CHECK(hk_ledger_open(path, NULL, HK_OPEN_READONLY, &r, err, sizeof err) == HK_OK);
+  if (r) {
+    CHECK_EQ_U64(hk_ledger_used(r, 0), 48 * MiB);   /* the dead parent's charge, not yet reclaimed */
+    hk_process_info pi;
+    CHECK(hk_ledger_process(r, 0, &pi) == HK_OK && pi.state == HK_SLOT_DEAD);
+    hk_ledger_close(r);
+  }
   hk_ledger *l = open_ok(path, &c);
   if (l) {
-    CHECK_EQ_U64(hk_ledger_used(l, 0), 48 * MiB);
     CHECK(hk_ledger_reserve(l, 0, 64 * MiB) == HK_OK);   /* reclaimed although the child lives */
     CHECK(kill(child, 0) == 0);
     hk_ledger_close(l);
