@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,6 +39,21 @@ static void atfork_child(void) {
   hk__track_atfork_child();
 }
 
+/* HOOKCORE_LOG=debug: what this process will enforce, for bug reports (stderr). */
+static void dump_config(void) {
+  char line[HK_ERR_MAX];
+  int n = snprintf(line, sizeof line, "hookcore: ledger %s, slot %d, %s, %u configured device(s)\n",
+                   g.led->path, g.led->my_index, g.cfg.uuid_keyed ? "keyed by UUID" : "keyed by ordinal",
+                   g.cfg.device_count);
+  if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) return;
+  for (uint32_t i = 0; i < g.cfg.device_count || (i == 0 && g.cfg.device_count == 0); i++) {
+    n = snprintf(line, sizeof line, "hookcore: device %u%s%s: memory %llu bytes%s, sm %u%%\n", i,
+                 g.cfg.uuid[i][0] ? " " : "", g.cfg.uuid[i], (unsigned long long)g.cfg.mem_limit[i],
+                 g.cfg.mem_limit[i] == HK_MEM_UNLIMITED ? " (unlimited)" : "", g.cfg.sm_limit[i]);
+    if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) return;
+  }
+}
+
 static void init_once(void) {
   g.status = HK_OK;
   g.msg[0] = '\0';
@@ -48,6 +64,8 @@ static void init_once(void) {
     if (hk_ledger_open(path, &g.cfg, 0, &g.led, g.msg, sizeof g.msg) != HK_OK) fail_closed(g.msg);
   }
   pthread_atfork(NULL, NULL, atfork_child);
+  const char *log = getenv("HOOKCORE_LOG");
+  if (g.status == HK_OK && log != NULL && strcmp(log, "debug") == 0) dump_config();
   atomic_store_explicit(&g.xready, 1, memory_order_release);
 }
 

@@ -25,6 +25,7 @@
  *   CUDA_DEVICE_SM_LIMIT_<i>        compute share of device index i, percent
  *   CUDA_DEVICE_MEMORY_SHARED_CACHE ledger path (default HK_DEFAULT_LEDGER when a limit is set)
  *   HOOKCORE_DEVICE_UUID_<i>        physical GPU UUID of device index i ("GPU-xxxxxxxx-...")
+ *   HOOKCORE_LOG=debug              hk_init also prints the parsed quotas and the ledger slot
  *
  * Memory quantities (whole bytes, > 0, at most HK_MEM_MAX):
  *   plain bytes              1073741824, +1073741824, 1e9, 1.5e3
