@@ -375,7 +375,7 @@ class Checkpoint:
             os.unlink(path)
         except FileNotFoundError:
             return False
-        fsync_dir(self.claims_dir)
+        _dir_syncer(self.claims_dir).sync()  # else a power cut could bring the record back
         return True
 
     def uids(self) -> set[str]:
