@@ -28,6 +28,8 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "ProcessUsage",
+    "claim_env",
+    "create_ledger",
     "library_path",
     "parse_config",
     "parse_memory",
@@ -104,6 +106,38 @@ def parse_config(env: Mapping[str, str] | None = None) -> Config:
         DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"]) for d in raw["devices"]
     )
     return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"])
+
+
+def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
+    """The hook environment for a claim's devices (index = position in `devices`), validated.
+
+    Memory is written in plain bytes, SM limits only below 100, UUIDs when given (then the claim
+    is UUID-keyed and every device must have one). Raises HookConfigError if the result would be
+    rejected by the library.
+    """
+    env: dict[str, str] = {"CUDA_DEVICE_MEMORY_SHARED_CACHE": ledger_path}
+    for i, d in enumerate(devices):
+        if d.memory_limit is not None:
+            env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = str(d.memory_limit)
+        if d.sm_limit != 100:
+            env[f"CUDA_DEVICE_SM_LIMIT_{i}"] = str(d.sm_limit)
+        if d.uuid:
+            env[f"HOOKCORE_DEVICE_UUID_{i}"] = d.uuid
+    if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
+        raise _ext().HookConfigError("claim_env: either every device has a UUID or none has")
+    parse_config(env)
+    return env
+
+
+def create_ledger(path: str | os.PathLike[str], env: Mapping[str, str], mode: int = 0o660) -> None:
+    """Create the ledger file of a claim ahead of its processes (e.g. in NodePrepareResources).
+
+    Validates an existing file instead (a stale file from an earlier run is adopted when no
+    process uses it). `mode` is applied with chmod, so containers running as other users of the
+    claim can open it read-write. Delete the file when the claim is unprepared.
+    """
+    _ext().create_ledger(os.fspath(path), dict(env))
+    os.chmod(path, mode)
 
 
 @dataclass(frozen=True)

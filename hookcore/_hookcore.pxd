@@ -20,6 +20,7 @@ cdef extern from "hookcore.h" nogil:
         HK_EIO
         HK_ENOSPC
         HK_OPEN_READONLY
+        HK_OPEN_NOCLAIM
         HK_SLOT_FREE
         HK_SLOT_CLAIMING
         HK_SLOT_LIVE

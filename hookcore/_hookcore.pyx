@@ -101,6 +101,39 @@ def parse_config(env):
         free(cfg)
 
 
+def create_ledger(path, env):
+    """Create (or validate) the ledger at `path` for the configuration in `env`, claiming no slot.
+
+    Raises HookConfigError for a bad environment and LedgerError when the file exists with another
+    layout, or with another configuration while processes use it.
+    """
+    cdef list entries = []
+    for k, v in env.items():
+        entries.append(_b(k, k) + b"=" + _b(v, k))
+    cdef Py_ssize_t n = len(entries)
+    cdef const char **envp = <const char **>malloc((n + 1) * sizeof(char *))
+    cdef hk_config *cfg = <hk_config *>malloc(sizeof(hk_config))
+    cdef hk_ledger *l = NULL
+    cdef char err[512]
+    cdef bytes bp = _b(str(path), "ledger path")
+    if envp == NULL or cfg == NULL:
+        free(envp)
+        free(cfg)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            envp[i] = <bytes>entries[i]
+        envp[n] = NULL
+        if hk_config_parse(envp, cfg, err, sizeof(err)) != HK_OK:
+            raise HookConfigError(err.decode("utf-8", "replace"))
+        if hk_ledger_open(bp, cfg, HK_OPEN_NOCLAIM, &l, err, sizeof(err)) != HK_OK:
+            raise LedgerError(err.decode("utf-8", "replace"))
+        hk_ledger_close(l)
+    finally:
+        free(envp)
+        free(cfg)
+
+
 def proc_start_time(int pid):
     """Field 22 of /proc/<pid>/stat (clock ticks since boot), 0 if unknown."""
     return hk_proc_start_time(pid)

@@ -164,3 +164,27 @@ def test_dra_hook_config(hookcore_ext: ModuleType) -> None:
     assert "2.93 GiB" in result.output and "40%" in result.output and "/tmp/hookcore.ledger" in result.output
     result = runner.invoke(app, ["hook", "config", "CUDA_DEVICE_MEMORY_LIMIT=lots"])
     assert result.exit_code == 2 and 'CUDA_DEVICE_MEMORY_LIMIT="lots"' in result.output
+
+
+def test_claim_env_and_create_ledger(hookcore_ext: ModuleType, core_tests: CoreTests, tmp_path: Path) -> None:
+    hc = hookcore_ext
+    path = tmp_path / "claim.ledger"
+    devices = [hc.DeviceQuota(0, 2 * GiB, 50, "GPU-one"), hc.DeviceQuota(1, None, 100, "GPU-two")]
+    env = hc.claim_env(devices, str(path))
+    assert env == {"CUDA_DEVICE_MEMORY_SHARED_CACHE": str(path), "CUDA_DEVICE_MEMORY_LIMIT_0": str(2 * GiB),
+                   "CUDA_DEVICE_SM_LIMIT_0": "50", "HOOKCORE_DEVICE_UUID_0": "GPU-one",
+                   "HOOKCORE_DEVICE_UUID_1": "GPU-two"}
+    with pytest.raises(hc.HookConfigError, match="every device has a UUID"):
+        hc.claim_env([devices[0], hc.DeviceQuota(1, None, 100, None)], str(path))
+    with pytest.raises(hc.HookConfigError, match="CUDA_DEVICE_SM_LIMIT_0"):
+        hc.claim_env([hc.DeviceQuota(0, GiB, 0, None)], str(path))
+    hc.create_ledger(path, env, mode=0o666)
+    assert path.stat().st_mode & 0o777 == 0o666
+    with hc.Ledger(path) as ledger:
+        assert ledger.processes() == [] and ledger.device(0).memory_limit == 2 * GiB
+    hc.create_ledger(path, env)  # idempotent
+    # a process of the claim opens it with the same environment; another config is refused while it lives
+    with holder(core_tests, path, env, f"0:{GiB}"):
+        other = {**env, "CUDA_DEVICE_MEMORY_LIMIT_0": str(GiB)}
+        with pytest.raises(hc.LedgerError, match="device 0 memory quota differs"):
+            hc.create_ledger(path, other)
