@@ -224,7 +224,13 @@ def w_compute(args: dict) -> None:
     _emit(out)
 
 
+def _pin(args: dict) -> None:
+    if args.get("cpu") is not None:
+        os.sched_setaffinity(0, {int(args["cpu"])})
+
+
 def w_launch(args: dict) -> None:
+    _pin(args)
     import torch
 
     x = torch.zeros(1, device="cuda")
@@ -238,6 +244,7 @@ def w_launch(args: dict) -> None:
 
 
 def w_alloc(args: dict) -> None:
+    _pin(args)
     import cupy
 
     rt = cupy.cuda.runtime
@@ -462,10 +469,10 @@ class Bench:
 
     def s_launch(self) -> None:
         res = {"native": [], "preload": []}
-        for i in range(4):
+        for i in range(6):
             for preload in ((False, True) if i % 2 == 0 else (True, False)):
                 e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
-                r = self.run("launch", {"secs": 2.0}, e)
+                r = self.run("launch", {"secs": 1.5, "cpu": 3}, e)
                 res["preload" if preload else "native"].append(r.get("rate"))
         nn, pp = list(filter(None, res["native"])), list(filter(None, res["preload"]))
         if nn and pp:
@@ -476,21 +483,26 @@ class Bench:
 
     def s_alloc(self) -> None:
         res = {}
+        for nproc, rounds in ((1, 3), (8, 1)):
+            for rnd in range(rounds):
+                for preload in ((False, True) if rnd % 2 == 0 else (True, False)):
+                    go_at = time.time() + (15 if nproc > 1 else 0)
+                    # one claim for all 8 processes (shared ledger), as in a container
+                    e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
+                    procs = [self.spawn("alloc", {"pairs": 3000, "go_at": go_at if nproc > 1 else None,
+                                                  "cpu": 2 + i}, e) for i in range(nproc)]
+                    rs = [self.collect(p) for p in procs]
+                    key = f"{nproc}p_{'preload' if preload else 'native'}"
+                    d = res.setdefault(key, {"us": []})
+                    d["us"] += [r.get("us_per_pair") for r in rs]
+                    if any("error" in r for r in rs):
+                        d["errors"] = [r.get("stderr", "")[-500:] for r in rs if "error" in r]
+                    self.say(f"alloc {key}: {d}")
         for nproc in (1, 8):
-            for preload in (False, True):
-                go_at = time.time() + (15 if nproc > 1 else 0)
-                # one claim for all 8 processes (shared ledger), as in a container
-                e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
-                procs = [self.spawn("alloc", {"pairs": 3000, "go_at": go_at if nproc > 1 else None}, e)
-                         for _ in range(nproc)]
-                rs = [self.collect(p) for p in procs]
-                us = [r.get("us_per_pair") for r in rs]
-                key = f"{nproc}p_{'preload' if preload else 'native'}"
-                res[key] = {"us": us, "median": statistics.median([u for u in us if u]) if any(us) else None}
-                if any("error" in r for r in rs):
-                    res[key]["errors"] = [r.get("stderr", "")[-500:] for r in rs if "error" in r]
-                self.say(f"alloc {key}: {res[key]}")
-        for nproc in (1, 8):
+            for k in ("native", "preload"):
+                d = res[f"{nproc}p_{k}"]
+                us = [u for u in d["us"] if u]
+                d["median"] = statistics.median(us) if us else None
             n, p = res[f"{nproc}p_native"]["median"], res[f"{nproc}p_preload"]["median"]
             if n and p:
                 res[f"{nproc}p_ratio"] = p / n
@@ -512,30 +524,26 @@ class Bench:
             res[f"true_{k}_ms"] = self._time_procs(["/bin/true"], e, 200)
             es = dict(e, LD_LIBRARY_PATH=str(self.build / "stub"))
             res[f"stubinit_{k}_ms"] = self._time_procs([str(self.client), "init"], es, 100)
-            cu, lines = [], []
-            for i in range(9):
-                ed = dict(e, HOOKCORE_LOG="debug") if (preload and i == 8) else e
-                r = subprocess.run([str(self.client), "cuinit"], env=ed, capture_output=True, text=True)
-                for ln in r.stdout.splitlines():
-                    if ln.startswith("CUINIT"):
-                        if i < 8:
-                            cu.append(float(ln.split()[2]) / 1e3)
-                        lines.append(ln)
-                if i == 8:
-                    lines += [ln for ln in r.stderr.splitlines() if "init" in ln]
-            res[f"cuinit_{k}_ms"] = statistics.median(cu) if cu else None
-            res[f"cuinit_{k}_lines"] = lines
+        res["true_delta_ms"] = res["true_preload_ms"] - res["true_native_ms"]
+        res["stubinit_delta_ms"] = res["stubinit_preload_ms"] - res["stubinit_native_ms"]
+        # Real driver: dlopen + cuInit, alternating native / hookcore / an empty preloaded library,
+        # because cuInit's own time drifts (seen: 100 ms and 185 ms modes, natively too).
         dummy = self.build / "dummy.so"
         subprocess.run(["cc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(dummy)], input="int hk_dummy;\n",
                        text=True, check=False)
-        cu = []
-        for _ in range(5):
-            r = subprocess.run([str(self.client), "cuinit"], env=dict(self.env(False), LD_PRELOAD=str(dummy)),
-                               capture_output=True, text=True)
-            cu += [float(ln.split()[2]) / 1e3 for ln in r.stdout.splitlines() if ln.startswith("CUINIT")]
-        res["cuinit_dummy_preload_ms"] = statistics.median(cu) if cu else None
-        res["true_delta_ms"] = res["true_preload_ms"] - res["true_native_ms"]
-        res["stubinit_delta_ms"] = res["stubinit_preload_ms"] - res["stubinit_native_ms"]
+        envs = {"native": self.env(False), "preload": self.env(True, CUDA_DEVICE_MEMORY_LIMIT="4Gi"),
+                "dummy": dict(self.env(False), LD_PRELOAD=str(dummy))}
+        cu: dict = {k: [] for k in envs}
+        for _ in range(6):
+            for k, e in envs.items():
+                r = subprocess.run([str(self.client), "cuinit"], env=e, capture_output=True, text=True)
+                cu[k] += [float(ln.split()[2]) / 1e3 for ln in r.stdout.splitlines() if ln.startswith("CUINIT")]
+        for k in envs:
+            res[f"cuinit_{k}_ms"] = statistics.median(cu[k]) if cu[k] else None
+            res[f"cuinit_{k}_all"] = cu[k]
+        r = subprocess.run([str(self.client), "cuinit"], env=dict(envs["preload"], HOOKCORE_LOG="debug"),
+                           capture_output=True, text=True)
+        res["debug_lines"] = [ln for ln in (r.stdout + r.stderr).splitlines() if "init" in ln.lower()]
         if res["cuinit_native_ms"] and res["cuinit_preload_ms"]:
             res["cuinit_delta_ms"] = res["cuinit_preload_ms"] - res["cuinit_native_ms"]
         self.say(f"start: {res}")
@@ -603,14 +611,14 @@ class Bench:
                     "each ± 5" if want else "reference", ok)
         la = s.get("launch", {})
         if la.get("overhead_pct") is not None:
-            row("launch-bound loop (launches/s, median of 4)", f"{la['native_median']:.0f}",
+            row("launch-bound loop (launches/s, median of 6, alternating)", f"{la['native_median']:.0f}",
                 f"{la['preload_median']:.0f} ({la['overhead_pct']:.2f}% slower)", "<= 2%",
                 la["overhead_pct"] <= 2)
         al = s.get("alloc", {})
         for nproc, lim in ((1, 1.3), (8, 1.5)):
             ratio = al.get(f"{nproc}p_ratio")
             if ratio:
-                row(f"1 MiB cudaMalloc+cudaFree, {nproc} process(es) (us/pair, median)",
+                row(f"1 MiB cudaMalloc+cudaFree, {nproc} process(es) (us/pair, median{' of 3 alternating runs' if nproc == 1 else ''})",
                     f"{al[f'{nproc}p_native']['median']:.1f}", f"{al[f'{nproc}p_preload']['median']:.1f} ({ratio:.2f}x)",
                     f"<= {lim}x", ratio <= lim)
         st = s.get("start", {})
@@ -620,11 +628,11 @@ class Bench:
             row("process start + cuInit, stub driver (ms)", f"{st['stubinit_native_ms']:.2f}",
                 f"{st['stubinit_preload_ms']:.2f} (+{st['stubinit_delta_ms']:.2f})", "+<= 5 ms",
                 st["stubinit_delta_ms"] <= 5)
-            if st.get("cuinit_dummy_preload_ms") is not None:
-                row("dlopen + cuInit, real driver, an empty library preloaded (ms)", f"{st['cuinit_native_ms']:.1f}",
-                    f"{st['cuinit_dummy_preload_ms']:.1f}", "reference", None)
+            if st.get("cuinit_dummy_ms") is not None:
+                row("dlopen + cuInit, real driver, an empty library preloaded (ms, median of 6)",
+                    f"{st['cuinit_native_ms']:.1f}", f"{st['cuinit_dummy_ms']:.1f}", "reference", None)
             if st.get("cuinit_delta_ms") is not None:
-                row("dlopen + cuInit, real driver (ms, median of 7)", f"{st['cuinit_native_ms']:.1f}",
+                row("dlopen + cuInit, real driver (ms, median of 6, alternating)", f"{st['cuinit_native_ms']:.1f}",
                     f"{st['cuinit_preload_ms']:.1f} ({st['cuinit_delta_ms']:+.1f})", "+<= 5 ms",
                     st["cuinit_delta_ms"] <= 5)
         return "\n".join(L)

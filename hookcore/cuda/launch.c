@@ -16,7 +16,7 @@
  * Contention: with time slicing, another claim's work that runs while ours is queued lands inside
  * our [start, end] window, so elapsed time over-charges a tenant that shares the GPU. Each batch
  * therefore also carries a signature (a hash of the kernels, grids and graphs it launched), and
- * the charge is min(elapsed, the lowest cost seen for that signature, grown by 1/128 per use):
+ * the charge is min(elapsed, the lowest cost seen for that signature, grown by 1/512 per use):
  * repeated work (training and inference loops, CUDA graphs) is charged its uncontended cost, new
  * work its elapsed time. HOOKCORE_LIMITER_CHARGE=elapsed switches the estimate off.
  *
@@ -84,7 +84,7 @@ static int64_t charge_for(uint64_t sig, int64_t elapsed) {
     unsigned i = (unsigned)(sig ^ (sig >> 29)) % HK_EST;
     int64_t c = elapsed;
     if (g_est[i].sig == sig) {
-        int64_t grown = g_est[i].ns + g_est[i].ns / 128 + 1;
+        int64_t grown = g_est[i].ns + g_est[i].ns / 512 + 1;
         if (grown < c) c = grown;
     }
     g_est[i].sig = sig;
