@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import threading
 import time
 import types
 import typing
@@ -38,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
 
-from dra.api import ClaimSource, DeviceResult, OpaqueConfig, ResourceClaim
+from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, OpaqueConfig, ResourceClaim
 from dra.cdi import CDISpecs, device_name
 from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
@@ -239,12 +238,11 @@ class ClaimPreparer:
         self.checkpoint = checkpoint
         self.cdi = cdi
         self.lock: LockFactory = lock or checkpoint.lock
-        self.node_labels = dict(node_labels) if node_labels is not None else {"kubernetes.io/hostname": node_name}
+        self.node_labels = dict(node_labels) if node_labels is not None else {HOSTNAME_LABEL: node_name}
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="claim")
-        self._closed = threading.Event()
 
     def close(self) -> None:
-        self._closed.set()
+        """Wait for claims in progress in the worker pool (calls with several claims) and stop it."""
         self._pool.shutdown(wait=True)
 
     # -- start-up --------------------------------------------------------------------------------
