@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kubernetes.utils import parse_quantity
@@ -282,3 +282,23 @@ class ApiClaimSource:
             if release is not None:
                 release()  # back to the pool for the next GET
         return ResourceClaim.from_dict(json.loads(body))
+
+
+def node_labels_reader(api_client: Any, node_name: str, timeout_s: float = 10.0) -> Callable[[], dict[str, str]]:
+    """A function that reads the labels of Node `node_name` (for `ClaimPreparer(node_labels=...)`;
+    needs RBAC ``get`` on ``nodes``)."""
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(api_client)
+
+    def read() -> dict[str, str]:
+        resp: Any = core.read_node(node_name, _preload_content=False, _request_timeout=timeout_s)
+        try:
+            labels = json.loads(resp.data).get("metadata", {}).get("labels") or {}
+        finally:
+            release = getattr(resp, "release_conn", None)
+            if release is not None:
+                release()
+        return {str(k): str(v) for k, v in labels.items()}
+
+    return read

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
 
-from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, OpaqueConfig, ResourceClaim
+from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, NodeSelector, OpaqueConfig, ResourceClaim
 from dra.cdi import CDISpecs, device_name
 from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
@@ -226,19 +226,28 @@ class ClaimPreparer:
         checkpoint: Checkpoint,
         cdi: CDISpecs,
         lock: LockFactory | None = None,
-        node_labels: Mapping[str, str] | None = None,
+        node_labels: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
         max_parallel: int = 16,
     ) -> None:
-        """`node_labels`: the Node's labels, for allocations whose nodeSelector uses labels
-        (default: only ``kubernetes.io/hostname=<node_name>``; the scheduler selects node-local
-        devices by the ``metadata.name`` field, which needs no labels)."""
+        """`node_labels`: the Node's labels, for allocations whose nodeSelector tests labels
+        (pools with a nodeSelector instead of a nodeName); a mapping, or a function that reads
+        them (e.g. `dra.api.node_labels_reader`), called only when a selector needs a label
+        other than ``kubernetes.io/hostname`` and cached for 30 s. Default: only
+        ``kubernetes.io/hostname=<node_name>``. Node-local devices need no labels: the scheduler
+        selects them by the ``metadata.name`` field."""
         self.driver = driver
         self.source = claim_source
         self.node_name = node_name
         self.checkpoint = checkpoint
         self.cdi = cdi
         self.lock: LockFactory = lock or checkpoint.lock
-        self.node_labels = dict(node_labels) if node_labels is not None else {HOSTNAME_LABEL: node_name}
+        self._static_labels: dict[str, str] = {HOSTNAME_LABEL: node_name}
+        self._read_labels: Callable[[], Mapping[str, str]] | None = None
+        if callable(node_labels):
+            self._read_labels = node_labels
+        elif node_labels is not None:
+            self._static_labels = dict(node_labels)
+        self._labels_cache: tuple[float, dict[str, str]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="claim")
 
     def close(self) -> None:
@@ -324,7 +333,8 @@ class ClaimPreparer:
         if alloc is None:
             raise ClaimError(f"{what}: not allocated (status.allocation is empty); the scheduler allocates it"
                              " before the pod is bound; check the pod's scheduling events")
-        if alloc.node_selector is not None and not alloc.node_selector.matches(self.node_name, self.node_labels):
+        if alloc.node_selector is not None and not alloc.node_selector.matches(
+                self.node_name, self._labels_for(alloc.node_selector)):
             raise ClaimError(f"{what}: allocated for another node: its nodeSelector {alloc.node_selector.describe()}"
                              f" does not select this node {self.node_name!r}; the pod must run where the claim"
                              " is allocated")
@@ -343,6 +353,20 @@ class ClaimPreparer:
         )
         pods = tuple(f"{ref.namespace}/{c.name}" for c in claim.reserved_for if c.resource == "pods")
         return _Plan(ref=ref, devices=devices, names=self._cdi_names(ref.uid, mine), pods=pods)
+
+    def _labels_for(self, selector: NodeSelector) -> Mapping[str, str]:
+        keys = {r.key for t in selector.terms for r in t.match_expressions}
+        if self._read_labels is None or keys <= {HOSTNAME_LABEL}:
+            return self._static_labels
+        now = time.monotonic()
+        if self._labels_cache is None or now - self._labels_cache[0] > 30.0:
+            try:
+                labels = {HOSTNAME_LABEL: self.node_name, **self._read_labels()}
+            except Exception as e:
+                raise ClaimError(f"the claim's allocation selects nodes by label ({selector.describe()}) and the"
+                                 f" labels of node {self.node_name} cannot be read: {e}; kubelet retries") from e
+            self._labels_cache = (now, labels)
+        return self._labels_cache[1]
 
     def _configs(self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceResult]) -> dict[str, Any]:
         """The decoded config per request name: FromClass before FromClaim, the last match wins."""

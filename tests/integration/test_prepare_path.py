@@ -27,7 +27,7 @@ from helpers import (
 from kube_helpers import create_node, unique
 from kubernetes import client
 
-from dra.api import ApiClaimSource
+from dra.api import ApiClaimSource, node_labels_reader
 from dra.driver import ClaimRef
 from dra.testing.cdi import apply_cdi, validate_cdi_spec
 
@@ -61,6 +61,8 @@ def test_api_claim_source_reads_the_allocation(env: Env) -> None:
     assert not c.allocation.node_selector.matches("another-node", {})
     assert c.reserved_for[0].resource == "pods" and c.reserved_for[0].name == "plain"
     assert ApiClaimSource(env.api).get_claim(env.namespace, "absent") is None
+    labels = node_labels_reader(env.api, env.node)()
+    assert labels["kubernetes.io/hostname"] == env.node
 
 
 def test_prepare_again_unprepare_and_unknown_uid(env: Env, tmp_path: Path) -> None:

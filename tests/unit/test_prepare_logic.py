@@ -188,12 +188,38 @@ def test_label_selector_allocation_uses_node_labels(tmp_path: Path) -> None:
     obj["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "rack", "operator": "In", "values": ["r7"]}]}]}
     c = claims.add(obj)
-    for labels, ok in (({"rack": "r7"}, True), (None, False)):
+    reads: list[int] = []
+
+    def reader() -> dict[str, str]:
+        reads.append(1)
+        return {"rack": "r7"}
+
+    def broken() -> dict[str, str]:
+        raise OSError("connection refused")
+
+    for labels, want in (({"rack": "r7"}, ""), (None, "allocated for another node"), (reader, ""),
+                         (broken, "labels of node node-a cannot be read: connection refused")):
         prep = ClaimPreparer(driver, claims, "node-a", Checkpoint(tmp_path / "s", boot_id="b"),
                              CDISpecs(driver.cdi_kind, tmp_path / "cdi"), node_labels=labels)
-        err = prep.prepare_claims([ref_of(c)])[c.uid].error
-        assert (err == "") is ok, err
+        for _ in range(2):
+            err = prep.prepare_claims([ref_of(c)])[c.uid].error
+            assert (want in err) if want else err == "", err
         prep.unprepare_claims([ref_of(c)])
+        prep.close()
+    assert reads == [1]  # read once, then cached
+
+
+def test_field_selector_never_reads_labels(tmp_path: Path) -> None:
+    driver, claims = Tracking(), RecordedClaims()
+    c = claims.add(claim_dict("c", results=[result("gpu-0")]))
+
+    def reader() -> dict[str, str]:
+        raise AssertionError("labels read for a metadata.name selector")
+
+    prep = ClaimPreparer(driver, claims, "node-a", Checkpoint(tmp_path / "s", boot_id="b"),
+                         CDISpecs(driver.cdi_kind, tmp_path / "cdi"), node_labels=reader)
+    assert prep.prepare_claims([ref_of(c)])[c.uid].error == ""
+    prep.close()
 
 
 def test_no_node_selector_means_any_node(env: tuple[ClaimPreparer, RecordedClaims, Tracking]) -> None:
