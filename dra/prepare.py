@@ -514,9 +514,12 @@ class ClaimPreparer:
                     return ""
                 self._undo(record)
         except Exception as e:
-            log.exception("claim not unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
+            log.exception("claim not unprepared",
+                          extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return f"{_describe_claim(ref)}: unprepare failed: {e}; kubelet retries"
-        log.info("claim unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
+        log.info("claim unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
+                                            "devices": [f"{d.pool}/{d.device}" for d in record.devices],
+                                            "phase": record.phase})
         return ""
 
     def _undo(self, record: ClaimRecord) -> None:
