@@ -122,6 +122,9 @@ def test_sweep_removes_only_our_orphans(tmp_path: Path) -> None:
     keep, orphan = "k-1", "o-2"
     for uid in (keep, orphan):
         specs.write_claim(uid, [(device_name(uid, "gpu-0"), ContainerEdits(env={"A": "1"}))])
+        doc = specs.read_claim(uid)
+        assert doc is not None
+        validate_cdi_spec(doc, SCHEMA)
     foreign = cdi / "k8s.other.example.com-claim_o-2.json"
     foreign.write_text("{}")
     static = cdi / "k8s.gpu.example.com-claim.json"  # a static spec of the same vendor/class
@@ -144,6 +147,7 @@ def test_apply_cdi_resolves_like_a_runtime(tmp_path: Path) -> None:
                                     ("c-1-b", ContainerEdits(env={"B": "2", "SHARED": "b"},
                                                              mounts=(Mount("/h/b", "/c/b"),)))],
                             ContainerEdits(env={"CLAIM": "c-1"}, mounts=(Mount("/h/lib", "/c/lib"),)))
+    written(specs)
     env, mounts = apply_cdi(tmp_path, ids)
     assert env == {"CLAIM": "c-1", "A": "1", "B": "2", "SHARED": "b"}
     assert [m.container_path for m in mounts] == ["/c/lib", "/c/b"]  # spec-level edits once
