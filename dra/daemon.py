@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -72,6 +73,9 @@ class DaemonSettings:
     """/healthz, /readyz and /metrics; 0 picks a free port (logged), -1 serves none."""
 
     metrics_address: str = "0.0.0.0"
+
+    grpc_workers: int = 64
+    """Threads serving kubelet's calls (and health streams, one each); calls beyond them queue."""
 
     publish: PublishSettings = dataclasses.field(default_factory=PublishSettings)
 
@@ -157,6 +161,7 @@ class Daemon:
             driver.health,
             KubeletPaths(registrar_dir=settings.registrar_dir, plugins_dir=settings.plugin_dir),
             pod_uid=settings.pod_uid,
+            max_workers=settings.grpc_workers,
         )
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
@@ -220,11 +225,9 @@ def run(driver_entry: str, settings: DaemonSettings) -> None:
     """Build the daemon, serve until SIGTERM/SIGINT, stop cleanly."""
     limit_malloc_arenas()
     driver = load_driver(driver_entry)
-    from dra.kubelet.plugin import DEFAULT_MAX_WORKERS
-
     # The claim client's pool holds a connection per gRPC worker: a prepare call beyond the pool
     # would open (and then drop) a fresh TLS connection, a handshake's CPU on every call.
-    claims = api_client(settings.kubeconfig, pool_size=DEFAULT_MAX_WORKERS + 8)
+    claims = api_client(settings.kubeconfig, pool_size=settings.grpc_workers + 8)
     daemon = Daemon(driver, settings, claims, api_client(settings.kubeconfig, pool_size=4))
     stop = threading.Event()
 
@@ -280,6 +283,9 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--metrics-port", help="Port of /healthz /readyz /metrics; 0: any free port; -1: off.")
         ] = DaemonSettings.metrics_port,
         metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address to bind it to.")] = "0.0.0.0",
+        grpc_workers: Annotated[
+            int, typer.Option("--grpc-workers", min=32, help="Threads serving kubelet calls and health streams.")
+        ] = DaemonSettings.grpc_workers,
         log_format: Annotated[str, typer.Option("--log-format", help="json or text.")] = "json",
         log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
     ) -> None:
@@ -303,5 +309,22 @@ def register(app: typer.Typer) -> None:
             pod_uid=pod_uid or os.environ.get("POD_UID") or None,
             metrics_port=metrics_port,
             metrics_address=metrics_address,
+            grpc_workers=grpc_workers,
         )
         run(driver, settings)
+
+
+def main() -> None:
+    """`python -m dra.daemon DRIVER ...`: the same command as `dra run`, without loading the rest of
+    the CLI (control plane, demo, hook tools), which keeps the long-running process ~10 MiB smaller."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    register(app)
+    try:
+        app()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -61,7 +61,9 @@ class DaemonProcess:
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
         log_format: str = "text",
+        module: str = "dra.cli",
     ) -> None:
+        """`module` "dra.cli" runs ``dra run``; "dra.daemon" runs the lean ``python -m dra.daemon``."""
         self.driver = driver
         self.node = node
         self.workdir = workdir
@@ -78,7 +80,7 @@ class DaemonProcess:
             path.append(os.environ["PYTHONPATH"])
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(env or {})}
         self.argv = [
-            sys.executable, "-m", "dra.cli", "run", driver,
+            sys.executable, "-m", module, *(["run"] if module == "dra.cli" else []), driver,
             "--node-name", node,
             "--kubeconfig", str(kubeconfig),
             "--registrar-dir", str(self.registrar_dir),
