@@ -79,6 +79,10 @@ class SyncResult:
         return self.created + self.updated + self.deleted
 
 
+class NodeNotFound(Exception):
+    """The Node named as this daemon's node does not exist (yet)."""
+
+
 class _Conflict(Exception):
     """The stored state moved under us; list again and retry."""
 
@@ -184,7 +188,7 @@ class Publisher:
                 self._failed(exc)
                 log.error("devices not published: %s", exc, extra={"driver": self.driver_name})
                 delay = self.settings.resync_period
-            except (_Conflict, ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            except (_Conflict, NodeNotFound, ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                 self._failed(exc)
                 delay = self.backoff.next_delay()
                 status = getattr(exc, "status", None)
@@ -225,7 +229,15 @@ class Publisher:
         assert desired is not None, "start() computes the first desired pool"
 
         if self._node_uid is None:
-            node = self._call("get", self._read_node, self.node_name)
+            try:
+                node = self._call("get", self._read_node, self.node_name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise NodeNotFound(
+                        f"Node {self.node_name!r} does not exist; slices are owned by their Node, so none are"
+                        " published until it does (check --node-name / NODE_NAME)"
+                    ) from None
+                raise
             self._node_uid = node["metadata"]["uid"]
         listing = self._call("list", self.api.list_resource_slice, field_selector=self._selector)
         items: list[dict[str, Any]] = listing.get("items") or []
@@ -438,6 +450,8 @@ def _interrupt(response: Any) -> None:
 
 
 def _short(exc: BaseException) -> str:
+    if isinstance(exc, NodeNotFound):
+        return str(exc)
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}"
     text = str(exc)

@@ -254,3 +254,36 @@ def test_hundred_claims_prepared_concurrently_through_the_daemon(
     with ThreadPoolExecutor(n) as pool:
         assert list(pool.map(lambda r: kubelet.unprepare([r], driver=DRIVER)[r.uid], refs)) == [""] * n
     assert list(daemon.cdi_dir.iterdir()) == []
+
+
+def test_rolling_update_two_instances_serve_side_by_side_and_the_old_one_leaves_cleanly(
+    api_client: client.ApiClient, cluster: Any, node: str, workdir: Path
+) -> None:
+    kw: dict[str, Any] = {"env": {"EXAMPLE_DEVICE_COUNT": "2"}}
+    old = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "old-uid"], **kw).start()
+    new = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "new-uid"], **kw)
+    harness = KubeletHarness(old.registrar_dir)
+    try:
+        harness.wait_for_plugin(DRIVER, timeout=60)
+        old.wait_http("/readyz")
+        (before,) = slices(api_client, node)
+        new.start()
+        harness.wait_for_plugin(DRIVER, timeout=60, count=2)
+        new.wait_http("/readyz")  # the pool it found is already right: ready without writing
+        (during,) = slices(api_client, node)
+        assert during["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        names = {p.name for p in old.sockets()}
+        assert {"dra-old-uid.sock", "dra-new-uid.sock", f"{DRIVER}-old-uid-reg.sock", f"{DRIVER}-new-uid-reg.sock"} <= names
+
+        assert old.stop() == 0
+        remaining = {p.name for p in new.sockets()}
+        assert remaining == {"dra-new-uid.sock", f"{DRIVER}-new-uid-reg.sock"}
+        harness.wait_gone(str(old.registrar_dir / f"{DRIVER}-old-uid-reg.sock"))
+        missing = ClaimRef("00000000-0000-0000-0000-000000000002", "default", "gone")
+        assert "not found" in harness.prepare([missing], driver=DRIVER)[missing.uid].error  # the new one answers
+        (after,) = slices(api_client, node)
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    finally:
+        harness.close()
+        old.stop()
+        new.stop()

@@ -321,3 +321,21 @@ def test_devices_with_consumable_capacity_and_valid_values_are_stored_as_sent(
     publisher.resync()
     time.sleep(0.5)  # the server may store 1024Mi as 1Gi; that is not a change
     assert (publisher.counts["create"], publisher.counts["update"]) == (1, 0)
+
+
+def test_missing_node_is_reported_and_publishing_starts_once_it_exists(
+    api_client: client.ApiClient, publishers: list[Publisher], caplog: pytest.LogCaptureFixture
+) -> None:
+    name = unique("late")
+    publisher = Publisher(api_client, DRIVER, name, ExampleDriver(count=1).devices, settings=FAST)
+    publisher.start()
+    publishers.append(publisher)
+    wait_for(lambda: "does not exist" in caplog.text, timeout=10, what="a log naming the missing Node")
+    assert f"Node {name!r} does not exist" in caplog.text
+    assert not publisher.ready
+    create_node(api_client, name)
+    try:
+        assert publisher.wait_ready(10)
+        assert len(slices(api_client, name)) == 1
+    finally:
+        client.CoreV1Api(api_client).delete_node(name)
