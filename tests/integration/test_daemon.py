@@ -23,12 +23,14 @@ from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra.driver import ClaimRef
+from dra.testing.cdi import apply_cdi, validate_cdi_spec
 from dra.testing.daemon import DaemonProcess, ensure_entry_points
 from dra.testing.kubelet import KubeletHarness
 
 pytestmark = pytest.mark.cluster
 
 DRIVER = "gpu.example.com"
+CDI_SCHEMA = Path(__file__).parent.parent / "data" / "cdi-schema"
 
 
 @pytest.fixture
@@ -213,11 +215,12 @@ def test_pod_claim_allocated_by_the_scheduler_is_prepared_through_the_daemon(
     assert dev.share_id  # consumable capacity: the allocation's shareID is echoed
     (cdi_id,) = dev.cdi_device_ids
     assert cdi_id.startswith("k8s.gpu.example.com/claim=")
-    specs = list(daemon.cdi_dir.glob("*.json")) + list(daemon.cdi_dir.glob("*.yaml"))
-    assert len(specs) == 1 and ref.uid in specs[0].name
-    spec = json.loads(specs[0].read_text()) if specs[0].suffix == ".json" else None
-    if spec is not None:
-        assert cdi_id.split("=", 1)[1] in {d["name"] for d in spec["devices"]}
+    (spec_file,) = [p for p in daemon.cdi_dir.iterdir() if not p.name.startswith(".")]
+    assert ref.uid in spec_file.name
+    validate_cdi_spec(json.loads(spec_file.read_text()), CDI_SCHEMA)
+    env, _ = apply_cdi(daemon.cdi_dir, [cdi_id])  # what a container runtime would apply
+    assert env["EXAMPLE_CORES_LIMIT"] == "1"
+    assert env["EXAMPLE_MEMORY_LIMIT"] == str(64 << 20)
 
     assert kubelet.prepare([ref], driver=DRIVER)[ref.uid] == first  # idempotent
     assert kubelet.unprepare([ref], driver=DRIVER) == {ref.uid: ""}
