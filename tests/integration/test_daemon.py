@@ -66,7 +66,7 @@ def kubelet(daemon: DaemonProcess) -> Iterator[KubeletHarness]:
 
 
 def slices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
-    resp = client.ResourceV1Api(api).list_resource_slice(
+    resp: Any = client.ResourceV1Api(api).list_resource_slice(
         field_selector=f"spec.nodeName={node},spec.driver={DRIVER}", _preload_content=False
     )
     items: list[dict[str, Any]] = json.loads(resp.data)["items"]
@@ -174,7 +174,7 @@ def _claim_and_pod(api: client.ApiClient, ns: str, name: str, device_class: str,
 
 
 def _allocated(api: client.ApiClient, ns: str, name: str) -> ClaimRef | None:
-    claim = client.ResourceV1Api(api).read_namespaced_resource_claim(name, ns)
+    claim: Any = client.ResourceV1Api(api).read_namespaced_resource_claim(name, ns)
     if claim.status and claim.status.allocation and claim.status.reserved_for:
         return ClaimRef(claim.metadata.uid, ns, name)
     return None

@@ -57,8 +57,12 @@ def start(
     return publisher
 
 
+def _core(api: client.ApiClient) -> Any:
+    return client.CoreV1Api(api)
+
+
 def slices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
-    resp = client.ResourceV1Api(api).list_resource_slice(
+    resp: Any = client.ResourceV1Api(api).list_resource_slice(
         field_selector=f"spec.nodeName={node},spec.driver={DRIVER}", _preload_content=False
     )
     import json
@@ -76,7 +80,7 @@ def test_example_devices_are_published_once_with_every_field_the_scheduler_needs
 ) -> None:
     publisher = start(publishers, api_client, node, ExampleDriver(count=2).devices)
     (s,) = slices(api_client, node)
-    node_uid = client.CoreV1Api(api_client).read_node(node).metadata.uid
+    node_uid = _core(api_client).read_node(node).metadata.uid
     assert s["metadata"]["name"].startswith(f"{node}-{DRIVER}-")
     assert s["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": True}]
     assert s["spec"]["nodeName"] == node
@@ -106,7 +110,7 @@ def test_example_devices_are_published_once_with_every_field_the_scheduler_needs
 
 def test_slice_deleted_by_someone_else_is_back_within_5s(api_client: client.ApiClient, node: str, publishers: list[Publisher]) -> None:
     start(publishers, api_client, node, ExampleDriver(count=2).devices)
-    resource = client.ResourceV1Api(api_client)
+    resource: Any = client.ResourceV1Api(api_client)
     for wipe in range(2):
         (old,) = slices(api_client, node)
         if wipe == 0:
@@ -168,9 +172,9 @@ def test_taints_halve_the_slice_size_and_survive_the_round_trip(
 def test_stale_generation_left_by_a_previous_daemon_is_deleted(
     api_client: client.ApiClient, node: str, publishers: list[Publisher]
 ) -> None:
-    uid = client.CoreV1Api(api_client).read_node(node).metadata.uid
+    uid = _core(api_client).read_node(node).metadata.uid
     owner = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}]
-    resource = client.ResourceV1Api(api_client)
+    resource: Any = client.ResourceV1Api(api_client)
     for generation, devices in ((3, ["old-0"]), (3, ["old-1"])):
         resource.create_resource_slice(
             {

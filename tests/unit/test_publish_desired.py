@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -110,7 +111,7 @@ def test_slice_object_names_the_node_and_its_owner() -> None:
 
 def test_comparison_ignores_what_the_server_normalises() -> None:
     sent = [encode_device(Device(name="d0", capacity={"memory": Capacity("1024Mi")}, taints=(Taint("k"),)))]
-    stored = [
+    stored: list[dict[str, Any]] = [
         {
             "name": "d0",
             "capacity": {"memory": {"value": "1Gi"}},
@@ -129,7 +130,7 @@ def test_comparison_ignores_what_the_server_normalises() -> None:
         (Device(name="GPU_0"), "device 'GPU_0': the name must be a DNS label"),
         (Device(name="d0", attributes={"9lives": 1}), "attribute '9lives': the name must be a C identifier"),
         (Device(name="d0", attributes={"Bad_Domain/x": 1}), "the prefix 'Bad_Domain' must be a DNS subdomain"),
-        (Device(name="d0", attributes={"x": 1.5}), "float is not one of str, int, bool, Version"),
+        (Device(name="d0", attributes={"x": 1.5}), "float is not one of str, int, bool, Version"),  # type: ignore[dict-item]
         (Device(name="d0", attributes={"x": "y" * 65}), "at most 64"),
         (Device(name="d0", attributes={"v": Version("12")}), "is not a semantic version"),
         (Device(name="d0", attributes={"x": 2**63}), "does not fit in int64"),
