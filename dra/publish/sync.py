@@ -229,16 +229,7 @@ class Publisher:
         assert desired is not None, "start() computes the first desired pool"
 
         if self._node_uid is None:
-            try:
-                node = self._call("get", self._read_node, self.node_name)
-            except ApiException as exc:
-                if exc.status == 404:
-                    raise NodeNotFound(
-                        f"Node {self.node_name!r} does not exist; slices are owned by their Node, so none are"
-                        " published until it does (check --node-name / NODE_NAME)"
-                    ) from None
-                raise
-            self._node_uid = node["metadata"]["uid"]
+            self._node_uid = self._fetch_node_uid()
         listing = self._call("list", self.api.list_resource_slice, field_selector=self._selector)
         items: list[dict[str, Any]] = listing.get("items") or []
         self._known_versions = {s["metadata"]["resourceVersion"] for s in items}
@@ -257,6 +248,12 @@ class Publisher:
         if self._up_to_date(current, wanted, len(desired.slices)):
             result = dataclasses.replace(result, deleted=deleted)
         else:
+            # Writes are rare: look the Node up again, in case it was deleted and created anew (the
+            # garbage collector would delete slices owned by the old UID as fast as we wrote them).
+            uid = self._fetch_node_uid()
+            if uid != self._node_uid:
+                log.info("Node was re-created; slices now owned by the new one", extra={"node": self.node_name})
+                self._node_uid = uid
             result = self._rewrite(desired, current, wanted, max(generation, self._generation) + 1, deleted)
         self._generation = max(self._generation, result.generation)
         self.last_result = result
@@ -272,6 +269,19 @@ class Publisher:
         if self._on_sync is not None:
             self._on_sync(result)
         return result
+
+    def _fetch_node_uid(self) -> str:
+        try:
+            node = self._call("get", self._read_node, self.node_name)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NodeNotFound(
+                    f"Node {self.node_name!r} does not exist; slices are owned by their Node, so none are"
+                    " published until it does (check --node-name / NODE_NAME)"
+                ) from None
+            raise
+        uid: str = node["metadata"]["uid"]
+        return uid
 
     def _up_to_date(self, current: list[dict[str, Any]], wanted: list[Any], count: int) -> bool:
         if len(current) != count:

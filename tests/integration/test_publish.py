@@ -343,3 +343,21 @@ def test_missing_node_is_reported_and_publishing_starts_once_it_exists(
         assert len(slices(api_client, name)) == 1
     finally:
         client.CoreV1Api(api_client).delete_node(name)
+
+
+def test_recreated_node_gets_slices_owned_by_its_new_uid(api_client: client.ApiClient, node: str, publishers: list[Publisher]) -> None:
+    start(publishers, api_client, node, ExampleDriver(count=1).devices)
+    core = _core(api_client)
+    core.delete_node(node)
+    # The garbage collector removes the slice with its owner; the daemon's node is back under the same name.
+    wait_for(lambda: not slices(api_client, node), timeout=30, what="the garbage collector to delete the slice")
+    create_node(api_client, node)
+    new_uid = core.read_node(node).metadata.uid
+
+    def owned_by_new() -> list[dict[str, Any]] | None:
+        now = slices(api_client, node)
+        return now if len(now) == 1 and now[0]["metadata"]["ownerReferences"][0]["uid"] == new_uid else None
+
+    wait_for(owned_by_new, timeout=15, what="a slice owned by the re-created Node")
+    time.sleep(2)  # and it stays: the garbage collector does not take it again
+    assert owned_by_new()
