@@ -1,0 +1,74 @@
+"""The sync loop's retry schedule in virtual time, against an address where nothing listens.
+
+No API server is faked: the publisher talks to a closed loopback port, so every request fails
+the way it does during a real outage (connection refused). The injected clock records the
+delays instead of sleeping them.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from kubernetes import client
+
+from dra.driver import Device
+from dra.publish import Backoff, Publisher, PublishSettings
+
+
+class RecordingClock:
+    """Virtual time: `wait` returns at once (after a real millisecond, so threads never spin hot)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[tuple[str, float | None]] = []
+        self.lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        with self.lock:
+            self.waits.append((threading.current_thread().name, timeout))
+            if timeout is not None:
+                self.now += timeout
+        time.sleep(0.001)
+        return event.is_set()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_failed_syncs_are_retried_with_exponential_backoff_up_to_the_ceiling() -> None:
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{closed_port()}"
+    cfg.retries = False  # one connection attempt per request: the loop's own backoff is under test
+    clock = RecordingClock()
+    errors: list[BaseException] = []
+    publisher = Publisher(
+        client.ApiClient(cfg),
+        "gpu.example.com",
+        "node-1",
+        lambda: [Device(name="d0")],
+        settings=PublishSettings(coalesce=0.0, resync_period=300.0, request_timeout=1.0),
+        clock=clock,
+        backoff=Backoff(initial=0.2, factor=2.0, maximum=5.0, jitter=0.0),
+        on_error=errors.append,
+    )
+    publisher.start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(errors) < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        publisher.stop()
+    assert len(errors) >= 9
+    with clock.lock:
+        delays = [t for name, t in clock.waits if name == "dra-publish-sync" and t not in (None, 0.0)]
+    assert delays[:8] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+    assert not publisher.ready
+    assert publisher.counts["create"] == publisher.counts["update"] == 0
