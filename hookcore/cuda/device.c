@@ -115,6 +115,10 @@ HK_EXPORT CUresult cuInit(unsigned int flags) {
 /* ---------------------------------------------------------------------------
  * Memory info: the quota and the claim's usage, saturating (never underflows).
  * ------------------------------------------------------------------------- */
+/* Reports should not count processes that died since the last admission failure: reclaim their
+   slots first (one fcntl per used slot; memory-info calls are rare next to allocations). */
+void hk_reclaim_for_report(void) { hk_reclaim(); }
+
 static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t *free_b, size_t *total_b) {
     if (dev < 0) {             /* a GPU outside a UUID-keyed claim: no quota for it */
         *free_b = 0;
@@ -128,6 +132,7 @@ static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t
         return;
     }
     uint64_t total = limit < real_total ? limit : real_total;
+    hk_reclaim_for_report();
     uint64_t used = hk_mem_used(dev);
     uint64_t free_q = used >= total ? 0 : total - used;
     *total_b = (size_t)total;

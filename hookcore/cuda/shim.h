@@ -164,6 +164,8 @@ int hk_dev_of_ordinal(CUdevice ord) HK_HIDDEN;
 /* Ledger index of the current context's device. Returns 0, or a CUresult when there is no
    context (the caller then lets the real driver report it). */
 CUresult hk_current_dev(int *ldev, CUdevice *ord) HK_HIDDEN;
+/* hk_reclaim() before reporting usage. */
+void hk_reclaim_for_report(void) HK_HIDDEN;
 /* CUDA ordinal whose UUID equals `uuid` (CUDA must be initialised in this process), or -1. */
 int hk_cuda_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
 

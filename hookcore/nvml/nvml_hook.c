@@ -51,6 +51,7 @@ static int quota_view(nvmlDevice_t h, unsigned long long real_total, unsigned lo
     uint64_t limit = hk_mem_limit(dev);
     if (limit == HK_MEM_UNLIMITED) return -1;
     uint64_t t = limit < real_total ? limit : real_total;
+    hk_reclaim_for_report();
     uint64_t u = hk_mem_used(dev);
     uint64_t f = u >= t ? 0 : t - u;
     *total = t;

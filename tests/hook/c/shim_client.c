@@ -347,6 +347,8 @@ static void cmd_fork(size_t chunk) {
     int st;
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("child status %d", WEXITSTATUS(st));
+    meminfo(&f, &t);
+    if (f != f0) fail("after child exit cuMemGetInfo free=%zu want %zu", f, f0);
     /* The dead child's charge is reclaimed: the parent can fill the rest of the quota. */
     size_t n = 0, want = t / chunk - 1;
     CUdeviceptr *p = calloc(want + 1, sizeof *p);

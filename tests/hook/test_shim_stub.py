@@ -1,0 +1,270 @@
+"""The CUDA/NVML shim (libvgpu.so) against the stub driver, no GPU needed.
+
+Every test runs `tests/hook/c/shim_client.c` under LD_PRELOAD=libvgpu.so with the stub
+libcuda.so.1 / libnvidia-ml.so.1 first on LD_LIBRARY_PATH. The client reaches the driver the way
+the CUDA runtime does (dlopen + dlsym("cuGetProcAddress_v2") + cuGetProcAddress by base name and
+cudaVersion), so these tests cover the real interception path, not direct calls.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.hook.conftest import HookLibs
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+# Physical stub GPU i has UUID GPU-57554201-0000-4000-8000-0000000000ii (hookcore/stub/cuda_stub.c).
+STUB_UUID = "GPU-57554201-0000-4000-8000-0000000000{:02x}".format
+
+
+@pytest.fixture(scope="session")
+def client(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("shim") / "shim_client"
+    src = ROOT / "tests/hook/c/shim_client.c"
+    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), str(src), "-ldl"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture
+def run(client: Path, hookcore_libs: HookLibs, tmp_path: Path):
+    """run(*args, preload=True, **env) -> CompletedProcess; a fresh ledger per test."""
+
+    def _env(preload: bool, env: dict[str, str]) -> dict[str, str]:
+        e = {k: v for k, v in os.environ.items()
+             if not k.startswith(("CUDA_", "HOOKCORE_", "STUB_")) and k != "LD_PRELOAD"}
+        e["LD_LIBRARY_PATH"] = str(hookcore_libs.stub_dir)
+        e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(tmp_path / "claim.ledger")
+        if preload:
+            e["LD_PRELOAD"] = str(hookcore_libs.libvgpu)
+        e.update(env)
+        return e
+
+    def _run(*args: str, preload: bool = True, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(client), *args], env=_env(preload, env), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def _spawn(*args: str, **env: str) -> subprocess.Popen:
+        return subprocess.Popen([str(client), *args], env=_env(True, env), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    _run.spawn = _spawn  # type: ignore[attr-defined]
+    return _run
+
+
+def ok(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "FAIL" not in proc.stdout
+    return proc.stdout
+
+
+def mem(proc: subprocess.CompletedProcess) -> tuple[int, int, int]:
+    line = next(ln for ln in ok(proc).splitlines() if ln.startswith("MEM "))
+    free, total, devtotal = map(int, line.split()[1:])
+    return free, total, devtotal
+
+
+# --------------------------------------------------------------------------------------------
+# Allocation paths: to the quota, CUDA_ERROR_OUT_OF_MEMORY past it, frees give it back.
+
+
+def test_cuMemAlloc_through_cuGetProcAddress_to_the_quota(run) -> None:
+    out = ok(run("quota", "8M", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+    assert f"OK meminfo total={64 * MiB}" in out
+    assert "OK oom after 8 allocations" in out
+    assert "OK free gives the quota back" in out and "OK all freed" in out
+
+
+def test_quota_is_hami_syntax_too(run) -> None:
+    out = ok(run("quota", "4M", CUDA_DEVICE_MEMORY_LIMIT="32m"))   # HAMi: lower-case m = MiB
+    assert "OK oom after 8 allocations" in out
+
+
+@pytest.mark.parametrize("path,expect", [
+    ("vmm", ["OK vmm oom after 32 handles", "OK vmm release gives the quota back"]),
+    ("async", ["OK async oom after 16 allocations", "OK async free gives the quota back"]),
+    ("arrays", ["OK arrays charged and given back"]),
+    ("pitch", ["OK pitch charged pitch x height"]),
+])
+def test_other_allocation_paths(run, path: str, expect: list[str]) -> None:
+    out = ok(run(path, CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+    for line in expect:
+        assert line in out
+
+
+def test_without_a_limit_the_driver_figures_pass_through(run) -> None:
+    free, total, devtotal = mem(run("meminfo", STUB_CUDA_MEMORY="8Gi"))
+    assert (free, total, devtotal) == (8 << 30, 8 << 30, 8 << 30)
+
+
+def test_quota_never_exceeds_the_device(run) -> None:
+    free, total, devtotal = mem(run("meminfo", STUB_CUDA_MEMORY="1Gi", CUDA_DEVICE_MEMORY_LIMIT="4Gi"))
+    assert total == devtotal == 1 << 30
+
+
+# --------------------------------------------------------------------------------------------
+# Symbol resolution: versions, per-thread default stream, dlsym, unpoliced symbols.
+
+
+def test_variants_dlsym_and_unpoliced_symbols(run) -> None:
+    out = ok(run("resolve", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+    assert "OK cuGetProcAddress variants" in out and "OK dlsym path" in out
+
+
+def test_stream_capture_passes_through_the_limiter(run) -> None:
+    assert "OK capture" in ok(run("capture", CUDA_DEVICE_SM_LIMIT="50"))
+
+
+def test_debug_log_names_the_hooks(run) -> None:
+    proc = run("quota", "8M", CUDA_DEVICE_MEMORY_LIMIT="64Mi", HOOKCORE_LOG="debug")
+    ok(proc)
+    assert "cuGetProcAddress(cuMemAlloc, 12000, 0) -> hook cuMemAlloc_v2" in proc.stderr
+    assert "-> ledger index 0" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Devices are keyed by UUID: CUDA_VISIBLE_DEVICES reordering keeps each quota on its GPU.
+
+
+@pytest.mark.parametrize("visible", ["0,1", "1,0"])
+def test_quota_follows_the_uuid(run, visible: str) -> None:
+    env = dict(STUB_CUDA_DEVICES="2", CUDA_VISIBLE_DEVICES=visible,
+               HOOKCORE_DEVICE_UUID_0=STUB_UUID(1), CUDA_DEVICE_MEMORY_LIMIT_0="64Mi",
+               HOOKCORE_DEVICE_UUID_1=STUB_UUID(0), CUDA_DEVICE_MEMORY_LIMIT_1="128Mi")
+    by_ordinal = [mem(run("meminfo", CLIENT_DEVICE=str(o), **env))[1] for o in (0, 1)]
+    physical = [int(x) for x in visible.split(",")]
+    quota_of_physical = {1: 64 * MiB, 0: 128 * MiB}
+    assert by_ordinal == [quota_of_physical[p] for p in physical]
+
+
+def test_gpu_outside_a_uuid_keyed_claim_gets_nothing(run) -> None:
+    env = dict(STUB_CUDA_DEVICES="2", HOOKCORE_DEVICE_UUID_0=STUB_UUID(1), CUDA_DEVICE_MEMORY_LIMIT_0="64Mi")
+    free, total, _ = mem(run("meminfo", CLIENT_DEVICE="0", **env))   # physical 0 is not in the claim
+    assert (free, total) == (0, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# NVML: nvidia-smi's view
+
+
+def test_nvml_reports_quota_and_claim_usage(run) -> None:
+    proc = ok(run("nvml", "0", CUDA_DEVICE_MEMORY_LIMIT="64Mi", STUB_NVML_USED="1Gi"))
+    f = proc.split()
+    r1, total1, used1, free1, r2, total2, used2, free2 = map(int, f[1:9])
+    assert r1 == r2 == 0
+    assert total1 == total2 == 64 * MiB
+    assert used1 == used2 == 0 and free1 == free2 == 64 * MiB
+
+
+def test_nvml_untouched_without_a_limit(run) -> None:
+    f = ok(run("nvml", "0", STUB_NVML_USED="1Gi", STUB_CUDA_MEMORY="16Gi")).split()
+    assert int(f[2]) == 16 << 30 and int(f[3]) == 1 << 30
+
+
+# --------------------------------------------------------------------------------------------
+# Several processes of one claim
+
+
+def test_eight_processes_never_exceed_the_quota_together(run) -> None:
+    procs = [run.spawn("grab", "4M", CUDA_DEVICE_MEMORY_LIMIT="256Mi") for _ in range(8)]
+    got = []
+    for p in procs:   # every process allocates until OOM and holds what it got
+        line = p.stdout.readline()
+        assert line.startswith("GOT "), line + p.stderr.read()
+        got.append(int(line.split()[1]))
+    for p in procs:
+        p.stdin.close()
+        assert p.wait(timeout=30) == 0
+    assert sum(got) * 4 <= 256                       # never over the quota
+    assert sum(got) * 4 >= 256 - 8 * 4               # and not starved (racers may both back off)
+
+
+def test_kill_9_mid_allocation_gives_the_memory_back(run) -> None:
+    p = run.spawn("churn", "4M", "48", CUDA_DEVICE_MEMORY_LIMIT="256Mi")
+    assert p.stdout.readline().strip() == "READY"
+    time.sleep(0.3)                                   # let it free/allocate in a tight loop
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    free, total, _ = mem(run("meminfo", CUDA_DEVICE_MEMORY_LIMIT="256Mi"))
+    assert (free, total) == (256 * MiB, 256 * MiB)
+    q = run.spawn("grab", "4M", CUDA_DEVICE_MEMORY_LIMIT="256Mi")
+    assert q.stdout.readline().strip() == "GOT 64"
+    q.stdin.close()
+    assert q.wait(timeout=10) == 0
+
+
+def test_fork(run) -> None:
+    assert "OK fork" in ok(run("fork", "8M", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+
+
+# --------------------------------------------------------------------------------------------
+# Fail closed: a bad value makes CUDA unusable, with one clear line, never unlimited.
+
+
+@pytest.mark.parametrize("name,value", [
+    ("CUDA_DEVICE_MEMORY_LIMIT", "12x"),
+    ("CUDA_DEVICE_MEMORY_LIMIT", "1gb"),
+    ("CUDA_DEVICE_MEMORY_LIMIT", "-5Gi"),
+    ("CUDA_DEVICE_MEMORY_LIMIT_x", "1Gi"),
+    ("CUDA_DEVICE_SM_LIMIT", "abc"),
+    ("CUDA_DEVICE_SM_LIMIT", "0"),
+])
+def test_garbage_config_fails_closed(run, name: str, value: str) -> None:
+    proc = run("init", **{name: value})
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("INIT"))
+    assert line == f"INIT {CUDA_ERROR_NOT_INITIALIZED} ALLOC {CUDA_ERROR_NOT_INITIALIZED} LAUNCH 3"
+    messages = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(messages) == 1, proc.stderr
+    assert messages[0].startswith("hookcore:") and name in messages[0]
+
+
+def test_good_config_initialises(run) -> None:
+    line = next(ln for ln in ok(run("init", CUDA_DEVICE_MEMORY_LIMIT="1Gi")).splitlines() if ln.startswith("INIT"))
+    assert line.startswith("INIT 0 ")
+    # no context is current in `init`: the driver's own error comes back, the shim adds none
+    assert line.split()[3] == "201"
+
+
+# --------------------------------------------------------------------------------------------
+# Compute limiter on the stub's simulated engine (kernel duration = CUfunction value in us)
+
+
+def rate(run, *args: str, **env: str) -> float:
+    out = ok(run("launch", *args, **env))
+    return float(next(ln for ln in out.splitlines() if ln.startswith("RATE")).split()[1])
+
+
+@pytest.mark.parametrize("share", [30, 50, 70])
+@pytest.mark.parametrize("graph", ["0", "1"])
+def test_limiter_holds_the_share(run, share: int, graph: str) -> None:
+    native = 1000.0                                   # 1 ms kernels back to back
+    got = rate(run, "1000", graph, "1.5", CUDA_DEVICE_SM_LIMIT=str(share))
+    assert abs(100 * got / native - share) <= 5, got
+
+
+def test_limiter_off_costs_nothing_measurable(run) -> None:
+    assert rate(run, "1000", "0", "1.0", CUDA_DEVICE_MEMORY_LIMIT="1Gi") > 950
+
+
+def test_limiter_is_claim_wide(run, client: Path) -> None:
+    """Two processes of one claim at 50% share one bucket: together they get about 50%."""
+    procs = [run.spawn("launch", "1000", "0", "2", CUDA_DEVICE_SM_LIMIT="50") for _ in range(2)]
+    rates = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, out + err
+        rates.append(float(out.split()[1]))
+    assert abs(sum(rates) / 10 - 50) <= 7, rates
