@@ -143,22 +143,6 @@ def _rate(step, per_step: int, warm: float, secs: float, go_at: float | None = N
     return n / (time.perf_counter() - t0)
 
 
-def _kernel_ms(launch_first, launch_rest, n_rest: int, samples: int = 30) -> float:
-    """GPU time per matmul, measured by events around n_rest matmuls issued after a first one (a
-    throttled launch waits before its kernel, so the first launch is left outside the window)."""
-    import torch
-
-    ts = []
-    for _ in range(samples):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        launch_first()
-        e0.record()
-        launch_rest()
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) / n_rest)
-    return statistics.median(ts)
-
 
 def _ledger_charged() -> int | None:
     """GPU time charged so far to device 0's limiter (ledger: device area at 4096, limiter at +256,
@@ -337,7 +321,7 @@ class Bench:
             raise SystemExit("client build failed:\n" + r.stderr[-3000:])
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                               "--format=csv,noheader"], capture_output=True, text=True)
-        import torch  # noqa: F401  (versions only; no CUDA work in the parent)
+        import torch  # versions only; no CUDA work in the parent
 
         self.results["env"] = {"gpu": smi.stdout.strip(), "torch": torch.__version__,
                                "cuda_runtime": torch.version.cuda,
@@ -606,7 +590,7 @@ class Bench:
             v = t.get(name, {}).get("shares")
             if v:
                 want = {"native": None, "50+50": (50, 50), "30+70": (30, 70), "50+50-elapsed": (50, 50)}[name]
-                ok = None if want is None else all(x is not None and abs(x - w) <= 5 for x, w in zip(v, want))
+                ok = None if want is None else all(x is not None and abs(x - w) <= 5 for x, w in zip(v, want, strict=True))
                 row(f"two tenants {name} (share of solo native)", "", ", ".join(f"{x:.1f}%" if x else "?" for x in v),
                     "each ± 5" if want else "reference", ok)
         la = s.get("launch", {})

@@ -61,6 +61,8 @@ typedef struct hk_batch {
 } hk_batch;
 
 static __thread hk_batch t_batch;
+static pthread_key_t g_exit_key;          /* closes a thread's open batch when the thread exits */
+static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { hk_pair ev; int ldev; uint64_t sig; } g_pending[HK_RING];
@@ -227,6 +229,13 @@ static void sleep_ns(int64_t ns) {
     nanosleep(&ts, NULL);
 }
 
+/* A thread that exits with an open batch hands it over for charging (its GPU time is owed). */
+static void on_thread_exit(void *arg) {
+    (void)arg;
+    close_batch(&t_batch);
+}
+static void make_exit_key(void) { pthread_key_create(&g_exit_key, on_thread_exit); }
+
 /* ---------------------------------------------------------------------------
  * The gate
  * ------------------------------------------------------------------------- */
@@ -269,6 +278,10 @@ static hk_batch *gate_before(CUstream s) {
     }
     while (pending_count() > HK_MAX_PENDING) collect_one(1);
     if (!b->open) {
+        if (HK_UNLIKELY(b->opened_ns == 0)) {      /* first batch of this thread */
+            pthread_once(&g_exit_once, make_exit_key);
+            pthread_setspecific(g_exit_key, b);
+        }
         if (get_pair(ctx, &b->ev) != 0) return NULL;
         if (hk_real.cuEventRecord(b->ev.start, s) != CUDA_SUCCESS) {
             put_pair(&b->ev);

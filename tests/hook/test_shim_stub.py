@@ -110,7 +110,7 @@ def test_without_a_limit_the_driver_figures_pass_through(run) -> None:
 
 
 def test_quota_never_exceeds_the_device(run) -> None:
-    free, total, devtotal = mem(run("meminfo", STUB_CUDA_MEMORY="1Gi", CUDA_DEVICE_MEMORY_LIMIT="4Gi"))
+    _, total, devtotal = mem(run("meminfo", STUB_CUDA_MEMORY="1Gi", CUDA_DEVICE_MEMORY_LIMIT="4Gi"))
     assert total == devtotal == 1 << 30
 
 
@@ -268,3 +268,22 @@ def test_limiter_is_claim_wide(run, client: Path) -> None:
         assert p.returncode == 0, out + err
         rates.append(float(out.split()[1]))
     assert abs(sum(rates) / 10 - 50) <= 7, rates
+
+
+# --------------------------------------------------------------------------------------------
+# The dlsym interposer is transparent for everything it does not police
+
+
+def test_rtld_next_keeps_its_meaning(hookcore_libs: HookLibs, tmp_path: Path) -> None:
+    src = ROOT / "tests/hook/c/rtld_next.c"
+    for part, out in (("PART_A", "liba.so"), ("PART_B", "libb.so")):
+        subprocess.run(["cc", "-shared", "-fPIC", f"-D{part}", "-o", str(tmp_path / out), str(src), "-ldl"],
+                       check=True)
+    subprocess.run(["cc", "-DPART_MAIN", "-o", str(tmp_path / "next"), str(src), f"-L{tmp_path}", "-Wl,--no-as-needed", "-la", "-lb",
+                    "-ldl"], check=True)
+    env = {"LD_LIBRARY_PATH": str(tmp_path), "PATH": os.environ.get("PATH", "")}
+    native = subprocess.run([str(tmp_path / "next")], env=env, capture_output=True, text=True)
+    hooked = subprocess.run([str(tmp_path / "next")], env={**env, "LD_PRELOAD": str(hookcore_libs.libvgpu)},
+                            capture_output=True, text=True)
+    assert native.stdout.strip() == "NEXT 2", native.stdout + native.stderr
+    assert hooked.stdout.strip() == "NEXT 2", hooked.stdout + hooked.stderr
