@@ -83,6 +83,14 @@ class NodeNotFound(Exception):
     """The Node named as this daemon's node does not exist (yet)."""
 
 
+class _WatchError(Exception):
+    """An ERROR event in the watch stream (410 Gone: our resourceVersion is too old)."""
+
+    def __init__(self, code: int | None, message: str) -> None:
+        super().__init__(f"watch error {code}: {message}")
+        self.code = code
+
+
 class _Conflict(Exception):
     """The stored state moved under us; list again and retry."""
 
@@ -424,10 +432,7 @@ class Publisher:
                     event = json.loads(line)
                     kind, obj = event.get("type"), event.get("object") or {}
                     if kind == "ERROR":
-                        if obj.get("code") == 410:  # too old: start from now, after a full comparison
-                            version = ""
-                            reconnected = True
-                        break
+                        raise _WatchError(obj.get("code"), obj.get("message", ""))
                     version = obj.get("metadata", {}).get("resourceVersion", version)
                     if kind == "BOOKMARK":
                         continue
@@ -437,6 +442,8 @@ class Publisher:
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                if getattr(exc, "status", None) == 410 or getattr(exc, "code", None) == 410:
+                    version = ""  # our resourceVersion is too old: start from now, after a full comparison
                 delay = backoff.next_delay()
                 log.debug("slice watch interrupted (%s); reconnecting in %.1fs", _short(exc), delay)
                 reconnected = True
