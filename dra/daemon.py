@@ -165,7 +165,14 @@ class Daemon:
         )
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
-            self.http = HealthServer(self.metrics, self.liveness, self.readiness, settings.metrics_port, settings.metrics_address)
+            where = f"{settings.metrics_address}:{settings.metrics_port}"
+            try:
+                self.http = HealthServer(self.metrics, self.liveness, self.readiness, settings.metrics_port, settings.metrics_address)
+            except OSError as exc:
+                raise UserError(
+                    f"Cannot serve /healthz, /readyz and /metrics on {where}: {exc.strerror or exc}."
+                    " Pick another --metrics-port (0: any free port; -1: none)."
+                ) from exc
         self._stopped = False
 
     def _published(self, result: SyncResult) -> None:
