@@ -573,7 +573,9 @@ class Bench:
             row("matmul loop / CUDA-graph loop, native (it/s)", f"{nat.get('plain', 0):.0f} / {nat.get('graph', 0):.0f}"
                 + extra(nat), "", "reference", None)
         for share in ("70", "50", "30", "10", "50-elapsed"):
-            r = c.get(share, {})
+            if share not in c:
+                continue
+            r = c[share]
             want = int(share.split("-")[0])
             label = f"{share}%" if share.isdigit() else f"{want}% (charge = elapsed, no contention estimate)"
             for loop in ("plain", "graph"):
