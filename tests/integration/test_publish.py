@@ -361,3 +361,21 @@ def test_recreated_node_gets_slices_owned_by_its_new_uid(api_client: client.ApiC
     wait_for(owned_by_new, timeout=15, what="a slice owned by the re-created Node")
     time.sleep(2)  # and it stays: the garbage collector does not take it again
     assert owned_by_new()
+
+
+def test_slice_edited_by_someone_else_is_restored(api_client: client.ApiClient, node: str, publishers: list[Publisher]) -> None:
+    publisher = start(publishers, api_client, node, ExampleDriver(count=2).devices)
+    (s,) = slices(api_client, node)
+    resource: Any = client.ResourceV1Api(api_client)
+    edited = dict(s)
+    edited["spec"] = {**s["spec"], "devices": s["spec"]["devices"][:1]}  # someone drops gpu-1
+    resource.replace_resource_slice(s["metadata"]["name"], edited)
+
+    def restored() -> dict[str, Any] | None:
+        (now,) = slices(api_client, node)
+        return now if device_names([now]) == ["gpu-0", "gpu-1"] else None
+
+    fixed = wait_for(restored, timeout=5, interval=0.05, what="the publisher to restore the edited slice")
+    assert fixed["metadata"]["name"] == s["metadata"]["name"]  # updated in place
+    assert fixed["spec"]["pool"]["generation"] == s["spec"]["pool"]["generation"] + 1
+    assert publisher.counts["update"] == 1
