@@ -1,7 +1,9 @@
-"""The `dra` command: one entry point, one sub-command group per concern.
+"""The `dra` command: one entry point, one sub-command per concern.
 
-Each group lives next to the code it drives (`dra.cluster.cli`, `dra.daemon`, `hookcore.cli`);
-this module only assembles them and turns `UserError` into a one-paragraph message and exit 2.
+Each sub-command lives next to the code it drives (`dra.cluster.cli`, `dra.daemon`, `dra.demo`,
+`hookcore.cli`); this module only assembles them and turns `UserError` into a one-paragraph
+message and exit code 2. `main()` imports only the sub-command being run, so the long-lived
+`dra run` daemon does not carry the control-plane, PKI and hook modules in its memory.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 from importlib.metadata import entry_points
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -16,35 +19,15 @@ from rich.table import Table
 
 from dra.errors import UserError
 
-app = typer.Typer(
-    name="dra",
-    help="DRA drivers that share GPUs and NPUs with enforced memory and compute quotas.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-
-# (module, attribute, name): sub-command groups, imported so a broken optional part never hides the rest.
-_GROUPS = (
-    ("dra.cluster.cli", "app", "cluster"),
-    ("hookcore.cli", "app", "hook"),
-)
-# (module, attribute): single commands registered on the top-level app by their module.
-_COMMANDS = (("dra.daemon", "register"), ("dra.demo", "register"))
-
-for _module, _attr, _name in _GROUPS:
-    try:
-        app.add_typer(getattr(importlib.import_module(_module), _attr), name=_name)
-    except ImportError:
-        pass
-for _module, _attr in _COMMANDS:
-    try:
-        getattr(importlib.import_module(_module), _attr)(app)
-    except ImportError:
-        pass
+# name -> (module, attribute, kind): "group" is a Typer sub-app, "command" a register(app) function.
+_PARTS: dict[str, tuple[str, str, str]] = {
+    "cluster": ("dra.cluster.cli", "app", "group"),
+    "hook": ("hookcore.cli", "app", "group"),
+    "run": ("dra.daemon", "register", "command"),
+    "demo": ("dra.demo", "register", "command"),
+}
 
 
-@app.command("drivers")
 def list_drivers() -> None:
     """List the vendor drivers installed through the `dra.drivers` entry-point group."""
     table = Table("entry point", "driver name", "class")
@@ -57,9 +40,42 @@ def list_drivers() -> None:
     Console().print(table)
 
 
+def build_app(only: str | None = None) -> typer.Typer:
+    """The CLI with every part, or with just `only` (plus `drivers`) when it names one."""
+    app = typer.Typer(
+        name="dra",
+        help="DRA drivers that share GPUs and NPUs with enforced memory and compute quotas.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    app.command("drivers")(list_drivers)
+    for name, (module, attr, kind) in _PARTS.items():
+        if only in _PARTS and name != only:
+            continue
+        try:
+            part = getattr(importlib.import_module(module), attr)
+        except ImportError as exc:  # an optional part that is not built must not hide the rest
+            if only == name:
+                raise UserError(f"`dra {name}` is not available: {exc}. Reinstall with pip install -e '.[dev]'.") from exc
+            continue
+        if kind == "group":
+            app.add_typer(part, name=name)
+        else:
+            part(app)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the full CLI, for CliRunner-based tests and introspection
+        return build_app()
+    raise AttributeError(name)
+
+
 def main() -> None:
+    first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     try:
-        app()
+        build_app(first)()
     except UserError as exc:
         Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -115,6 +115,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
                 {"name": "gpu", "exactly": {"deviceClassName": cls,
                                             "capacity": {"requests": {"cores": cores, "memory": mem}}}}]}}})
             core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},  # other pools of the driver may exist
                 "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
                 "containers": [{"name": "main", "image": "registry.invalid/demo:0",
                                 "resources": {"claims": [{"name": "gpu"}]}}]}})
