@@ -125,12 +125,16 @@ class CDISpecs:
         self.cls = cls
         self.spec_dir = Path(spec_dir)
         self._prefix = f"{vendor}-{cls}_"
+        self._dir = os.fspath(self.spec_dir)  # for the per-claim hot path: strings, not pathlib
 
     def ensure_dir(self) -> None:
         self.spec_dir.mkdir(parents=True, exist_ok=True)
 
     def spec_path(self, claim_uid: str) -> Path:
-        return self.spec_dir / f"{self._prefix}{claim_uid.replace('/', '_')}.json"
+        return Path(self._spec_file(claim_uid))
+
+    def _spec_file(self, claim_uid: str) -> str:
+        return f"{self._dir}/{self._prefix}{claim_uid.replace('/', '_')}.json"
 
     def qualified(self, name: str) -> str:
         return f"{self.kind}={name}"
@@ -165,10 +169,15 @@ class CDISpecs:
     ) -> list[str]:
         """Write (or replace) the claim's spec atomically; returns the qualified CDI IDs in order."""
         spec = self.build_spec(devices, claim_edits)
-        self.ensure_dir()
+        data = json.dumps(spec).encode()
+        path = self._spec_file(claim_uid)
         # Not fsync'ed: the CDI dir is volatile (/var/run) by design, a claim prepared before a
         # reboot is prepared again (boot ID), and the rename alone survives a daemon crash.
-        atomic_write(self.spec_path(claim_uid), json.dumps(spec).encode(), mode=0o644, durable=False)
+        try:
+            atomic_write(path, data, mode=0o644, durable=False)
+        except FileNotFoundError:  # the directory is gone (someone cleaned /var/run): create it once
+            self.ensure_dir()
+            atomic_write(path, data, mode=0o644, durable=False)
         return [self.qualified(n) for n, _ in devices]
 
     def read_claim(self, claim_uid: str) -> dict[str, Any] | None:
@@ -183,7 +192,7 @@ class CDISpecs:
     def remove_claim(self, claim_uid: str) -> bool:
         """Remove the claim's spec; False when there was none."""
         try:
-            os.unlink(self.spec_path(claim_uid))
+            os.unlink(self._spec_file(claim_uid))
         except FileNotFoundError:
             return False
         return True  # no fsync: the directory is volatile by design (see write_claim)

@@ -87,6 +87,11 @@ class MeteredHandler:
     def __init__(self, inner: ClaimHandler, metrics: Metrics) -> None:
         self.inner = inner
         self.metrics = metrics
+        # The labelled series, looked up once (`labels()` takes a lock and builds keys per call).
+        d = metrics.driver
+        self._requests = {op: metrics.requests.labels(d, op) for op in OPERATIONS}
+        self._duration = {op: metrics.duration.labels(d, op) for op in OPERATIONS}
+        self._claims = {(op, r): metrics.claims.labels(d, op, r) for op in OPERATIONS for r in RESULTS}
 
     def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimOutcome]:
         if not claims:
@@ -103,25 +108,23 @@ class MeteredHandler:
         return out
 
     def _timed(self, op: str, call: Callable[[], _T]) -> _T:
-        m, d = self.metrics, self.metrics.driver
-        m.requests.labels(d, op).inc()
+        self._requests[op].inc()
         t0 = time.perf_counter()
         try:
             return call()
         except BaseException:
-            m.error("internal")
+            self.metrics.error("internal")
             raise
         finally:
-            m.duration.labels(d, op).observe(time.perf_counter() - t0)
+            self._duration[op].observe(time.perf_counter() - t0)
 
     def _count(self, op: str, errors: Sequence[str]) -> None:
-        m, d = self.metrics, self.metrics.driver
         failed = sum(1 for e in errors if e)
         if failed:
-            m.claims.labels(d, op, "error").inc(failed)
-            m.errors.labels(d, op).inc(failed)
+            self._claims[(op, "error")].inc(failed)
+            self.metrics.errors.labels(self.metrics.driver, op).inc(failed)
         if len(errors) - failed:
-            m.claims.labels(d, op, "success").inc(len(errors) - failed)
+            self._claims[(op, "success")].inc(len(errors) - failed)
 
 
 Check = Callable[[], str]

@@ -306,9 +306,10 @@ class ClaimPreparer:
                           extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return ClaimOutcome(error=f"{_describe_claim(ref)}: internal error in the driver framework: {e!r};"
                                       " kubelet retries; see the driver's log")
-        log.info("claim prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}", "pods": pods,
-                                          "devices": [f"{d.pool}/{d.device}" for d in outcome.devices],
-                                          "ms": round((time.monotonic() - t0) * 1000, 1)})
+        if log.isEnabledFor(logging.INFO):  # skip building the fields when the line is not wanted
+            log.info("claim prepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
+                                              "pods": pods, "devices": [f"{d.pool}/{d.device}" for d in outcome.devices],
+                                              "ms": round((time.monotonic() - t0) * 1000, 1)})
         return outcome
 
     def _fetch(self, ref: ClaimRef) -> ResourceClaim:
@@ -517,9 +518,10 @@ class ClaimPreparer:
             log.exception("claim not unprepared",
                           extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}"})
             return f"{_describe_claim(ref)}: unprepare failed: {e}; kubelet retries"
-        log.info("claim unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
-                                            "devices": [f"{d.pool}/{d.device}" for d in record.devices],
-                                            "phase": record.phase})
+        if log.isEnabledFor(logging.INFO):
+            log.info("claim unprepared", extra={"claim": ref.uid, "claim_ref": f"{ref.namespace}/{ref.name}",
+                                                "devices": [f"{d.pool}/{d.device}" for d in record.devices],
+                                                "phase": record.phase})
         return ""
 
     def _undo(self, record: ClaimRecord) -> None:

@@ -129,6 +129,8 @@ class _Call:
 
     def done(self, errors: Mapping[str, str]) -> None:
         failed = {uid: e for uid, e in errors.items() if e}
+        if not log.isEnabledFor(logging.WARNING if failed else logging.INFO):
+            return  # the common case at --log-level warning: build no fields for a line nobody wants
         extra = {**self.fields(), "duration_ms": round((time.monotonic() - self.start) * 1000, 1)}
         if failed:
             log.warning(f"{self.method} done with errors", extra={**extra, "errors": failed})

@@ -48,6 +48,8 @@ class ExampleDriver(Driver):
         self.count = count if count is not None else int(os.environ.get("EXAMPLE_DEVICE_COUNT", "2"))
         self.memory = memory or os.environ.get("EXAMPLE_DEVICE_MEMORY", "16Gi")
         self.memory_bytes = quantity_to_int(self.memory)
+        # prepare() checks names only; building the Device objects for that costs CPU per claim.
+        self._names = frozenset(d.name for d in self.devices())
 
     def devices(self) -> Sequence[Device]:
         return [
@@ -75,11 +77,10 @@ class ExampleDriver(Driver):
             raise ValueError(f"mode must be 'shared' or 'exclusive', not {config.mode!r}")
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
-        known = {d.name for d in self.devices()}
         prepared = []
         for dev in devices:
-            if dev.device not in known:
-                raise PrepareError(f"device {dev.device} is not on this node (known: {sorted(known)})")
+            if dev.device not in self._names:
+                raise PrepareError(f"device {dev.device} is not on this node (known: {sorted(self._names)})")
             cfg = dev.config or ExampleConfig()
             memory = dev.consumed_capacity.get("memory", self.memory_bytes)
             env = {
