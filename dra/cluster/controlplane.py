@@ -403,6 +403,9 @@ class ControlPlane:
             f"--etcd-servers=http://127.0.0.1:{p.etcd}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # No kubelet and no Service network here; newer apiservers also refuse a loopback
+            # address for the `kubernetes` Service endpoints, so that reconciler is off.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={p.apiserver}",
             f"--cert-dir={self.directory / 'apiserver-certs'}",
             f"--tls-cert-file={k.serving_cert}",
