@@ -14,8 +14,6 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from dra.errors import UserError
 
@@ -30,6 +28,9 @@ _PARTS: dict[str, tuple[str, str, str]] = {
 
 def list_drivers() -> None:
     """List the vendor drivers installed through the `dra.drivers` entry-point group."""
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("entry point", "driver name", "class")
     for ep in sorted(entry_points(group="dra.drivers"), key=lambda e: e.name):
         try:
@@ -77,6 +78,8 @@ def main() -> None:
     try:
         build_app(first)()
     except UserError as exc:
+        from rich.console import Console
+
         Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
