@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config
 
 from dra.driver import ClaimRef
+from dra.testing.claims import claim_manifest, pod_manifest
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 
@@ -73,21 +74,8 @@ def make_claims(api: client.ApiClient, ns: str, device_class: str, node: str, pr
     core: Any = client.CoreV1Api(api)
     for i in range(n):
         name = f"{prefix}{i}"
-        request = {"deviceClassName": device_class, "capacity": {"requests": {"cores": "1", "memory": "64Mi"}}}
-        resource.create_namespaced_resource_claim(
-            ns, {"metadata": {"name": name}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}}
-        )
-        core.create_namespaced_pod(
-            ns,
-            {
-                "metadata": {"name": name},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-                    "containers": [{"name": "c", "image": "registry.invalid/x:0", "resources": {"claims": [{"name": "gpu"}]}}],
-                },
-            },
-        )
+        resource.create_namespaced_resource_claim(ns, claim_manifest(name, device_class, cores="1", memory="64Mi"))
+        core.create_namespaced_pod(ns, pod_manifest(name, [name], node))
     refs = []
     deadline = time.monotonic() + 300
     for i in range(n):

@@ -55,6 +55,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     from kubernetes import client
 
     from dra.testing.cdi import apply_cdi
+    from dra.testing.claims import claim_manifest, pod_manifest
     from dra.testing.kubelet import KubeletHarness
 
     _step(f"control plane (Kubernetes {k8s_version}) in {directory}")
@@ -111,14 +112,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
         # One at a time: a pod tried while another claim's allocation is still in flight can be
         # parked as unschedulable for minutes on 1.34 (the allocation event does not requeue it).
         for name, (cores, mem) in wants.items():
-            resource.create_namespaced_resource_claim(ns, {"metadata": {"name": name}, "spec": {"devices": {"requests": [
-                {"name": "gpu", "exactly": {"deviceClassName": cls,
-                                            "capacity": {"requests": {"cores": cores, "memory": mem}}}}]}}})
-            core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},  # other pools of the driver may exist
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-                "containers": [{"name": "main", "image": "registry.invalid/demo:0",
-                                "resources": {"claims": [{"name": "gpu"}]}}]}})
+            resource.create_namespaced_resource_claim(ns, claim_manifest(name, cls, cores=cores, memory=mem))
+            # Pinned to the demo node: other pools of the driver may exist.
+            core.create_namespaced_pod(ns, pod_manifest(name, [name], node))
             claims[name] = _wait(f"claim {name} to be allocated", lambda n=name: (
                 (c := resource.read_namespaced_resource_claim(n, ns)).status and c.status.allocation and c), 60)
         table = Table("claim", "device", "shareID", "consumed cores", "consumed memory")

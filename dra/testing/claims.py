@@ -17,6 +17,27 @@ from typing import Any
 from dra.api import ResourceClaim
 
 
+def claim_manifest(name: str, device_class: str, request: str = "gpu", **capacity: str) -> dict[str, Any]:
+    """A ResourceClaim as users write it: one request of `device_class`, optional capacity requests."""
+    exactly: dict[str, Any] = {"deviceClassName": device_class}
+    if capacity:
+        exactly["capacity"] = {"requests": dict(capacity)}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}}}
+
+
+def pod_manifest(name: str, claims: Sequence[str], node: str | None = None) -> dict[str, Any]:
+    """A Pod whose one container uses every claim in `claims`; pinned to `node` when given."""
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)],
+        "containers": [{"name": "main", "image": "registry.invalid/none:0",
+                        "resources": {"claims": [{"name": f"c{i}"} for i in range(len(claims))]}}],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
 def claim_dict(
     name: str,
     namespace: str = "default",

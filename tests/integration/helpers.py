@@ -23,6 +23,7 @@ from dra.checkpoint import Checkpoint
 from dra.driver import ClaimRef
 from dra.prepare import ClaimPreparer
 from dra.publish.desired import desired_pool, slice_object
+from dra.testing.claims import pod_manifest
 from drivers.example.driver import ExampleDriver
 
 
@@ -119,15 +120,8 @@ def create_claim(env: Env, name: str, requests: Sequence[dict[str, Any]] | None 
 
 
 def create_pod(env: Env, name: str, claims: Sequence[str], node_selector: dict[str, str] | None = None) -> None:
-    pod: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "resourceClaims": [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)],
-            "containers": [{"name": "main", "image": "registry.invalid/none:0",
-                            "resources": {"claims": [{"name": f"c{i}"} for i in range(len(claims))]}}],
-        },
-    }
     # Pinned to the test's node unless told otherwise (other tests' nodes may offer devices too).
+    pod = pod_manifest(name, claims)
     pod["spec"]["nodeSelector"] = node_selector or {"kubernetes.io/hostname": env.node}
     env.core.create_namespaced_pod(env.namespace, pod)
 

@@ -15,35 +15,18 @@ from kube_helpers import create_node, pod_scheduled, unique, wait_for
 from kubernetes import client
 
 from dra.cluster.controlplane import ControlPlane
+from dra.testing.claims import claim_manifest, pod_manifest
 
 pytestmark = pytest.mark.cluster
 DRIVER = "smoke.example.com"
 
 
 def _claim(name: str, cores: str, memory: str | None = None) -> dict[str, Any]:
-    requests = {"cores": cores} | ({"memory": memory} if memory else {})
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{
-            "name": "gpu",
-            "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": requests}},
-        }]}},
-    }
+    return claim_manifest(name, DRIVER, cores=cores, **({"memory": memory} if memory else {}))
 
 
 def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [{"name": "main", "image": "registry.invalid/none:0",
-                            "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-    }
+    return pod_manifest(name, [claim])
 
 
 def test_scheduler_shares_one_device_by_consumable_capacity(api_client: client.ApiClient) -> None:

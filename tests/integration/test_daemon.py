@@ -24,6 +24,7 @@ from kubernetes import client
 
 from dra.driver import ClaimRef
 from dra.testing.cdi import apply_cdi, validate_cdi_spec
+from dra.testing.claims import claim_manifest, pod_manifest
 from dra.testing.daemon import DaemonProcess, ensure_entry_points
 from dra.testing.kubelet import KubeletHarness
 
@@ -141,36 +142,8 @@ def test_daemon_publishes_serves_probes_answers_kubelet_and_cleans_up_on_sigterm
 def _claim_and_pod(api: client.ApiClient, ns: str, name: str, device_class: str, node: str) -> None:
     resource: Any = client.ResourceV1Api(api)
     core: Any = client.CoreV1Api(api)
-    resource.create_namespaced_resource_claim(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": device_class,
-                                "capacity": {"requests": {"cores": "1", "memory": "64Mi"}},
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    )
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-                "containers": [{"name": "main", "image": "registry.invalid/none:0", "resources": {"claims": [{"name": "gpu"}]}}],
-            },
-        },
-    )
+    resource.create_namespaced_resource_claim(ns, claim_manifest(name, device_class, cores="1", memory="64Mi"))
+    core.create_namespaced_pod(ns, pod_manifest(name, [name], node))
 
 
 def _allocated(api: client.ApiClient, ns: str, name: str) -> ClaimRef | None:
