@@ -101,6 +101,14 @@ def edits_to_cdi(e: ContainerEdits) -> dict[str, Any]:
     return out
 
 
+def check_qualified(cdi_id: str) -> None:
+    """Raise ValueError unless `cdi_id` is a fully qualified CDI device ID ``vendor/class=name``."""
+    kind, sep, name = cdi_id.partition("=")
+    vendor, slash, cls = kind.partition("/")
+    if not (sep and slash and _VENDOR_RE.match(vendor) and _CLASS_RE.match(cls) and _NAME_RE.match(name)):
+        raise ValueError(f"{cdi_id!r} is not a fully qualified CDI device ID (vendor/class=name, e.g. nvidia.com/gpu=0)")
+
+
 def device_name(claim_uid: str, key: str) -> str:
     """The CDI device name of one prepared device (share) of a claim."""
     name = _INVALID_NAME_CHARS.sub("-", f"{claim_uid}-{key}").strip("-._")

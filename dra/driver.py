@@ -144,12 +144,15 @@ class PreparedDevice:
     """The driver's answer for one allocated device.
 
     `state` is JSON-serialisable data the driver wants back at unprepare (the framework stores it
-    in the checkpoint); keep it small.
+    in the checkpoint); keep it small. `cdi_devices` are extra fully qualified CDI device IDs
+    (``vendor/class=name``) that the container runtime resolves from other specs (e.g. a vendor
+    toolkit's ``nvidia.com/gpu=<uuid>``); the framework passes them to kubelet after its own.
     """
 
     device: AllocatedDevice
     edits: ContainerEdits
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, NodeSelector, OpaqueConfig, ResourceClaim
-from dra.cdi import CDISpecs, device_name
+from dra.cdi import CDISpecs, check_qualified, device_name
 from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
 from dra.config import ConfigError, decode_config
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
@@ -309,9 +309,9 @@ class ClaimPreparer:
         ids = self.cdi.write_claim(ref.uid, edits_by_name, claim_edits)
         fault("prepare.after_cdi")
 
-        final = tuple(dataclasses.replace(b, cdi_ids=(cid,), edits=by_key[(b.pool, b.device, b.share_id)].edits,
-                                          state=dict(by_key[(b.pool, b.device, b.share_id)].state))
-                      for b, cid in zip(base, ids, strict=True))
+        final = tuple(dataclasses.replace(b, cdi_ids=(cid, *p.cdi_devices), edits=p.edits, state=dict(p.state))
+                      for b, cid in zip(base, ids, strict=True)
+                      for p in (by_key[(b.pool, b.device, b.share_id)],))
         done = ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARED,
                            boot_id=self.checkpoint.boot_id, devices=final, claim_edits=claim_edits,
                            created_at=created, updated_at=time.time())
@@ -329,6 +329,12 @@ class ClaimPreparer:
                 f" {len(plan.devices)} allocated device(s) one to one (missing: "
                 f"{[f'{d.pool}/{d.device}' for d in missing]}); this is a bug in the driver"
             )
+        for p in prepared:
+            for cdi_id in p.cdi_devices:
+                try:
+                    check_qualified(cdi_id)
+                except ValueError as e:
+                    raise PrepareError(f"device {p.device.device}: cdi_devices: {e}; this is a bug in the driver") from None
         return by_key
 
     def _rollback(self, ref: ClaimRef, plan: _Plan, base: Sequence[DeviceRecord]) -> None:
@@ -388,7 +394,7 @@ class ClaimPreparer:
             PreparedDevice(
                 AllocatedDevice(request=d.request, pool=d.pool, device=d.device, share_id=d.share_id,
                                 consumed_capacity=dict(d.consumed_capacity), admin_access=d.admin_access),
-                d.edits, state=dict(d.state))
+                d.edits, state=dict(d.state), cdi_devices=tuple(d.cdi_ids[1:]))
             for d in record.devices if d.driver == self.driver.name
         ]
         # Also for records of an earlier boot or still "preparing": the driver's unprepare must
