@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dra.checkpoint import atomic_write, temp_files
 from dra.driver import ContainerEdits
 from dra.errors import UserError
+from dra.fsutil import atomic_write, temp_files
 
 log = logging.getLogger(__name__)
 
