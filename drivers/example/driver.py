@@ -148,8 +148,6 @@ class ExampleDriver(dra.Driver):
         return dra.ContainerEdits(
             env={
                 STUB_DEVICES_ENV: self._stub_env,
-                "STUB_CUDA_DEVICES": str(self.count),  # the stub's older form, while HOOKCORE_STUB_DEVICES lands
-                "STUB_CUDA_MEMORY": str(self.memory_bytes),
                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self._visible(prepared)),
             },
             mounts=tuple(dra.Mount(host, target) for host, target in stub_library_mounts()),
