@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client as _client
 from kubernetes import config as _config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -31,7 +31,8 @@ ResourceV1Api = _client.ResourceV1Api
 
 def quantity_to_int(value: str | int) -> int:
     """A Kubernetes quantity in integer base units, rounded up ("16Gi" -> 17179869184, "500m" -> 1)."""
-    return math.ceil(parse_quantity(value))
+    exact: Decimal = parse_quantity(value)
+    return math.ceil(exact)
 
 
 def quantity_decimal(value: object) -> Decimal:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -216,8 +217,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if not keep:
-            for delete in (lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
-                           lambda: resource.delete_device_class(cls) if cls else None):
+            deletes: list[Callable[[], object]] = [lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
+                                                   lambda: resource.delete_device_class(cls) if cls else None]
+            for delete in deletes:
                 try:
                     delete()
                 except Exception:  # best-effort clean-up of demo objects

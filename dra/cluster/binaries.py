@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,7 +163,8 @@ def _ldflags(version: str) -> str:
     return " ".join(flags)
 
 
-def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None, progress=print) -> BinarySet:
+def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None,
+          progress: Callable[[str], object] = print) -> BinarySet:
     """Build (or reuse) the binaries for `version`; returns where they are."""
     bins = binary_set(version, root)
     if bins.complete():
