@@ -222,6 +222,8 @@ class Publisher:
     def sync_once(self) -> SyncResult:
         """One comparison and the writes it needs. Raises on API errors; callers retry."""
         if self._devices_dirty:
+            # Cleared before the read, so a devices_changed() during it is not lost; set again
+            # when the driver fails, so the next sync (after backoff) reads the devices again.
             self._devices_dirty = False
             try:
                 new = desired_pool(self.driver_name, self.node_name, self._devices())
@@ -229,6 +231,9 @@ class Publisher:
                 if self._desired is None:
                     raise
                 log.exception("new device list rejected; keeping the published one")
+            except BaseException:
+                self._devices_dirty = True
+                raise
             else:
                 self._desired = new
         desired = self._desired
