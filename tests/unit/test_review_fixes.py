@@ -156,7 +156,7 @@ def test_the_daemon_wires_the_node_label_reader(tmp_path: Path) -> None:
     try:
         read: Any = d.preparer._read_labels
         assert read is not None, "the daemon's preparer has no node-label reader"
-        with pytest.raises(Exception, match="127.0.0.1"):  # it does go to the API server for them
+        with pytest.raises(Exception, match=r"127\.0\.0\.1"):  # it does go to the API server for them
             read()
     finally:
         d.stop()
