@@ -123,6 +123,18 @@ def pick_subnet(directory: Path, used: set[ipaddress.IPv4Network] | None = None)
                     "(`ip -4 route` lists them).")
 
 
+def unavailable_reason() -> str | None:
+    """Why a real node cannot start on this machine (None: it can); each reason says the fix."""
+    if os.geteuid() != 0:
+        return ("a real node needs root (containerd and runc create namespaces, cgroups and a bridge); "
+                "run it as root.")
+    if find_runc() is None:
+        return f"runc is not installed. {RUNC_HINT}"
+    if shutil.which("ip") is None:
+        return "the `ip` command (iproute2) is missing; install it (Debian: apt-get install -y iproute2, or make node-deps)."
+    return None
+
+
 class RealNode:
     """One node rooted at `directory`, joined to the control plane in `cluster_dir`."""
 
@@ -175,16 +187,15 @@ class RealNode:
     # --- lifecycle -------------------------------------------------------------------------
     def up(self, timeout: float = 120.0, progress: Callable[[str], None] = lambda _m: None) -> NodeStatus:
         """Start what is not running, wait for Ready, lift the not-ready taint; idempotent."""
-        if os.geteuid() != 0:
-            raise UserError("a real node needs root (containerd and runc create namespaces, cgroups and a bridge); "
-                            "run `dra node up` as root.")
+        reason = unavailable_reason()
+        if reason:
+            raise UserError(reason)
         cp = self.control_plane
         if not cp.health().ready:
             raise UserError(f"no control plane answers in {self.cluster_dir}; start it with "
                             f"`dra cluster up --dir {self.cluster_dir}` (or pass --cluster-dir).")
         runc = find_runc()
-        if runc is None:
-            raise UserError(f"runc is not installed. {RUNC_HINT}")
+        assert runc is not None
         bins = self.bins
         if not bins.complete():
             build_node(cp.k8s_version, progress=progress)
