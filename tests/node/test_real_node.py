@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_helpers import unique, wait_for
 from kubernetes import client, watch
 
@@ -245,3 +247,23 @@ def test_kubelet_restart_wipes_slices_and_the_daemon_republishes_within_5s(
     wait_for(lambda: real_node.status().ready, 60, 0.5, "the node to be Ready again")
     run_pod(api_client, namespace, "again", device_class, real_node.name, "1Gi")
     assert wait_phase(api_client, namespace, "again", ("Succeeded", "Failed")) == "Succeeded"
+
+
+def test_the_real_node_example_runs_as_users_apply_it(
+    cluster: ControlPlane, api_client: client.ApiClient, real_node: RealNode, daemon: DaemonProcess, namespace: str
+) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "gpu.example.com"
+    kubectl = [str(cluster.bins.path("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "-n", namespace]
+    docs = [d for name in ("deviceclass.yaml", "workload-on-real-node.yaml")
+            for d in yaml.safe_load_all((examples / name).read_text())]
+    for doc in docs:  # the session's cluster also has fake nodes: pin the pod to the real one
+        if doc["kind"] == "Pod":
+            doc["spec"]["nodeSelector"] = {"kubernetes.io/hostname": real_node.name}
+    proc = subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(docs), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert wait_phase(api_client, namespace, "quota-check", ("Succeeded", "Failed")) == "Succeeded"
+    proc = subprocess.run([*kubectl, "logs", "quota-check"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    print(f"kubectl logs quota-check (node {real_node.name}):\n{proc.stdout}")
+    assert re.search(r"^quota_total_bytes=\d+$", proc.stdout, re.M) and "over_quota_alloc=" in proc.stdout
