@@ -184,6 +184,19 @@ class RealNode:
         return subprocess.run([str(self.bins.crictl), "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
                                "--timeout", "20s", *args], capture_output=True, text=True, timeout=timeout)
 
+    def container_spec(self, namespace: str, pod: str) -> dict[str, Any]:
+        """The OCI runtime spec containerd gave the pod's (one) container: its CDI edits applied."""
+        proc = self.crictl("ps", "-a", "-o", "json", "--label", f"io.kubernetes.pod.namespace={namespace}",
+                           "--label", f"io.kubernetes.pod.name={pod}")
+        containers = json.loads(proc.stdout)["containers"] if proc.returncode == 0 else []
+        if len(containers) != 1:
+            raise UserError(f"expected one container of pod {namespace}/{pod} on node {self.name}, found "
+                            f"{len(containers)} ({proc.stderr.strip()})")
+        inspect = self.crictl("inspect", containers[0]["id"])
+        if inspect.returncode != 0:
+            raise UserError(f"crictl inspect failed for pod {namespace}/{pod}: {inspect.stderr.strip()}")
+        return dict(json.loads(inspect.stdout)["info"]["runtimeSpec"])
+
     # --- lifecycle -------------------------------------------------------------------------
     def up(self, timeout: float = 120.0, progress: Callable[[str], None] = lambda _m: None) -> NodeStatus:
         """Start what is not running, wait for Ready, lift the not-ready taint; idempotent."""

@@ -8,7 +8,6 @@ the node. Pods run the local `dra-workload:local` image (`imagePullPolicy: Never
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -107,17 +106,6 @@ def workload_report(api_client: client.ApiClient, ns: str, name: str) -> dict[st
     return dict(re.findall(r"^(quota_total_bytes|over_quota_alloc)=(\S+)$", log, re.M))
 
 
-def container_spec(node: RealNode, ns: str, pod: str) -> dict[str, Any]:
-    """The OCI spec containerd gave the pod's container (CDI edits applied)."""
-    proc = node.crictl("ps", "-a", "-o", "json", "--label", f"io.kubernetes.pod.namespace={ns}",
-                       "--label", f"io.kubernetes.pod.name={pod}")
-    assert proc.returncode == 0, proc.stderr
-    (container,) = json.loads(proc.stdout)["containers"]
-    inspect = node.crictl("inspect", container["id"])
-    assert inspect.returncode == 0, inspect.stderr
-    return dict(json.loads(inspect.stdout)["info"]["runtimeSpec"])
-
-
 def claim_uid(api_client: client.ApiClient, ns: str, name: str) -> str:
     return str(client.ResourceV1Api(api_client).read_namespaced_resource_claim(name, ns).metadata.uid)
 
@@ -172,7 +160,7 @@ def test_pod_with_a_claim_runs_with_the_cdi_edits_applied(
     assert wait_phase(api_client, namespace, "share", ("Succeeded", "Failed")) == "Succeeded"
     report = workload_report(api_client, namespace, "share")
     assert set(report) == {"quota_total_bytes", "over_quota_alloc"}, report
-    env = container_spec(real_node, namespace, "share")["process"]["env"]
+    env = real_node.container_spec(namespace, "share")["process"]["env"]
     # Written by the driver into the claim's CDI spec, put into the process by containerd.
     assert f"EXAMPLE_MEMORY_LIMIT={4 * GI}" in env and "EXAMPLE_CORES_LIMIT=25" in env, env
 
