@@ -217,7 +217,10 @@ class RealNode:
             progress("already running")
             return self._wait_ready(state, timeout, progress)
         if state is not None:
-            self._stop(state)  # leftovers of a crash or of `down`: start cleanly
+            # One of them died (a crash, a kill): restart both but keep the pods. containerd
+            # reconnects to the shims of running containers and kubelet reconciles its pods.
+            for name in PROCESSES:
+                self._stop_one(state, name)
         state = self._prepare(state, runc, bins, cp)
         try:
             progress("starting containerd")
@@ -431,6 +434,7 @@ class RealNode:
         if self._stop_one(state, "containerd"):
             stopped.append("containerd")
         self._kill_shims()
+        _kill_cgroup_members(state.cgroup_root)  # containers whose containerd and shim died before `down`
         self._unmount_all()
         subprocess.run(["ip", "link", "delete", state.bridge], capture_output=True)
         _remove_cgroup_root(state.cgroup_root)
@@ -524,13 +528,27 @@ def _make_cgroup_root(root: str) -> None:
             raise UserError(f"cannot create the node's cgroup {path}: {exc}") from exc
 
 
-def _remove_cgroup_root(root: str) -> None:
-    """Remove the node's cgroups bottom-up (only empty ones can go; a process left keeps its own)."""
+def _kill_cgroup_members(root: str) -> None:
+    """SIGKILL every process in the node's own cgroups (only pods of this node live there)."""
     for hierarchy in _cgroup_hierarchies():
         top = hierarchy / root.lstrip("/")
-        if not top.is_dir():
-            continue
-        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
+        for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+
+def _remove_cgroup_root(root: str) -> None:
+    """Remove the node's cgroups bottom-up (only empty ones can go; a process left keeps its own)."""
+    deadline = time.monotonic() + 5  # killed processes leave their cgroups a moment later
+    for hierarchy in _cgroup_hierarchies():
+        top = hierarchy / root.lstrip("/")
+        while top.is_dir():
+            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)
+            if not top.is_dir() or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
 

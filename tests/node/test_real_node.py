@@ -8,6 +8,7 @@ the node. Pods run the local `dra-workload:local` image (`imagePullPolicy: Never
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -255,3 +256,22 @@ def test_the_real_node_example_runs_as_users_apply_it(
     assert proc.returncode == 0, proc.stderr
     print(f"kubectl logs quota-check (node {real_node.name}):\n{proc.stdout}")
     assert re.search(r"^quota_total_bytes=\d+$", proc.stdout, re.M) and "over_quota_alloc=" in proc.stdout
+
+
+def test_kubelet_and_containerd_killed_then_node_up_repairs_keeping_the_pods(
+    api_client: client.ApiClient, real_node: RealNode, daemon: DaemonProcess, device_class: str, namespace: str
+) -> None:
+    run_pod(api_client, namespace, "survivor", device_class, real_node.name, "1Gi", image=PAUSE_IMAGE)
+    wait_phase(api_client, namespace, "survivor", ("Running",))
+    uid = claim_uid(api_client, namespace, "survivor")
+    state = real_node.state
+    assert state is not None
+    for name in ("kubelet", "containerd"):
+        os.kill(state.processes[name].pid, signal.SIGKILL)
+    wait_for(lambda: not any(real_node.status().running.values()), 10, 0.1, "both processes to die")
+    status = RealNode(real_node.directory).up()  # a new command, as a user would run it
+    assert status.healthy, status
+    assert pod_phase(api_client, namespace, "survivor") == "Running"
+    assert real_node.crictl("ps", "--label", "io.kubernetes.pod.name=survivor", "-q").stdout.strip(), \
+        "containerd lost the running container"
+    delete_pod_and_wait_unprepared(api_client, real_node, daemon, namespace, "survivor", uid)
