@@ -153,3 +153,26 @@ def write_pki(directory: Path, service_ip: str = "10.0.0.1") -> PKI:
                                          serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def issue_client_cert(pki: PKI, cert_path: Path, key_path: Path, cn: str, org: str | None = None) -> None:
+    """A client certificate signed by the cluster CA (e.g. a kubelet's `system:node:<name>` in
+    `system:nodes`); an existing one for the same subject and CA is kept."""
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    subject = _name(cn, org)
+    if cert_path.is_file() and key_path.is_file():
+        old = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        if old.subject == subject and old.issuer == ca.subject:
+            return
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki.ca_key} is not an EC key")
+    key = _key()
+    cert = (
+        _builder(subject, ca.subject, key.public_key())
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
