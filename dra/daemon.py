@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
@@ -34,7 +35,7 @@ from typing import Annotated, Any
 import typer
 
 from dra import logging as dra_logging
-from dra.driver import Driver
+from dra.driver import Driver, DriverContext
 from dra.errors import UserError
 from dra.metrics import HealthServer, MeteredHandler, Metrics
 from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult
@@ -79,6 +80,12 @@ class DaemonSettings:
 
     publish: PublishSettings = dataclasses.field(default_factory=PublishSettings)
 
+    driver_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """``--set key=value`` pairs, given to the driver as `DriverContext.settings`."""
+
+    fake: str | None = None
+    """``--fake PROFILE_OR_FILE`` (or ``DRA_FAKE_DEVICES``): the driver's fake backend."""
+
 
 def installed_drivers() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -101,6 +108,26 @@ def load_driver(name: str) -> Driver:
     if not isinstance(driver, Driver):
         raise UserError(f"Entry point {name!r} ({found[name].value}) did not produce a dra.driver.Driver")
     return driver
+
+
+def setup_driver(driver: Driver, ctx: DriverContext) -> None:
+    """`driver.setup(ctx)`, with a failure reported as the driver's (UserError: exit 2)."""
+    try:
+        driver.setup(ctx)
+    except Exception as exc:
+        raise UserError(f"Driver {driver.name} refused its setup (settings {dict(ctx.settings)}, fake {ctx.fake!r}):"
+                        f" {exc}") from exc
+
+
+def parse_settings(pairs: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a mapping (a later key wins); UserError on a pair without '='."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {pair!r}: expected key=value, e.g. --set count=4")
+        out[key.strip()] = value
+    return out
 
 
 def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
@@ -131,6 +158,7 @@ class Daemon:
         from dra.cdi import CDISpecs
         from dra.checkpoint import Checkpoint
         from dra.kubelet import KubeletPlugin
+        from dra.kubelet.health import HealthFeed
         from dra.kubelet.paths import KubeletPaths
         from dra.prepare import ClaimPreparer
 
@@ -147,6 +175,16 @@ class Daemon:
             on_sync=self._published,
             on_error=lambda _exc: self.metrics.error("publish"),
         )
+        self.health_feed = HealthFeed()
+        self.context = DriverContext(
+            node_name=settings.node_name,
+            pool_name=settings.node_name,  # the pool the Publisher writes (one pool per node)
+            settings=dict(settings.driver_settings),
+            fake=settings.fake,
+            on_devices_changed=self.publisher.devices_changed,
+            on_health=self.health_feed.push,
+        )
+        setup_driver(driver, self.context)
         state_dir = settings.state_dir or settings.plugin_dir / name / "state"
         self.preparer = ClaimPreparer(
             driver,
@@ -158,10 +196,11 @@ class Daemon:
         self.plugin = KubeletPlugin(
             name,
             MeteredHandler(self.preparer, self.metrics),
-            driver.health,
+            self._health_source,
             KubeletPaths(registrar_dir=settings.registrar_dir, plugins_dir=settings.plugin_dir),
             pod_uid=settings.pod_uid,
             max_workers=settings.grpc_workers,
+            pool_name=self.context.pool_name,
         )
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
@@ -174,6 +213,10 @@ class Daemon:
                     " Pick another --metrics-port (0: any free port; -1: none)."
                 ) from exc
         self._stopped = False
+
+    def _health_source(self) -> Any:
+        """The driver's own health iterator, else the snapshots it pushes through its context."""
+        return self.driver.health() or self.health_feed()
 
     def _published(self, result: SyncResult) -> None:
         self.metrics.published(result.devices, result.slices, result.generation)
@@ -208,6 +251,7 @@ class Daemon:
             return
         self._stopped = True
         self.plugin.stop()  # first: kubelet must stop sending calls before the handler goes away
+        self.health_feed.close()
         self.publisher.stop()
         self.preparer.close()
         if self.http is not None:
@@ -295,6 +339,14 @@ def register(app: typer.Typer) -> None:
         ] = DaemonSettings.grpc_workers,
         log_format: Annotated[str, typer.Option("--log-format", help="json or text.")] = "json",
         log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+        set_: Annotated[
+            list[str] | None,
+            typer.Option("--set", help="A driver setting key=value (repeatable); see the driver's README."),
+        ] = None,
+        fake: Annotated[
+            str | None,
+            typer.Option("--fake", envvar="DRA_FAKE_DEVICES", help="Use the driver's fake backend: a profile name or a file."),
+        ] = None,
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
@@ -317,6 +369,8 @@ def register(app: typer.Typer) -> None:
             metrics_port=metrics_port,
             metrics_address=metrics_address,
             grpc_workers=grpc_workers,
+            driver_settings=parse_settings(set_),
+            fake=fake or None,
         )
         run(driver, settings)
 

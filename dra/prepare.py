@@ -10,7 +10,7 @@
    (e.g. the claim was deallocated and allocated again); an empty success would start the
    container without the devices it asked for.
 2. Decode this driver's opaque config strictly (class config before claim config, the last
-   matching entry wins) and run the driver's `validate_config`.
+   matching entry wins) and run the config type's `validate()` (`dra.config`).
 3. Still under the claim's lock (so an unprepare of the same claim cannot slip in between
    reading the claim and recording it): answer from the checkpoint when the claim is already
    prepared in this boot with the same allocation; otherwise record ``preparing``, call the
@@ -27,19 +27,17 @@ claim or two, get distinct CDI devices ``<claimUID>-<device>-<shareID>``.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import time
-import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
 
 from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, NodeSelector, OpaqueConfig, ResourceClaim
-from dra.cdi import CDISpecs, device_name
+from dra.cdi import CDISpecs, check_qualified, device_name
 from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
+from dra.config import ConfigError, decode_config
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
 from dra.faults import fault
 from dra.kubelet.handler import ClaimOutcome, PreparedResult
@@ -56,146 +54,6 @@ cost of serialising all claims and their API calls."""
 
 class ClaimError(Exception):
     """A per-claim failure whose message goes to kubelet (and the pod's events) as is."""
-
-
-# --- strict opaque-config decoding -------------------------------------------------------------
-
-
-class ConfigError(ValueError):
-    """Opaque config that does not decode; `path` names the field."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"field {path!r}: {message}" if path else message)
-        self.path = path
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
-def _json_name(f: dataclasses.Field[Any]) -> str:
-    return str(f.metadata.get("json", _camel(f.name)))
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
-
-
-def _decode_value(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        errors = []
-        for a in non_none:
-            try:
-                return _decode_value(a, value, path)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(path, f"expected {' or '.join(_describe(a) for a in non_none)}, got {_type_name(value)}")
-    if origin is typing.Literal:
-        if value in args and type(value) in {type(a) for a in args}:
-            return value
-        raise ConfigError(path, f"must be one of {list(args)}, got {value!r}")
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _decode_dataclass(tp, value, path)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise ConfigError(path, f"must be one of {[m.value for m in tp]}, got {value!r}") from None
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(path, f"expected boolean, got {_type_name(value)} {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(path, f"expected integer, got {_type_name(value)} {value!r}")
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(path, f"expected number, got {_type_name(value)} {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(path, f"expected string, got {_type_name(value)} {value!r}")
-    if origin in (list, tuple, typing.Sequence, Sequence) or tp in (list, tuple):
-        if not isinstance(value, list):
-            raise ConfigError(path, f"expected array, got {_type_name(value)}")
-        item = args[0] if args else Any
-        items = [_decode_value(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple or tp is tuple else items
-    if origin in (dict, typing.Mapping, Mapping) or tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(path, f"expected object, got {_type_name(value)}")
-        vt = args[1] if len(args) == 2 else Any
-        return {str(k): _decode_value(vt, v, f"{path}.{k}") for k, v in value.items()}
-    raise ConfigError(path, f"the driver's config type uses an unsupported field type {tp!r}")
-
-
-def _describe(tp: Any) -> str:
-    if dataclasses.is_dataclass(tp):
-        return "object"
-    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def _decode_dataclass(cls: type, value: Any, path: str, skip: tuple[str, ...] = ()) -> Any:
-    if not isinstance(value, dict):
-        raise ConfigError(path, f"expected object, got {_type_name(value)}")
-    hints = typing.get_type_hints(cls)
-    fields = {_json_name(f): f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(k for k in value if k not in fields and k not in skip)
-    if unknown:
-        k = unknown[0]
-        where = f"{path}.{k}" if path else k
-        hint = next((j for j in fields if j.lower().replace("_", "") == k.lower().replace("_", "")), None)
-        known = ", ".join(sorted(fields)) or "(none)"
-        raise ConfigError(where, "unknown field" + (f" (did you mean {hint!r}?)" if hint else "") + f"; known fields: {known}")
-    kwargs = {}
-    for jname, f in fields.items():
-        sub = f"{path}.{jname}" if path else jname
-        if jname in value:
-            kwargs[f.name] = _decode_value(hints[f.name], value[jname], sub)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(sub, "required field is missing")
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(path, str(e)) from None
-
-
-def decode_config(driver: type[Driver] | Driver, parameters: Any) -> Any:
-    """Decode one opaque ``parameters`` object into the driver's `config_type`, strictly.
-
-    The object must carry ``apiVersion`` (the driver's `config_api_version`) and ``kind`` (the
-    config type's class name); every other key must be a field of the dataclass (Python
-    ``snake_case`` fields are spelled ``camelCase`` in JSON, or as ``metadata={"json": ...}``
-    says); types must match exactly. Then the driver's `validate_config` runs. Raises ConfigError.
-    """
-    cfg_type = driver.config_type
-    if cfg_type is None:
-        raise ConfigError("", f"driver {driver.name} takes no opaque config; remove the config entry for it")
-    if not isinstance(parameters, dict):
-        raise ConfigError("", f"parameters must be a JSON object, got {_type_name(parameters)}")
-    want_kind = cfg_type.__name__
-    if driver.config_api_version is not None and parameters.get("apiVersion") != driver.config_api_version:
-        raise ConfigError("apiVersion", f"must be {driver.config_api_version!r}, got {parameters.get('apiVersion')!r}")
-    if parameters.get("kind") != want_kind:
-        raise ConfigError("kind", f"must be {want_kind!r}, got {parameters.get('kind')!r}")
-    config = _decode_dataclass(cfg_type, parameters, "", skip=("apiVersion", "kind"))
-    if isinstance(driver, Driver):
-        try:
-            driver.validate_config(config)
-        except ValueError as e:
-            raise ConfigError("", f"invalid: {e}") from None
-    return config
 
 
 # --- the preparer ------------------------------------------------------------------------------
@@ -451,9 +309,9 @@ class ClaimPreparer:
         ids = self.cdi.write_claim(ref.uid, edits_by_name, claim_edits)
         fault("prepare.after_cdi")
 
-        final = tuple(dataclasses.replace(b, cdi_ids=(cid,), edits=by_key[(b.pool, b.device, b.share_id)].edits,
-                                          state=dict(by_key[(b.pool, b.device, b.share_id)].state))
-                      for b, cid in zip(base, ids, strict=True))
+        final = tuple(dataclasses.replace(b, cdi_ids=(cid, *p.cdi_devices), edits=p.edits, state=dict(p.state))
+                      for b, cid in zip(base, ids, strict=True)
+                      for p in (by_key[(b.pool, b.device, b.share_id)],))
         done = ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARED,
                            boot_id=self.checkpoint.boot_id, devices=final, claim_edits=claim_edits,
                            created_at=created, updated_at=time.time())
@@ -471,6 +329,12 @@ class ClaimPreparer:
                 f" {len(plan.devices)} allocated device(s) one to one (missing: "
                 f"{[f'{d.pool}/{d.device}' for d in missing]}); this is a bug in the driver"
             )
+        for p in prepared:
+            for cdi_id in p.cdi_devices:
+                try:
+                    check_qualified(cdi_id)
+                except ValueError as e:
+                    raise PrepareError(f"device {p.device.device}: cdi_devices: {e}; this is a bug in the driver") from None
         return by_key
 
     def _rollback(self, ref: ClaimRef, plan: _Plan, base: Sequence[DeviceRecord]) -> None:
@@ -530,7 +394,7 @@ class ClaimPreparer:
             PreparedDevice(
                 AllocatedDevice(request=d.request, pool=d.pool, device=d.device, share_id=d.share_id,
                                 consumed_capacity=dict(d.consumed_capacity), admin_access=d.admin_access),
-                d.edits, state=dict(d.state))
+                d.edits, state=dict(d.state), cdi_devices=tuple(d.cdi_ids[1:]))
             for d in record.devices if d.driver == self.driver.name
         ]
         # Also for records of an earlier boot or still "preparing": the driver's unprepare must
