@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dra.driver import Capacity, Device, RequestPolicy, Taint, Version
+from dra import Capacity, Device, RequestPolicy, Taint, Version
 from drivers.hami_core_gpu.nvml import Gpu, Inventory
 
 DRIVER_NAME = "hami-core-gpu.project-hami.io"

@@ -21,21 +21,26 @@ no compute limit, also when the claim's config says ``computeLimit: false``).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Any
 
-import hookcore
-from dra.driver import (
+import dra
+from dra import (
     AllocatedDevice,
     ClaimRef,
     ContainerEdits,
     Device,
+    DeviceNode,
     Driver,
+    DriverContext,
+    Enforcement,
     HealthEvent,
+    Preload,
     PreparedDevice,
     PrepareError,
+    Quota,
 )
 from drivers.hami_core_gpu import devices, edits, fake, nvml
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
@@ -67,16 +72,16 @@ class HamiCoreGpuDriver(Driver):
         self.fake: fake.FakeBackend | None = None
         self.monitor: HealthMonitor | None = None
         self.files: edits.DriverFiles | None = None
-        self._ctx: Any = None
         self._by_name: dict[str, nvml.Gpu] = {}
 
     # --- start ---------------------------------------------------------------------------------
-    def setup(self, ctx: Any) -> None:
-        self._ctx = ctx
-        self.settings = Settings.parse(dict(getattr(ctx, "settings", None) or {}))
+    def setup(self, ctx: DriverContext) -> None:
+        super().setup(ctx)
+        self.settings = Settings.parse(ctx.settings)
         sysfs = self.settings.sysfs
         if ctx.fake:
-            self.fake = fake.FakeBackend(fake.load(ctx.fake, ctx.node_name), hookcore.stub_dir() / "libnvidia-ml.so.1")
+            self.fake = fake.FakeBackend(fake.load(ctx.fake, ctx.node_name), fake.stub_library())
+            atexit.register(self.fake.close)
             sysfs = self.fake.sysfs
         self.inventory = nvml.discover(sysfs, self.settings.device_memory)
         shared = devices.publishable(self.inventory)
@@ -96,26 +101,24 @@ class HamiCoreGpuDriver(Driver):
             self.monitor.start()
 
     def close(self) -> None:
+        """Stop the health monitor and drop the fake backend's files (tests; the daemon exits)."""
         if self.monitor is not None:
             self.monitor.stop()
         if self.fake is not None:
             self.fake.close()
 
     def _health_changed(self) -> None:
-        ctx = self._ctx
-        if ctx is None:
+        if self.context is None:
             return
-        ctx.devices_changed()
-        ctx.report_health(self.health_events())
+        self.context.devices_changed()
+        self.context.report_health(self.health_events())
 
     def health_events(self) -> list[HealthEvent]:
+        """Every shared GPU's health now (healthy None: not monitored)."""
         if self.monitor is None:
             return []
         names = {g.uuid: n for n, g in self._by_name.items()}
-        return [_health_event(self._pool(), names[u], healthy, message) for u, healthy, message in self.monitor.snapshot()]
-
-    def _pool(self) -> str:
-        return str(getattr(self._ctx, "pool_name", "") or getattr(self._ctx, "node_name", ""))
+        return [HealthEvent(names[u], healthy, message) for u, healthy, message in self.monitor.snapshot()]
 
     # --- publish -------------------------------------------------------------------------------
     def devices(self) -> Sequence[Device]:
@@ -157,12 +160,26 @@ class HamiCoreGpuDriver(Driver):
         prepared = []
         for dev in devices_:
             gpu = self._by_name[dev.device]
-            nodes: tuple[Any, ...] = ()
+            nodes: tuple[DeviceNode, ...] = ()
             if self.settings.cdi_mode == "self-contained" and self.fake is None:
                 nodes = (edits.self_contained_device_node(gpu.minor, self.settings.dev_root),)
             state = {"uuid": gpu.uuid, "minor": gpu.minor, **{k: int(v) for k, v in dev.consumed_capacity.items()}}
-            prepared.append(PreparedDevice(dev, ContainerEdits(device_nodes=nodes), state=state))
+            toolkit: tuple[str, ...] = ()
+            if self.settings.cdi_mode == "toolkit" and self.fake is None:
+                toolkit = tuple(edits.toolkit_device_ids(self.settings.toolkit_cdi_kind, [gpu.uuid]))
+            prepared.append(PreparedDevice(dev, ContainerEdits(device_nodes=nodes), state=state, cdi_devices=toolkit))
         return prepared
+
+    def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement:
+        """hookcore's libvgpu.so with one quota per visible GPU (the claim's CUDA ordinals)."""
+        allocated = [p.device for p in prepared]
+        config = self._config(allocated)
+        unlimited = {d.device for d in allocated if d.config is not None and not d.config.compute_limit}
+        names = {g.uuid: n for n, g in self._by_name.items()}
+        quotas = [Quota(v.uuid, v.memory, 100 if names[v.uuid] in unlimited else v.cores)
+                  for v in self.visible(claim, allocated)]
+        preload = Preload(config.preload) if config.preload else None
+        return Enforcement(dra.hook_library("vgpu"), quotas, preload)
 
     def claim_edits(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> ContainerEdits:
         uuids = list(dict.fromkeys(str(p.state["uuid"]) for p in prepared))
@@ -187,9 +204,3 @@ class HamiCoreGpuDriver(Driver):
     def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
         return None  # the framework removes the claim's CDI spec, hook config and ledger
 
-    def validate_config(self, config: Any) -> None:
-        config.validate()
-
-
-def _health_event(pool: str, device: str, healthy: bool | None, message: str) -> HealthEvent:
-    return HealthEvent(pool, device, healthy, message)

@@ -31,7 +31,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra.driver import ContainerEdits, DeviceNode, Mount, PrepareError
+from dra import ContainerEdits, DeviceNode, Mount, PrepareError
 
 CONTAINER_LIB_DIR = "/usr/local/nvidia/lib64"
 CONTAINER_BIN_DIR = "/usr/bin"

@@ -41,7 +41,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dra.driver import quantity_to_int
+import dra
+from dra import quantity_to_int
 from drivers.hami_core_gpu import nvml, topology
 
 MiB = 1 << 20
@@ -273,6 +274,11 @@ def load(spec: str, node: str) -> FakeNode:
             raise FakeDevicesError(f"fake-device file {path} is not YAML: {exc}") from None
         return from_document(doc, node, source=str(path))
     return profile(spec, node)
+
+
+def stub_library() -> Path:
+    """hookcore's stub libnvidia-ml.so.1, built beside the hook library."""
+    return dra.hook_library("vgpu").parent / "stub" / "libnvidia-ml.so.1"
 
 
 class FakeBackend:

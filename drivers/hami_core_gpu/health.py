@@ -30,7 +30,7 @@ from typing import Any
 
 import pynvml
 
-from dra.driver import Taint
+from dra import Taint
 from drivers.hami_core_gpu import nvml
 from drivers.hami_core_gpu.devices import DRIVER_NAME
 from drivers.hami_core_gpu.xids import GPU_LOST_XID, Action, classify

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from dra.driver import quantity_to_int
+from dra import quantity_to_int
 
 CDI_MODES = ("toolkit", "self-contained")
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import hookcore
-from dra.driver import AllocatedDevice, ClaimRef, HealthEvent, PrepareError
+from dra import AllocatedDevice, ClaimRef, DriverContext, HealthEvent, PrepareError
 from drivers.hami_core_gpu import devices
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver, VisibleGpu
@@ -21,30 +20,28 @@ CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000c1a1", "default", "c")
 
 
 @dataclasses.dataclass
-class Ctx:
-    """What the framework hands a driver at setup (the fields drivers read)."""
+class Recorder:
+    """What the driver calls back through its DriverContext."""
 
-    node_name: str = "node-a"
-    pool_name: str = "node-a"
-    settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    fake: str | None = "h200x8"
     changed: int = 0
-    health: list[Sequence[HealthEvent]] = dataclasses.field(default_factory=list)
+    health: list[list[HealthEvent]] = dataclasses.field(default_factory=list)
 
-    def devices_changed(self) -> None:
-        self.changed += 1
+    def context(self, settings: Mapping[str, str], fake: str | None) -> DriverContext:
+        def changed() -> None:
+            self.changed += 1
 
-    def report_health(self, events: Sequence[HealthEvent]) -> None:
-        self.health.append(list(events))
+        return DriverContext(node_name="node-a", pool_name="node-a", settings=dict(settings), fake=fake,
+                             on_devices_changed=changed, on_health=lambda ev: self.health.append(list(ev)))
 
 
 @pytest.fixture
 def driver(fake_node) -> Iterator[Callable[..., HamiCoreGpuDriver]]:
     made: list[HamiCoreGpuDriver] = []
 
-    def make(**ctx: Any) -> HamiCoreGpuDriver:
+    def make(fake: str | None = "h200x8", settings: Mapping[str, str] | None = None,
+             recorder: Recorder | None = None) -> HamiCoreGpuDriver:
         d = HamiCoreGpuDriver()
-        d.setup(Ctx(**ctx))
+        d.setup((recorder or Recorder()).context(settings or {}, fake))
         made.append(d)
         return d
 
@@ -118,7 +115,7 @@ def test_self_contained_mode_mounts_the_stub_driver_for_fake_gpus(driver) -> Non
 
 def test_self_contained_mode_needs_the_driver_libraries(driver, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"libcuda.so.1 not found under driverRoot"):
-        HamiCoreGpuDriver().setup(Ctx(fake=None, settings={"cdiMode": "self-contained", "driverRoot": str(tmp_path)}))
+        HamiCoreGpuDriver().setup(Recorder().context({"cdiMode": "self-contained", "driverRoot": str(tmp_path)}, None))
 
 
 def test_health_changes_republish_and_reach_the_health_stream(driver, tmp_path: Path) -> None:
@@ -128,8 +125,8 @@ def test_health_changes_republish_and_reach_the_health_stream(driver, tmp_path: 
     events = tmp_path / "ev"
     events.write_text("")
     os.environ["HOOKCORE_STUB_NVML_EVENTS"] = str(events)
-    d = driver(fake="h200x2", settings={"healthProbeInterval": "0.05"})
-    ctx = d._ctx
+    ctx = Recorder()
+    d = driver(fake="h200x2", settings={"healthProbeInterval": "0.05"}, recorder=ctx)
     uuid1 = d.devices()[1].attributes["uuid"]
     deadline = time.monotonic() + 5
     while not (ctx.health and all(e.healthy for e in ctx.health[-1])) and time.monotonic() < deadline:
@@ -139,7 +136,7 @@ def test_health_changes_republish_and_reach_the_health_stream(driver, tmp_path: 
     while not (ctx.health and ctx.health[-1][1].healthy is False) and time.monotonic() < deadline:
         time.sleep(0.01)
     last = ctx.health[-1]
-    assert [(e.pool, e.device, e.healthy) for e in last] == [("node-a", "hami-gpu-0", True), ("node-a", "hami-gpu-1", False)]
+    assert [(e.device, e.healthy) for e in last] == [("hami-gpu-0", True), ("hami-gpu-1", False)]
     assert "fallen off the bus" in last[1].message
     assert ctx.changed >= 1
     tainted = d.devices()[1]
