@@ -193,6 +193,10 @@ class Daemon:
             Checkpoint(state_dir),
             CDISpecs(driver.cdi_kind, settings.cdi_dir),
         )
+        from dra.ledger_metrics import LedgerCollector, device_names_by_uuid
+
+        self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
+            name, state_dir / "hooks", self.preparer.checkpoint.records, lambda: device_names_by_uuid(driver.devices())))
         self.plugin = KubeletPlugin(
             name,
             MeteredHandler(self.preparer, self.metrics),
