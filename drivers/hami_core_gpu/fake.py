@@ -76,6 +76,8 @@ DEFAULT_CUDA = "13.0"
 # An HGX-like board: two GPUs behind each of four PCIe roots, roots 0-1 on NUMA node 0, 2-3 on 1.
 _BUSES = (0x19, 0x2A, 0x4C, 0x5D, 0x9B, 0xAB, 0xCB, 0xDB)
 _ROOTS = (0x15, 0x15, 0x48, 0x48, 0x97, 0x97, 0xC7, 0xC7)
+_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_STUB_VALUE = re.compile(r"[^,;=]{1,95}")  # what HOOKCORE_STUB_DEVICES can carry (hookcore/stub/stub_devices.h)
 _PROFILE = re.compile(r"^(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]+)$")
 
 
@@ -249,6 +251,10 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
     gpu = dataclasses.replace(base, **changes)
     _code(nvml.ARCHITECTURES, gpu.architecture, f"{where}: architecture")
     _code(nvml.BRANDS, gpu.brand, f"{where}: brand")
+    if not _UUID.fullmatch(gpu.uuid):
+        raise FakeDevicesError(f"{where}: uuid {gpu.uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
+    if not _STUB_VALUE.fullmatch(gpu.product_name):
+        raise FakeDevicesError(f"{where}: productName {gpu.product_name!r}: 1..95 characters, no ',', ';' or '='")
     if not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", gpu.pci_bus_id):
         raise FakeDevicesError(f"{where}: pciBusID {gpu.pci_bus_id!r} must look like 0000:3b:00.0 (lower-case hex)")
     if not re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", gpu.pcie_root):

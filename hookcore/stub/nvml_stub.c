@@ -5,11 +5,10 @@
  * driver's real NVML code path is what runs against it. Like the real NVML it enumerates every
  * device of the node and ignores CUDA_VISIBLE_DEVICES.
  *
- * Devices (see README.md in this directory for every key):
+ * Devices (see README.md in this directory for every key), parsed by stub_devices.c:
  *   HOOKCORE_STUB_DEVICES  "uuid=GPU-..,memory=141Gi,name=NVIDIA H200,index=0,minor=0,
  *                           pci=0000:19:00.0,arch=9,cc=9.0,brand=2,mig=off,serial=..;uuid=..."
- *   unset: the legacy form, STUB_CUDA_DEVICES devices of STUB_CUDA_MEMORY each with the UUIDs of
- *   cuda_stub.c (GPU-57554201-0000-4000-8000-0000000000ii).
+ *   unset: the legacy STUB_CUDA_DEVICES / STUB_CUDA_MEMORY, as in cuda_stub.c.
  *   HOOKCORE_STUB_NVML_DRIVER  driver version (default 580.95.05)
  *   HOOKCORE_STUB_NVML_CUDA    CUDA driver version as NVML encodes it (default 13000 = 13.0)
  *   STUB_NVML_USED             memory in use on every device (bytes or Ki/Mi/Gi), default 0
@@ -27,7 +26,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <ctype.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,8 +34,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "stub_devices.h"
+
 #define STUB_API __attribute__((visibility("default")))
-#define STUB_MAX_DEVICES 64
 #define STUB_MAX_SETS 16
 #define STUB_QUEUE 256
 
@@ -99,25 +98,16 @@ static struct nvmlEventSet_st g_sets[STUB_MAX_SETS];
 static long g_events_off;
 
 /* ---------------------------------------------------------------------------------------------
- * Parsing the environment
+ * Devices: the shared HOOKCORE_STUB_DEVICES parser (stub_devices.c), plus the NVML keys
  * ------------------------------------------------------------------------------------------- */
 static unsigned long long parse_size(const char *s, unsigned long long dflt) {
-    if (!s || !*s) return dflt;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    static const struct { const char *suffix; unsigned long long mul; } units[] = {
-        {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}, {"Ti", 1ULL << 40},
-        {"k", 1000ULL}, {"M", 1000000ULL}, {"G", 1000000000ULL}, {"T", 1000000000000ULL}, {"", 1}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcmp(end, units[i].suffix)) return v * units[i].mul;
-    return dflt;
+    long long v = s && *s ? stub_parse_quantity(s) : -1;
+    return v > 0 ? (unsigned long long)v : dflt;
 }
 
-static void copy_trim(char *dst, size_t n, const char *s, size_t len) {
-    while (len && isspace((unsigned char)*s)) { s++; len--; }
-    while (len && isspace((unsigned char)s[len - 1])) len--;
-    if (len >= n) len = n - 1;
-    memcpy(dst, s, len);
+static void set_str(char *dst, size_t n, const char *val) {   /* truncates, like NVML's buffers */
+    size_t len = strnlen(val, n - 1);
+    memcpy(dst, val, len);
     dst[len] = 0;
 }
 
@@ -128,79 +118,36 @@ static void set_pci(struct nvmlDevice_st *d, const char *v) {
     }
 }
 
-static void set_str(char *dst, size_t n, const char *val) {   /* truncates, like NVML's buffers */
-    size_t len = strnlen(val, n - 1);
-    memcpy(dst, val, len);
-    dst[len] = 0;
-}
-
-/* One `key=value` of a device description. Unknown keys are ignored (the grammar is shared). */
-static void device_key(struct nvmlDevice_st *d, const char *key, const char *val) {
-    if (!strcmp(key, "uuid")) set_str(d->uuid, sizeof d->uuid, val);
-    else if (!strcmp(key, "name")) set_str(d->name, sizeof d->name, val);
-    else if (!strcmp(key, "memory")) d->total = parse_size(val, d->total);
-    else if (!strcmp(key, "index")) d->index = (unsigned)strtoul(val, NULL, 10);
-    else if (!strcmp(key, "minor")) d->minor = (unsigned)strtoul(val, NULL, 10);
-    else if (!strcmp(key, "pci")) set_pci(d, val);
-    else if (!strcmp(key, "pciid")) d->pci_id = (unsigned)strtoul(val, NULL, 0);
-    else if (!strcmp(key, "arch")) d->arch = (unsigned)strtoul(val, NULL, 10);
-    else if (!strcmp(key, "brand")) d->brand = (unsigned)strtoul(val, NULL, 10);
-    else if (!strcmp(key, "serial")) set_str(d->serial, sizeof d->serial, val);
-    else if (!strcmp(key, "cc")) sscanf(val, "%d.%d", &d->cc_major, &d->cc_minor);
-    else if (!strcmp(key, "mig")) d->mig = !strcmp(val, "on") ? 1 : !strcmp(val, "off") ? 0 : -1;
-}
-
-static void device_defaults(struct nvmlDevice_st *d, unsigned i) {
+static void device_from(struct nvmlDevice_st *d, unsigned i, const stub_device_desc *desc) {
     memset(d, 0, sizeof *d);
+    set_str(d->uuid, sizeof d->uuid, desc->uuid);
+    set_str(d->name, sizeof d->name, desc->name);
+    d->total = desc->memory;
     d->index = d->minor = i;
-    d->total = 16ULL << 30;
     d->bus = 0x10 + i;
     d->arch = 9;             /* Hopper */
     d->brand = 14;           /* NVML_BRAND_NVIDIA */
     d->cc_major = 9;
     d->pci_id = 0x233510deu;
     d->mig = -1;
-    snprintf(d->name, sizeof d->name, "Stub GPU %u", i);
     snprintf(d->serial, sizeof d->serial, "STUB%08u", i);
+    const char *v;
+    if ((v = stub_device_get(desc, "index"))) d->index = (unsigned)strtoul(v, NULL, 10);
+    if ((v = stub_device_get(desc, "minor"))) d->minor = (unsigned)strtoul(v, NULL, 10);
+    if ((v = stub_device_get(desc, "pci"))) set_pci(d, v);
+    if ((v = stub_device_get(desc, "pciid"))) d->pci_id = (unsigned)strtoul(v, NULL, 0);
+    if ((v = stub_device_get(desc, "arch"))) d->arch = (unsigned)strtoul(v, NULL, 10);
+    if ((v = stub_device_get(desc, "brand"))) d->brand = (unsigned)strtoul(v, NULL, 10);
+    if ((v = stub_device_get(desc, "serial"))) set_str(d->serial, sizeof d->serial, v);
+    if ((v = stub_device_get(desc, "cc"))) sscanf(v, "%d.%d", &d->cc_major, &d->cc_minor);
+    if ((v = stub_device_get(desc, "mig"))) d->mig = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 }
 
-static void parse_devices(const char *spec) {
-    g_count = 0;
-    const char *p = spec;
-    while (*p && g_count < STUB_MAX_DEVICES) {
-        const char *end = strchr(p, ';');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        struct nvmlDevice_st *d = &g_dev[g_count];
-        device_defaults(d, g_count);
-        const char *q = p, *qend = p + len;
-        while (q < qend) {
-            const char *c = memchr(q, ',', (size_t)(qend - q));
-            size_t ilen = c ? (size_t)(c - q) : (size_t)(qend - q);
-            const char *eq = memchr(q, '=', ilen);
-            if (eq) {
-                char key[32], val[128];
-                copy_trim(key, sizeof key, q, (size_t)(eq - q));
-                copy_trim(val, sizeof val, eq + 1, ilen - (size_t)(eq - q) - 1);
-                device_key(d, key, val);
-            }
-            q += ilen + (c ? 1 : 0);
-        }
-        if (d->uuid[0]) g_count++;   /* uuid is required: an entry without one is skipped */
-        if (!end) break;
-        p = end + 1;
-    }
-}
-
-static void parse_legacy(void) {
-    const char *n = getenv("STUB_CUDA_DEVICES");
-    int c = n ? atoi(n) : 1;
-    g_count = c < 0 ? 0 : c > 16 ? 16 : (unsigned)c;
-    unsigned long long total = parse_size(getenv("STUB_CUDA_MEMORY"), 16ULL << 30);
-    for (unsigned i = 0; i < g_count; i++) {
-        device_defaults(&g_dev[i], i);
-        g_dev[i].total = total;
-        snprintf(g_dev[i].uuid, sizeof g_dev[i].uuid, "GPU-57554201-0000-4000-8000-0000000000%02x", i);
-    }
+static void load_devices(void) {
+    stub_device_desc descs[STUB_MAX_DEVICES];
+    int n = stub_devices_from_env(descs, STUB_MAX_DEVICES);
+    g_count = n > 0 ? (unsigned)n : 0;
+    for (unsigned i = 0; i < g_count; i++) device_from(&g_dev[i], i, &descs[i]);
 }
 
 /* HOOKCORE_STUB_NVML_FAIL: the return code a call is told to give (for this device), or 0. */
@@ -319,9 +266,7 @@ static nvmlReturn_t enter(const char *call, nvmlDevice_t d) {
 STUB_API nvmlReturn_t nvmlInit_v2(void) {
     pthread_mutex_lock(&g_lock);
     if (!g_init) {
-        const char *spec = getenv("HOOKCORE_STUB_DEVICES");
-        if (spec && *spec) parse_devices(spec);
-        else parse_legacy();
+        load_devices();
         struct stat st;
         const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
         g_events_off = (path && *path && stat(path, &st) == 0) ? (long)st.st_size : 0;  /* only what comes after init */

@@ -64,14 +64,15 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
         "gpus:\n"
         "- model: h100\n  numaNode: 1\n"
         "- productName: NVIDIA L4\n  memory: 23034Mi\n  architecture: Ada Lovelace\n  computeCapability: '8.9'\n"
-        "  migMode: unsupported\n  pciBusID: '0000:3b:00.0'\n  pcieRoot: pci0000:3a\n  uuid: GPU-custom-l4\n"
+        "  migMode: unsupported\n  pciBusID: '0000:3b:00.0'\n  pcieRoot: pci0000:3a\n  uuid: GPU-0000c0de-0000-4000-8000-000000000014\n"
         "- model: a100-80g\n  migMode: on\n"
     )
     inv = nvml.discover(fake_node(str(path)).sysfs)
     assert (inv.driver_version, inv.cuda_driver_version) == ("570.86.15", "12.8.0")
     h100, l4, a100 = inv.gpus
     assert h100.product_name == "NVIDIA H100 80GB HBM3" and h100.numa_node == 1
-    assert (l4.uuid, l4.architecture, l4.compute_capability, l4.mig_enabled) == ("GPU-custom-l4", "Ada Lovelace", "8.9.0", None)
+    assert l4.uuid == "GPU-0000c0de-0000-4000-8000-000000000014"
+    assert (l4.architecture, l4.compute_capability, l4.mig_enabled) == ("Ada Lovelace", "8.9.0", None)
     assert (l4.pci_bus_id, l4.pcie_root, l4.memory) == ("0000:3b:00.0", "pci0000:3a", 23034 * MiB)
     assert a100.mig_enabled is True
     # a GPU in MIG mode runs no CUDA work outside its MIG instances: not shared, not published
@@ -86,8 +87,10 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
     ("gpus:\n- model: h200\n  pciBusID: '19:00.0'\n", "pciBusID '19:00.0' must look like 0000:3b:00.0"),
     ("gpus:\n- model: h200\n  memory: lots\n", "memory 'lots' is not a quantity"),
     ("gpus:\n- model: h200\n  architecture: Fermi\n", "gpus[0]: architecture 'Fermi' is not known"),
-    ("gpus:\n- model: h200\n- model: h200\n  uuid: x\n  index: 0\n", "two GPUs share one index"),
+    ("gpus:\n- model: h200\n- model: h200\n  index: 0\n  pciBusID: '0000:77:00.0'\n", "two GPUs share one index"),
     ("gpu:\n- model: h200\n", "unknown keys ['gpu']"),
+    ("gpus:\n- model: h200\n  uuid: GPU-1\n", "uuid 'GPU-1' must look like GPU-xxxxxxxx"),
+    ("gpus:\n- model: h200\n  productName: 'a,b'\n", "no ',', ';' or '='"),
 ])
 def test_bad_fake_files_say_what_to_change(tmp_path: Path, text: str, error: str) -> None:
     path = tmp_path / "gpus.yaml"
