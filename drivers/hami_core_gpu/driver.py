@@ -92,9 +92,10 @@ class HamiCoreGpuDriver(Driver):
         log.info("GPUs discovered", extra={
             "gpus": [f"{devices.device_name(g)} {g.uuid} {g.product_name}" for g in shared],
             "driver_version": self.inventory.driver_version, "fake": ctx.fake or None})
-        if self.settings.cdi_mode == "self-contained":
-            root = self.fake.stub_library.parent if self.fake else self.settings.driver_root
-            self.files = edits.DriverFiles.find(root)
+        if self.fake is not None:  # the fake's "driver" is the stub libcuda + libnvidia-ml, in either mode
+            self.files = edits.DriverFiles.find(self.fake.stub_library.parent)
+        elif self.settings.cdi_mode == "self-contained":
+            self.files = edits.DriverFiles.find(self.settings.driver_root)
         if self.settings.health and shared:
             self.monitor = HealthMonitor([g.uuid for g in shared], self._health_changed,
                                          probe_interval=self.settings.health_probe_interval)

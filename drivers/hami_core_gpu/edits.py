@@ -19,8 +19,8 @@ Device nodes and driver libraries, two modes (``--set cdiMode=``):
   (``/usr/local/nvidia/lib64:/usr/local/nvidia/lib``; an image's own value is replaced, CDI
   cannot append), and mounts ``nvidia-smi`` at ``/usr/bin/nvidia-smi``.
 
-The fake backend has no device nodes; its "driver" is hookcore's stub libcuda and libnvidia-ml,
-mounted like a driver's libraries in self-contained mode.
+The fake backend has no device nodes and no toolkit spec; its "driver" is hookcore's stub
+libcuda and libnvidia-ml, mounted like a driver's libraries in self-contained mode (in both modes).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from dra import ContainerEdits, DeviceNode, Mount, PrepareError
 
 CONTAINER_LIB_DIR = "/usr/local/nvidia/lib64"
 CONTAINER_BIN_DIR = "/usr/bin"
-LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "lib64", "lib", ".")
+LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "lib64", "lib",
+            "usr/local/nvidia/lib64", "usr/local/nvidia/lib", ".")
+BIN_DIRS = ("usr/bin", "usr/local/nvidia/bin")
 REQUIRED_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
 # What CUDA programs load beside libcuda (JIT, NVVM, the GPU compiler, the debugger); optional.
 OPTIONAL_LIBS = ("libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4", "libcudadebugger.so.1", "libnvidia-gpucomp.so.*")
@@ -74,7 +76,8 @@ class DriverFiles:
                     )
                 continue
             libs.append(Path(hits[0]))
-        bins = [driver_root / "usr/bin" / b for b in BINARIES if (driver_root / "usr/bin" / b).exists()]
+        bins = [next(driver_root / d / b for d in BIN_DIRS if (driver_root / d / b).exists())
+                for b in BINARIES if any((driver_root / d / b).exists() for d in BIN_DIRS)]
         return cls(tuple(libs), tuple(bins))
 
     def mounts(self) -> tuple[Mount, ...]:

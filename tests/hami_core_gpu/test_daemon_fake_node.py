@@ -41,6 +41,7 @@ def fake_gpu_node(cluster: ControlPlane, api_client: client.ApiClient, stub_nvml
         finally:
             harness.close()
             daemon.stop()
+            client.CoreV1Api(api_client).delete_node(node)  # its slices go with it (owned by the Node)
 
 
 def slice_devices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
