@@ -24,7 +24,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 # The bundled drivers, as pyproject.toml registers them.
-BUNDLED = {"example": "drivers.example.driver:ExampleDriver"}
+BUNDLED = {
+    "example": "drivers.example.driver:ExampleDriver",
+    "hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
+}
 _REPO = Path(__file__).resolve().parents[2]
 
 
