@@ -153,3 +153,40 @@ def write_pki(directory: Path, service_ip: str = "10.0.0.1") -> PKI:
                                          serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def new_ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA (certificate, key) named `cn`, valid for a year."""
+    key = _key()
+    name = _name(cn)
+    cert = (
+        _builder(name, name, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def new_serving_cert(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, cn: str,
+                     dns_names: list[str], ips: list[str]) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A TLS server certificate signed by `ca` for the given DNS names and IP addresses."""
+    key = _key()
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    cert = (
+        _builder(_name(cn), ca.subject, key.public_key())
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def write_pair(cert_path: Path, key_path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+    """The certificate (PEM) and its key (PKCS#8 PEM, mode 0600)."""
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)
