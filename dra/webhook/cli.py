@@ -90,6 +90,7 @@ def run(
     log.info("webhook stopping")
     server.stop()
     inventory.stop()
+    log.info("webhook stopped")
 
 
 @app.command()

@@ -86,11 +86,11 @@ class SliceInventory:
         resp = self._response
         if resp is not None:
             try:
-                resp.close()
-            except Exception:  # pragma: no cover - closing a dead stream
+                resp.shutdown()  # unblocks the watcher's read (urllib3 >= 2.3)
+            except Exception:  # pragma: no cover - a stream already gone
                 pass
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=2)
 
     def _list(self) -> str:
         resp = self._api.list_resource_slice(_preload_content=False, _request_timeout=30)

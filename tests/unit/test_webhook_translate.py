@@ -258,7 +258,7 @@ def apply(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_patch_keeps_what_was_there_and_covers_init_containers() -> None:
-    p = {
+    p: dict[str, Any] = {
         "metadata": {},
         "spec": {
             "initContainers": [{"name": "warmup", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}}],
