@@ -141,9 +141,10 @@ class WebhookServer:
     """The HTTPS admission server and the health server, each on its own thread."""
 
     def __init__(self, admission: Admission, cert: Path, key: Path, port: int = 8443, host: str = "0.0.0.0",
-                 health_port: int | None = 8081, ready: Callable[[], bool] = lambda: True) -> None:
+                 health_port: int | None = 8081, ready: Callable[[], bool] = lambda: True,
+                 reload_every: float = 2.0) -> None:
         endpoints: dict[str, Callable[[Any], Any]] = {"/mutate": admission.mutate, "/validate": admission.validate}
-        self.https = _Server((host, port), endpoints, ready, Certificates(cert, key))
+        self.https = _Server((host, port), endpoints, ready, Certificates(cert, key, reload_every))
         self.health = _Server((host, health_port), {}, ready, None) if health_port is not None else None
         self._threads: list[threading.Thread] = []
 

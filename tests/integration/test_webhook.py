@@ -84,10 +84,12 @@ def node_with(api: client.ApiClient, driver: str, devices: list[Device]) -> str:
     """A Node whose ResourceSlice for `driver` lists `devices` (encoded by the framework's publisher)."""
     node = unique("whn")
     create_node(api, node)
-    uid = client.CoreV1Api(api).read_node(node).metadata.uid
+    core: Any = client.CoreV1Api(api)
+    resource: Any = client.ResourceV1Api(api)
+    uid = core.read_node(node).metadata.uid
     pool = desired_pool(driver, node, devices)
     for i in range(len(pool.slices)):
-        client.ResourceV1Api(api).create_resource_slice(slice_object(pool, i, 1, uid))
+        resource.create_resource_slice(slice_object(pool, i, 1, uid))
     time.sleep(0.5)  # the webhook's slice watch is eventually consistent; give it a moment
     return node
 
@@ -102,12 +104,14 @@ def hami_pod(name: str, limits: dict[str, str], node: str | None = None, annotat
 
 
 def claims_of(api: client.ApiClient, ns: str) -> list[dict[str, Any]]:
-    resp = client.ResourceV1Api(api).list_namespaced_resource_claim(ns, _preload_content=False)
+    resource: Any = client.ResourceV1Api(api)
+    resp = resource.list_namespaced_resource_claim(ns, _preload_content=False)
     return list(json.loads(resp.data)["items"])
 
 
 def templates_of(api: client.ApiClient, ns: str) -> list[str]:
-    return [t.metadata.name for t in client.ResourceV1Api(api).list_namespaced_resource_claim_template(ns).items]
+    resource: Any = client.ResourceV1Api(api)
+    return [t.metadata.name for t in resource.list_namespaced_resource_claim_template(ns).items]
 
 
 def allocation(api: client.ApiClient, ns: str, pod: str, timeout: float = 60) -> list[dict[str, Any]]:
@@ -138,7 +142,7 @@ def refusal(api: client.ApiClient, ns: str, body: dict[str, Any]) -> str:
     """The API server's message for a refused pod."""
     with pytest.raises(ApiException) as err:
         create(api, ns, body)
-    return str(json.loads(err.value.body)["message"])
+    return str(json.loads(str(err.value.body))["message"])
 
 
 # --- conversion and allocation ------------------------------------------------------------------
@@ -151,7 +155,8 @@ def test_hami_pod_is_stored_with_claims_that_kube_scheduler_allocates(api_client
     assert "limits" not in ctr["resources"] and "requests" not in ctr["resources"]  # no node advertises them
     assert ctr["resources"]["claims"] == [{"name": "nvidia-main"}]
     (pod_claim,) = stored["spec"]["resourceClaims"]
-    template = client.ResourceV1Api(api_client).read_namespaced_resource_claim_template(
+    resource: Any = client.ResourceV1Api(api_client)
+    template = resource.read_namespaced_resource_claim_template(
         pod_claim["resourceClaimTemplateName"], ns)
     exactly = template.spec.spec.devices.requests[0].exactly
     assert exactly.device_class_name == GPU and exactly.count == 1
@@ -190,8 +195,8 @@ def test_annotations_select_devices_with_hamis_semantics(api_client: client.ApiC
         "uuid-list-minus-uuid": ({"nvidia.com/use-gpuuuid": f"{u[0]},{u[2]}", "nvidia.com/nouse-gpuuuid": u[0]}, "gpu-2"),
     }
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "500", "nvidia.com/gpucores": "5"}
-    for name, (annotations, _) in cases.items():
-        create(api_client, ns, hami_pod(name, limits, node, annotations))
+    for name, (wanted, _) in cases.items():
+        create(api_client, ns, hami_pod(name, limits, node, wanted))
     for name, (_, want) in cases.items():
         (result,) = allocation(api_client, ns, name)
         assert result["device"] == want, name
