@@ -136,8 +136,7 @@ def main() -> None:
             node,
             kubeconfig,
             Path(wd),
-            env={"EXAMPLE_DEVICE_COUNT": "4"},
-            args=["--log-level", "warning", *args.daemon_args.split()],
+            args=["--log-level", "warning", "--set", "count=4", *args.daemon_args.split()],
             module=args.module,
         ).start()
         kubelet = KubeletHarness(daemon.registrar_dir)

@@ -1,0 +1,96 @@
+"""dra: a framework for Kubernetes DRA drivers that share devices with enforced quotas.
+
+This module is the public face, everything a vendor driver uses: the `Driver` class, the value
+types it exchanges with the framework, its errors, `decode_config`, and `dra.testing` (test
+helpers and the conformance suite). Drivers import only `dra` and `dra.testing` (an import
+contract checks it); everything else in the package is the framework's own business.
+
+    import dra
+
+    class MyDriver(dra.Driver):
+        name = "gpu.example.com"
+        cdi_kind = "k8s.gpu.example.com/claim"
+        def devices(self): ...
+        def prepare(self, claim, devices): ...
+        def unprepare(self, claim, prepared): ...
+
+Importing `dra` stays light (no gRPC, no Kubernetes client): the node daemon's memory is the
+product's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dra.config import ConfigError, decode_config, encode_config
+from dra.driver import (
+    AllocatedDevice,
+    Capacity,
+    ClaimRef,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Driver,
+    DriverContext,
+    Enforcement,
+    HealthEvent,
+    Mount,
+    Preload,
+    PreparedDevice,
+    PrepareError,
+    Quota,
+    RequestPolicy,
+    Taint,
+    Version,
+    quantity_to_int,
+)
+
+if TYPE_CHECKING:
+    from dra import testing
+
+__all__ = [
+    "AllocatedDevice",
+    "Capacity",
+    "ClaimRef",
+    "ConfigError",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Driver",
+    "DriverContext",
+    "Enforcement",
+    "HealthEvent",
+    "Mount",
+    "Preload",
+    "PrepareError",
+    "PreparedDevice",
+    "Quota",
+    "RequestPolicy",
+    "Taint",
+    "Version",
+    "decode_config",
+    "encode_config",
+    "hook_library",
+    "quantity_to_int",
+    "testing",
+]
+
+
+def hook_library(stem: str) -> Path:
+    """The hook library ``lib<stem>.so`` built with this framework (hookcore), for
+    `Enforcement.library`; raises FileNotFoundError naming the build step when it is missing."""
+    from hookcore import BUILD_DIR
+
+    path = BUILD_DIR / f"lib{stem}.so"
+    if not path.is_file():
+        raise FileNotFoundError(f"hook library {path} is not built; run `make -C hookcore` (or pip install -e .)")
+    return path
+
+
+def __getattr__(name: str) -> Any:
+    if name == "testing":  # loaded on first use: the daemon never pays for the test helpers
+        import importlib
+
+        return importlib.import_module("dra.testing")
+    raise AttributeError(f"module 'dra' has no attribute {name!r}")

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dra.checkpoint import atomic_write, temp_files
 from dra.driver import ContainerEdits
 from dra.errors import UserError
+from dra.fsutil import atomic_write, temp_files
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,14 @@ def edits_to_cdi(e: ContainerEdits) -> dict[str, Any]:
             for m in e.mounts
         ]
     return out
+
+
+def check_qualified(cdi_id: str) -> None:
+    """Raise ValueError unless `cdi_id` is a fully qualified CDI device ID ``vendor/class=name``."""
+    kind, sep, name = cdi_id.partition("=")
+    vendor, slash, cls = kind.partition("/")
+    if not (sep and slash and _VENDOR_RE.match(vendor) and _CLASS_RE.match(cls) and _NAME_RE.match(name)):
+        raise ValueError(f"{cdi_id!r} is not a fully qualified CDI device ID (vendor/class=name, e.g. nvidia.com/gpu=0)")
 
 
 def device_name(claim_uid: str, key: str) -> str:

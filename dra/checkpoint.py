@@ -27,9 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import re
-import secrets
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -37,7 +34,7 @@ from typing import Any, Literal
 
 from dra.driver import ContainerEdits, DeviceNode, Mount
 from dra.errors import DRAError
-from dra.faults import fault
+from dra.fsutil import UID_RE, atomic_write, dir_syncer, fsync_dir, temp_files
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +46,6 @@ BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 PREPARING: Literal["preparing"] = "preparing"
 PREPARED: Literal["prepared"] = "prepared"
 Phase = Literal["preparing", "prepared"]
-
-_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
 
 class CheckpointError(DRAError):
     """A record exists but this version cannot use it (e.g. written by a newer version)."""
@@ -80,6 +74,7 @@ class DeviceRecord:
     cdi_ids: tuple[str, ...] = ()
     edits: ContainerEdits = dataclasses.field(default_factory=ContainerEdits)
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    config: Mapping[str, Any] | None = None  # the decoded opaque config, encoded (dra.config.encode_config)
 
     @property
     def key(self) -> tuple[str, str, str, str | None]:
@@ -97,6 +92,9 @@ class ClaimRecord:
     claim_edits: ContainerEdits = dataclasses.field(default_factory=ContainerEdits)
     created_at: float = 0.0
     updated_at: float = 0.0
+    enforcement: Mapping[str, Any] | None = None
+    """The claim's hook (dra.enforcement.ClaimHookPlan.to_json plus "set", the mounted set's path);
+    its dir is ``<state-dir>/hooks/<uid>``, removed with the claim whatever this field says."""
 
 
 # --- (de)serialisation -------------------------------------------------------------------------
@@ -126,11 +124,12 @@ def _record_to_json(r: ClaimRecord) -> dict[str, Any]:
         "uid": r.uid, "namespace": r.namespace, "name": r.name, "phase": r.phase, "bootID": r.boot_id,
         "createdAt": r.created_at, "updatedAt": r.updated_at,
         "claimEdits": edits_to_json(r.claim_edits),
+        **({"enforcement": dict(r.enforcement)} if r.enforcement is not None else {}),
         "devices": [{
             "driver": d.driver, "request": d.request, "pool": d.pool, "device": d.device, "shareID": d.share_id,
             "consumedCapacity": dict(d.consumed_capacity), "adminAccess": d.admin_access,
             "cdiName": d.cdi_name, "cdiDeviceIDs": list(d.cdi_ids), "edits": edits_to_json(d.edits),
-            "state": dict(d.state),
+            "state": dict(d.state), **({"config": dict(d.config)} if d.config is not None else {}),
         } for d in r.devices],
     }
 
@@ -143,12 +142,13 @@ def _record_from_json(c: Mapping[str, Any]) -> ClaimRecord:
         uid=c["uid"], namespace=c["namespace"], name=c["name"], phase=phase, boot_id=c["bootID"],
         created_at=float(c.get("createdAt", 0.0)), updated_at=float(c.get("updatedAt", 0.0)),
         claim_edits=edits_from_json(c.get("claimEdits") or {}),
+        enforcement=c.get("enforcement"),
         devices=tuple(DeviceRecord(
             driver=d["driver"], request=d["request"], pool=d["pool"], device=d["device"],
             share_id=d.get("shareID"), consumed_capacity={k: int(v) for k, v in (d.get("consumedCapacity") or {}).items()},
             admin_access=bool(d.get("adminAccess")), cdi_name=d.get("cdiName", ""),
             cdi_ids=tuple(d.get("cdiDeviceIDs") or ()), edits=edits_from_json(d.get("edits") or {}),
-            state=d.get("state") or {},
+            state=d.get("state") or {}, config=d.get("config"),
         ) for d in c.get("devices") or ()),
     )
 
@@ -159,118 +159,6 @@ def _canonical(obj: Any) -> bytes:
 
 def checksum(claim: Any) -> str:
     return "sha256:" + hashlib.sha256(_canonical(claim)).hexdigest()
-
-
-def atomic_write(path: Path | str, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
-    """Write `data` to `path` so that readers see the old or the new content, never a mix.
-
-    Temp file in the same directory, then rename over `path`. With `durable` the data is
-    fdatasync'ed before the rename and the directory fsync'ed after it (concurrent writers in
-    one directory share that fsync: group commit), so the new content survives power loss.
-    Temp files are named ``.<name>.<random>.tmp`` (a crash may leave one; `remove_temp_files`).
-    """
-    # Hot path of every prepare (three calls per claim): plain strings and os calls rather than
-    # pathlib and tempfile.mkstemp, which cost more CPU than the system calls themselves here.
-    path = os.fspath(path)
-    directory, name = os.path.split(path)
-    fd, tmp = _create_temp(directory, name)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)  # exact mode whatever the umask (the file was created 0600)
-            if durable:
-                os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        fault("atomic.before_rename")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fault("atomic.after_rename")
-    if durable:
-        _dir_syncer(directory or ".").sync()
-
-
-def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    """A new file ``<directory>/.<name>.<random>.tmp`` opened for writing (mode 0600), as mkstemp."""
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary file name", os.path.join(directory, f".{name}.*.tmp"))
-
-
-def fsync_dir(path: Path | str) -> None:
-    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-class _DirSync:
-    """Group commit of directory fsyncs: a caller returns once an fsync that started after its
-    call has finished; callers arriving while one runs share the next one."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._cv = threading.Condition()
-        self._requested = 0
-        self._done = 0
-        self._running = False
-
-    def sync(self) -> None:
-        with self._cv:
-            self._requested += 1
-            ticket = self._requested
-            while self._done < ticket:
-                if self._running:
-                    self._cv.wait()
-                    continue
-                self._running = True
-                covers = self._requested
-                self._cv.release()
-                try:
-                    fsync_dir(self.path)
-                finally:
-                    self._cv.acquire()
-                    self._running = False
-                    self._cv.notify_all()
-                self._done = max(self._done, covers)
-
-
-_dir_syncers: dict[str, _DirSync] = {}
-_dir_syncers_lock = threading.Lock()
-
-
-def _dir_syncer(path: Path | str) -> _DirSync:
-    """The one group-commit syncer of a directory (keyed by the path as given: callers of one
-    directory spell it the same way; two spellings would only mean two syncers, never a lost fsync)."""
-    key = os.fspath(path)
-    syncer = _dir_syncers.get(key)  # no lock for the common case: dict reads are atomic
-    if syncer is None:
-        with _dir_syncers_lock:
-            syncer = _dir_syncers.get(key)
-            if syncer is None:
-                syncer = _dir_syncers[key] = _DirSync(key)
-    return syncer
-
-
-def temp_files(directory: Path, prefix: str = "") -> list[tuple[Path, str]]:
-    """Leftovers of interrupted `atomic_write` calls for ``<prefix><claimUID>.json`` targets,
-    with the claim UID each belongs to (writers hold that claim's lock while a temp file exists)."""
-    out = []
-    for p in directory.glob(f".{prefix}*.json.*.tmp"):
-        uid = p.name[1 + len(prefix):].rsplit(".json.", 1)[0]
-        if _UID_RE.match(uid):
-            out.append((p, uid))
-    return out
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -301,7 +189,7 @@ class Checkpoint:
 
     def _file(self, uid: str) -> str:
         """`path` as a string; validates the UID before it becomes a file name."""
-        if not _UID_RE.match(uid):
+        if not UID_RE.match(uid):
             raise ValueError(f"claim UID {uid!r} is not a valid UID")
         return f"{self._claims}/{uid}.json"
 
@@ -407,7 +295,7 @@ class Checkpoint:
             os.unlink(path)
         except FileNotFoundError:
             return False
-        _dir_syncer(self._claims).sync()  # else a power cut could bring the record back
+        dir_syncer(self._claims).sync()  # else a power cut could bring the record back
         return True
 
     def uids(self) -> set[str]:

@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import FrameType
@@ -34,7 +35,7 @@ from typing import Annotated, Any
 import typer
 
 from dra import logging as dra_logging
-from dra.driver import Driver
+from dra.driver import Driver, DriverContext
 from dra.errors import UserError
 from dra.metrics import HealthServer, MeteredHandler, Metrics
 from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult
@@ -79,6 +80,19 @@ class DaemonSettings:
 
     publish: PublishSettings = dataclasses.field(default_factory=PublishSettings)
 
+    driver_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """``--set key=value`` pairs, given to the driver as `DriverContext.settings`."""
+
+    fake: str | None = None
+    """``--fake PROFILE_OR_FILE`` (or ``DRA_FAKE_DEVICES``): the driver's fake backend."""
+
+    hook_dir: Path = Path("/var/lib/dra-hookcore")
+    """Hook libraries, content-addressed and shared by every driver's daemon on the node."""
+
+    preload: str = "file"
+    """How an enforced claim's containers load the hook when the driver does not say: ``file``
+    (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
+
 
 def installed_drivers() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -101,6 +115,26 @@ def load_driver(name: str) -> Driver:
     if not isinstance(driver, Driver):
         raise UserError(f"Entry point {name!r} ({found[name].value}) did not produce a dra.driver.Driver")
     return driver
+
+
+def setup_driver(driver: Driver, ctx: DriverContext) -> None:
+    """`driver.setup(ctx)`, with a failure reported as the driver's (UserError: exit 2)."""
+    try:
+        driver.setup(ctx)
+    except Exception as exc:
+        raise UserError(f"Driver {driver.name} refused its setup (settings {dict(ctx.settings)}, fake {ctx.fake!r}):"
+                        f" {exc}") from exc
+
+
+def parse_settings(pairs: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a mapping (a later key wins); UserError on a pair without '='."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {pair!r}: expected key=value, e.g. --set count=4")
+        out[key.strip()] = value
+    return out
 
 
 def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
@@ -127,10 +161,14 @@ class Daemon:
     """The running pieces of one `dra run`; `start()`, then `stop()` (idempotent)."""
 
     def __init__(self, driver: Driver, settings: DaemonSettings, claims_client: Any, publish_client: Any) -> None:
-        from dra.api import ApiClaimSource
+        from dra.api import ApiClaimSource, node_labels_reader
         from dra.cdi import CDISpecs
         from dra.checkpoint import Checkpoint
+        from dra.driver import Preload
+        from dra.enforcement import ClaimHooks
+        from dra.hookdir import HookDir
         from dra.kubelet import KubeletPlugin
+        from dra.kubelet.health import HealthFeed
         from dra.kubelet.paths import KubeletPaths
         from dra.prepare import ClaimPreparer
 
@@ -147,6 +185,16 @@ class Daemon:
             on_sync=self._published,
             on_error=lambda _exc: self.metrics.error("publish"),
         )
+        self.health_feed = HealthFeed()
+        self.context = DriverContext(
+            node_name=settings.node_name,
+            pool_name=settings.node_name,  # the pool the Publisher writes (one pool per node)
+            settings=dict(settings.driver_settings),
+            fake=settings.fake,
+            on_devices_changed=self.publisher.devices_changed,
+            on_health=self.health_feed.push,
+        )
+        setup_driver(driver, self.context)
         state_dir = settings.state_dir or settings.plugin_dir / name / "state"
         self.preparer = ClaimPreparer(
             driver,
@@ -154,14 +202,18 @@ class Daemon:
             settings.node_name,
             Checkpoint(state_dir),
             CDISpecs(driver.cdi_kind, settings.cdi_dir),
+            # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
+            node_labels=node_labels_reader(claims_client, settings.node_name),
+            hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
         )
         self.plugin = KubeletPlugin(
             name,
             MeteredHandler(self.preparer, self.metrics),
-            driver.health,
+            self._health_source,
             KubeletPaths(registrar_dir=settings.registrar_dir, plugins_dir=settings.plugin_dir),
             pod_uid=settings.pod_uid,
             max_workers=settings.grpc_workers,
+            pool_name=self.context.pool_name,
         )
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
@@ -174,6 +226,10 @@ class Daemon:
                     " Pick another --metrics-port (0: any free port; -1: none)."
                 ) from exc
         self._stopped = False
+
+    def _health_source(self) -> Any:
+        """The driver's own health iterator, else the snapshots it pushes through its context."""
+        return self.driver.health() or self.health_feed()
 
     def _published(self, result: SyncResult) -> None:
         self.metrics.published(result.devices, result.slices, result.generation)
@@ -208,6 +264,7 @@ class Daemon:
             return
         self._stopped = True
         self.plugin.stop()  # first: kubelet must stop sending calls before the handler goes away
+        self.health_feed.close()
         self.publisher.stop()
         self.preparer.close()
         if self.http is not None:
@@ -295,12 +352,28 @@ def register(app: typer.Typer) -> None:
         ] = DaemonSettings.grpc_workers,
         log_format: Annotated[str, typer.Option("--log-format", help="json or text.")] = "json",
         log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+        set_: Annotated[
+            list[str] | None,
+            typer.Option("--set", help="A driver setting key=value (repeatable); see the driver's README."),
+        ] = None,
+        fake: Annotated[
+            str | None,
+            typer.Option("--fake", envvar="DRA_FAKE_DEVICES", help="Use the driver's fake backend: a profile name or a file."),
+        ] = None,
+        hook_dir: Annotated[
+            Path, typer.Option("--hook-dir", help="Where hook libraries are installed (shared by every driver on the node).")
+        ] = DaemonSettings.hook_dir,
+        preload: Annotated[
+            str, typer.Option("--preload", help="Default hook preload of enforced claims: file (/etc/ld.so.preload) or env.")
+        ] = DaemonSettings.preload,
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
             raise UserError(f"--log-format must be 'json' or 'text', not {log_format!r}")
         if log_level.lower() not in ("debug", "info", "warning", "error"):
             raise UserError(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+        if preload not in ("file", "env"):
+            raise UserError(f"--preload must be 'file' or 'env', not {preload!r}")
         if not node_name:
             raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
         dra_logging.setup(log_format, log_level)
@@ -317,6 +390,10 @@ def register(app: typer.Typer) -> None:
             metrics_port=metrics_port,
             metrics_address=metrics_address,
             grpc_workers=grpc_workers,
+            driver_settings=parse_settings(set_),
+            fake=fake or None,
+            hook_dir=hook_dir,
+            preload=preload,
         )
         run(driver, settings)
 

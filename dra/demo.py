@@ -88,8 +88,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
             [sys.executable, "-m", "dra.cli", "run", driver_entry, "--node-name", node,
              "--kubeconfig", str(cp.kubeconfig), "--registrar-dir", str(registrar),
              "--plugin-dir", str(plugins), "--cdi-dir", str(cdi), "--state-dir", str(state),
-             "--metrics-port", "0", "--log-format", "text"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "EXAMPLE_DEVICE_COUNT": "2"},
+             "--hook-dir", str(work / "hook-dir"),
+             "--metrics-port", "0", "--log-format", "text", "--set", "count=2"],
+            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
         )
         harness = KubeletHarness(registrar)
         harness.watch()

@@ -1,15 +1,22 @@
 """The vendor interface: the one small class a DRA driver implements.
 
 A vendor driver knows its hardware and nothing else. It lists devices, turns an allocation into
-container edits, undoes them, and optionally streams health. The framework does everything
-around it: gRPC with kubelet, fetching and checking claims, opaque-config decoding, the
-checkpoint, CDI files, ResourceSlice publishing, metrics.
+container edits, undoes them, says how a share is enforced, and optionally reports health. The
+framework does everything around it: gRPC with kubelet, fetching and checking claims,
+opaque-config decoding, the checkpoint, CDI files, ResourceSlice publishing, metrics, and quota
+enforcement (hook library install, per-claim ledger and config, preload).
+
+Life cycle: the framework instantiates the driver with no arguments, calls `setup` once with a
+`DriverContext` (node, pool, settings, fake profile, callbacks), then `devices`.
 
 Rules for implementers (enforced by import contracts and tests):
-- no gRPC, no Kubernetes API calls, no file writes (the framework writes CDI and state);
+- import only `dra` (this interface) and `dra.testing`: no gRPC, no Kubernetes API calls, no
+  file writes (the framework writes CDI, state, ledgers and hook libraries);
+- read configuration from `DriverContext.settings`, not from the environment;
 - `prepare` is deterministic for the same inputs and may be called again after a crash;
-- `unprepare` receives exactly what `prepare` returned (from the checkpoint) and must tolerate
-  resources that are already gone.
+- `unprepare` receives exactly what `prepare` returned (edits and state, from the checkpoint),
+  also when the framework rolls a failed prepare back, and must tolerate resources that are
+  already gone.
 Drivers register through the ``dra.drivers`` entry-point group.
 """
 
@@ -17,7 +24,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+import enum
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 AttributeValue = str | int | bool
@@ -135,22 +144,108 @@ class PreparedDevice:
     """The driver's answer for one allocated device.
 
     `state` is JSON-serialisable data the driver wants back at unprepare (the framework stores it
-    in the checkpoint); keep it small.
+    in the checkpoint); keep it small. `cdi_devices` are extra fully qualified CDI device IDs
+    (``vendor/class=name``) that the container runtime resolves from other specs (e.g. a vendor
+    toolkit's ``nvidia.com/gpu=<uuid>``); the framework passes them to kubelet after its own.
     """
 
     device: AllocatedDevice
     edits: ContainerEdits
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class HealthEvent:
-    """Health of one device; the framework streams the full list to kubelet."""
+    """Health of one device of this driver's pool; the framework streams the full list to kubelet
+    (and names the pool itself)."""
 
-    pool: str
     device: str
     healthy: bool | None  # None = unknown
     message: str = ""
+
+
+# --- enforcement: how a share is held to its quota -----------------------------------------------
+
+
+class Preload(enum.Enum):
+    """How the hook library gets into every process of the container."""
+
+    FILE = "file"
+    """Mount ``/etc/ld.so.preload`` listing the library: every process, also children started by
+    ``su``, ``ssh`` or a shell with a clean environment, loads it. The default."""
+
+    ENV = "env"
+    """Set ``LD_PRELOAD``: processes that keep the environment load it (a clean ``env -i`` child
+    does not); for images that bring their own ``/etc/ld.so.preload``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """The quota of one device visible to the claim's containers (index = position in the list).
+
+    `uuid` names the physical device (the hook matches it, so the index the application sees
+    never has to agree with the host's numbering); `memory` in bytes (None: no memory quota);
+    `cores` in percent of the device's compute (100: no compute limit).
+    """
+
+    uuid: str
+    memory: int | None = None
+    cores: int = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Enforcement:
+    """A driver's answer to "how is this claim held to its share": the hook library serving its
+    devices and one `Quota` per visible device. The framework installs the library on the host,
+    writes the claim's hook config and ledger, validates them with the hook's own parser and adds
+    the mounts (and the preload) to the claim's CDI spec.
+
+    `library` is a built ``lib<stem>.so`` (e.g. from `dra.hook_library`); `preload` None means
+    the daemon's ``--preload`` default.
+    """
+
+    library: Path
+    quotas: Sequence[Quota]
+    preload: Preload | None = None
+
+
+# --- the context a driver runs in ------------------------------------------------------------------
+
+
+def _ignore(*_args: Any) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverContext:
+    """What the framework tells a driver at `Driver.setup`, and the calls it may make back.
+
+    `settings` come from ``dra run DRIVER --set key=value`` (repeated); `fake` from ``--fake
+    PROFILE_OR_FILE`` or the environment variable ``DRA_FAKE_DEVICES``: when set, the driver
+    uses its fake backend (named as such) instead of hardware.
+    """
+
+    node_name: str
+    pool_name: str
+    settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    fake: str | None = None
+    on_devices_changed: Callable[[], None] = dataclasses.field(default=_ignore, repr=False, compare=False)
+    on_health: Callable[[Sequence[HealthEvent]], None] = dataclasses.field(default=_ignore, repr=False, compare=False)
+
+    def devices_changed(self) -> None:
+        """Ask the framework to call `Driver.devices()` again and republish what changed (taints
+        come from `Device.taints`); cheap, may be called from any thread, coalesced."""
+        self.on_devices_changed()
+
+    def report_health(self, events: Sequence[HealthEvent]) -> None:
+        """Report a full snapshot of the devices' health (every device, not a delta); kubelet's
+        health streams get it at once. The push form of `Driver.health`."""
+        self.on_health(list(events))
+
+    def setting(self, key: str, default: str) -> str:
+        """One ``--set`` value, or `default`."""
+        return self.settings.get(key, default)
 
 
 def quantity_to_int(quantity: str) -> int:
@@ -169,6 +264,9 @@ class PrepareError(Exception):
 class Driver(abc.ABC):
     """Subclass this, set the class variables, implement `devices`, `prepare` and `unprepare`."""
 
+    context: DriverContext | None = None
+    """The context given to `setup` (None before it)."""
+
     name: ClassVar[str]
     """The DRA driver name (a DNS subdomain), e.g. ``gpu.example.com``; equals `spec.driver`."""
 
@@ -176,14 +274,20 @@ class Driver(abc.ABC):
     """The CDI kind `vendor/class`, e.g. ``k8s.gpu.example.com/claim``."""
 
     config_type: ClassVar[type | None] = None
-    """A dataclass for opaque config (decoded strictly: unknown fields are errors), or None."""
+    """A dataclass for opaque config (decoded strictly: unknown fields are errors), or None. It
+    may define ``validate(self) -> None`` raising ValueError that says what to change; prepare
+    and the admission webhook both run it (`dra.decode_config`)."""
 
     config_api_version: ClassVar[str | None] = None
     """The `apiVersion` the opaque config must carry, e.g. ``gpu.example.com/v1alpha1``."""
 
+    def setup(self, ctx: DriverContext) -> None:
+        """Called once, before `devices`; the default keeps `ctx` as `self.context`."""
+        self.context = ctx
+
     @abc.abstractmethod
     def devices(self) -> Sequence[Device]:
-        """The node's devices now; called at start and whenever `devices_changed` fires."""
+        """The node's devices now; called at start and after each `DriverContext.devices_changed`."""
 
     @abc.abstractmethod
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
@@ -197,9 +301,11 @@ class Driver(abc.ABC):
         """Edits shared by all devices of the claim (e.g. a hook library mount); none by default."""
         return ContainerEdits()
 
-    def health(self) -> Iterator[list[HealthEvent]] | None:
-        """An optional blocking iterator of full health snapshots; None when not supported."""
+    def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
+        """How the claim's share is enforced (hook library and quotas), or None (not enforced)."""
         return None
 
-    def validate_config(self, config: Any) -> None:  # noqa: B027 - optional hook
-        """Check a decoded config beyond its types; raise ValueError with a clear message."""
+    def health(self) -> Iterator[list[HealthEvent]] | None:
+        """An optional blocking iterator of full health snapshots; None when not supported
+        (a driver may instead push snapshots with `DriverContext.report_health`)."""
+        return None

@@ -112,7 +112,7 @@ class HealthMonitor:
                 log.error("driver health stream ended")
             _, snap = self.current()
             if snap:
-                self.publish([HealthEvent(e.pool, e.device, None, reason) for e in snap])
+                self.publish([HealthEvent(e.device, None, reason) for e in snap])
             if self._stopped.wait(self._restart_delay):
                 return
             try:
@@ -124,14 +124,53 @@ class HealthMonitor:
             log.error("driver health stream not restartable; devices stay Unknown")
 
 
+class HealthFeed:
+    """A `HealthSource` fed by pushes (`DriverContext.report_health`): each `push` is a full
+    snapshot; the iterator yields every newest snapshot once and ends at `close`."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._version = 0
+        self._latest: list[HealthEvent] | None = None
+        self._closed = False
+
+    def push(self, events: Sequence[HealthEvent]) -> None:
+        with self._cond:
+            self._latest = list(events)
+            self._version += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __call__(self) -> Iterator[list[HealthEvent]]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[list[HealthEvent]]:
+        seen = 0
+        while True:
+            with self._cond:
+                while self._version == seen and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                seen, snapshot = self._version, self._latest
+            assert snapshot is not None
+            yield snapshot
+
+
 class HealthServicer:
-    """`NodeWatchResources` for one API version (`pb` is that version's message module)."""
+    """`NodeWatchResources` for one API version (`pb` is that version's message module);
+    every device is reported in `pool_name` (the framework's pool: drivers never name it)."""
 
     def __init__(
         self,
         monitor: HealthMonitor,
         pb: types.ModuleType,
         *,
+        pool_name: str,
         resend_interval: float = 10.0,
         device_timeout_s: int = 0,
         clock: Callable[[], float] = time.time,
@@ -139,6 +178,7 @@ class HealthServicer:
         check_resend_interval(resend_interval, device_timeout_s)
         self.monitor = monitor
         self.pb = pb
+        self.pool_name = pool_name
         self.resend_interval = resend_interval
         self.device_timeout_s = device_timeout_s
         self.clock = clock
@@ -153,7 +193,7 @@ class HealthServicer:
         return self.pb.NodeWatchResourcesResponse(
             devices=[
                 self.pb.DeviceHealth(
-                    device=self.pb.DeviceIdentifier(pool_name=e.pool, device_name=e.device),
+                    device=self.pb.DeviceIdentifier(pool_name=self.pool_name, device_name=e.device),
                     health=self._status(e.healthy),
                     last_updated_time=now,
                     health_check_timeout_seconds=self.device_timeout_s,

@@ -70,6 +70,8 @@ class KubeletPlugin:
         below the device health timeout (kubelet's default 30 s, or `health_device_timeout_s`).
       health_device_timeout_s: ``health_check_timeout_seconds`` sent per device (0: kubelet's default).
       health_clock: source of ``last_updated_time`` (Unix seconds); injectable for tests.
+      pool_name: the pool the devices' health is reported in (the daemon's node name, which is
+        also its ResourceSlice pool); default: this host's name.
       serialize: wrap every handler call in `lock` (the cross-process flock). Leave False when the
         handler takes the lock itself (it is not reentrant).
 
@@ -104,6 +106,7 @@ class KubeletPlugin:
         health_device_timeout_s: int = 0,
         health_clock: Callable[[], float] = time.time,
         serialize: bool = False,
+        pool_name: str | None = None,
     ) -> None:
         if not driver_name or "/" in driver_name or driver_name.startswith("."):
             raise UserError(f"Invalid DRA driver name {driver_name!r}: it must be a DNS subdomain.")
@@ -118,6 +121,7 @@ class KubeletPlugin:
         if max_workers < 1:
             raise ValueError("max_workers must be positive")
         self._health_source = health_source
+        self._pool_name = pool_name
         self._max_workers = max_workers
         self._health_resend_interval = health_resend_interval
         self._health_device_timeout_s = health_device_timeout_s
@@ -261,6 +265,7 @@ class KubeletPlugin:
                 servicer = HealthServicer(
                     self._monitor,
                     pb,
+                    pool_name=self._pool_name or os.uname().nodename,
                     resend_interval=self._health_resend_interval,
                     device_timeout_s=self._health_device_timeout_s,
                     clock=self._health_clock,

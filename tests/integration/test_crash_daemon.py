@@ -69,7 +69,7 @@ class Node:
     def start(self, fault: str | None = None) -> DaemonProcess:
         since = time.monotonic()
         self.daemon = DaemonProcess("example", self.env.node, self.cluster.kubeconfig, self.workdir,
-                                    env={"EXAMPLE_DEVICE_COUNT": "2", "DRA_FAULT_POINT": fault or ""}).start()
+                                    env={"DRA_FAULT_POINT": fault or ""}, args=["--set", "count=2"]).start()
         self.kubelet.wait_for_plugin(DRIVER, timeout=60, newer_than=since)
         return self.daemon
 

@@ -51,7 +51,7 @@ def node(api_client: client.ApiClient) -> Iterator[str]:
 
 @pytest.fixture
 def daemon(cluster: Any, node: str, workdir: Path) -> Iterator[DaemonProcess]:
-    proc = DaemonProcess("example", node, cluster.kubeconfig, workdir, env={"EXAMPLE_DEVICE_COUNT": "2"})
+    proc = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--set", "count=2"])
     proc.start()
     yield proc
     if proc.stop() not in (0, -signal.SIGTERM):
@@ -235,9 +235,9 @@ def test_hundred_claims_prepared_concurrently_through_the_daemon(
 def test_rolling_update_two_instances_serve_side_by_side_and_the_old_one_leaves_cleanly(
     api_client: client.ApiClient, cluster: Any, node: str, workdir: Path
 ) -> None:
-    kw: dict[str, Any] = {"env": {"EXAMPLE_DEVICE_COUNT": "2"}}
-    old = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "old-uid"], **kw).start()
-    new = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "new-uid"], **kw)
+    count = ["--set", "count=2"]
+    old = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "old-uid", *count]).start()
+    new = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "new-uid", *count])
     harness = KubeletHarness(old.registrar_dir)
     try:
         harness.wait_for_plugin(DRIVER, timeout=60)

@@ -53,7 +53,7 @@ def test_shared_device_example_is_allocated_from_the_daemons_slices(
     node = unique("ex")
     create_node(api_client, node)
     with tempfile.TemporaryDirectory(prefix="dra-ex-", dir="/tmp") as work:
-        daemon = DaemonProcess("example", node, cluster.kubeconfig, Path(work), env={"EXAMPLE_DEVICE_COUNT": "1"})
+        daemon = DaemonProcess("example", node, cluster.kubeconfig, Path(work), args=["--set", "count=1"])
         daemon.start()
         harness = KubeletHarness(daemon.registrar_dir)  # readiness includes kubelet's registration
         harness.watch()

@@ -3,6 +3,7 @@ against the CDI JSON schema (tests/data/cdi-schema, v1.1.0) plus the loader's ex
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from dra.cdi import CDISpecs, device_name, minimum_version
 from dra.checkpoint import Checkpoint
-from dra.driver import ClaimRef, ContainerEdits, DeviceNode, Mount, PreparedDevice
+from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceNode, Mount, PreparedDevice
 from dra.errors import UserError
 from dra.prepare import ClaimPreparer
 from dra.testing.cdi import CDIResolutionError, apply_cdi, validate_cdi_spec
@@ -218,4 +219,44 @@ def test_shares_of_one_device_get_distinct_cdi_devices(tmp_path: Path) -> None:
     env, _ = apply_cdi(tmp_path / "cdi", list(d1.cdi_device_ids))
     assert env["EXAMPLE_MEMORY_LIMIT"] == str(2 << 30)
     for doc in docs:
-        assert doc["containerEdits"]["env"][0].startswith("HOOK_CLAIM=")
+        assert any(e.startswith("HOOK_CLAIM=") for e in doc["containerEdits"]["env"])
+
+
+def test_extra_cdi_devices_of_the_driver_follow_the_frameworks_own_id_and_come_back_at_unprepare(tmp_path: Path) -> None:
+    """A driver composing with a vendor toolkit's spec returns extra qualified IDs per device."""
+    class Composing(ExampleDriver):
+        undone: list[tuple[str, ...]] = []
+
+        def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
+            return [dataclasses.replace(p, cdi_devices=(f"vendor.com/gpu={p.device.device}",))
+                    for p in super().prepare(claim, devices)]
+
+        def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
+            self.undone.extend(p.cdi_devices for p in prepared)
+
+    ref = ClaimRef("uid-extra", "ns", "c")
+    claims = RecordedClaims()
+    claims.add(claim_dict("c", "ns", ref.uid, [result("gpu-0")]))
+    driver = Composing()
+    prep = ClaimPreparer(driver, claims, "node-a", Checkpoint(tmp_path / "st", boot_id="b"),
+                         CDISpecs(driver.cdi_kind, tmp_path / "cdi"))
+    (out,) = prep.prepare_claims([ref]).values()
+    assert out.error == ""
+    assert out.devices[0].cdi_device_ids[1:] == ("vendor.com/gpu=gpu-0",)
+    assert prep.unprepare_claims([ref]) == {ref.uid: ""}
+    assert driver.undone == [("vendor.com/gpu=gpu-0",)]
+
+
+def test_a_malformed_extra_cdi_id_is_refused_as_the_drivers_bug(tmp_path: Path) -> None:
+    class Bad(ExampleDriver):
+        def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
+            return [dataclasses.replace(p, cdi_devices=("gpu0",)) for p in super().prepare(claim, devices)]
+
+    ref = ClaimRef("uid-bad", "ns", "c")
+    claims = RecordedClaims()
+    claims.add(claim_dict("c", "ns", ref.uid, [result("gpu-0")]))
+    cp = Checkpoint(tmp_path / "st", boot_id="b")
+    prep = ClaimPreparer(Bad(), claims, "node-a", cp, CDISpecs(Bad.cdi_kind, tmp_path / "cdi"))
+    (out,) = prep.prepare_claims([ref]).values()
+    assert "not a fully qualified CDI device ID" in out.error and "bug in the driver" in out.error
+    assert cp.get(ref.uid) is None

@@ -11,8 +11,9 @@ import pytest
 
 from dra.cdi import CDISpecs
 from dra.checkpoint import Checkpoint
+from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import AllocatedDevice, ClaimRef, PreparedDevice
-from dra.prepare import ClaimPreparer, ConfigError, decode_config
+from dra.prepare import ClaimPreparer
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 from drivers.example.driver import ExampleConfig, ExampleDriver
 
@@ -40,15 +41,15 @@ class RichConfig:
     note: str | None = None
     renamed: int = dataclasses.field(default=0, metadata={"json": "x-renamed"})
 
+    def validate(self) -> None:
+        if self.limits.memory_mib <= 0:
+            raise ValueError("limits.memoryMib must be positive")
+
 
 class RichDriver(ExampleDriver):
     name = "rich.example.com"
     config_type = RichConfig  # type: ignore[assignment]
     config_api_version = "rich.example.com/v1"
-
-    def validate_config(self, config: RichConfig) -> None:  # type: ignore[override]
-        if config.limits.memory_mib <= 0:
-            raise ValueError("limits.memoryMib must be positive")
 
 
 def rich(**fields: object) -> dict[str, object]:
@@ -76,7 +77,7 @@ def test_nested_and_container_types() -> None:
     (cfg(mode="shared", color="red"), "color", "unknown field"),
     (cfg(log_level="debug"), "log_level", "did you mean 'logLevel'"),
     (cfg(mode=3), "mode", "expected string, got integer 3"),
-    (cfg(mode="turbo"), "", "mode must be 'shared' or 'exclusive'"),  # the driver's validate_config
+    (cfg(mode="turbo"), "", "mode must be 'shared' or 'exclusive'"),  # the config's validate()
     ({"kind": "ExampleConfig", "mode": "shared"}, "apiVersion", f"must be {API!r}, got None"),
     ({"apiVersion": "gpu.example.com/v2", "kind": "ExampleConfig"}, "apiVersion", "got 'gpu.example.com/v2'"),
     ({"apiVersion": API, "kind": "GpuConfig"}, "kind", "must be 'ExampleConfig', got 'GpuConfig'"),
@@ -108,6 +109,35 @@ def test_rich_config_errors(params: object, field: str, words: str) -> None:
         decode_config(RichDriver(), params)
     assert e.value.path == field, str(e.value)
     assert words in str(e.value)
+
+
+def test_the_driver_class_gives_the_same_verdict_as_an_instance_without_being_instantiated() -> None:
+    """The webhook has no driver instance: the class alone must validate (review bug 3)."""
+    for params in (cfg(mode="turbo"), rich(name="a", limits={"memoryMib": 0})):
+        driver_cls = ExampleDriver if params["kind"] == "ExampleConfig" else RichDriver
+        with pytest.raises(ConfigError) as by_class:
+            decode_config(driver_cls, params)
+        with pytest.raises(ConfigError) as by_instance:
+            decode_config(driver_cls(), params)
+        assert "invalid" in str(by_class.value)
+        assert str(by_class.value) == str(by_instance.value)
+    assert decode_config(ExampleDriver, cfg(mode="exclusive")) == ExampleConfig("exclusive")
+
+
+def test_encode_config_round_trips() -> None:
+    config = RichConfig(name="a", limits=Limits(512, True), ratio=2.0, policy="pack", tags=("x",), env={"A": "1"},
+                        renamed=3)
+    params = encode_config(RichDriver, config)
+    assert params["apiVersion"] == "rich.example.com/v1" and params["x-renamed"] == 3
+    assert decode_config(RichDriver, params) == config
+
+
+def test_old_import_path_still_works() -> None:
+    import dra
+    from dra import prepare
+
+    assert prepare.decode_config is dra.decode_config is decode_config
+    assert prepare.ConfigError is dra.ConfigError
 
 
 def test_driver_without_config_type_rejects_any_config() -> None:

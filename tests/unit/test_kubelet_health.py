@@ -47,8 +47,8 @@ class Clock:
         return self.now
 
 
-SNAP = [HealthEvent("pool", "gpu-0", True), HealthEvent("pool", "gpu-1", False, "ECC errors"),
-        HealthEvent("pool", "gpu-2", None)]  # fmt: skip
+SNAP = [HealthEvent("gpu-0", True), HealthEvent("gpu-1", False, "ECC errors"),
+        HealthEvent("gpu-2", None)]  # fmt: skip
 
 
 Setup = tuple[FakeHealth, Clock, KubeletPlugin, KubeletHarness]
@@ -60,7 +60,8 @@ def setup() -> Iterator[Setup]:
     with short_tmpdir("khealth") as root:
         paths = KubeletPaths(registrar_dir=root / "reg", plugins_dir=root / "plugins")
         plugin = KubeletPlugin(
-            DRIVER, RecordingHandler(), source, paths, health_resend_interval=0.2, health_clock=clock
+            DRIVER, RecordingHandler(), source, paths, health_resend_interval=0.2, health_clock=clock,
+            pool_name="node-a",
         )
         with plugin, KubeletHarness(paths.registrar_dir) as kubelet:
             kubelet.wait_for_plugin(DRIVER)
@@ -74,14 +75,14 @@ def test_full_list_then_changes_then_resends(setup: Setup, version: str) -> None
     with kubelet.watch_health(version=version) as watch:
         first = watch.next(timeout=5)
         assert [(d.pool_name, d.device_name, d.health, d.message) for d in first] == [
-            ("pool", "gpu-0", "Healthy", ""),
-            ("pool", "gpu-1", "Unhealthy", "ECC errors"),
-            ("pool", "gpu-2", "Unknown", ""),
+            ("node-a", "gpu-0", "Healthy", ""),
+            ("node-a", "gpu-1", "Unhealthy", "ECC errors"),
+            ("node-a", "gpu-2", "Unknown", ""),
         ]
         assert {d.last_updated_time for d in first} == {1_700_000_000}
         assert {d.health_check_timeout_seconds for d in first} == {0}
         # a change is pushed at once, as the full list
-        source.push([HealthEvent("pool", "gpu-0", False, "fell off the bus"), *SNAP[1:]])
+        source.push([HealthEvent("gpu-0", False, "fell off the bus"), *SNAP[1:]])
         changed = watch.next(timeout=5)
         assert len(changed) == 3 and changed[0].health == "Unhealthy"
         # without change the full list comes again within the resend interval, freshly stamped

@@ -36,7 +36,7 @@ def paths(root: Path) -> KubeletPaths:
 
 
 def _health() -> Iterator[list[HealthEvent]]:
-    yield [HealthEvent("pool", "dev0", True)]
+    yield [HealthEvent("dev0", True)]
     threading.Event().wait()
 
 
