@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from dra.prepare import ConfigError, decode_config
+from dra import ConfigError, decode_config
 from dra.webhook.translate import Inventory, NoInventory, describe_bytes
 from dra.webhook.vendors import Vendor, VendorMapping
 

@@ -366,6 +366,10 @@ def test_claims_that_could_never_be_prepared_are_refused(api_client: client.ApiC
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
             "spec": {"spec": claim("t", {"deviceClassName": "gpu.example.com"}, opaque(mode=3))["spec"]}})
     assert "field 'mode'" in str(err.value.body)
+    with pytest.raises(ApiException) as err:  # the same verdict as prepare: the config's own validate()
+        resource.create_namespaced_resource_claim(ns, claim("bogus", {"deviceClassName": "gpu.example.com"},
+                                                            opaque(mode="bogus")))
+    assert "invalid: mode must be 'shared' or 'exclusive', not 'bogus'" in str(err.value.body)
     resource.create_namespaced_resource_claim(ns, claim("good", {"deviceClassName": "gpu.example.com"}, opaque(mode="shared")))
 
 

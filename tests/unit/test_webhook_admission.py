@@ -154,6 +154,8 @@ CLAIMS = [
     (claim({"deviceClassName": "gpu.example.com"}, example_config(mode="shared", colour="red")),
      "config[0] for driver gpu.example.com: field 'colour': unknown field"),
     (claim({"deviceClassName": "gpu.example.com"}, example_config(mode=3)), "field 'mode'"),
+    (claim({"deviceClassName": "gpu.example.com"}, example_config(mode="bogus")),  # the config's own validate()
+     "config[0] for driver gpu.example.com: invalid: mode must be 'shared' or 'exclusive', not 'bogus'"),
     (claim({"deviceClassName": "gpu.example.com"}, [{"opaque": {"driver": "gpu.example.com", "parameters": [1]}}]),
      "parameters must be a JSON object"),
 ]
