@@ -8,7 +8,7 @@
 Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
 ~/.kube/config. It needs get/list/watch on resourceslices and create/get on
 resourceclaimtemplates. Probes: GET /healthz (alive) and /readyz (device inventory synced) on the
-health port, plain HTTP.
+health port, plain HTTP, which also serves Prometheus /metrics.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The API server POSTs AdmissionReviews to ``/mutate`` and ``/validate`` on the HTTPS port;
 ``/healthz`` (the process serves) and ``/readyz`` (the device inventory is synced) answer on
-both ports. The certificate and key are read again when their files change (cert-manager or
-a Secret update rotates them in place), so a rotation needs no restart.
+both ports, ``/metrics`` (Prometheus, `dra.webhook.metrics`) too. The certificate and key are
+read again when their files change (cert-manager or a Secret update rotates them in place), so a
+rotation needs no restart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from dra.webhook.metrics import WebhookMetrics
 from dra.webhook.review import Admission, BadReview
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/readyz":
             ready = self.server.ready()
             self._send(200 if ready else 503, b"ok\n" if ready else b"device inventory not synced yet\n", "text/plain")
+        elif path == "/metrics":
+            self._send(200, self.server.metrics.render(), self.server.metrics.content_type)
         else:
             self._send(404, b"not found\n", "text/plain")
 
@@ -100,6 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not 0 < length <= MAX_BODY:
             self._send(400, b"a body with Content-Length (at most 8 MiB) is required\n", "text/plain")
             return
+        started = time.monotonic()
+        answer = None
         try:
             review = json.loads(self.rfile.read(length))
             answer = endpoint(review)
@@ -110,6 +116,8 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("admission failed", extra={"endpoint": path})
             self._send(500, b"internal error; see the webhook's log\n", "text/plain")
             return
+        finally:
+            self.server.metrics.observe(path, time.monotonic() - started, answer)
         self._send(200, json.dumps(answer).encode())
 
 
@@ -118,8 +126,9 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], endpoints: dict[str, Callable[[Any], Any]],
-                 ready: Callable[[], bool], certificates: Certificates | None) -> None:
+                 ready: Callable[[], bool], certificates: Certificates | None, metrics: WebhookMetrics) -> None:
         self.endpoints = endpoints
+        self.metrics = metrics
         self.ready = ready
         self.certificates = certificates
         if ":" in address[0]:
@@ -130,6 +139,7 @@ class _Server(ThreadingHTTPServer):
         sock, addr = super().get_request()
         if self.certificates is None:
             return sock, addr
+        self.metrics.connections.inc()
         # The handshake runs in the handler thread (first read), not in the accept loop.
         return self.certificates.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
@@ -144,8 +154,9 @@ class WebhookServer:
                  health_port: int | None = 8081, ready: Callable[[], bool] = lambda: True,
                  reload_every: float = 2.0) -> None:
         endpoints: dict[str, Callable[[Any], Any]] = {"/mutate": admission.mutate, "/validate": admission.validate}
-        self.https = _Server((host, port), endpoints, ready, Certificates(cert, key, reload_every))
-        self.health = _Server((host, health_port), {}, ready, None) if health_port is not None else None
+        self.metrics = WebhookMetrics()
+        self.https = _Server((host, port), endpoints, ready, Certificates(cert, key, reload_every), self.metrics)
+        self.health = _Server((host, health_port), {}, ready, None, self.metrics) if health_port is not None else None
         self._threads: list[threading.Thread] = []
 
     @property

@@ -213,15 +213,22 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
                                  f"{v.mode.annotation}: {v.mode.value} (template-based splitting is not served); add "
                                  f"it, or ask for whole devices only")
 
+    for key in v.ignored_annotations:
+        if key in annotations:
+            plan.warnings.append(f"{where}: annotation {key} is not honoured under DRA (kube-scheduler picks the "
+                                 f"devices); it was left on the pod")
     selectors = _selectors(where, v, annotations, plan)
     same_numa = _numa(where, v, annotations, count, plan)
 
     sizes = inventory.memory_sizes(v.driver, v.capacity_memory)
     if memory is not None and sizes:
         if memory > sizes[0]:
-            plan.problems.append(f"{where}: {r.memory}={memory_units} ({describe_bytes(memory)}) is more than any published "
-                                 f"{v.device_class} device has (largest: {describe_bytes(sizes[0])} = "
-                                 f"{sizes[0] // v.memory_unit} {_unit(v)}); ask for at most that")
+            raw = str(limits.get(r.memory, requests.get(r.memory)))
+            hint = (f" ({r.memory} counts {_unit(v)}: {raw} is not a size, write e.g. {3 * (1 << 30) // v.memory_unit} "
+                    f"for 3 GiB)") if raw[-1:] in "iMGTPE" else ""
+            plan.problems.append(f"{where}: {r.memory}={memory_units} ({describe_bytes(memory)}) is more than any "
+                                 f"published {v.device_class} device has (largest: {describe_bytes(sizes[0])} = "
+                                 f"{sizes[0] // v.memory_unit} {_unit(v)}); ask for at most that{hint}")
     if percent is not None and percent < 100:
         if not sizes:
             plan.problems.append(f"{where}: {r.memory_percentage}={percent} needs the device sizes, but no "

@@ -80,6 +80,7 @@ class Vendor:
     model: str | None = None
     annotations: Annotations = Annotations()
     mode: Mode | None = None
+    ignored_annotations: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +177,7 @@ def _vendor(o: _Obj) -> list[Vendor]:
     ann = o.child("annotations")
     annotations = (ann.text("useUUID"), ann.text("noUseUUID"), ann.text("useType"), ann.text("noUseType"),
                    ann.text("numaBind"))
+    ignored_annotations = tuple(str(x) for x in ann.items("ignored"))
     ann.done()
     mode_obj = o.child("mode")
     mode: tuple[str, str, bool] | None = None
@@ -216,6 +218,7 @@ def _vendor(o: _Obj) -> list[Vendor]:
             uuid_attribute=attributes[0], type_attribute=attributes[1], model_attribute=attributes[2],
             numa_attribute=attributes[3], type_prefix=type_prefix, model=model, annotations=a,
             mode=Mode(*mode) if mode else None,
+            ignored_annotations=tuple(sub(x) or "" for x in ignored_annotations),
         ))
     return out
 

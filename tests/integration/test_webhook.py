@@ -13,6 +13,7 @@ import json
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,6 +309,17 @@ def test_deployment_rolled_out_twice_leaves_no_claim_once_scaled_to_zero(api_cli
                  120, what="every pod and ResourceClaim to be gone")
     assert len(seen_claims) >= 9  # three generations of three pods, each with its own claim
     assert len(templates_of(api_client, ns)) == 1  # one shape, one template, reused by every pod
+
+
+def test_the_api_server_keeps_its_connections_to_the_webhook(webhook: Path) -> None:
+    state = install.State.load(webhook)
+    assert state is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{state.health_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line.startswith("dra_webhook_")}
+    admissions = sum(v for k, v in values.items() if k.startswith("dra_webhook_admissions_total"))
+    assert values['dra_webhook_admissions_total{endpoint="mutate",verdict="converted"}'] >= 10
+    assert values["dra_webhook_connections_total"] < admissions / 3, values  # TLS sessions are reused, not re-made
 
 
 def test_dry_run_creates_nothing(api_client: client.ApiClient, ns: str) -> None:

@@ -270,6 +270,20 @@ def test_health_port_says_ready_only_once_the_inventory_is(served: tuple[Webhook
     assert get("/healthz") == 200 and get("/readyz") == 503
     ready["ready"] = True
     assert get("/readyz") == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.health_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    assert 'dra_webhook_admissions_total{endpoint="mutate",verdict="converted"} 0.0' in text
+
+
+def test_metrics_count_verdicts_and_connections(served: tuple[WebhookServer, Path, dict[str, bool]]) -> None:
+    srv, ca, _ = served
+    for _ in range(2):
+        post(srv.port, ca, "/mutate", json.dumps(review(gpu_pod())).encode())
+    post(srv.port, ca, "/validate", json.dumps(review(gpu_pod())).encode())
+    text = srv.metrics.render().decode()
+    assert 'dra_webhook_admissions_total{endpoint="mutate",verdict="converted"} 2.0' in text
+    assert 'dra_webhook_admissions_total{endpoint="validate",verdict="refused"} 1.0' in text
+    assert "dra_webhook_connections_total 3.0" in text  # urllib opens one connection per request
 
 
 def test_a_rotated_certificate_is_served_without_a_restart(tmp_path: Path,

@@ -89,7 +89,8 @@ PROBLEMS = [
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100000"},
      "nvidia.com/gpumem=100000 (100000Mi) is more than any published hami-core-gpu.project-hami.io device has "
      "(largest: 80Gi = 81920 MiB)"),
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3Gi"}, "is more than any published"),  # 3Gi MiB is absurd
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3Gi"},  # 3Gi MiB is absurd
+     "(nvidia.com/gpumem counts MiB: 3Gi is not a size, write e.g. 3072 for 3 GiB)"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpucore": "30"}, "nvidia.com/gpucore is not a resource this webhook knows "
                                                          "(did you mean nvidia.com/gpucores"),
     ({"huawei.com/Ascend999": "1"}, "huawei.com/Ascend999 is not a resource this webhook knows"),
@@ -126,6 +127,11 @@ def test_unsupported_knobs_are_removed_with_a_warning() -> None:
     assert "nvidia.com/priority is not supported" in plan.warnings[0]
     ops = pod_patch(p, plan, {plan.shares[0].share: "t"})
     assert ops[0]["value"]["limits"] == {"cpu": "2"}
+
+
+def test_annotations_nothing_honours_draw_a_warning() -> None:
+    plan = plan_pod(pod({"nvidia.com/gpu": "1"}, annotations={"hami.io/gpu-scheduler-policy": "binpack"}), MAPPING, SIZES)
+    assert plan.shares and "hami.io/gpu-scheduler-policy is not honoured under DRA" in plan.warnings[0]
 
 
 def test_a_pod_without_vendor_resources_is_not_touched() -> None:
