@@ -13,14 +13,11 @@ ratio, with 1 and 10 creates in flight, and the webhook process's CPU per admitt
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,27 +25,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client, config
+from prepare_latency import control_plane, cpu_seconds, percentile  # bench/, beside this file
 
 from dra.webhook import install
 
-TICKS = os.sysconf("SC_CLK_TCK")
 LIMITS = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
-
-
-@contextlib.contextmanager
-def control_plane(kubeconfig: str | None) -> Iterator[Path]:
-    if kubeconfig:
-        yield Path(kubeconfig)
-        return
-    from dra.cluster.controlplane import running
-
-    with tempfile.TemporaryDirectory(prefix="dra-bench-cp-") as d, running(Path(d)) as cp:
-        yield cp.kubeconfig
-
-
-def cpu_seconds(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / TICKS
 
 
 def rss_mib(pid: int) -> float:
@@ -56,11 +37,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * len(s)) - 1))]
 
 
 def webhook_metrics(port: int) -> dict[str, float]:
@@ -115,7 +91,7 @@ def main() -> None:
                 served_ms = sum(v for k, v in d.items() if k.startswith("dra_webhook_admission_duration_seconds_sum"))
                 for ns, label in ((served, "served"), (plain, "opted out")):
                     t = times[ns]
-                    print(f"{inflight:>9} {label:>10} {pct(t, 0.5):8.1f} {pct(t, 0.99):8.1f} {statistics.mean(t):8.1f}")
+                    print(f"{inflight:>9} {label:>10} {percentile(t, 0.5):8.1f} {percentile(t, 0.99):8.1f} {statistics.mean(t):8.1f}")
                 ratio = statistics.median(times[served]) / statistics.median(times[plain])
                 print(f"{inflight:>9} {'ratio':>10} {ratio:8.2f}x p50; webhook CPU {cpu_ms:.1f} ms per served pod; "
                       f"{calls:.0f} admissions answered in {1000 * served_ms / max(calls, 1):.1f} ms each on average "

@@ -223,7 +223,7 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
     sizes = inventory.memory_sizes(v.driver, v.capacity_memory)
     if memory is not None and sizes:
         if memory > sizes[0]:
-            raw = str(limits.get(r.memory, requests.get(r.memory)))
+            raw = str(limits.get(r.memory or "", requests.get(r.memory or "")))
             hint = (f" ({r.memory} counts {_unit(v)}: {raw} is not a size, write e.g. {3 * (1 << 30) // v.memory_unit} "
                     f"for 3 GiB)") if raw[-1:] in "iMGTPE" else ""
             plan.problems.append(f"{where}: {r.memory}={memory_units} ({describe_bytes(memory)}) is more than any "
