@@ -10,8 +10,10 @@ Who is called, and what happens when the webhook is down:
   those resources), and every other pod is admitted as if the webhook did not exist.
   ``Ignore`` stores such pods unconverted instead.
 - ResourceClaims and ResourceClaimTemplates are sent on CREATE only (their spec is immutable;
-  status and finalizer updates never wait on the webhook), and only when they name a mapped
-  DeviceClass or carry opaque config for an installed driver.
+  status and finalizer updates never wait on the webhook, so claims are always released), and
+  only when they name a mapped DeviceClass or carry opaque config for an installed driver.
+  While the webhook is down under ``Fail``, such new claims wait (the resourceclaim controller
+  retries) and every other claim is unaffected.
 - ``sideEffects: NoneOnDryRun``: the mutating endpoint creates ResourceClaimTemplates, never
   on a dry-run request.
 """

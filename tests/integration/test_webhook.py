@@ -155,6 +155,9 @@ def test_hami_pod_is_stored_with_claims_that_kube_scheduler_allocates(api_client
     ctr = stored["spec"]["containers"][0]
     assert "limits" not in ctr["resources"] and "requests" not in ctr["resources"]  # no node advertises them
     assert ctr["resources"]["claims"] == [{"name": "nvidia-main"}]
+    # What the API server handed over: 3000 arrives as "3k", and still means 3000 MiB.
+    converted = json.loads(stored["metadata"]["annotations"][translate.CONVERTED_ANNOTATION])
+    assert converted == {"main": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3k", "nvidia.com/gpucores": "30"}}
     (pod_claim,) = stored["spec"]["resourceClaims"]
     resource: Any = client.ResourceV1Api(api_client)
     template = resource.read_namespaced_resource_claim_template(
