@@ -28,6 +28,7 @@ from dra.cluster.controlplane import ControlPlane
 from dra.driver import Capacity, Device, RequestPolicy
 from dra.publish.desired import desired_pool, slice_object
 from dra.webhook import install, translate
+from dra.webhook.inventory import SliceInventory
 
 pytestmark = pytest.mark.cluster
 GPU = "hami-core-gpu.project-hami.io"
@@ -241,6 +242,25 @@ def test_hami_compat_examples_are_applied_unchanged_and_allocated(cluster: Contr
     assert g["driver"] == GPU and g["consumedCapacity"] == {"memory": "3000Mi", "cores": "30"}
     (a,) = allocation(api_client, ns, "ascend-pod")
     assert a["driver"] == NPU and a["consumedCapacity"] == {"memory": "28Gi", "cores": "40"}
+
+
+def test_the_device_inventory_follows_slices_as_they_come_and_go(api_client: client.ApiClient) -> None:
+    driver = f"{uuid.uuid4().hex[:8]}.inventory.test"
+    inventory = SliceInventory(api_client)
+    inventory.start()
+    try:
+        assert inventory.wait_ready(10)
+        assert inventory.memory_sizes(driver, "memory") is None
+        node = node_with(api_client, driver, [gpu("gpu-0", memory="24Gi"), gpu("gpu-1", memory="48Gi"),
+                                              gpu("gpu-2", memory="24Gi")])
+        assert wait_for(lambda: inventory.memory_sizes(driver, "memory"), 10, what="the slice to be seen") == (
+            48 << 30, 24 << 30)
+        resource: Any = client.ResourceV1Api(api_client)
+        for s in resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
+            resource.delete_resource_slice(s.metadata.name)
+        wait_for(lambda: inventory.memory_sizes(driver, "memory") is None, 10, what="the deletion to be seen")
+    finally:
+        inventory.stop()
 
 
 # --- nothing leaks ------------------------------------------------------------------------------

@@ -298,3 +298,32 @@ def test_a_rotated_certificate_is_served_without_a_restart(tmp_path: Path,
     assert post(srv.port, new_ca_path, "/mutate", body)[0] == 200
     with pytest.raises(urllib.error.URLError):
         post(srv.port, old_ca, "/mutate", body)
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+
+def test_manifests_prints_both_configurations_for_a_service(tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from dra.webhook.cli import app
+
+    ca, _, _ = pki(tmp_path)
+    result = CliRunner().invoke(app, ["manifests", "--ca-bundle", str(ca), "--service", "dra-system/dra-webhook:443"])
+    assert result.exit_code == 0, result.output
+    mutating, validating = yaml.safe_load_all(result.output)
+    assert mutating["kind"] == "MutatingWebhookConfiguration" and validating["kind"] == "ValidatingWebhookConfiguration"
+    svc = mutating["webhooks"][0]["clientConfig"]["service"]
+    assert svc == {"namespace": "dra-system", "name": "dra-webhook", "port": 443, "path": "/mutate"}
+    assert base64.b64decode(mutating["webhooks"][0]["clientConfig"]["caBundle"]) == ca.read_bytes()
+    bad = CliRunner().invoke(app, ["manifests", "--ca-bundle", str(ca), "--service", "nonsense"])
+    assert bad.exit_code != 0 and "NAMESPACE/NAME:PORT" in str(bad.exception)
+
+
+def test_a_missing_or_broken_mapping_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(vendors.VendorConfigError, match="cannot read the vendor mapping"):
+        vendors.load(tmp_path / "absent.yaml")
+    (tmp_path / "bad.yaml").write_text("vendors: [\n")
+    with pytest.raises(vendors.VendorConfigError, match="is not valid YAML"):
+        vendors.load(tmp_path / "bad.yaml")
