@@ -24,6 +24,7 @@ _PARTS: dict[str, tuple[str, str, str]] = {
     "hook": ("hookcore.cli", "app", "group"),
     "run": ("dra.daemon", "register", "command"),
     "demo": ("dra.demo", "register", "command"),
+    "webhook": ("dra.webhook.cli", "app", "group"),
 }
 
 
