@@ -22,11 +22,24 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from dra.errors import UserError
 
-__all__ = ["ApiClient", "ApiException", "ResourceV1Api", "api_client", "get_json", "get_raw", "iter_resp_lines",
+__all__ = ["AdmissionregistrationV1Api", "ApiClient", "ApiException", "ConfigException", "ResourceV1Api", "api_client",
+           "get_json", "get_raw", "iter_resp_lines", "load_incluster_config", "new_client_from_config",
            "quantity_decimal", "quantity_to_int"]
 
 ApiClient = _client.ApiClient
 ResourceV1Api = _client.ResourceV1Api
+AdmissionregistrationV1Api = _client.AdmissionregistrationV1Api
+ConfigException = _config.ConfigException
+
+
+def new_client_from_config(config_file: str | None = None) -> Any:
+    """An ApiClient from a kubeconfig file (default: $KUBECONFIG or ~/.kube/config)."""
+    return _config.new_client_from_config(config_file=config_file)
+
+
+def load_incluster_config() -> None:
+    """Configure the default client from the pod's service account (ConfigException outside a pod)."""
+    _config.load_incluster_config()
 
 
 def quantity_to_int(value: str | int) -> int:

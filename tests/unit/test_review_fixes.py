@@ -131,7 +131,7 @@ def _sources() -> dict[str, str]:
     ("quantity parsing", r"\bparse_quantity\(", "dra/client.py"),
     ("raw JSON GET with release_conn", r"release_conn", "dra/client.py"),
     ("the client's generic call", r"\.param_serialize\(", "dra/client.py"),
-    ("the main-request rule", r"""\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
+    ("the main-request rule", r"""request[\w.]*\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
 ])
 def test_each_helper_has_one_implementation(what: str, pattern: str, home: str) -> None:
     """Review: two flock implementations, the quantity parser twice, the raw GET three times,
