@@ -82,12 +82,12 @@ def run_workloads(cdi: Path, claims: list[tuple[str, int, list[str]]], workload:
     return table
 
 
-def left_running(cp: ControlPlane, keep: bool, work: Path) -> str:
+def left_running(cp: ControlPlane, keep: bool, work: Path | None) -> str:
     """What the demo leaves behind, and how to stop or remove it."""
     lines = [f"left running: the embedded control plane (etcd, kube-apiserver, kube-scheduler,"
              f" kube-controller-manager) in {cp.directory}; it serves the next `dra demo` and `make test`.",
              f"  stop it:  {sys.executable} -m dra.cli cluster down --dir {cp.directory}"]
-    if keep:
+    if keep and work is not None:
         lines.append(f"  kept (--keep): the demo's namespace, node and DeviceClass, and its files in {work}")
     return "\n".join(lines)
 
@@ -108,6 +108,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     _out.print(f"    ready: {health.version} at {cp.server}; export KUBECONFIG={cp.kubeconfig}", highlight=False)
     rc = _on_real_node(cp, driver_entry, keep, node_mode)
     if rc is not None:
+        _out.print(left_running(cp, keep, None), highlight=False)
         return rc
 
     api = cp.api_client()
