@@ -6,7 +6,9 @@
 - `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`;
 - `testing_lib`: the test build of libvgpu.so (`make testing`), which also honours
   HOOKCORE_TESTING_CONFIG_ROOT so config-file tests need no root;
-- `client`: `tests/hook/c/shim_client.c` compiled (`tests/hook/clients.py` builds its environment).
+- `client`: `tests/hook/c/shim_client.c` compiled (`tests/hook/clients.py` builds its environment);
+- `demo`: a second hook library, libvdemo.so (test build), from the same core and preload layer
+  with the demo shim of `tests/hook/c/demo/`, its fake vendor library and the `two_libs` client.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def make(*targets: str) -> None:
 class CoreTests:
     test_core: Path
     test_core_asan: Path  # the same tests built with ASan + UBSan
+    test_core_tsan: Path  # and with ThreadSanitizer
     fuzz_config: Path
 
 
@@ -50,7 +53,7 @@ class HookLibs:
 def core_tests() -> CoreTests:
     make("core-tests")
     tests = BUILD / "tests"
-    return CoreTests(tests / "test_core", tests / "test_core_asan", tests / "fuzz_config")
+    return CoreTests(tests / "test_core", tests / "test_core_asan", tests / "test_core_tsan", tests / "fuzz_config")
 
 
 def _extension_stale() -> bool:
@@ -96,3 +99,28 @@ def client(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) ->
     assert proc.returncode == 0, proc.stderr
     return out
 
+
+
+@dataclass(frozen=True)
+class DemoLibs:
+    libvdemo: Path      # test build (honours HOOKCORE_TESTING_CONFIG_ROOT)
+    driver_dir: Path    # holds libdemodrv.so.1
+    client: Path        # tests/hook/c/two_libs.c
+    shim_dir: Path
+
+
+def cc(out: Path, *args: str) -> Path:
+    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"cc {' '.join(args)} failed:\n{proc.stderr}", pytrace=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> DemoLibs:
+    shim = ROOT / "tests/hook/c/demo"
+    make(f"BUILD={BUILD / 'demo'}", "HOOK_LIBS=vdemo", f"SHIMS_vdemo={shim}", "DEFS=-DHK_TESTING", "hooklibs")
+    d = tmp_path_factory.mktemp("demo")
+    cc(d / "libdemodrv.so.1", "-shared", "-fPIC", str(ROOT / "tests/hook/c/demodrv.c"))
+    client = cc(d / "two_libs", str(ROOT / "tests/hook/c/two_libs.c"), "-ldl")
+    return DemoLibs(BUILD / "demo" / "libvdemo.so", d, client, shim)

@@ -22,9 +22,13 @@
  *   cuinit                   time dlopen + cuGetProcAddress + cuInit (microseconds)
  *   nvml [IDX]               NVML memory info (v1 and v2) of NVML device IDX
  *   devices                  every visible device: "DEV <ordinal> <uuid> <total bytes> <name>"
+ *   threads N ITERS          N threads at once: dlsym lookups (policed and not), cuGetProcAddress,
+ *                            1 MiB alloc/free, 20 us launches, NVML memory info of NVML device
+ *                            THREADS_NVML_INDEX (must report THREADS_NVML_TOTAL if set); "THREADS ok"
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -427,6 +431,56 @@ static void cmd_devices(void) {
     }
 }
 
+static CUcontext g_ctx;
+static int g_iters;
+static int (*g_nvml_mem)(void *, void *);
+static void *g_nvml_dev;
+static unsigned long long g_nvml_total;   /* THREADS_NVML_TOTAL: what every query must report */
+
+static void *thread_body(void *arg) {
+    (void)arg;
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       CUstream, void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    if (cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread set current");
+    for (int i = 0; i < g_iters; i++) {
+        if (!dlsym(libcuda, "cuMemAlloc_v2") || !dlsym(libcuda, "cuCtxGetApiVersion")) fail("thread dlsym");
+        CUresult (*alloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc", V, 0);
+        CUdeviceptr p;
+        CUresult r = alloc(&p, MiB);
+        if (r == CUDA_SUCCESS) cuMemFree_(p);
+        else if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("thread alloc = %d", r);
+        if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
+        if (i % 8 == 7) ssync(NULL);
+        if (g_nvml_mem) {
+            unsigned long long m[3];
+            if (g_nvml_mem(g_nvml_dev, m) != 0) fail("thread nvml");
+            if (g_nvml_total && m[0] != g_nvml_total) fail("thread nvml total %llu, want %llu", m[0], g_nvml_total);
+        }
+    }
+    ssync(NULL);
+    return NULL;
+}
+
+static void cmd_threads(int n, int iters) {
+    pthread_t t[64];
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    cur(&g_ctx);
+    g_iters = iters;
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*init)(void) = h ? dlsym(h, "nvmlInit_v2") : NULL;
+    int (*get)(unsigned, void **) = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+    const char *idx = getenv("THREADS_NVML_INDEX"), *tot = getenv("THREADS_NVML_TOTAL");
+    if (tot) g_nvml_total = strtoull(tot, NULL, 10);
+    if (init && get && init() == 0 && get(idx ? (unsigned)atoi(idx) : 0, &g_nvml_dev) == 0)
+        g_nvml_mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
+    if (n > 64) n = 64;
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], NULL, thread_body, NULL) != 0) fail("pthread_create");
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    printf("THREADS ok\n");
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -520,6 +574,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "fork")) cmd_fork(parse_size(argv[2]));
     else if (!strcmp(cmd, "launch")) cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
     else if (!strcmp(cmd, "capture")) cmd_capture();
+    else if (!strcmp(cmd, "threads")) cmd_threads(atoi(argv[2]), atoi(argv[3]));
     else fail("unknown command %s", cmd);
     return 0;
 }
