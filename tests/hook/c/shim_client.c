@@ -22,6 +22,13 @@
  *   cuinit                   time dlopen + cuGetProcAddress + cuInit (microseconds)
  *   nvml [IDX]               NVML memory info (v1 and v2) of NVML device IDX
  *   devices                  every visible device: "DEV <ordinal> <uuid> <total bytes> <name>"
+ *   copy WHAT BYTES SECONDS [ptds]
+ *                            copies or memsets of BYTES for SECONDS, "RATE <ops per second>"; WHAT
+ *                            is memcpy htod dtoh dtod peer 2d 3d memset8 memset16 memset32
+ *                            memset2d8, with "-async" for the stream-ordered form (10 per sync);
+ *                            ptds resolves the per-thread-default-stream variants
+ *   copynames                every copy/memset base name, v12000 with and without the per-thread
+ *                            flag, must resolve to libvgpu.so's interposer: "COPYNAME base flag hook"
  *   threads N ITERS          N threads at once: dlsym lookups (policed and not), cuGetProcAddress,
  *                            1 MiB alloc/free, 20 us launches, NVML memory info of NVML device
  *                            THREADS_NVML_INDEX (must report THREADS_NVML_TOTAL if set); "THREADS ok"
@@ -431,6 +438,106 @@ static void cmd_devices(void) {
     }
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
+    cuuint64_t fl = ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+    int async = strstr(what, "-async") != NULL;
+    char base[64];
+    snprintf(base, sizeof base, "%.*s", (int)strcspn(what, "-"), what);
+    static const struct { const char *what, *name; } names[] = {
+        {"memcpy", "cuMemcpy"}, {"htod", "cuMemcpyHtoD"}, {"dtoh", "cuMemcpyDtoH"}, {"dtod", "cuMemcpyDtoD"},
+        {"peer", "cuMemcpyPeer"}, {"2d", "cuMemcpy2D"}, {"3d", "cuMemcpy3D"}, {"memset8", "cuMemsetD8"},
+        {"memset16", "cuMemsetD16"}, {"memset32", "cuMemsetD32"}, {"memset2d8", "cuMemsetD2D8"},
+    };
+    const char *fn = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(names[i].what, base)) fn = names[i].name;
+    if (!fn) fail("unknown copy %s", what);
+    char full[80];
+    snprintf(full, sizeof full, "%s%s", fn, async ? "Async" : "");
+    void *f = sym(full, V, fl);
+    const char *sname;
+    if (strcmp(owner(f, &sname), "libvgpu.so") && getenv("LD_PRELOAD")) fail("%s not hooked (%s)", full, sname);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    CUstream st = NULL;
+    if (async && !ptds && screate(&st, 0) != CUDA_SUCCESS) fail("stream");
+    CUcontext ctx;
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    cur(&ctx);
+    static char host[16];
+    CUDA_MEMCPY2D p2 = {.WidthInBytes = bytes / 100, .Height = 100};
+    CUDA_MEMCPY3D p3 = {.WidthInBytes = bytes / 100, .Height = 10, .Depth = 10};
+    double t0 = now_s(), t;
+    unsigned long n = 0;
+    while ((t = now_s()) - t0 < seconds) {
+        for (int i = 0; i < 10; i++) {
+            CUresult r;
+            CUdeviceptr d = 0x700000000000ULL;
+            if (!strcmp(base, "memcpy") || !strcmp(base, "dtod"))
+                r = async ? ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))f)(d, d, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))f)(d, d, bytes);
+            else if (!strcmp(base, "htod"))
+                r = async ? ((CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))f)(d, host, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, const void *, size_t))f)(d, host, bytes);
+            else if (!strcmp(base, "dtoh"))
+                r = async ? ((CUresult(*)(void *, CUdeviceptr, size_t, CUstream))f)(host, d, bytes, st)
+                          : ((CUresult(*)(void *, CUdeviceptr, size_t))f)(host, d, bytes);
+            else if (!strcmp(base, "peer"))
+                r = async ? ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))f)(
+                                d, ctx, d, ctx, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t))f)(d, ctx, d, ctx, bytes);
+            else if (!strcmp(base, "2d"))
+                r = async ? ((CUresult(*)(const CUDA_MEMCPY2D *, CUstream))f)(&p2, st)
+                          : ((CUresult(*)(const CUDA_MEMCPY2D *))f)(&p2);
+            else if (!strcmp(base, "3d"))
+                r = async ? ((CUresult(*)(const CUDA_MEMCPY3D *, CUstream))f)(&p3, st)
+                          : ((CUresult(*)(const CUDA_MEMCPY3D *))f)(&p3);
+            else if (!strcmp(base, "memset8"))
+                r = async ? ((CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))f)(d, 1, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, unsigned char, size_t))f)(d, 1, bytes);
+            else if (!strcmp(base, "memset16"))
+                r = async ? ((CUresult(*)(CUdeviceptr, unsigned short, size_t, CUstream))f)(d, 1, bytes / 2, st)
+                          : ((CUresult(*)(CUdeviceptr, unsigned short, size_t))f)(d, 1, bytes / 2);
+            else if (!strcmp(base, "memset32"))
+                r = async ? ((CUresult(*)(CUdeviceptr, unsigned int, size_t, CUstream))f)(d, 1, bytes / 4, st)
+                          : ((CUresult(*)(CUdeviceptr, unsigned int, size_t))f)(d, 1, bytes / 4);
+            else
+                r = async ? ((CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream))f)(
+                                d, bytes / 100, 1, bytes / 100, 100, st)
+                          : ((CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t))f)(d, bytes / 100, 1,
+                                                                                                 bytes / 100, 100);
+            if (r != CUDA_SUCCESS) fail("%s = %d", full, r);
+        }
+        if (async) ssync(ptds ? CU_STREAM_PER_THREAD : st);
+        n += 10;
+    }
+    printf("RATE %.1f\n", n / (t - t0));
+}
+
+static void cmd_copynames(void) {
+    static const char *const bases[] = {
+        "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyHtoDAsync", "cuMemcpyDtoH", "cuMemcpyDtoHAsync",
+        "cuMemcpyDtoD", "cuMemcpyDtoDAsync", "cuMemcpyPeer", "cuMemcpyPeerAsync", "cuMemcpy2D",
+        "cuMemcpy2DUnaligned", "cuMemcpy2DAsync", "cuMemcpy3D", "cuMemcpy3DAsync", "cuMemcpy3DPeer",
+        "cuMemcpy3DPeerAsync", "cuMemsetD8", "cuMemsetD8Async", "cuMemsetD16", "cuMemsetD16Async", "cuMemsetD32",
+        "cuMemsetD32Async", "cuMemsetD2D8", "cuMemsetD2D8Async", "cuMemsetD2D16", "cuMemsetD2D16Async",
+        "cuMemsetD2D32", "cuMemsetD2D32Async"};
+    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
+        for (int pt = 0; pt < 2; pt++) {
+            const char *sname = "?";
+            void *f = sym(bases[i], V, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+            const char *lib = owner(f, &sname);
+            printf("COPYNAME %s %d %s %s\n", bases[i], pt, lib, sname);
+        }
+    }
+}
+
 static CUcontext g_ctx;
 static int g_iters;
 static int (*g_nvml_mem)(void *, void *);
@@ -481,11 +588,6 @@ static void cmd_threads(int n, int iters) {
     printf("THREADS ok\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void cmd_launch(unsigned us, int graph, double seconds) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -575,6 +677,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "launch")) cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
     else if (!strcmp(cmd, "capture")) cmd_capture();
     else if (!strcmp(cmd, "threads")) cmd_threads(atoi(argv[2]), atoi(argv[3]));
+    else if (!strcmp(cmd, "copy"))
+        cmd_copy(argv[2], (size_t)atoll(argv[3]), atof(argv[4]), argc > 5 && !strcmp(argv[5], "ptds"));
+    else if (!strcmp(cmd, "copynames")) cmd_copynames();
     else fail("unknown command %s", cmd);
     return 0;
 }
