@@ -28,6 +28,8 @@ cdef extern from "hookcore.h" nogil:
         HK_CFG_MEM_SET
         HK_CFG_SM_SET
         HK_CFG_UUID_SET
+        HK_COMPUTE_SHARE
+        HK_COMPUTE_STRICT
         HK_ORIGIN_NONE
         HK_ORIGIN_ENV
         HK_ORIGIN_FILE
@@ -44,6 +46,8 @@ cdef extern from "hookcore.h" nogil:
         uint64_t mem_limit[16]
         uint32_t sm_limit[16]
         uint32_t flags[16]
+        uint32_t compute_mode[16]
+        uint32_t ref_mhz[16]
         char uuid[16][64]
         char ledger_path[4096]
 

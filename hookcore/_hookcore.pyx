@@ -135,6 +135,8 @@ def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
                 "memory_limit": None if cfg.mem_limit[i] == HK_MEM_UNLIMITED else cfg.mem_limit[i],
                 "sm_limit": cfg.sm_limit[i],
                 "uuid": cfg.uuid[i].decode("utf-8", "replace") or None,
+                "compute_mode": "strict" if cfg.compute_mode[i] == HK_COMPUTE_STRICT else "share",
+                "ref_mhz": cfg.ref_mhz[i] or None,
                 "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
             })
         return {

@@ -597,11 +597,21 @@ STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { retur
 #define KERNEL_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
                     unsigned bz, unsigned shmem, CUstream s
 
+/* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
+   STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
+   GPU that boosts when it is not fully loaded (for the strict cap tests). */
+static int64_t kernel_ns(uintptr_t us) {
+    const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
+    int64_t ns = (int64_t)us * 1000;
+    if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
+    return ns;
+}
+
 STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
     (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, (int64_t)(uintptr_t)f * 1000);
+    enqueue(s, kernel_ns((uintptr_t)f));
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **params, void **extra) {
@@ -624,7 +634,7 @@ STUB_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, v
 STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, (int64_t)(uintptr_t)g * 1000);
+    enqueue(s, kernel_ns((uintptr_t)g));
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
