@@ -32,6 +32,7 @@ __all__ = [
     "HookConfigError",
     "Ledger",
     "LedgerError",
+    "LimiterUsage",
     "ProcessUsage",
     "claim_env",
     "config_file_text",
@@ -224,6 +225,18 @@ class DeviceUsage:
 
 
 @dataclass(frozen=True)
+class LimiterUsage:
+    """The compute limiter of one device index of a claim: device time charged and waited."""
+
+    index: int
+    active: bool  # a process of the claim has set up a compute limit on this device
+    share: int  # percent
+    charged_ns: int  # device time charged since the ledger was created
+    throttled_ns: int  # time the claim's submitting threads waited for their share
+    tokens_ns: int  # current balance (negative = in debt)
+
+
+@dataclass(frozen=True)
 class ProcessUsage:
     """One process slot of a ledger."""
 
@@ -275,6 +288,9 @@ class Ledger:
             if i < max(self.device_count, 1) or d.used > 0 or d.peak > 0:
                 out.append(d)
         return out
+
+    def limiter(self, index: int) -> LimiterUsage:
+        return LimiterUsage(index, **self._view.limiter(index))
 
     def processes(self, include_free: bool = False) -> list[ProcessUsage]:
         """Process slots in use (live, dead-but-not-reclaimed, claiming)."""

@@ -241,6 +241,15 @@ cdef class LedgerView:
             "live_processes": d.live_processes,
         }
 
+    def limiter(self, int index):
+        """The compute limiter's bucket of device `index` (device time charged, time throttled)."""
+        cdef hk_limiter_stats st
+        if index < 0 or index >= HK_MAX_DEVICES:
+            raise IndexError(f"device index {index} out of range 0..{HK_MAX_DEVICES - 1}")
+        hk_limiter_read(hk_ledger_limiter_area(self._open(), index), &st)
+        return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
+                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns}
+
     def process(self, int slot):
         cdef hk_process_info p
         if hk_ledger_process(self._open(), slot, &p) != HK_OK:
