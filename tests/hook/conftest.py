@@ -23,14 +23,17 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Every build of hookcore's C code during the test session (ours, other suites' fixtures, setup.py)
+# is a CI build: warnings are errors. Exported so that all of them agree and nothing rebuilds twice.
+os.environ.setdefault("WERROR", "-Werror")
 HOOKCORE = ROOT / "hookcore"
 BUILD = HOOKCORE / "build"
 
 
 def make(*targets: str) -> None:
-    """Run `make -C hookcore TARGETS` with -Werror; a failure fails the test with the compiler's output."""
-    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", "-j2", "WERROR=-Werror", *targets],
-                          capture_output=True, text=True)
+    """Run `make -C hookcore TARGETS` (WERROR from the environment); a failure fails the test with the
+    compiler's output."""
+    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", "-j2", *targets], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"make {' '.join(targets)} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
 
