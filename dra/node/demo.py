@@ -12,7 +12,6 @@ import contextlib
 import re
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -24,22 +23,13 @@ from rich.console import Console
 from rich.table import Table
 
 from dra.cluster.controlplane import ControlPlane
+from dra.demo import _wait as _until
 from dra.errors import UserError
 from dra.node.images import WORKLOAD_IMAGE
 from dra.node.node import RealNode, unavailable_reason
 
 CLAIMS = {"training": ("70", "10Gi"), "notebook": ("30", "4Gi")}
 _REPORT = re.compile(r"^(quota_total_bytes|over_quota_alloc)=(\S+)$", re.M)
-
-
-def _until(what: str, fn: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise UserError(f"the real-node demo timed out after {timeout:.0f} s waiting for {what}.")
 
 
 def _allocation(resource: Any, ns: str, name: str) -> Any:
