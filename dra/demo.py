@@ -92,7 +92,7 @@ def left_running(cp: ControlPlane, keep: bool, work: Path) -> str:
 
 
 def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", keep: bool = False,
-             workload: Path | None = None) -> int:
+             workload: Path | None = None, node_mode: str = "auto") -> int:
     from kubernetes import client
 
     from dra.testing.cdi import apply_cdi
@@ -105,6 +105,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     cp = ControlPlane(directory, k8s_version)
     health = cp.up(progress=lambda m: _out.print(f"    {m}", style="dim", highlight=False))
     _out.print(f"    ready: {health.version} at {cp.server}; export KUBECONFIG={cp.kubeconfig}", highlight=False)
+    rc = _on_real_node(cp, driver_entry, keep, node_mode)
+    if rc is not None:
+        return rc
 
     api = cp.api_client()
     # Bodies are plain manifests (dicts), as users write them; the typed client accepts them at run time.
@@ -231,6 +234,15 @@ def _daemon_died(work: Path) -> None:
     raise UserError("the node daemon exited during the demo; its last lines:\n" + "\n".join(tail))
 
 
+def _on_real_node(cp: ControlPlane, driver_entry: str, keep: bool, node_mode: str) -> int | None:
+    """The demo on a real kubelet + containerd node (dra.node.demo) where one starts; None: play kubelet."""
+    if node_mode == "harness":
+        return None
+    from dra.node.demo import real_node_demo
+
+    return real_node_demo(cp, driver_entry, _out, _step, keep=keep, required=node_mode == "real")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
@@ -241,6 +253,11 @@ def register(app: typer.Typer) -> None:
         workload: Annotated[
             Path | None, typer.Option(help="Program started per claim (default: hookcore's cuda_workload)")
         ] = None,
+        node: Annotated[str, typer.Option(
+            help="auto: a real kubelet + containerd node where one starts here, else play kubelet; real: fail "
+                 "without one; harness: always play kubelet")] = "auto",
     ) -> None:
         """Run the whole claim path on an embedded control plane with a fake-device driver."""
-        raise typer.Exit(run_demo(directory or default_dir(), k8s_version, driver, keep, workload))
+        if node not in ("auto", "real", "harness"):
+            raise UserError(f"--node {node!r}: expected auto, real or harness")
+        raise typer.Exit(run_demo(directory or default_dir(), k8s_version, driver, keep, workload, node))
