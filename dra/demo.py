@@ -229,14 +229,19 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if not keep:
-            for delete in (lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
-                           lambda: resource.delete_device_class(cls) if cls else None):
-                try:
-                    delete()
-                except Exception:  # best-effort clean-up of demo objects
-                    pass
-            shutil.rmtree(work, ignore_errors=True)
+            clean_up([lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
+                      lambda: resource.delete_device_class(cls) if cls else None], work)
         api.close()
+
+
+def clean_up(deletes: list[Any], work: Path) -> None:
+    """Delete the demo's objects (each best effort: one failing does not keep the others) and its files."""
+    for delete in deletes:
+        try:
+            delete()
+        except Exception:  # best-effort clean-up of demo objects
+            pass
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def _daemon_died(work: Path) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 import uuid
@@ -108,7 +107,7 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
     from dra.demo import _out as out
     from dra.demo import _step as step
     from dra.demo import _wait as wait
-    from dra.demo import create_fake_node, left_running
+    from dra.demo import clean_up, create_fake_node, left_running
     from dra.testing.daemon import DaemonProcess
     from dra.testing.kubelet import KubeletHarness
     from dra.testing.runtime import run_with_cdi, runtime_unavailable
@@ -244,14 +243,8 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
             n.harness.close()
             n.daemon.stop()
         if not keep:
-            for delete in (lambda: core.delete_namespace(ns),
-                           *[lambda n=n: core.delete_node(n.name) for n in nodes],
-                           lambda: resource.delete_device_class(cls_name) if created_class else None):
-                try:
-                    delete()
-                except Exception:  # best-effort clean-up of demo objects
-                    pass
-            shutil.rmtree(work, ignore_errors=True)
+            clean_up([lambda: core.delete_namespace(ns), *[lambda n=n: core.delete_node(n.name) for n in nodes],
+                      lambda: resource.delete_device_class(cls_name) if created_class else None], work)
         api.close()
 
 
