@@ -188,8 +188,12 @@ def run_workload(cdi_dir: Path, ids: list[str], argv: list[str], host_links: boo
         for m in mounts:
             target = Path(m.container_path)
             if not target.exists() and not target.is_symlink():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(m.host_path)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.symlink_to(m.host_path)
+                except OSError as exc:  # e.g. a read-only driver mount: the process finds the file where it is
+                    skipped.append(f"{m.host_path} -> {target} ({exc.strerror})")
+                    continue
                 made.append(target)
             elif not target.samefile(m.host_path):
                 skipped.append(f"{m.host_path} -> {target} (target exists)")
