@@ -18,7 +18,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-CORE_SOURCES = ["config.c", "ledger.c", "track.c", "hookcore.c"]
+CORE_SOURCES = ["config.c", "config_file.c", "ledger.c", "track.c", "hookcore.c"]
 LIBRARIES = ["libvgpu.so", "stub/libcuda.so.1", "stub/libnvidia-ml.so.1"]
 
 
@@ -41,7 +41,9 @@ class BuildHookcore(build_ext):
 
 extension = Extension(
     "hookcore._hookcore",
-    sources=["hookcore/_hookcore.pyx", *(f"hookcore/core/{name}" for name in CORE_SOURCES)],
+    # the core, plus the legacy environment names of the shims (parse_config accepts both)
+    sources=["hookcore/_hookcore.pyx", *(f"hookcore/core/{name}" for name in CORE_SOURCES),
+             "hookcore/cuda/hami_env.c"],
     include_dirs=["hookcore/core"],
     extra_compile_args=["-std=gnu11", "-D_GNU_SOURCE", "-O2", "-fvisibility=hidden", "-pthread"],
     extra_link_args=["-pthread"],

@@ -74,6 +74,7 @@ class DeviceRecord:
     cdi_ids: tuple[str, ...] = ()
     edits: ContainerEdits = dataclasses.field(default_factory=ContainerEdits)
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    config: Mapping[str, Any] | None = None  # the decoded opaque config, encoded (dra.config.encode_config)
 
     @property
     def key(self) -> tuple[str, str, str, str | None]:
@@ -91,6 +92,9 @@ class ClaimRecord:
     claim_edits: ContainerEdits = dataclasses.field(default_factory=ContainerEdits)
     created_at: float = 0.0
     updated_at: float = 0.0
+    enforcement: Mapping[str, Any] | None = None
+    """The claim's hook (dra.enforcement.ClaimHookPlan.to_json plus "set", the mounted set's path);
+    its dir is ``<state-dir>/hooks/<uid>``, removed with the claim whatever this field says."""
 
 
 # --- (de)serialisation -------------------------------------------------------------------------
@@ -120,11 +124,12 @@ def _record_to_json(r: ClaimRecord) -> dict[str, Any]:
         "uid": r.uid, "namespace": r.namespace, "name": r.name, "phase": r.phase, "bootID": r.boot_id,
         "createdAt": r.created_at, "updatedAt": r.updated_at,
         "claimEdits": edits_to_json(r.claim_edits),
+        **({"enforcement": dict(r.enforcement)} if r.enforcement is not None else {}),
         "devices": [{
             "driver": d.driver, "request": d.request, "pool": d.pool, "device": d.device, "shareID": d.share_id,
             "consumedCapacity": dict(d.consumed_capacity), "adminAccess": d.admin_access,
             "cdiName": d.cdi_name, "cdiDeviceIDs": list(d.cdi_ids), "edits": edits_to_json(d.edits),
-            "state": dict(d.state),
+            "state": dict(d.state), **({"config": dict(d.config)} if d.config is not None else {}),
         } for d in r.devices],
     }
 
@@ -137,12 +142,13 @@ def _record_from_json(c: Mapping[str, Any]) -> ClaimRecord:
         uid=c["uid"], namespace=c["namespace"], name=c["name"], phase=phase, boot_id=c["bootID"],
         created_at=float(c.get("createdAt", 0.0)), updated_at=float(c.get("updatedAt", 0.0)),
         claim_edits=edits_from_json(c.get("claimEdits") or {}),
+        enforcement=c.get("enforcement"),
         devices=tuple(DeviceRecord(
             driver=d["driver"], request=d["request"], pool=d["pool"], device=d["device"],
             share_id=d.get("shareID"), consumed_capacity={k: int(v) for k, v in (d.get("consumedCapacity") or {}).items()},
             admin_access=bool(d.get("adminAccess")), cdi_name=d.get("cdiName", ""),
             cdi_ids=tuple(d.get("cdiDeviceIDs") or ()), edits=edits_from_json(d.get("edits") or {}),
-            state=d.get("state") or {},
+            state=d.get("state") or {}, config=d.get("config"),
         ) for d in c.get("devices") or ()),
     )
 

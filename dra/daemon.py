@@ -86,6 +86,13 @@ class DaemonSettings:
     fake: str | None = None
     """``--fake PROFILE_OR_FILE`` (or ``DRA_FAKE_DEVICES``): the driver's fake backend."""
 
+    hook_dir: Path = Path("/var/lib/dra-hookcore")
+    """Hook libraries, content-addressed and shared by every driver's daemon on the node."""
+
+    preload: str = "file"
+    """How an enforced claim's containers load the hook when the driver does not say: ``file``
+    (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
+
 
 def installed_drivers() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -154,9 +161,12 @@ class Daemon:
     """The running pieces of one `dra run`; `start()`, then `stop()` (idempotent)."""
 
     def __init__(self, driver: Driver, settings: DaemonSettings, claims_client: Any, publish_client: Any) -> None:
-        from dra.api import ApiClaimSource
+        from dra.api import ApiClaimSource, node_labels_reader
         from dra.cdi import CDISpecs
         from dra.checkpoint import Checkpoint
+        from dra.driver import Preload
+        from dra.enforcement import ClaimHooks
+        from dra.hookdir import HookDir
         from dra.kubelet import KubeletPlugin
         from dra.kubelet.health import HealthFeed
         from dra.kubelet.paths import KubeletPaths
@@ -192,6 +202,9 @@ class Daemon:
             settings.node_name,
             Checkpoint(state_dir),
             CDISpecs(driver.cdi_kind, settings.cdi_dir),
+            # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
+            node_labels=node_labels_reader(claims_client, settings.node_name),
+            hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
         )
         self.plugin = KubeletPlugin(
             name,
@@ -347,12 +360,20 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--fake", envvar="DRA_FAKE_DEVICES", help="Use the driver's fake backend: a profile name or a file."),
         ] = None,
+        hook_dir: Annotated[
+            Path, typer.Option("--hook-dir", help="Where hook libraries are installed (shared by every driver on the node).")
+        ] = DaemonSettings.hook_dir,
+        preload: Annotated[
+            str, typer.Option("--preload", help="Default hook preload of enforced claims: file (/etc/ld.so.preload) or env.")
+        ] = DaemonSettings.preload,
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
             raise UserError(f"--log-format must be 'json' or 'text', not {log_format!r}")
         if log_level.lower() not in ("debug", "info", "warning", "error"):
             raise UserError(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+        if preload not in ("file", "env"):
+            raise UserError(f"--preload must be 'file' or 'env', not {preload!r}")
         if not node_name:
             raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
         dra_logging.setup(log_format, log_level)
@@ -371,6 +392,8 @@ def register(app: typer.Typer) -> None:
             grpc_workers=grpc_workers,
             driver_settings=parse_settings(set_),
             fake=fake or None,
+            hook_dir=hook_dir,
+            preload=preload,
         )
         run(driver, settings)
 

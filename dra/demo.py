@@ -88,6 +88,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
             [sys.executable, "-m", "dra.cli", "run", driver_entry, "--node-name", node,
              "--kubeconfig", str(cp.kubeconfig), "--registrar-dir", str(registrar),
              "--plugin-dir", str(plugins), "--cdi-dir", str(cdi), "--state-dir", str(state),
+             "--hook-dir", str(work / "hook-dir"),
              "--metrics-port", "0", "--log-format", "text", "--set", "count=2"],
             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
         )

@@ -25,14 +25,19 @@ POINTS: tuple[str, ...] = (
     "prepare.after_fetch",
     "prepare.after_preparing",
     "prepare.after_driver",
+    "prepare.after_hooks",
     "prepare.after_cdi",
     "prepare.after_prepared",
     "unprepare.start",
     "unprepare.after_driver",
     "unprepare.after_cdi",
+    "unprepare.after_hooks",
     "unprepare.after_checkpoint",
     "atomic.before_rename",
     "atomic.after_rename",
+    "hookdir.after_lib",
+    "hookdir.after_set",
+    "hookdir.after_switch",
 )
 """Every point the framework places, in the order a prepare/unprepare passes them."""
 

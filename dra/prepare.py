@@ -26,10 +26,13 @@ claim or two, get distinct CDI devices ``<claimUID>-<device>-<shareID>``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
@@ -37,9 +40,11 @@ from typing import Any
 from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, NodeSelector, OpaqueConfig, ResourceClaim
 from dra.cdi import CDISpecs, check_qualified, device_name
 from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
-from dra.config import ConfigError, decode_config
+from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
+from dra.enforcement import ClaimHookPlan, ClaimHooks, EnforcementError, merge_edits
 from dra.faults import fault
+from dra.hookdir import HookDir, HookSet
 from dra.kubelet.handler import ClaimOutcome, PreparedResult
 
 log = logging.getLogger(__name__)
@@ -86,19 +91,24 @@ class ClaimPreparer:
         lock: LockFactory | None = None,
         node_labels: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
         max_parallel: int = 16,
+        hooks: ClaimHooks | None = None,
     ) -> None:
         """`node_labels`: the Node's labels, for allocations whose nodeSelector tests labels
         (pools with a nodeSelector instead of a nodeName); a mapping, or a function that reads
         them (e.g. `dra.api.node_labels_reader`), called only when a selector needs a label
         other than ``kubernetes.io/hostname`` and cached for 30 s. Default: only
         ``kubernetes.io/hostname=<node_name>``. Node-local devices need no labels: the scheduler
-        selects them by the ``metadata.name`` field."""
+        selects them by the ``metadata.name`` field.
+
+        `hooks`: where claims' hook dirs and the node's hook libraries live (the daemon's
+        ``--hook-dir``); default: both under the checkpoint's state dir."""
         self.driver = driver
         self.source = claim_source
         self.node_name = node_name
         self.checkpoint = checkpoint
         self.cdi = cdi
         self.lock: LockFactory = lock or checkpoint.lock
+        self.hooks = hooks or ClaimHooks(checkpoint.state_dir, HookDir(checkpoint.state_dir / "hook-dir"))
         self._static_labels: dict[str, str] = {HOSTNAME_LABEL: node_name}
         self._read_labels: Callable[[], Mapping[str, str]] | None = None
         if callable(node_labels):
@@ -118,15 +128,16 @@ class ClaimPreparer:
         """Repair local state at daemon start; returns the paths removed.
 
         Temp files of interrupted writes go (each under its claim's lock, so a write in progress
-        in another instance during a rolling update is never disturbed), then CDI specs with no
-        checkpoint record. Records in ``preparing`` stay: kubelet's next prepare finishes them,
+        in another instance during a rolling update is never disturbed), then CDI specs and claim
+        hook dirs with no checkpoint record, then the hook dir's leftovers and the hook sets that
+        no CDI spec mounts. Records in ``preparing`` stay: kubelet's next prepare finishes them,
         its next unprepare undoes them.
         """
         removed = []
-        for path, uid in [*self.checkpoint.temp_files(), *self.cdi.temp_files()]:
+        for path, uid in [*self.checkpoint.temp_files(), *self.cdi.temp_files(), *self.hooks.temp_dirs()]:
             with self.lock(uid):
                 try:
-                    path.unlink()
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
                 except FileNotFoundError:
                     continue
                 removed.append(str(path))
@@ -134,6 +145,9 @@ class ClaimPreparer:
         # Records that could not be read (newer version) still protect their specs.
         known |= self.checkpoint.uids()
         removed += [str(p) for p in self.cdi.sweep_orphans(known)]
+        removed += [str(p) for p in self.hooks.sweep_orphans(known)]
+        removed += self.hooks.hook_dir.recover()
+        removed += self.hooks.hook_dir.collect([self.cdi.spec_dir])
         return removed
 
     # -- prepare ---------------------------------------------------------------------------------
@@ -271,7 +285,8 @@ class ClaimPreparer:
         wanted = [(self.driver.name, d.pool, d.device, d.share_id) for d in plan.devices]
         if record is not None:
             same_devices = [d.key for d in record.devices] == wanted
-            if same_devices and record.boot_id == self.checkpoint.boot_id and record.phase == PREPARED:
+            if (same_devices and record.boot_id == self.checkpoint.boot_id and record.phase == PREPARED
+                    and self._hook_set_present(record)):
                 return self._answer_from_record(record)
             if not same_devices:
                 # Same UID, other devices: the claim was deallocated and allocated again without an
@@ -286,38 +301,84 @@ class ClaimPreparer:
 
         now = time.time()
         created = record.created_at if record is not None else now
+        driver_cls = type(self.driver)
         base = [DeviceRecord(driver=self.driver.name, request=d.request, pool=d.pool, device=d.device,
                              share_id=d.share_id, consumed_capacity=dict(d.consumed_capacity),
-                             admin_access=d.admin_access, cdi_name=n)
+                             admin_access=d.admin_access, cdi_name=n,
+                             config=encode_config(driver_cls, d.config) if d.config is not None else None)
                 for d, n in zip(plan.devices, plan.names, strict=True)]
         self.checkpoint.put(ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARING,
                                         boot_id=self.checkpoint.boot_id, devices=tuple(base),
                                         created_at=created, updated_at=now))
         fault("prepare.after_preparing")
 
+        prepared: list[PreparedDevice] = []
         try:
             prepared = list(self.driver.prepare(ref, list(plan.devices)))
             by_key = self._match(ref, plan, prepared)
             claim_edits = self.driver.claim_edits(ref, prepared)
-        except PrepareError as e:
-            self._rollback(ref, plan, base)
-            raise ClaimError(f"{_describe_claim(ref)}: driver {self.driver.name} refused to prepare: {e}") from e
+            enforcement = self.driver.enforcement(ref, prepared)
+        except Exception as e:
+            self._rollback(ref, plan, prepared)
+            if isinstance(e, PrepareError):
+                raise ClaimError(f"{_describe_claim(ref)}: driver {self.driver.name} refused to prepare: {e}") from e
+            log.exception("the driver failed in prepare", extra={"claim": ref.uid, "driver": self.driver.name})
+            raise ClaimError(f"{_describe_claim(ref)}: driver {self.driver.name} failed in prepare: {e!r}; this is a"
+                             " bug in the driver (it should raise PrepareError to refuse a claim); see the driver's"
+                             " log; kubelet retries") from e
         fault("prepare.after_driver")
+
+        hook_plan: ClaimHookPlan | None = None
+        if enforcement is not None:
+            try:
+                hook_plan = self.hooks.plan(enforcement)
+            except EnforcementError as e:
+                self._rollback(ref, plan, prepared)
+                raise ClaimError(f"{_describe_claim(ref)}: the quota of driver {self.driver.name} cannot be enforced:"
+                                 f" {e}") from e
+            # The dir's path follows from the claim UID, so the "preparing" record already covers
+            # it: a crash from here on is undone by unprepare or swept at start once the record is gone.
+            try:
+                self.hooks.create(ref.uid, hook_plan)
+            except (EnforcementError, OSError) as e:
+                self._rollback(ref, plan, prepared)
+                raise ClaimError(f"{_describe_claim(ref)}: cannot set up the quota enforcement: {e}; kubelet"
+                                 " retries") from e
+            fault("prepare.after_hooks")
 
         edits_by_name = [(n, by_key[(d.pool, d.device, d.share_id)].edits) for d, n in zip(plan.devices, plan.names,
                                                                                            strict=True)]
-        ids = self.cdi.write_claim(ref.uid, edits_by_name, claim_edits)
+        try:
+            with self._claim_hook_edits(ref.uid, hook_plan) as (hook_edits, hook_set):
+                all_claim_edits = merge_edits(claim_edits, hook_edits)
+                ids = self.cdi.write_claim(ref.uid, edits_by_name, all_claim_edits)
+        except (ValueError, EnforcementError) as e:  # e.g. an env name the driver made up: CDI would reject it
+            self._rollback(ref, plan, prepared)
+            raise ClaimError(f"{_describe_claim(ref)}: the container edits of driver {self.driver.name} cannot be"
+                             f" written as a CDI spec: {e}") from e
         fault("prepare.after_cdi")
 
         final = tuple(dataclasses.replace(b, cdi_ids=(cid, *p.cdi_devices), edits=p.edits, state=dict(p.state))
                       for b, cid in zip(base, ids, strict=True)
                       for p in (by_key[(b.pool, b.device, b.share_id)],))
+        hooks_json = None
+        if hook_plan is not None and hook_set is not None:
+            hooks_json = {**hook_plan.to_json(), "set": str(hook_set.path)}
         done = ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARED,
-                           boot_id=self.checkpoint.boot_id, devices=final, claim_edits=claim_edits,
-                           created_at=created, updated_at=time.time())
+                           boot_id=self.checkpoint.boot_id, devices=final, claim_edits=all_claim_edits,
+                           created_at=created, updated_at=time.time(), enforcement=hooks_json)
         self.checkpoint.put(done)
         fault("prepare.after_prepared")
         return _outcome(done)
+
+    @contextlib.contextmanager
+    def _claim_hook_edits(self, uid: str, hook_plan: ClaimHookPlan | None
+                          ) -> Iterator[tuple[ContainerEdits, HookSet | None]]:
+        if hook_plan is None:
+            yield ContainerEdits(), None
+            return
+        with self.hooks.pinned_edits(uid, hook_plan) as (edits, hset):
+            yield edits, hset
 
     def _match(self, ref: ClaimRef, plan: _Plan, prepared: Sequence[PreparedDevice]
                ) -> dict[tuple[str, str, str | None], PreparedDevice]:
@@ -337,23 +398,36 @@ class ClaimPreparer:
                     raise PrepareError(f"device {p.device.device}: cdi_devices: {e}; this is a bug in the driver") from None
         return by_key
 
-    def _rollback(self, ref: ClaimRef, plan: _Plan, base: Sequence[DeviceRecord]) -> None:
-        """After a driver refusal: undo what it may have done, then forget the claim."""
+    def _rollback(self, ref: ClaimRef, plan: _Plan, prepared: Sequence[PreparedDevice]) -> None:
+        """After a failed prepare: undo what the driver did (with what it returned, when it
+        returned anything), remove the claim's hook dir and spec, then forget the claim."""
+        matched = {(p.device.pool, p.device.device, p.device.share_id): p for p in prepared}
+        undo = [matched.get((d.pool, d.device, d.share_id)) or PreparedDevice(d, ContainerEdits()) for d in plan.devices]
         try:
-            self.driver.unprepare(ref, [PreparedDevice(d, ContainerEdits()) for d in plan.devices])
+            self.driver.unprepare(ref, undo)
         except Exception:
-            log.exception("rollback after a refused prepare failed; keeping the record for unprepare",
+            log.exception("rollback after a failed prepare failed; keeping the record for unprepare",
                           extra={"claim": ref.uid})
             return
         self.cdi.remove_claim(ref.uid)
+        self.hooks.remove(ref.uid)
         self.checkpoint.delete(ref.uid)
+
+    def _hook_set_present(self, record: ClaimRecord) -> bool:
+        """False when the hook set the record's spec mounts is gone (then the claim is prepared again)."""
+        hook_set = (record.enforcement or {}).get("set")
+        return hook_set is None or os.path.isdir(hook_set)
 
     def _answer_from_record(self, record: ClaimRecord) -> ClaimOutcome:
         # The CDI spec may be gone (someone cleaned /var/run/cdi): rewrite it from the record.
         if not self.cdi.spec_path(record.uid).exists():
             log.warning("CDI spec of a prepared claim was missing; rewriting it from the checkpoint",
                         extra={"claim": record.uid})
-            self.cdi.write_claim(record.uid, [(d.cdi_name, d.edits) for d in record.devices], record.claim_edits)
+            with self.hooks.hook_dir.lock(shared=True):  # the set it mounts must not be collected meanwhile
+                if not self._hook_set_present(record):
+                    raise ClaimError(f"claim {record.uid}: its hook set was removed while its CDI spec was missing;"
+                                     " kubelet retries and the claim is prepared again")
+                self.cdi.write_claim(record.uid, [(d.cdi_name, d.edits) for d in record.devices], record.claim_edits)
         return _outcome(record)
 
     # -- unprepare -------------------------------------------------------------------------------
@@ -376,6 +450,7 @@ class ClaimPreparer:
                     # Unknown (never prepared here, already unprepared, or its record was corrupt):
                     # still make sure no spec of ours is left for it.
                     self.cdi.remove_claim(ref.uid)
+                    self.hooks.remove(ref.uid)
                     return ""
                 self._undo(record)
         except Exception as e:
@@ -388,12 +463,23 @@ class ClaimPreparer:
                                                 "phase": record.phase})
         return ""
 
+    def _recorded_config(self, record: ClaimRecord, d: DeviceRecord) -> Any:
+        if d.config is None:
+            return None
+        try:
+            return decode_config(type(self.driver), dict(d.config))
+        except ConfigError as e:  # e.g. the config type changed in an upgrade
+            log.warning("recorded config no longer decodes; unprepare gets None",
+                        extra={"claim": record.uid, "device": d.device, "error": str(e)})
+            return None
+
     def _undo(self, record: ClaimRecord) -> None:
         ref = ClaimRef(uid=record.uid, namespace=record.namespace, name=record.name)
         prepared = [
             PreparedDevice(
                 AllocatedDevice(request=d.request, pool=d.pool, device=d.device, share_id=d.share_id,
-                                consumed_capacity=dict(d.consumed_capacity), admin_access=d.admin_access),
+                                consumed_capacity=dict(d.consumed_capacity), admin_access=d.admin_access,
+                                config=self._recorded_config(record, d)),
                 d.edits, state=dict(d.state), cdi_devices=tuple(d.cdi_ids[1:]))
             for d in record.devices if d.driver == self.driver.name
         ]
@@ -403,6 +489,8 @@ class ClaimPreparer:
         fault("unprepare.after_driver")
         self.cdi.remove_claim(record.uid)
         fault("unprepare.after_cdi")
+        self.hooks.remove(record.uid)  # after the spec that mounts it
+        fault("unprepare.after_hooks")
         self.checkpoint.delete(record.uid)
         fault("unprepare.after_checkpoint")
 

@@ -4,8 +4,12 @@ The C core (``hookcore/core``) parses the hook environment and keeps the per-cla
 package wraps it (``hookcore._hookcore``, Cython) for the DRA driver, metrics and
 ``dra hook inspect``:
 
-- :func:`parse_config` validates an environment exactly as the preloaded library will
-  (same C parser), raising :class:`HookConfigError` with the library's one-line message;
+- :func:`parse_config` validates a configuration (a config file's text or an environment) exactly
+  as the preloaded library will (same C parser), raising :class:`HookConfigError` with the
+  library's one-line message;
+- :func:`claim_env`, :func:`config_file_text` and :func:`create_ledger` are what a DRA driver
+  writes for a claim: the neutral keys, the ``config`` file the library reads in the container
+  (``/run/hookcore/<stem>/config``, authoritative over the environment) and the ledger;
 - :class:`Ledger` opens a ledger file read-only and reports quota and usage per device and per
   process; :class:`LedgerError` carries the C message when the file is missing or foreign;
 - :func:`library_path` / :func:`stub_dir` locate the built ``libvgpu.so`` and stub drivers.
@@ -14,9 +18,10 @@ package wraps it (``hookcore._hookcore``, Cython) for the DRA driver, metrics an
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any
 
@@ -29,8 +34,11 @@ __all__ = [
     "LedgerError",
     "ProcessUsage",
     "claim_env",
+    "config_file_text",
+    "container_config_path",
     "create_ledger",
     "library_path",
+    "library_stem",
     "parse_config",
     "parse_memory",
     "parse_sm",
@@ -39,6 +47,7 @@ __all__ = [
 
 _HERE = Path(__file__).resolve().parent
 BUILD_DIR = _HERE / "build"
+_STEM = re.compile(r"lib([a-z0-9_-]{1,32})\.so(\..*)?")
 
 
 def _ext() -> Any:
@@ -50,7 +59,7 @@ def _ext() -> Any:
 def __getattr__(name: str) -> Any:
     # The exceptions live in the extension so the C messages cross unchanged; import lazily so
     # `library_path()` works before the extension is built.
-    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER"):
+    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT"):
         return getattr(_ext(), name)
     raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
 
@@ -65,12 +74,12 @@ def stub_dir() -> Path:
     return BUILD_DIR / "stub"
 
 
-def parse_memory(value: str, name: str = "CUDA_DEVICE_MEMORY_LIMIT") -> int:
+def parse_memory(value: str, name: str = "HOOKCORE_MEMORY_LIMIT") -> int:
     """Bytes of a memory quantity as the hook reads it (``3000m``, ``10Gi``, ``1G`` = 10^9)."""
     return int(_ext().parse_memory(value, name))
 
 
-def parse_sm(value: str, name: str = "CUDA_DEVICE_SM_LIMIT") -> int:
+def parse_sm(value: str, name: str = "HOOKCORE_COMPUTE_LIMIT") -> int:
     """Percent (1..100) of an SM limit as the hook reads it; 0 is rejected."""
     return int(_ext().parse_sm(value, name))
 
@@ -85,42 +94,75 @@ class DeviceQuota:
     uuid: str | None  # physical GPU UUID when the claim is UUID-keyed
 
 
+def library_stem(library: str | os.PathLike[str]) -> str:
+    """The stem of a hook library's file name (``libvgpu.so`` -> ``vgpu``), as the library itself
+    derives it: it names the config directory ``/run/hookcore/<stem>/`` and the default ledger."""
+    name = PurePosixPath(os.fspath(library)).name
+    m = _STEM.fullmatch(name)
+    if m is None:
+        raise _ext().HookConfigError(
+            f"{name!r} is not a hook library name: expected lib<stem>.so with a stem of 1 to 32 "
+            "characters of [a-z0-9_-]"
+        )
+    return m.group(1)
+
+
+def container_config_path(library: str | os.PathLike[str]) -> PurePosixPath:
+    """The config file the library reads inside a container (``/run/hookcore/vgpu/config``).
+    The framework mounts the claim's directory (``config`` + ``ledger``) at its parent."""
+    return PurePosixPath(_ext().config_file_path(library_stem(library)))
+
+
 @dataclass(frozen=True)
 class Config:
-    """A parsed hook environment (what the preloaded library will enforce)."""
+    """A parsed configuration (what the preloaded library will enforce)."""
 
     devices: tuple[DeviceQuota, ...]  # all HK_MAX_DEVICES indices
-    device_count: int  # 1 + highest index named by a per-device variable (0 = defaults only)
+    device_count: int  # 1 + highest index named by a per-device key (0 = defaults only)
     uuid_keyed: bool
     ledger_path: str | None  # None: no limit set, no ledger needed
+    origin: str = "env"  # "file", "env" or "none" (no key at all: the library stays dormant)
 
     def configured(self) -> tuple[DeviceQuota, ...]:
         """The devices a claim names (or device 0 when only defaults are set)."""
         return self.devices[: max(self.device_count, 1)]
 
 
-def parse_config(env: Mapping[str, str] | None = None) -> Config:
-    """Validate a hook environment (default: ``os.environ``) with the library's own parser."""
-    raw = _ext().parse_config(dict(os.environ if env is None else env))
+def parse_config(
+    env: Mapping[str, str] | None = None,
+    *,
+    file_text: str | None = None,
+    file_path: str | None = None,
+    stem: str = "vgpu",
+) -> Config:
+    """Validate a configuration with the library's own parser.
+
+    With `file_text` (a config file's contents) the environment is ignored, as the library ignores
+    it when the file exists; `file_path` names the file in messages and its directory holds the
+    default ledger. Otherwise `env` (default ``os.environ``) is parsed with the neutral keys and
+    the legacy names of library `stem` (HAMi's ``CUDA_DEVICE_*`` for ``vgpu``).
+    """
+    raw = _ext().parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
     devices = tuple(
         DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"]) for d in raw["devices"]
     )
-    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"])
+    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"])
 
 
 def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
-    """The hook environment for a claim's devices (index = position in `devices`), validated.
+    """The configuration of a claim's devices (index = position in `devices`), validated.
 
-    Memory is written in plain bytes, SM limits only below 100, UUIDs when given (then the claim
-    is UUID-keyed and every device must have one). Raises HookConfigError if the result would be
-    rejected by the library.
+    Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
+    only below 100, ``HOOKCORE_DEVICE_UUID_<i>`` when given (then the claim is UUID-keyed and every
+    device must have one), ``HOOKCORE_LEDGER`` = `ledger_path` as the container sees it. Raises
+    HookConfigError if the library would reject the result. Write it with :func:`config_file_text`.
     """
-    env: dict[str, str] = {"CUDA_DEVICE_MEMORY_SHARED_CACHE": ledger_path}
+    env: dict[str, str] = {"HOOKCORE_LEDGER": ledger_path}
     for i, d in enumerate(devices):
         if d.memory_limit is not None:
-            env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = str(d.memory_limit)
+            env[f"HOOKCORE_MEMORY_LIMIT_{i}"] = str(d.memory_limit)
         if d.sm_limit != 100:
-            env[f"CUDA_DEVICE_SM_LIMIT_{i}"] = str(d.sm_limit)
+            env[f"HOOKCORE_COMPUTE_LIMIT_{i}"] = str(d.sm_limit)
         if d.uuid:
             env[f"HOOKCORE_DEVICE_UUID_{i}"] = d.uuid
     if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
@@ -129,14 +171,30 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
     return env
 
 
-def create_ledger(path: str | os.PathLike[str], env: Mapping[str, str], mode: int = 0o660) -> None:
+def config_file_text(env: Mapping[str, str]) -> str:
+    """The ``config`` file for a claim's configuration (from :func:`claim_env`): sorted
+    ``KEY=VALUE`` lines under a comment. Raises HookConfigError when the library would reject the
+    file: a legacy name (the file takes neutral keys only), a line break in a value, a bad value."""
+    for k, v in env.items():
+        if any(c in k + v for c in "\n\r\0"):
+            raise _ext().HookConfigError(f"{k}={v!r}: line breaks and NUL cannot be written to a config file")
+    lines = ["# hookcore claim configuration, written by the DRA driver; authoritative over the environment"]
+    lines += [f"{k}={env[k]}" for k in sorted(env)]
+    text = "\n".join(lines) + "\n"
+    parse_config(file_text=text)
+    return text
+
+
+def create_ledger(
+    path: str | os.PathLike[str], env: Mapping[str, str], mode: int = 0o660, stem: str = "vgpu"
+) -> None:
     """Create the ledger file of a claim ahead of its processes (e.g. in NodePrepareResources).
 
     Validates an existing file instead (a stale file from an earlier run is adopted when no
     process uses it). `mode` is applied with chmod, so containers running as other users of the
     claim can open it read-write. Delete the file when the claim is unprepared.
     """
-    _ext().create_ledger(os.fspath(path), dict(env))
+    _ext().create_ledger(os.fspath(path), dict(env), stem)
     os.chmod(path, mode)
 
 

@@ -28,11 +28,17 @@ cdef extern from "hookcore.h" nogil:
         HK_CFG_MEM_SET
         HK_CFG_SM_SET
         HK_CFG_UUID_SET
+        HK_ORIGIN_NONE
+        HK_ORIGIN_ENV
+        HK_ORIGIN_FILE
+        HK_ENOENT
     uint64_t HK_MEM_UNLIMITED
     uint64_t HK_MEM_MAX
     const char *HK_DEFAULT_LEDGER
+    const char *HK_CONFIG_ROOT
 
     ctypedef struct hk_config:
+        uint32_t origin
         uint32_t device_count
         uint32_t uuid_keyed
         uint64_t mem_limit[16]
@@ -59,8 +65,20 @@ cdef extern from "hookcore.h" nogil:
         uint64_t nonce
         uint64_t used[16]
 
+    ctypedef struct hk_env_alias:
+        const char *name
+        const char *key
+
+    ctypedef struct hk_config_source:
+        const char *const *envp
+        const hk_env_alias *aliases
+        const char *file_text
+        const char *file_path
+        const char *stem
+
     const char *hk_strerror(int code)
-    int hk_config_parse(const char *const *envp, hk_config *out, char *err, size_t errlen)
+    int hk_config_parse_source(const hk_config_source *src, hk_config *out, char *err, size_t errlen)
+    int hk_config_file_path(const char *stem, char *out, size_t n)
     int hk_parse_mem(const char *name, const char *value, uint64_t *bytes, char *err, size_t errlen)
     int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *err, size_t errlen)
     int hk_uuid_equal(const char *a, const char *b)
@@ -74,3 +92,7 @@ cdef extern from "hookcore.h" nogil:
     int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out)
     int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out)
     uint64_t hk_proc_start_time(int pid)
+
+
+cdef extern from "../cuda/hami_env.h" nogil:
+    const hk_env_alias hk_hami_env_aliases[]

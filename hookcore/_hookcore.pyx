@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False
-"""Thin binding of the hookcore C core: config parsing and read-only ledger access.
+"""Thin binding of the hookcore C core: config parsing, ledger creation and read-only access.
 
 The typed Python API lives in `hookcore/__init__.py`; this module returns plain values and raises
 `HookConfigError` / `LedgerError` carrying the C library's one-line message.
@@ -16,6 +16,7 @@ MEM_MAX = HK_MEM_MAX
 SM_UNLIMITED = HK_SM_UNLIMITED
 LEDGER_VERSION = HK_LEDGER_VERSION
 DEFAULT_LEDGER = HK_DEFAULT_LEDGER.decode()
+CONFIG_ROOT = HK_CONFIG_ROOT.decode()
 _STATES = {HK_SLOT_FREE: "free", HK_SLOT_CLAIMING: "claiming", HK_SLOT_LIVE: "live",
            HK_SLOT_DEAD: "dead"}
 
@@ -35,7 +36,7 @@ cdef bytes _b(object s, str what):
     return b
 
 
-def parse_memory(value, name="CUDA_DEVICE_MEMORY_LIMIT"):
+def parse_memory(value, name="HOOKCORE_MEMORY_LIMIT"):
     """Bytes of a memory quantity (`3000m`, `10Gi`, `1e9`, ...) or HookConfigError."""
     cdef char err[512]
     cdef uint64_t out = 0
@@ -45,7 +46,7 @@ def parse_memory(value, name="CUDA_DEVICE_MEMORY_LIMIT"):
     return out
 
 
-def parse_sm(value, name="CUDA_DEVICE_SM_LIMIT"):
+def parse_sm(value, name="HOOKCORE_COMPUTE_LIMIT"):
     """Percent 1..100 of an SM limit or HookConfigError."""
     cdef char err[512]
     cdef uint32_t out = 0
@@ -60,27 +61,73 @@ def uuid_equal(a, b):
     return bool(hk_uuid_equal(_b(a, "uuid"), _b(b, "uuid")))
 
 
-def parse_config(env):
-    """Parse a mapping of environment variables; returns a dict, raises HookConfigError."""
-    cdef list entries = []
-    for k, v in env.items():
-        entries.append(_b(k, k) + b"=" + _b(v, k))
-    cdef Py_ssize_t n = len(entries)
-    cdef const char **envp = <const char **>malloc((n + 1) * sizeof(char *))
-    cdef hk_config *cfg = <hk_config *>malloc(sizeof(hk_config))
+# Legacy environment names per library stem (the shims' alias tables, compiled in from C).
+cdef const hk_env_alias *_aliases_of(str stem):
+    if stem == "vgpu":
+        return hk_hami_env_aliases
+    return NULL
+
+
+cdef class _Source:
+    """An hk_config_source whose strings live as long as this object."""
+
+    cdef const char **envp
+    cdef list _keep
+    cdef hk_config_source src
+
+    def __cinit__(self, env, file_text, file_path, stem):
+        cdef Py_ssize_t n = len(env)
+        cdef bytes b
+        self._keep = []
+        self.envp = <const char **>malloc((n + 1) * sizeof(char *))
+        if self.envp == NULL:
+            raise MemoryError()
+        memset(&self.src, 0, sizeof(self.src))
+        i = 0
+        for k, v in env.items():
+            b = _b(k, k) + b"=" + _b(v, k)
+            self._keep.append(b)
+            self.envp[i] = <const char *>b
+            i += 1
+        self.envp[n] = NULL
+        self.src.envp = self.envp
+        self.src.aliases = _aliases_of(stem)
+        if file_text is not None:
+            b = _b(file_text, str(file_path or "config file"))
+            self._keep.append(b)
+            self.src.file_text = <const char *>b
+        if file_path is not None:
+            b = _b(str(file_path), "config file path")
+            self._keep.append(b)
+            self.src.file_path = <const char *>b
+        b = _b(stem, "stem")
+        self._keep.append(b)
+        self.src.stem = <const char *>b
+
+    def __dealloc__(self):
+        free(self.envp)
+
+
+cdef int _parse(_Source s, hk_config *cfg) except -1:
     cdef char err[512]
-    cdef int rc
-    if envp == NULL or cfg == NULL:
-        free(envp)
-        free(cfg)
+    if hk_config_parse_source(&s.src, cfg, err, sizeof(err)) != HK_OK:
+        raise HookConfigError(err.decode("utf-8", "replace"))
+    return 0
+
+
+_ORIGINS = {HK_ORIGIN_NONE: "none", HK_ORIGIN_ENV: "env", HK_ORIGIN_FILE: "file"}
+
+
+def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
+    """Parse a configuration as library `stem` will: the config file's text when given (then `env`
+    is ignored, as the library ignores the environment when the file exists), else the mapping of
+    environment variables with the library's legacy aliases. Returns a dict; raises HookConfigError."""
+    cdef _Source s = _Source(env, file_text, file_path, stem)
+    cdef hk_config *cfg = <hk_config *>malloc(sizeof(hk_config))
+    if cfg == NULL:
         raise MemoryError()
     try:
-        for i in range(n):
-            envp[i] = <bytes>entries[i]
-        envp[n] = NULL
-        rc = hk_config_parse(envp, cfg, err, sizeof(err))
-        if rc != HK_OK:
-            raise HookConfigError(err.decode("utf-8", "replace"))
+        _parse(s, cfg)
         devices = []
         for i in range(HK_MAX_DEVICES):
             devices.append({
@@ -91,46 +138,43 @@ def parse_config(env):
                 "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
             })
         return {
+            "origin": _ORIGINS.get(cfg.origin, "none"),
             "device_count": cfg.device_count,
             "uuid_keyed": bool(cfg.uuid_keyed),
             "ledger_path": cfg.ledger_path.decode("utf-8", "surrogateescape") or None,
             "devices": devices,
         }
     finally:
-        free(envp)
         free(cfg)
 
 
-def create_ledger(path, env):
+def config_file_path(stem):
+    """The config file library `stem` reads in a container: HK_CONFIG_ROOT/<stem>/config."""
+    cdef char out[4096]
+    if hk_config_file_path(_b(stem, "stem"), out, sizeof(out)) != HK_OK:
+        raise HookConfigError(f"library stem {stem!r}: expected 1 to 32 characters of [a-z0-9_-]")
+    return out.decode()
+
+
+def create_ledger(path, env, stem="vgpu"):
     """Create (or validate) the ledger at `path` for the configuration in `env`, claiming no slot.
 
     Raises HookConfigError for a bad environment and LedgerError when the file exists with another
     layout, or with another configuration while processes use it.
     """
-    cdef list entries = []
-    for k, v in env.items():
-        entries.append(_b(k, k) + b"=" + _b(v, k))
-    cdef Py_ssize_t n = len(entries)
-    cdef const char **envp = <const char **>malloc((n + 1) * sizeof(char *))
+    cdef _Source s = _Source(env, None, None, stem)
     cdef hk_config *cfg = <hk_config *>malloc(sizeof(hk_config))
     cdef hk_ledger *l = NULL
     cdef char err[512]
     cdef bytes bp = _b(str(path), "ledger path")
-    if envp == NULL or cfg == NULL:
-        free(envp)
-        free(cfg)
+    if cfg == NULL:
         raise MemoryError()
     try:
-        for i in range(n):
-            envp[i] = <bytes>entries[i]
-        envp[n] = NULL
-        if hk_config_parse(envp, cfg, err, sizeof(err)) != HK_OK:
-            raise HookConfigError(err.decode("utf-8", "replace"))
+        _parse(s, cfg)
         if hk_ledger_open(bp, cfg, HK_OPEN_NOCLAIM, &l, err, sizeof(err)) != HK_OK:
             raise LedgerError(err.decode("utf-8", "replace"))
         hk_ledger_close(l)
     finally:
-        free(envp)
         free(cfg)
 
 

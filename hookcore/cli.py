@@ -1,7 +1,8 @@
 """`dra hook`: look at hook configuration and ledgers from the command line.
 
 - ``dra hook inspect PATH``: quota and usage per device and per process of a ledger file;
-- ``dra hook config [NAME=VALUE ...]``: validate a hook environment with the library's parser.
+- ``dra hook config [NAME=VALUE ...]``: validate a hook environment with the library's parser;
+  ``dra hook config --file PATH`` validates a claim's config file (``/run/hookcore/<stem>/config``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hookcore
 
 app = typer.Typer(
     name="hook",
-    help="The quota hook (libvgpu.so): inspect ledgers, validate hook environments.",
+    help="The quota hook (libvgpu.so): inspect ledgers, validate configurations.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -47,7 +48,7 @@ def _sm(percent: int) -> str:
 
 @app.command("inspect")
 def inspect(
-    path: Annotated[Path, typer.Argument(help="Ledger file (CUDA_DEVICE_MEMORY_SHARED_CACHE).")],
+    path: Annotated[Path, typer.Argument(help="Ledger file (HOOKCORE_LEDGER).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Show quota and usage per device and per process recorded in a ledger (read-only)."""
@@ -92,9 +93,19 @@ def config(
         list[str] | None,
         typer.Argument(help="NAME=VALUE pairs to check instead of the current environment."),
     ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="A config file to check (the environment is then ignored).")
+    ] = None,
 ) -> None:
-    """Validate hook variables exactly as libvgpu.so will; exit 2 with its message if rejected."""
+    """Validate a configuration exactly as libvgpu.so will; exit 2 with its message if rejected."""
     env: dict[str, str] = dict(os.environ)
+    text: str | None = None
+    if file is not None:
+        try:
+            text = file.read_text(errors="surrogateescape")
+        except OSError as exc:
+            typer.echo(f"dra hook config: cannot read {file}: {exc.strerror}", err=True)
+            raise typer.Exit(2) from exc
     if assignments:
         env = {}
         for item in assignments:
@@ -104,12 +115,12 @@ def config(
                 raise typer.Exit(2)
             env[name] = value
     try:
-        cfg = hookcore.parse_config(env)
+        cfg = hookcore.parse_config(env, file_text=text, file_path=None if file is None else str(file))
     except hookcore.HookConfigError as exc:
         typer.echo(f"dra hook config: {exc}", err=True)
         raise typer.Exit(2) from exc
     table = Table("device", "uuid", "memory quota", "sm limit",
-                  title=f"ledger: {cfg.ledger_path or '(none: no limit set)'}"
+                  title=f"from {cfg.origin}; ledger: {cfg.ledger_path or '(none: no limit set)'}"
                   + (" - keyed by UUID" if cfg.uuid_keyed else ""))
     for d in cfg.configured():
         table.add_row(str(d.index), d.uuid or "-", human_bytes(d.memory_limit), _sm(d.sm_limit))

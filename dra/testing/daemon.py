@@ -71,6 +71,7 @@ class DaemonProcess:
         self.plugin_dir = workdir / "plugins"
         self.cdi_dir = workdir / "cdi"
         self.state_dir = workdir / "state"
+        self.hook_dir = workdir / "hook-dir"
         self.log_path = workdir / "daemon.log"
         self.metrics_port = free_port()
         for d in (self.registrar_dir, self.plugin_dir, self.cdi_dir, self.state_dir):
@@ -87,6 +88,7 @@ class DaemonProcess:
             "--plugin-dir", str(self.plugin_dir),
             "--cdi-dir", str(self.cdi_dir),
             "--state-dir", str(self.state_dir),
+            "--hook-dir", str(self.hook_dir),
             "--metrics-port", str(self.metrics_port),
             "--metrics-address", "127.0.0.1",
             "--log-format", log_format,

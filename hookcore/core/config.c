@@ -1,9 +1,12 @@
-/* config.c -- strict parsing of the hook environment (see hookcore.h for the grammar).
+/* config.c -- strict parsing of a claim's configuration (see hookcore.h for the grammar).
  *
- * Everything here is pure: no globals, no allocation, no getenv (hk_config_from_environ only
- * passes `environ` on). Every rejection produces one line naming the variable and its value.
+ * Two sources, one grammar: the config file (KEY=VALUE lines, vendor-neutral keys) and the
+ * environment (the same keys, plus the legacy names a shim maps onto them, e.g. HAMi's). Pure: no
+ * globals, no getenv, no I/O (the caller reads the file). Every rejection produces one line naming
+ * the key, its value and, for the file, the line.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -237,25 +240,28 @@ static int uuid_char_ok(char c) {
          c == '/' || c == ':' || c == '.';
 }
 
+
 /* ---------------------------------------------------------------------------------------------
-   The environment                                                                              */
+   Keys: the vendor-neutral names, and the sources they come from                              */
 
 enum { V_MEM, V_SM, V_UUID, V_PATH };
 
-typedef struct var_spec {
-  const char *name;   /* exact name, or prefix when indexed */
+typedef struct key_spec {
+  const char *name;   /* exact name, or the prefix before <i> when indexed */
   int kind;
   int indexed;
-} var_spec;
+} key_spec;
 
-static const var_spec g_vars[] = {
-  {"CUDA_DEVICE_MEMORY_LIMIT", V_MEM, 0},
-  {"CUDA_DEVICE_MEMORY_LIMIT_", V_MEM, 1},
-  {"CUDA_DEVICE_SM_LIMIT", V_SM, 0},
-  {"CUDA_DEVICE_SM_LIMIT_", V_SM, 1},
-  {"CUDA_DEVICE_MEMORY_SHARED_CACHE", V_PATH, 0},
+/* Longest names first where one is a prefix of another ("..._LIMIT_" before "..._LIMIT"). */
+static const key_spec g_keys[] = {
+  {"HOOKCORE_MEMORY_LIMIT_", V_MEM, 1},
+  {"HOOKCORE_MEMORY_LIMIT", V_MEM, 0},
+  {"HOOKCORE_COMPUTE_LIMIT_", V_SM, 1},
+  {"HOOKCORE_COMPUTE_LIMIT", V_SM, 0},
   {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
+  {"HOOKCORE_LEDGER", V_PATH, 0},
 };
+#define NKEYS (sizeof g_keys / sizeof g_keys[0])
 
 /* Index suffix: "0".."15", no sign, no leading zero. -1 if malformed. */
 static int parse_index(const char *s, size_t n) {
@@ -268,159 +274,327 @@ static int parse_index(const char *s, size_t n) {
   return v < HK_MAX_DEVICES ? v : -1;
 }
 
-typedef struct seen {
-  unsigned mem_default : 1, sm_default : 1, path : 1;
-  uint32_t mem_given;   /* bit i: CUDA_DEVICE_MEMORY_LIMIT_<i> seen */
-  uint32_t sm_given;
-  uint32_t uuid_given;
-} seen;
+#define NAME_MAX_LEN 80
 
-int hk_config_parse(const char *const *envp, hk_config *out, char *err, size_t errlen) {
-  uint64_t mem_default = HK_MEM_UNLIMITED;
-  uint32_t sm_default = HK_SM_UNLIMITED;
-  seen s;
-  int max_index = -1;
+typedef struct parse_state {
+  hk_config *out;
+  int from_file;                        /* 1: file rules (unknown keys and repeats are errors) */
+  int any_key;                          /* a configuration key was seen */
+  int max_index;
+  uint64_t mem_default;
+  uint32_t sm_default;
+  char mem_default_by[NAME_MAX_LEN];    /* the name that set it, for messages ("" = unset) */
+  char sm_default_by[NAME_MAX_LEN];
+  char path_by[NAME_MAX_LEN];
+  char mem_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+  char sm_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+  char uuid_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+} parse_state;
+
+static void copy_name(char dst[NAME_MAX_LEN], const char *name, size_t n) {
+  if (n > NAME_MAX_LEN - 1) n = NAME_MAX_LEN - 1;
+  memcpy(dst, name, n);
+  dst[n] = '\0';
+}
+
+/* Map `name` (nlen bytes) through the aliases onto a neutral name in `canon`. Returns 1 if the
+   name is an alias or a neutral key, 0 if it is something else. */
+static int canonical(const char *name, size_t nlen, const hk_env_alias *aliases, char *canon, size_t cap) {
+  for (size_t a = 0; aliases != NULL && aliases[a].name != NULL; a++) {
+    size_t al = strlen(aliases[a].name);
+    if (nlen < al || strncmp(name, aliases[a].name, al) != 0) continue;
+    if (nlen > al && name[al] != '_') continue;   /* OLD_LIMITX is no alias of OLD_LIMIT */
+    int n = snprintf(canon, cap, "%s%.*s", aliases[a].key, (int)(nlen - al), name + al);
+    return n > 0 && (size_t)n < cap;
+  }
+  if (nlen < 9 || strncmp(name, "HOOKCORE_", 9) != 0 || nlen >= cap) return 0;
+  memcpy(canon, name, nlen);
+  canon[nlen] = '\0';
+  return 1;
+}
+
+/* Every failure leaves *out zeroed (no half-parsed quota can be used by mistake). */
+static int fail(parse_state *st) {
+  memset(st->out, 0, sizeof *st->out);
+  return HK_EFAILCLOSED;
+}
+
+/* A second value for a key that was already set: the file allows none; in the environment the
+   first occurrence wins (like getenv), but an alias and the neutral name that disagree fail. */
+static int repeated(parse_state *st, const char *by, const char *name, const char *value,
+                    int (*parse)(const char *, const char *, void *, char *, size_t), void *prev,
+                    size_t size, char *err, size_t errlen) {
+  char q[128];
+  if (st->from_file) {
+    hk__quote(q, sizeof q, value);
+    hk__errf(err, errlen, "%s=\"%s\": set twice (each key may appear once)", name, q);
+    return HK_EFAILCLOSED;
+  }
+  if (strcmp(by, name) == 0) return HK_OK;
+  unsigned char cur[HK_PATH_MAX];
+  if (parse(name, value, cur, err, errlen) != HK_OK) return HK_EFAILCLOSED;
+  if (memcmp(cur, prev, size) != 0) {
+    hk__quote(q, sizeof q, value);
+    hk__errf(err, errlen, "%s=\"%s\" conflicts with %s (two names for one setting with different values)",
+             name, q, by);
+    return HK_EFAILCLOSED;
+  }
+  return HK_OK;
+}
+
+static int parse_mem_v(const char *n, const char *v, void *o, char *e, size_t el) {
+  return hk_parse_mem(n, v, (uint64_t *)o, e, el);
+}
+static int parse_sm_v(const char *n, const char *v, void *o, char *e, size_t el) {
+  return hk_parse_sm(n, v, (uint32_t *)o, e, el);
+}
+
+static int parse_uuid_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+  size_t ulen = strlen(value);
+  char *out = (char *)o;
+  memset(out, 0, HK_UUID_MAX);
+  if (ulen == 0) return reject(name, value, err, errlen, "empty UUID");
+  if (ulen >= HK_UUID_MAX) return reject(name, value, err, errlen, "UUID too long");
+  for (size_t k = 0; k < ulen; k++) {
+    if (!uuid_char_ok(value[k])) return reject(name, value, err, errlen, "invalid character in UUID");
+  }
+  memcpy(out, value, ulen + 1);
+  return HK_OK;
+}
+
+static int parse_path_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+  size_t plen = strlen(value);
+  char *out = (char *)o;
+  out[0] = '\0';
+  if (plen == 0) return reject(name, value, err, errlen, "empty path");
+  if (value[0] != '/') return reject(name, value, err, errlen, "not an absolute path");
+  if (plen >= HK_PATH_MAX) return reject(name, value, err, errlen, "path too long");
+  memcpy(out, value, plen + 1);
+  return HK_OK;
+}
+
+/* One NAME=VALUE. `name` is what the user wrote (for messages); `canon` its neutral form. */
+static int apply(parse_state *st, const char *name, const char *canon, const char *value, char *err,
+                 size_t errlen) {
+  hk_config *out = st->out;
+  for (size_t k = 0; k < NKEYS; k++) {
+    const key_spec *ks = &g_keys[k];
+    size_t plen = strlen(ks->name), clen = strlen(canon);
+    int idx = -1;
+    if (ks->indexed) {
+      if (clen < plen || strncmp(canon, ks->name, plen) != 0) continue;
+      idx = parse_index(canon + plen, clen - plen);
+      if (idx < 0) {
+        char qn[128], q[128];
+        hk__quote(qn, sizeof qn, name);
+        hk__quote(q, sizeof q, value);
+        hk__errf(err, errlen, "%s=\"%s\": bad device index in the name (expected a suffix _0.._%d)", qn, q,
+                 HK_MAX_DEVICES - 1);
+        return HK_EFAILCLOSED;
+      }
+    } else if (strcmp(canon, ks->name) != 0) {
+      continue;
+    }
+    st->any_key = 1;
+    int rc = HK_OK;
+    switch (ks->kind) {
+      case V_MEM: {
+        char *by = idx < 0 ? st->mem_default_by : st->mem_by[idx];
+        uint64_t *dst = idx < 0 ? &st->mem_default : &out->mem_limit[idx];
+        if (by[0]) return repeated(st, by, name, value, parse_mem_v, dst, sizeof *dst, err, errlen);
+        rc = hk_parse_mem(name, value, dst, err, errlen);
+        copy_name(by, name, strlen(name));
+        break;
+      }
+      case V_SM: {
+        char *by = idx < 0 ? st->sm_default_by : st->sm_by[idx];
+        uint32_t *dst = idx < 0 ? &st->sm_default : &out->sm_limit[idx];
+        if (by[0]) return repeated(st, by, name, value, parse_sm_v, dst, sizeof *dst, err, errlen);
+        rc = hk_parse_sm(name, value, dst, err, errlen);
+        copy_name(by, name, strlen(name));
+        break;
+      }
+      case V_UUID:
+        if (st->uuid_by[idx][0])
+          return repeated(st, st->uuid_by[idx], name, value, parse_uuid_v, out->uuid[idx], HK_UUID_MAX, err, errlen);
+        rc = parse_uuid_v(name, value, out->uuid[idx], err, errlen);
+        copy_name(st->uuid_by[idx], name, strlen(name));
+        break;
+      case V_PATH:
+        if (st->path_by[0])
+          return repeated(st, st->path_by, name, value, parse_path_v, out->ledger_path, HK_PATH_MAX, err, errlen);
+        rc = parse_path_v(name, value, out->ledger_path, err, errlen);
+        copy_name(st->path_by, name, strlen(name));
+        break;
+    }
+    if (rc == HK_OK && idx > st->max_index) st->max_index = idx;
+    return rc;
+  }
+  if (st->from_file) {
+    char qn[128];
+    hk__quote(qn, sizeof qn, name);
+    hk__errf(err, errlen, "unknown key %s (expected HOOKCORE_MEMORY_LIMIT_<i>, HOOKCORE_COMPUTE_LIMIT_<i>, "
+             "HOOKCORE_DEVICE_UUID_<i> or HOOKCORE_LEDGER)", qn);
+    return HK_EFAILCLOSED;
+  }
+  return HK_OK;   /* some other HOOKCORE_ variable (HOOKCORE_LOG, ...): not a quota */
+}
+
+static int parse_env(parse_state *st, const char *const *envp, const hk_env_alias *aliases, char *err,
+                     size_t errlen) {
+  for (size_t e = 0; envp != NULL && envp[e] != NULL; e++) {
+    const char *entry = envp[e];
+    const char *eq = strchr(entry, '=');
+    if (eq == NULL) continue;
+    char canon[NAME_MAX_LEN], name[NAME_MAX_LEN];
+    size_t nlen = (size_t)(eq - entry);
+    if (!canonical(entry, nlen, aliases, canon, sizeof canon)) continue;
+    copy_name(name, entry, nlen);
+    if (apply(st, name, canon, eq + 1, err, errlen) != HK_OK) return HK_EFAILCLOSED;
+  }
+  return HK_OK;
+}
+
+/* The config file: KEY=VALUE lines, neutral keys only; blank lines and lines starting with '#'
+   are skipped; a trailing '\r' is dropped. Anything else is an error naming the line. */
+static int parse_file(parse_state *st, const char *text, const char *path, char *err, size_t errlen) {
+  char line[HK_PATH_MAX + 128], msg[HK_ERR_MAX];
+  int lineno = 0;
+  for (const char *p = text; *p != '\0';) {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    lineno++;
+    const char *next = nl ? nl + 1 : p + n;
+    if (n > 0 && p[n - 1] == '\r') n--;
+    int rc = HK_OK;
+    if (n >= sizeof line) {
+      hk__errf(msg, sizeof msg, "line too long (%zu bytes)", n);
+      rc = HK_EFAILCLOSED;
+    } else if (n > 0 && p[0] != '#') {
+      memcpy(line, p, n);
+      line[n] = '\0';
+      char *eq = strchr(line, '=');
+      size_t nlen = eq ? (size_t)(eq - line) : 0;
+      size_t good = strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+      if (eq == NULL || nlen == 0 || nlen >= NAME_MAX_LEN || good != nlen) {
+        char q[128];
+        hk__quote(q, sizeof q, line);
+        hk__errf(msg, sizeof msg, "\"%s\" is not a KEY=VALUE line (keys are A-Z, 0-9 and _, with no "
+                 "spaces around '=')", q);
+        rc = HK_EFAILCLOSED;
+      } else {
+        *eq = '\0';
+        rc = apply(st, line, line, eq + 1, msg, sizeof msg);
+      }
+    }
+    if (rc != HK_OK) {
+      hk__errf(err, errlen, "config file %.200s line %d: %s", path ? path : "(text)", lineno, msg);
+      return HK_EFAILCLOSED;
+    }
+    p = next;
+  }
+  st->any_key = 1;   /* the file exists: the process is under a claim, even if it sets no limit */
+  return HK_OK;
+}
+
+/* Defaults, flags, the UUID rules and the ledger path, once every entry is in. */
+static int finish(parse_state *st, const hk_config_source *src, char *err, size_t errlen) {
+  hk_config *out = st->out;
+  int any_limit = 0, uuid_keyed = 0;
+  for (int i = 0; i < HK_MAX_DEVICES; i++) uuid_keyed |= st->uuid_by[i][0] != '\0';
+  for (int i = 0; i < HK_MAX_DEVICES; i++) {
+    if (!st->mem_by[i][0]) out->mem_limit[i] = st->mem_default;
+    if (!st->sm_by[i][0]) out->sm_limit[i] = st->sm_default;
+    if (out->mem_limit[i] != HK_MEM_UNLIMITED) out->flags[i] |= HK_CFG_MEM_SET;
+    if (out->sm_limit[i] != HK_SM_UNLIMITED) out->flags[i] |= HK_CFG_SM_SET;
+    if (st->uuid_by[i][0]) out->flags[i] |= HK_CFG_UUID_SET;
+    any_limit |= (out->flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET)) != 0;
+    if (!uuid_keyed || st->uuid_by[i][0]) continue;
+    const char *by = st->mem_by[i][0] ? st->mem_by[i] : st->sm_by[i][0] ? st->sm_by[i] : NULL;
+    if (by != NULL) {
+      hk__errf(err, errlen, "%s is set but HOOKCORE_DEVICE_UUID_%d is not (the claim is keyed by UUID, so "
+               "this limit would apply to no device)", by, i);
+      return fail(st);
+    }
+  }
+  for (int i = 0; uuid_keyed && i < HK_MAX_DEVICES; i++) {
+    for (int j = 0; j < i; j++) {
+      if (st->uuid_by[i][0] && st->uuid_by[j][0] && hk_uuid_equal(out->uuid[i], out->uuid[j])) {
+        char q[128];
+        hk__quote(q, sizeof q, out->uuid[i]);
+        hk__errf(err, errlen, "%s=\"%s\": same device as %s", st->uuid_by[i], q, st->uuid_by[j]);
+        return fail(st);
+      }
+    }
+  }
+  out->device_count = (uint32_t)(st->max_index + 1);
+  out->uuid_keyed = (uint32_t)uuid_keyed;
+  out->origin = src->file_text ? HK_ORIGIN_FILE : st->any_key ? HK_ORIGIN_ENV : HK_ORIGIN_NONE;
+  if (st->path_by[0]) return HK_OK;
+  if (out->origin == HK_ORIGIN_FILE && src->file_path && strrchr(src->file_path, '/')) {
+    /* The claim's directory holds the config and the ledger. */
+    const char *slash = strrchr(src->file_path, '/');
+    int n = snprintf(out->ledger_path, sizeof out->ledger_path, "%.*s/ledger",
+                     (int)(slash - src->file_path), src->file_path);
+    if (n < 0 || (size_t)n >= sizeof out->ledger_path) {
+      hk__errf(err, errlen, "config file path too long: %.200s", src->file_path);
+      return fail(st);
+    }
+  } else if (any_limit) {
+    if (src->stem && *src->stem)
+      snprintf(out->ledger_path, sizeof out->ledger_path, "/tmp/hookcore-%.64s.ledger", src->stem);
+    else
+      memcpy(out->ledger_path, HK_DEFAULT_LEDGER, sizeof HK_DEFAULT_LEDGER);
+  }
+  return HK_OK;
+}
+
+int hk_config_parse_source(const hk_config_source *src, hk_config *out, char *err, size_t errlen) {
+  static const hk_config_source empty;
   if (err && errlen) err[0] = '\0';
   if (out == NULL) {
     hk__errf(err, errlen, "hk_config_parse: NULL config");
     return HK_EINVAL;
   }
-  memset(&s, 0, sizeof s);
+  if (src == NULL) src = &empty;
+  parse_state *st = calloc(1, sizeof *st);   /* ~4 KiB of names: keep it off small stacks */
+  if (st == NULL) {
+    hk__errf(err, errlen, "out of host memory");
+    return HK_EIO;
+  }
   memset(out, 0, sizeof *out);
+  st->out = out;
+  st->max_index = -1;
+  st->mem_default = HK_MEM_UNLIMITED;
+  st->sm_default = HK_SM_UNLIMITED;
   for (int i = 0; i < HK_MAX_DEVICES; i++) {
     out->mem_limit[i] = HK_MEM_UNLIMITED;
     out->sm_limit[i] = HK_SM_UNLIMITED;
   }
-  for (size_t e = 0; envp != NULL && envp[e] != NULL; e++) {
-    const char *entry = envp[e];
-    const char *eq = strchr(entry, '=');
-    if (eq == NULL) continue;
-    size_t nlen = (size_t)(eq - entry);
-    const char *value = eq + 1;
-    for (size_t v = 0; v < sizeof g_vars / sizeof g_vars[0]; v++) {
-      const var_spec *vs = &g_vars[v];
-      size_t plen = strlen(vs->name);
-      int idx = -1;
-      char name[64];
-      if (vs->indexed) {
-        if (nlen < plen || strncmp(entry, vs->name, plen) != 0) continue;
-        idx = parse_index(entry + plen, nlen - plen);
-        if (idx < 0) {
-          char nm[80], qn[128], q[128];
-          size_t k = nlen < sizeof nm - 1 ? nlen : sizeof nm - 1;
-          memcpy(nm, entry, k);
-          nm[k] = '\0';
-          hk__quote(qn, sizeof qn, nm);
-          hk__quote(q, sizeof q, value);
-          hk__errf(err, errlen, "%s=\"%s\": bad device index in the variable name (expected %s0..%s%d)",
-                   qn, q, vs->name, vs->name, HK_MAX_DEVICES - 1);
-          memset(out, 0, sizeof *out);
-          return HK_EFAILCLOSED;
-        }
-      } else if (nlen != plen || strncmp(entry, vs->name, plen) != 0) {
-        continue;
-      }
-      snprintf(name, sizeof name, "%.*s", (int)nlen, entry);
-      int rc = HK_OK;
-      uint32_t bit = idx >= 0 ? (1u << idx) : 0;
-      switch (vs->kind) {
-        case V_MEM:
-          if (idx < 0) {
-            if (s.mem_default) break;          /* first occurrence wins, like getenv */
-            s.mem_default = 1;
-            rc = hk_parse_mem(name, value, &mem_default, err, errlen);
-          } else {
-            if (s.mem_given & bit) break;
-            s.mem_given |= bit;
-            rc = hk_parse_mem(name, value, &out->mem_limit[idx], err, errlen);
-          }
-          break;
-        case V_SM:
-          if (idx < 0) {
-            if (s.sm_default) break;
-            s.sm_default = 1;
-            rc = hk_parse_sm(name, value, &sm_default, err, errlen);
-          } else {
-            if (s.sm_given & bit) break;
-            s.sm_given |= bit;
-            rc = hk_parse_sm(name, value, &out->sm_limit[idx], err, errlen);
-          }
-          break;
-        case V_UUID: {
-          if (s.uuid_given & bit) break;
-          s.uuid_given |= bit;
-          size_t ulen = strlen(value);
-          if (ulen == 0) rc = reject(name, value, err, errlen, "empty UUID");
-          else if (ulen >= HK_UUID_MAX) rc = reject(name, value, err, errlen, "UUID too long");
-          for (size_t k = 0; rc == HK_OK && k < ulen; k++) {
-            if (!uuid_char_ok(value[k])) rc = reject(name, value, err, errlen, "invalid character in UUID");
-          }
-          if (rc == HK_OK) memcpy(out->uuid[idx], value, ulen + 1);
-          break;
-        }
-        case V_PATH: {
-          if (s.path) break;
-          s.path = 1;
-          size_t plen2 = strlen(value);
-          if (plen2 == 0) rc = reject(name, value, err, errlen, "empty path");
-          else if (value[0] != '/') rc = reject(name, value, err, errlen, "not an absolute path");
-          else if (plen2 >= HK_PATH_MAX) rc = reject(name, value, err, errlen, "path too long");
-          if (rc == HK_OK) memcpy(out->ledger_path, value, plen2 + 1);
-          break;
-        }
-      }
-      if (rc != HK_OK) {
-        memset(out, 0, sizeof *out);
-        return HK_EFAILCLOSED;
-      }
-      if (idx > max_index) max_index = idx;
-      break;
-    }
+  int rc;
+  if (src->file_text != NULL) {
+    st->from_file = 1;   /* the file is authoritative: the environment's quota variables are ignored */
+    rc = parse_file(st, src->file_text, src->file_path, err, errlen);
+  } else {
+    rc = parse_env(st, src->envp, src->aliases, err, errlen);
   }
-  /* Defaults, flags, UUID rules. */
-  int any_limit = 0;
-  for (int i = 0; i < HK_MAX_DEVICES; i++) {
-    uint32_t bit = 1u << i;
-    if (!(s.mem_given & bit)) out->mem_limit[i] = mem_default;
-    if (!(s.sm_given & bit)) out->sm_limit[i] = sm_default;
-    if (out->mem_limit[i] != HK_MEM_UNLIMITED) out->flags[i] |= HK_CFG_MEM_SET;
-    if (out->sm_limit[i] != HK_SM_UNLIMITED) out->flags[i] |= HK_CFG_SM_SET;
-    if (s.uuid_given & bit) out->flags[i] |= HK_CFG_UUID_SET;
-    any_limit |= (out->flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET)) != 0;
+  if (rc == HK_OK) {
+    char msg[HK_ERR_MAX];
+    rc = finish(st, src, msg, sizeof msg);
+    if (rc != HK_OK && st->from_file)
+      hk__errf(err, errlen, "config file %.200s: %s", src->file_path ? src->file_path : "(text)", msg);
+    else if (rc != HK_OK)
+      hk__errf(err, errlen, "%s", msg);
+  } else {
+    fail(st);
   }
-  out->device_count = (uint32_t)(max_index + 1);
-  out->uuid_keyed = s.uuid_given != 0;
-  if (out->uuid_keyed) {
-    for (int i = 0; i < HK_MAX_DEVICES; i++) {
-      uint32_t bit = 1u << i;
-      if ((s.mem_given & bit) && !(s.uuid_given & bit)) {
-        hk__errf(err, errlen, "CUDA_DEVICE_MEMORY_LIMIT_%d is set but HOOKCORE_DEVICE_UUID_%d is not "
-                 "(the claim is keyed by UUID, so this quota would apply to no device)", i, i);
-        memset(out, 0, sizeof *out);
-        return HK_EFAILCLOSED;
-      }
-      if ((s.sm_given & bit) && !(s.uuid_given & bit)) {
-        hk__errf(err, errlen, "CUDA_DEVICE_SM_LIMIT_%d is set but HOOKCORE_DEVICE_UUID_%d is not "
-                 "(the claim is keyed by UUID, so this limit would apply to no device)", i, i);
-        memset(out, 0, sizeof *out);
-        return HK_EFAILCLOSED;
-      }
-      for (int j = 0; j < i; j++) {
-        if ((s.uuid_given & bit) && (s.uuid_given & (1u << j)) && hk_uuid_equal(out->uuid[i], out->uuid[j])) {
-          char q[128];
-          hk__quote(q, sizeof q, out->uuid[i]);
-          hk__errf(err, errlen, "HOOKCORE_DEVICE_UUID_%d=\"%s\": same device as HOOKCORE_DEVICE_UUID_%d",
-                   i, q, j);
-          memset(out, 0, sizeof *out);
-          return HK_EFAILCLOSED;
-        }
-      }
-    }
-  }
-  if (!s.path && any_limit) {
-    memcpy(out->ledger_path, HK_DEFAULT_LEDGER, sizeof HK_DEFAULT_LEDGER);
-  }
-  return HK_OK;
+  free(st);
+  return rc;
+}
+
+int hk_config_parse(const char *const *envp, hk_config *out, char *err, size_t errlen) {
+  hk_config_source src = {.envp = envp};
+  return hk_config_parse_source(&src, out, err, errlen);
 }
 
 int hk_config_from_environ(hk_config *out, char *err, size_t errlen) {

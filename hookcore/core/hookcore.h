@@ -1,31 +1,53 @@
 /* hookcore.h -- the public API of the hookcore core (pure C, no vendor headers).
  *
- * The core owns three things the CUDA/NVML shim builds on:
- *   1. configuration: HAMi's env names plus Kubernetes quantities, parsed strictly; any bad value
+ * The core owns what every hook library of the project shares, whatever the vendor:
+ *   1. configuration: the claim's config file or the environment, parsed strictly; any bad value
  *      puts the library in the FAIL-CLOSED state (every reservation fails) instead of running
- *      unlimited;
- *   2. the ledger: one mmap'd file per claim (CUDA_DEVICE_MEMORY_SHARED_CACHE) holding per-device
- *      quotas and per-process usage counters, shared by every process of the claim;
+ *      unlimited; no configuration at all leaves it DORMANT (every call passes through);
+ *   2. the ledger: one mmap'd file per claim holding per-device quotas and per-process usage
+ *      counters, shared by every process of the claim;
  *   3. admission: hk_mem_reserve() charges the quota BEFORE the real allocation and is lock free;
- *      hk_mem_release() gives it back on failure or free.
+ *      hk_mem_release() gives it back on failure or free;
+ *   4. the compute limiter (limiter.h), whose shared state lives in the ledger.
+ * Nothing here names a vendor: shims pass their legacy environment names in (hk_env_alias).
  *
- * Naming: `hk_` is public; atomic fields carry an `x` prefix; the memory order of every atomic
- * operation is written out in the code. Return codes: HK_OK (0) or a negative HK_E* value.
+ * Naming: `hk_` is public; atomic fields carry an `x` prefix; every atomic operation goes through
+ * atomic.h, whose names carry the memory order. Return codes: HK_OK (0) or a negative HK_E* value.
  *
  * Threading: every function is thread safe. hk_init() is idempotent (pthread_once). Nothing here
  * calls exit(), installs signal handlers or changes umask; the only process-wide side effect is one
  * pthread_atfork() child handler (a forked child gets its own process slot and no inherited charge).
  *
  * ---------------------------------------------------------------------------------------------
- * Environment (read by hk_init / hk_config_from_environ; parsed by hk_config_parse)
+ * Where the configuration comes from (hk_init_with)
  *
- *   CUDA_DEVICE_MEMORY_LIMIT        default memory quota of every device index
- *   CUDA_DEVICE_MEMORY_LIMIT_<i>    memory quota of device index i (0..HK_MAX_DEVICES-1)
- *   CUDA_DEVICE_SM_LIMIT            default compute share, percent
- *   CUDA_DEVICE_SM_LIMIT_<i>        compute share of device index i, percent
- *   CUDA_DEVICE_MEMORY_SHARED_CACHE ledger path (default HK_DEFAULT_LEDGER when a limit is set)
- *   HOOKCORE_DEVICE_UUID_<i>        physical GPU UUID of device index i ("GPU-xxxxxxxx-...")
- *   HOOKCORE_LOG=debug              hk_init also prints the parsed quotas and the ledger slot
+ *   1. The config file HK_CONFIG_ROOT/<stem>/config (/run/hookcore/vgpu/config for libvgpu.so),
+ *      when it exists. It is AUTHORITATIVE: the environment's quota variables are then ignored, so
+ *      a child started with a clean environment (su, ssh, env -i) or a tenant setting its own
+ *      limits still gets the claim's. A file that exists but cannot be read fails closed.
+ *   2. Otherwise the environment: the neutral keys below, plus the shim's aliases.
+ *   3. Neither: dormant. hk_dormant() is 1 and the shim passes every call on untouched.
+ *
+ * Keys (file and environment):
+ *   HOOKCORE_MEMORY_LIMIT_<i>    memory quota of device index i (0..HK_MAX_DEVICES-1)
+ *   HOOKCORE_MEMORY_LIMIT        default memory quota of every device index
+ *   HOOKCORE_COMPUTE_LIMIT_<i>   compute share of device index i, percent
+ *   HOOKCORE_COMPUTE_LIMIT       default compute share, percent
+ *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("GPU-xxxxxxxx-..."): the claim is UUID-keyed
+ *   HOOKCORE_LEDGER              ledger path. Default: <config dir>/ledger for a file config;
+ *                                /tmp/hookcore-<stem>.ledger for an environment config with a limit
+ * Aliases map a legacy name onto a key, suffix and all: {"OLD_MEM_LIMIT", "HOOKCORE_MEMORY_LIMIT"}
+ *   makes OLD_MEM_LIMIT_3 mean HOOKCORE_MEMORY_LIMIT_3 (a shim maps its legacy names). They are
+ *   read from the environment only. A repeated name: first wins (like getenv); an alias and its
+ *   key that disagree fail closed.
+ * File grammar: one KEY=VALUE per line, no spaces around '=', the value is the rest of the line;
+ *   blank lines and lines starting with '#' are skipped; '\r\n' line ends are accepted. Unknown
+ *   keys, repeated keys, lines without '=' and NUL bytes fail closed ("config file PATH line N: ...").
+ * Environment-only switches (not quota, never in the file): HOOKCORE_LOG=debug (hk_init also prints
+ *   the parsed quotas and the ledger slot).
+ * Config root: HK_CONFIG_ROOT, "/run/hookcore" unless the build defines it. A test build
+ *   (-DHK_TESTING, `make testing`) also honours HOOKCORE_TESTING_CONFIG_ROOT; production builds
+ *   contain no such knob, so a tenant cannot point the library at a config of its own.
  *
  * Memory quantities (whole bytes, > 0, at most HK_MEM_MAX):
  *   plain bytes              1073741824, +1073741824, 1e9, 1.5e3
@@ -37,16 +59,16 @@
  *   read `2G` as 2 GiB; HAMi's device plugin only ever writes lower-case `m`.
  *   A fraction must give a whole number of bytes (1.5Gi ok, 1.3k rejected). Rejected: empty,
  *   spaces, sign '-', hex/octal prefixes, trailing junk (1gb, 1Gi!), 0, overflow (> HK_MEM_MAX).
- * SM limits: a decimal integer 1..100. 100 means "no compute limit". 0 is REJECTED (HAMi read 0
+ * Compute limits: a decimal integer 1..100. 100 means "no compute limit". 0 is REJECTED (HAMi read 0
  *   as unlimited, a loophole): a claim that wants no limit leaves the variable unset or says 100.
- * Index suffixes: decimal 0..HK_MAX_DEVICES-1 without leading zeros; `CUDA_DEVICE_MEMORY_LIMIT_x`,
+ * Index suffixes: decimal 0..HK_MAX_DEVICES-1 without leading zeros; `HOOKCORE_MEMORY_LIMIT_x`,
  *   `_01`, `_16` are rejected (a typo must not silently drop a quota).
  * UUIDs: 1..HK_UUID_MAX-1 characters of [A-Za-z0-9-_/:.]; duplicates rejected. When at least one
- *   HOOKCORE_DEVICE_UUID_<i> is set the claim is UUID-keyed: the shim maps every CUDA ordinal to its
- *   UUID and asks hk_device_resolve(); a GPU whose UUID is not listed is not part of the claim.
+ *   HOOKCORE_DEVICE_UUID_<i> is set the claim is UUID-keyed: the shim maps every device ordinal to
+ *   its UUID and asks hk_device_resolve(); a device whose UUID is not listed is not in the claim.
  *   Comparison ignores case and an optional "GPU-" prefix.
- * Unset memory limit = unlimited (HK_MEM_UNLIMITED); unset SM limit = 100.
- * Error messages are one line: `hookcore: CUDA_DEVICE_MEMORY_LIMIT_1="12x": unknown unit "x" ...`
+ * Unset memory limit = unlimited (HK_MEM_UNLIMITED); unset compute limit = 100.
+ * Error messages are one line: `hookcore: HOOKCORE_MEMORY_LIMIT_1="12x": unknown unit "x" ...`
  * (non-printable characters of the value are escaped, long values truncated).
  *
  * ---------------------------------------------------------------------------------------------
@@ -84,9 +106,6 @@
 extern "C" {
 #endif
 
-/* Mark a symbol that libvgpu.so must export (interposers). Everything else is hidden. */
-#define HK_EXPORT __attribute__((visibility("default")))
-
 /* ------------------------------------------------------------------------------------------- */
 /* Limits and constants                                                                         */
 
@@ -99,14 +118,18 @@ extern "C" {
 #define HK_MEM_UNLIMITED    UINT64_MAX          /* mem limit of a device without a quota */
 #define HK_MEM_MAX          ((uint64_t)1 << 62) /* largest accepted quota (4 EiB) */
 #define HK_SM_UNLIMITED     100u                /* sm limit meaning "no compute limit" */
-#define HK_DEFAULT_LEDGER   "/tmp/hookcore.ledger"
+#define HK_DEFAULT_LEDGER   "/tmp/hookcore.ledger"   /* environment config, no stem known */
+#ifndef HK_CONFIG_ROOT
+#define HK_CONFIG_ROOT      "/run/hookcore"          /* config files: HK_CONFIG_ROOT/<stem>/config */
+#endif
+#define HK_CONFIG_MAX       65536                    /* larger config files are rejected */
 
 #define HK_LEDGER_MAGIC     0x52454744454c4b48ULL   /* "HKLEDGER" little endian */
 #define HK_LEDGER_VERSION   1u                      /* bumped on every incompatible change */
 
 /* Return codes (0 or negative). */
 #define HK_OK               0
-#define HK_ENOMEM           (-1)   /* quota exhausted: the shim returns CUDA_ERROR_OUT_OF_MEMORY */
+#define HK_ENOMEM           (-1)   /* quota exhausted: the shim returns its out-of-memory error */
 #define HK_EFAILCLOSED      (-2)   /* bad config or ledger: the shim returns an error, see hk_error_message() */
 #define HK_EINVAL           (-3)   /* bad argument (device index out of range, NULL, ...) */
 #define HK_ENODEV           (-4)   /* device not part of the claim (UUID-keyed claim) */
@@ -125,7 +148,12 @@ const char *hk_strerror(int code);
 #define HK_CFG_SM_SET       0x2u    /* an SM limit was given for index i */
 #define HK_CFG_UUID_SET     0x4u    /* HOOKCORE_DEVICE_UUID_<i> was given */
 
+#define HK_ORIGIN_NONE      0u      /* hk_config.origin: no configuration (dormant) */
+#define HK_ORIGIN_ENV       1u      /* from the environment */
+#define HK_ORIGIN_FILE      2u      /* from the config file */
+
 typedef struct hk_config {
+  uint32_t origin;                          /* HK_ORIGIN_* */
   uint32_t device_count;                    /* 1 + highest index named by a _<i> variable; 0 = defaults only */
   uint32_t uuid_keyed;                      /* 1 if any HOOKCORE_DEVICE_UUID_<i> is set */
   uint64_t mem_limit[HK_MAX_DEVICES];       /* bytes, or HK_MEM_UNLIMITED */
@@ -135,13 +163,39 @@ typedef struct hk_config {
   char ledger_path[HK_PATH_MAX];            /* "" when no ledger is needed (no limit set, no path) */
 } hk_config;
 
-/* Parse an environ-style array (NULL-terminated "NAME=VALUE" strings; NULL envp = empty).
-   Pure: touches no global state, allocates nothing. On error returns HK_EFAILCLOSED and writes a
-   one-line message into err (if errlen > 0); *out is then zeroed. */
+/* A legacy environment name and the neutral key it stands for (prefix mapping, see above). */
+typedef struct hk_env_alias {
+  const char *name;                         /* e.g. "OLD_SM_LIMIT" */
+  const char *key;                          /* e.g. "HOOKCORE_COMPUTE_LIMIT" */
+} hk_env_alias;
+
+/* What to parse. With file_text set the environment is not looked at. */
+typedef struct hk_config_source {
+  const char *const *envp;                  /* NULL-terminated "NAME=VALUE" strings; NULL = empty */
+  const hk_env_alias *aliases;              /* environment only; ends with {NULL, NULL}; NULL = none */
+  const char *file_text;                    /* the config file's contents (NUL-terminated); NULL = no file */
+  const char *file_path;                    /* for messages; its directory holds the default ledger */
+  const char *stem;                         /* library stem for the default ledger name; NULL = none */
+} hk_config_source;
+
+/* Parse a configuration. Pure: touches no global state, reads no file. On error returns
+   HK_EFAILCLOSED and writes a one-line message into err (if errlen > 0); *out is then zeroed. */
+int hk_config_parse_source(const hk_config_source *src, hk_config *out, char *err, size_t errlen);
+
+/* hk_config_parse_source with an environment only (neutral keys, no aliases). */
 int hk_config_parse(const char *const *envp, hk_config *out, char *err, size_t errlen);
 
 /* hk_config_parse(environ, ...). */
 int hk_config_from_environ(hk_config *out, char *err, size_t errlen);
+
+/* The config file of library stem `stem`: HK_CONFIG_ROOT/<stem>/config. HK_OK, or HK_EINVAL for
+   a stem outside [a-z0-9_-]{1,32} or a path longer than n. */
+int hk_config_file_path(const char *stem, char *out, size_t n);
+
+/* Read a config file into a NUL-terminated heap buffer (*text, free() it). HK_OK; HK_ENOENT when
+   it does not exist (nor its directory); HK_EFAILCLOSED with a message when it exists but cannot
+   be read, is not a regular file, holds a NUL byte or exceeds HK_CONFIG_MAX. */
+int hk_config_read_file(const char *path, char **text, char *err, size_t errlen);
 
 /* Parse one memory quantity / SM percentage (the building blocks above; exposed for tests).
    `name` is used in the message only. Return HK_OK or HK_EFAILCLOSED. */
@@ -157,10 +211,26 @@ int hk_uuid_equal(const char *a, const char *b);
 /* ------------------------------------------------------------------------------------------- */
 /* Process-wide API used by the shim                                                            */
 
-/* Initialise once (env, ledger, process slot). Idempotent and thread safe; cheap after the first
-   call. Waits at most 10 s for the ledger's creation lock (held for microseconds by each opener). Returns HK_OK or HK_EFAILCLOSED (message in hk_error_message(), also printed once to
-   stderr as "hookcore: ..."). */
+/* How a hook library identifies itself to the core. */
+typedef struct hk_options {
+  const char *stem;                         /* "vgpu" for libvgpu.so: picks the config file; NULL = none */
+  const hk_env_alias *aliases;              /* the shim's legacy environment names; NULL = none */
+} hk_options;
+
+/* Initialise once (config file or environment, ledger, process slot). The first call decides
+   (later options are ignored); idempotent and thread safe; cheap after the first call. Waits at
+   most 10 s for the ledger's creation lock (held for microseconds by each opener). Returns HK_OK
+   (also when dormant) or HK_EFAILCLOSED (message in hk_error_message(), also printed once to
+   stderr as "hookcore: ..."). hk_init() is hk_init_with(NULL). */
+int hk_init_with(const hk_options *opts);
 int hk_init(void);
+
+/* 1 when there is no configuration at all (no config file, no key in the environment): the core
+   admits everything without accounting and the shim should pass every call straight on. */
+int hk_dormant(void);
+
+/* Where the configuration came from: HK_ORIGIN_*. */
+uint32_t hk_config_origin(void);
 
 /* HK_OK, or HK_EFAILCLOSED when the library refuses to admit anything. Calls hk_init(). */
 int hk_status(void);
@@ -212,7 +282,6 @@ void *hk_limiter_area(int dev);
 
 #define HK_KIND_PTR     0u   /* cuMemAlloc*, managed, pitch */
 #define HK_KIND_VMM     1u   /* cuMemCreate handle */
-#define HK_KIND_ASYNC   2u   /* stream-ordered allocations */
 #define HK_KIND_ARRAY   3u   /* CUarray / mipmapped arrays */
 
 int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size);   /* HK_OK/HK_EEXIST/HK_ENOSPC */

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "atomic.h"
 #include "hookcore.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "hookcore needs lock-free 64-bit atomics");

@@ -162,7 +162,7 @@ static int check_header(const hk_ledger *l, char *err, size_t errlen) {
   uint64_t magic = atomic_load_explicit((_Atomic uint64_t *)&h->xmagic, ORD_ACQ);
   if (magic != HK_LEDGER_MAGIC) {
     hk__errf(err, errlen, "%s is not a hookcore ledger (magic %#llx); remove it or point "
-             "CUDA_DEVICE_MEMORY_SHARED_CACHE elsewhere", l->path, (unsigned long long)magic);
+             "HOOKCORE_LEDGER elsewhere", l->path, (unsigned long long)magic);
     return HK_EFAILCLOSED;
   }
   if (h->version != HK_LEDGER_VERSION || h->header_size != sizeof(hk__hdr) ||

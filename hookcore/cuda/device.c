@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../core/limiter.h"
+#include "hami_env.h"
 #include "shim.h"
 
 _Atomic int hk_shim_state = HK_SHIM_UNINIT;
@@ -30,8 +31,11 @@ int hk_shim_init_slow(void) {
         hk_shim_load(0);
         int64_t t1 = hk_limiter_now_ns();
         /* hk_init prints the one-line reason itself when it fails closed. */
-        if (hk_init() != HK_OK) {
+        hk_options opts = {.stem = hk_preload_stem(), .aliases = hk_hami_env_aliases};
+        if (hk_init_with(&opts) != HK_OK) {
             s = HK_SHIM_FAILCLOSED;
+        } else if (hk_dormant()) {
+            s = HK_SHIM_DORMANT;
         } else {
             for (int d = 0; d < HK_MAX_DEVICES; d++)
                 if (hk_sm_limit(d) < HK_SM_UNLIMITED) hk_shim_limiter_on = 1;
@@ -39,7 +43,7 @@ int hk_shim_init_slow(void) {
         }
         if (hk_shim_debug)
             hk_shim_log("init: %s, compute limiter %s (load %.0f us, core %.0f us)",
-                        s == HK_SHIM_READY ? "ready" : "failed closed", hk_shim_limiter_on ? "on" : "off",
+                        s == HK_SHIM_READY ? "ready" : s == HK_SHIM_DORMANT ? "dormant" : "failed closed", hk_shim_limiter_on ? "on" : "off",
                         (t1 - t0) / 1e3, (hk_limiter_now_ns() - t1) / 1e3);
         atomic_store_explicit(&hk_shim_state, s, memory_order_release);
     }
@@ -140,8 +144,10 @@ static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t
 }
 
 HK_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
-    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    int st = hk_shim_ready();
+    if (st == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     if (!hk_real.cuMemGetInfo_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    if (st == HK_SHIM_DORMANT) return hk_real.cuMemGetInfo_v2(free_b, total_b);
     size_t rf, rt;
     CUresult r = hk_real.cuMemGetInfo_v2(&rf, &rt);
     if (r != CUDA_SUCCESS || !free_b || !total_b) {
@@ -159,10 +165,11 @@ HK_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
 }
 
 HK_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice ord) {
-    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    int st = hk_shim_ready();
+    if (st == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     if (!hk_real.cuDeviceTotalMem_v2) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuDeviceTotalMem_v2(bytes, ord);
-    if (r != CUDA_SUCCESS) return r;
+    if (r != CUDA_SUCCESS || st == HK_SHIM_DORMANT) return r;
     size_t f, t;
     virtual_meminfo(hk_dev_of_ordinal(ord), *bytes, *bytes, &f, &t);
     *bytes = t;

@@ -319,8 +319,8 @@ void hk_launch_atfork_child(void) {
  * Interposers. Fast path: state ready and no limiter -> straight to the driver.
  * ------------------------------------------------------------------------- */
 static inline int fast_path(void) {
-    return HK_LIKELY(atomic_load_explicit(&hk_shim_state, memory_order_relaxed) == HK_SHIM_READY &&
-                     !hk_shim_limiter_on);
+    int s = atomic_load_explicit(&hk_shim_state, memory_order_relaxed);
+    return HK_LIKELY((s == HK_SHIM_READY || s == HK_SHIM_DORMANT) && !hk_shim_limiter_on);
 }
 
 /* Slow path entry: returns CUDA_SUCCESS to go on (possibly gated), or an error when failed closed. */

@@ -33,8 +33,9 @@ static inline uint64_t charge_of(size_t size) {
    there is no current context (the real call then reports that itself, nothing is charged). */
 static CUresult admit_current(uint64_t charge, int *dev, int *skip) {
     *skip = 0;
-    if (HK_UNLIKELY(hk_shim_ready() == HK_SHIM_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
-    if (hk_current_dev(dev, NULL) != CUDA_SUCCESS) {
+    int st = hk_shim_ready();
+    if (HK_UNLIKELY(st == HK_SHIM_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (st == HK_SHIM_DORMANT || hk_current_dev(dev, NULL) != CUDA_SUCCESS) {
         *skip = 1;
         return CUDA_SUCCESS;
     }
@@ -203,8 +204,9 @@ static uint64_t granularity_of(const CUmemAllocationProp *prop) {
 HK_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
                                unsigned long long flags) {
     if (!hk_real.cuMemCreate) return CUDA_ERROR_NOT_INITIALIZED;
-    if (HK_UNLIKELY(hk_shim_ready() == HK_SHIM_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
-    if (!h || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    int st = hk_shim_ready();
+    if (HK_UNLIKELY(st == HK_SHIM_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (st == HK_SHIM_DORMANT || !h || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return hk_real.cuMemCreate(h, size, prop, flags);   /* host memory or invalid: not charged */
     int dev = hk_dev_of_ordinal(prop->location.id);
     if (dev < 0) return CUDA_ERROR_OUT_OF_MEMORY;

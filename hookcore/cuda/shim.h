@@ -15,11 +15,12 @@
 #include <stdint.h>
 
 #include "../core/hookcore.h"
+#include "../preload/preload.h"
 #include "cuda_abi.h"
 
 #define HK_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HK_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define HK_HIDDEN __attribute__((visibility("hidden")))
+#define HK_EXPORT __attribute__((visibility("default")))   /* interposers; everything else is hidden */
 
 /* ---------------------------------------------------------------------------
  * NVML types (subset, from the public NVML API reference)
@@ -149,6 +150,7 @@ void hk_shim_log(const char *fmt, ...) HK_HIDDEN __attribute__((format(printf, 1
 #define HK_SHIM_UNINIT 0
 #define HK_SHIM_READY 1
 #define HK_SHIM_FAILCLOSED 2
+#define HK_SHIM_DORMANT 3                            /* no configuration: every call passes through */
 extern _Atomic int hk_shim_state HK_HIDDEN;      /* HK_SHIM_* */
 extern int hk_shim_limiter_on HK_HIDDEN;         /* some device has an SM limit < 100 */
 

@@ -65,7 +65,9 @@ HK_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m
     if (!hk_real.nvmlDeviceGetMemoryInfo) return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t r = hk_real.nvmlDeviceGetMemoryInfo(dev, m);
     if (r != NVML_SUCCESS || !m) return r;
-    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return NVML_ERROR_UNINITIALIZED;
+    int st = hk_shim_ready();
+    if (st == HK_SHIM_FAILCLOSED) return NVML_ERROR_UNINITIALIZED;
+    if (st == HK_SHIM_DORMANT) return r;
     quota_view(dev, m->total, m->free, &m->total, &m->used, &m->free);
     return r;
 }
@@ -75,7 +77,9 @@ HK_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v
     if (!hk_real.nvmlDeviceGetMemoryInfo_v2) return NVML_ERROR_UNINITIALIZED;
     nvmlReturn_t r = hk_real.nvmlDeviceGetMemoryInfo_v2(dev, m);
     if (r != NVML_SUCCESS || !m) return r;
-    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return NVML_ERROR_UNINITIALIZED;
+    int st = hk_shim_ready();
+    if (st == HK_SHIM_FAILCLOSED) return NVML_ERROR_UNINITIALIZED;
+    if (st == HK_SHIM_DORMANT) return r;
     if (quota_view(dev, m->total, m->free, &m->total, &m->used, &m->free) == 0) m->reserved = 0;
     return r;
 }

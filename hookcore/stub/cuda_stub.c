@@ -1,12 +1,13 @@
 /* cuda_stub.c - a stub libcuda.so.1 for testing hookcore without a GPU.
  *
- * Fake devices come from the environment:
- *   STUB_CUDA_DEVICES   number of devices (default 1, at most 16)
- *   STUB_CUDA_MEMORY    memory of each device: bytes or Ki/Mi/Gi/Ti (default 16Gi)
- *   CUDA_VISIBLE_DEVICES  comma-separated physical indexes, honoured like the real driver
- *
- * Device i has UUID 57554201-0000-4000-8000-0000000000ii ("GPU-5755..."), so tests can
- * check that a quota follows the UUID when CUDA_VISIBLE_DEVICES reorders the devices.
+ * Fake devices come from the environment (stub_devices.h has the grammar):
+ *   HOOKCORE_STUB_DEVICES  "uuid=GPU-...,memory=141Gi,name=...;uuid=..." (shared with the NVML stub)
+ *   STUB_CUDA_DEVICES, STUB_CUDA_MEMORY  the legacy form when it is unset: N devices of one size,
+ *                          device i with UUID GPU-57554201-0000-4000-8000-0000000000ii
+ *   CUDA_VISIBLE_DEVICES   comma-separated indexes into that list or UUIDs (full, or a unique prefix,
+ *                          "GPU-" optional), honoured like the real driver: the first entry that
+ *                          names no device (or one already listed) ends the list
+ * so tests can check that a quota follows the UUID when CUDA_VISIBLE_DEVICES reorders devices.
  *
  * Memory: allocations return fake addresses from a per-device counter and are tracked,
  * so the stub runs out of memory at the device size like a real GPU would.
@@ -30,9 +31,9 @@
 #include <time.h>
 
 #include "../cuda/cuda_abi.h"
+#include "stub_devices.h"
 
 #define STUB_API __attribute__((visibility("default")))
-#define STUB_MAX_DEVICES 16
 #define STUB_MAX_ALLOCS 65536
 
 /* ---------------------------------------------------------------------------
@@ -40,6 +41,7 @@
  * ------------------------------------------------------------------------- */
 typedef struct stub_device {
     int physical;                      /* index before CUDA_VISIBLE_DEVICES */
+    stub_device_desc desc;             /* uuid, name, memory */
     size_t total;
     _Atomic size_t used;
     _Atomic int64_t busy_until_ns;     /* simulated engine: end of the last queued work */
@@ -86,43 +88,32 @@ static void sleep_until(int64_t t_ns) {
     }
 }
 
-static size_t parse_size(const char *s, size_t dflt) {
-    if (!s || !*s) return dflt;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (!strcmp(end, "Ki")) v <<= 10;
-    else if (!strcmp(end, "Mi")) v <<= 20;
-    else if (!strcmp(end, "Gi")) v <<= 30;
-    else if (!strcmp(end, "Ti")) v <<= 40;
-    return (size_t)v;
-}
-
 static void stub_setup(void) {
     pthread_mutex_lock(&g_lock);
     if (g_ndev >= 0) { pthread_mutex_unlock(&g_lock); return; }
-    const char *n = getenv("STUB_CUDA_DEVICES");
-    int phys = n ? atoi(n) : 1;
-    if (phys < 0) phys = 0;
-    if (phys > STUB_MAX_DEVICES) phys = STUB_MAX_DEVICES;
-    size_t mem = parse_size(getenv("STUB_CUDA_MEMORY"), (size_t)16 << 30);
+    static stub_device_desc all[STUB_MAX_DEVICES];
+    int phys = stub_devices_from_env(all, STUB_MAX_DEVICES);
     int order[STUB_MAX_DEVICES], count = 0;
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (vis) {
-        const char *p = vis;
-        while (*p && count < STUB_MAX_DEVICES) {
-            char *end;
-            long idx = strtol(p, &end, 10);
-            if (end == p || idx < 0 || idx >= phys) break;   /* like the driver: stop at the first bad entry */
-            order[count++] = (int)idx;
-            p = (*end == ',') ? end + 1 : end;
-            if (*end != ',') break;
+        for (const char *p = vis; *p && count < STUB_MAX_DEVICES;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            int idx = stub_device_lookup(all, phys, p, len);
+            int dup = 0;
+            for (int i = 0; i < count; i++) dup |= order[i] == idx;
+            if (idx < 0 || dup) break;   /* like the driver: stop at the first bad entry */
+            order[count++] = idx;
+            if (!comma) break;
+            p = comma + 1;
         }
     } else {
         for (int i = 0; i < phys; i++) order[count++] = i;
     }
     for (int i = 0; i < count; i++) {
         g_dev[i].physical = order[i];
-        g_dev[i].total = mem;
+        g_dev[i].desc = all[order[i]];
+        g_dev[i].total = (size_t)all[order[i]].memory;
         atomic_store(&g_dev[i].used, 0);
         atomic_store(&g_dev[i].busy_until_ns, 0);
         g_next_addr[i] = 0x700000000000ULL + ((unsigned long long)order[i] << 36);
@@ -215,7 +206,7 @@ STUB_API CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
 STUB_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
     NEED_INIT();
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "Stub GPU %d", g_dev[dev].physical);
+    snprintf(name, (size_t)len, "%s", g_dev[dev].desc.name);
     return CUDA_SUCCESS;
 }
 
@@ -223,9 +214,7 @@ STUB_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
     NEED_INIT();
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
-    static const unsigned char base[16] = {0x57, 0x55, 0x42, 0x01, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0};
-    memcpy(uuid->bytes, base, 16);
-    uuid->bytes[15] = (char)g_dev[dev].physical;
+    memcpy(uuid->bytes, g_dev[dev].desc.uuid_bytes, 16);
     return CUDA_SUCCESS;
 }
 

@@ -3,7 +3,10 @@
 - `core_tests`: the core's C test programs (`test_core`, and under ASan/UBSan `test_core_asan`,
   `fuzz_config`);
 - `hookcore_ext`: the `hookcore` package with its Cython extension built in place if stale;
-- `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`.
+- `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`;
+- `testing_lib`: the test build of libvgpu.so (`make testing`), which also honours
+  HOOKCORE_TESTING_CONFIG_ROOT so config-file tests need no root;
+- `client`: `tests/hook/c/shim_client.c` compiled (`tests/hook/clients.py` builds its environment).
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def _extension_stale() -> bool:
     built = sorted(HOOKCORE.glob("_hookcore*.so"))
     if not built:
         return True
-    sources = [HOOKCORE / "_hookcore.pyx", HOOKCORE / "_hookcore.pxd", *HOOKCORE.glob("core/*.[ch]")]
+    sources = [HOOKCORE / "_hookcore.pyx", HOOKCORE / "_hookcore.pxd", *HOOKCORE.glob("core/*.[ch]"),
+               *HOOKCORE.glob("cuda/hami_env.[ch]")]
     return max(p.stat().st_mtime for p in sources) > built[-1].stat().st_mtime
 
 
@@ -74,3 +78,20 @@ def hookcore_ext() -> ModuleType:
 def hookcore_libs() -> HookLibs:
     make("libs")
     return HookLibs(BUILD / "libvgpu.so", BUILD / "stub")
+
+
+@pytest.fixture(scope="session")
+def testing_lib(hookcore_libs: HookLibs) -> Path:
+    make("testing")
+    return BUILD / "testing" / "libvgpu.so"
+
+
+@pytest.fixture(scope="session")
+def client(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("shim") / "shim_client"
+    src = ROOT / "tests/hook/c/shim_client.c"
+    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), str(src), "-ldl"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+

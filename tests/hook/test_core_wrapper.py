@@ -42,9 +42,13 @@ def holder(core: CoreTests, path: Path, env: dict[str, str], *charges: str) -> I
         proc.wait(timeout=10)
 
 
-ENV = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1Gi", "CUDA_DEVICE_MEMORY_LIMIT_1": "3000m",
-       "CUDA_DEVICE_SM_LIMIT_1": "30", "HOOKCORE_DEVICE_UUID_0": "GPU-aaaa",
+ENV = {"HOOKCORE_MEMORY_LIMIT_0": "1Gi", "HOOKCORE_MEMORY_LIMIT_1": "3000m",
+       "HOOKCORE_COMPUTE_LIMIT_1": "30", "HOOKCORE_DEVICE_UUID_0": "GPU-aaaa",
        "HOOKCORE_DEVICE_UUID_1": "GPU-bbbb"}
+# The same claim in HAMi's names (accepted from the environment by libvgpu.so and parse_config).
+HAMI_ENV = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1Gi", "CUDA_DEVICE_MEMORY_LIMIT_1": "3000m",
+            "CUDA_DEVICE_SM_LIMIT_1": "30", "HOOKCORE_DEVICE_UUID_0": "GPU-aaaa",
+            "HOOKCORE_DEVICE_UUID_1": "GPU-bbbb"}
 
 
 def test_parse_memory_and_sm(hookcore_ext: ModuleType) -> None:
@@ -56,16 +60,19 @@ def test_parse_memory_and_sm(hookcore_ext: ModuleType) -> None:
     assert hc.parse_sm("30") == 30
     with pytest.raises(hc.HookConfigError, match=r'^CUDA_DEVICE_MEMORY_LIMIT_2="1gb": unknown unit "gb"'):
         hc.parse_memory("1gb", "CUDA_DEVICE_MEMORY_LIMIT_2")
-    with pytest.raises(hc.HookConfigError, match=r'CUDA_DEVICE_SM_LIMIT="0": 0 is not a valid compute share'):
+    with pytest.raises(hc.HookConfigError, match=r'HOOKCORE_COMPUTE_LIMIT="0": 0 is not a valid compute share'):
         hc.parse_sm("0")
     with pytest.raises(hc.HookConfigError, match="NUL character"):
         hc.parse_memory("1\x00Gi")
     assert issubclass(hc.HookConfigError, ValueError) and issubclass(hc.LedgerError, OSError)
 
 
-def test_parse_config(hookcore_ext: ModuleType) -> None:
-    cfg = hookcore_ext.parse_config({**ENV, "UNRELATED": "x", "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/run/l"})
-    assert cfg.device_count == 2 and cfg.uuid_keyed and cfg.ledger_path == "/run/l"
+@pytest.mark.parametrize("names", ["neutral", "hami"])
+def test_parse_config(hookcore_ext: ModuleType, names: str) -> None:
+    env = ENV if names == "neutral" else HAMI_ENV
+    ledger = {"neutral": "HOOKCORE_LEDGER", "hami": "CUDA_DEVICE_MEMORY_SHARED_CACHE"}[names]
+    cfg = hookcore_ext.parse_config({**env, "UNRELATED": "x", ledger: "/run/l"})
+    assert cfg.device_count == 2 and cfg.uuid_keyed and cfg.ledger_path == "/run/l" and cfg.origin == "env"
     d0, d1 = cfg.configured()
     assert (d0.memory_limit, d0.sm_limit, d0.uuid) == (GiB, 100, "GPU-aaaa")
     assert (d1.memory_limit, d1.sm_limit, d1.uuid) == (3000 * MiB, 30, "GPU-bbbb")
@@ -80,7 +87,7 @@ def test_parse_config(hookcore_ext: ModuleType) -> None:
 
 def test_ledger_live_then_dead(hookcore_ext: ModuleType, core_tests: CoreTests, tmp_path: Path) -> None:
     path = tmp_path / "claim.ledger"
-    env = {**ENV, "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(path)}
+    env = {**ENV, "HOOKCORE_LEDGER": str(path)}
     with holder(core_tests, path, env, f"0:{512 * MiB}", f"1:{100 * MiB}") as pid_a, \
          holder(core_tests, path, env, f"0:{256 * MiB}") as pid_b:
         with hookcore_ext.Ledger(path) as ledger:
@@ -120,7 +127,7 @@ def test_ledger_errors(hookcore_ext: ModuleType, tmp_path: Path) -> None:
 
 def test_ledger_closed_and_bounds(hookcore_ext: ModuleType, core_tests: CoreTests, tmp_path: Path) -> None:
     path = tmp_path / "l"
-    env = {"CUDA_DEVICE_MEMORY_LIMIT": "1Gi", "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(path)}
+    env = {"HOOKCORE_MEMORY_LIMIT": "1Gi", "HOOKCORE_LEDGER": str(path)}
     with holder(core_tests, path, env, "0:1"):
         ledger = hookcore_ext.Ledger(path)
         with pytest.raises(IndexError):
@@ -134,7 +141,7 @@ def test_dra_hook_inspect(hookcore_ext: ModuleType, core_tests: CoreTests, tmp_p
     from dra.cli import app
 
     path = tmp_path / "claim.ledger"
-    env = {**ENV, "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(path)}
+    env = {**ENV, "HOOKCORE_LEDGER": str(path)}
     runner = CliRunner()
     with holder(core_tests, path, env, f"0:{768 * MiB}", f"1:{2 * GiB}") as pid:
         result = runner.invoke(app, ["hook", "inspect", str(path)], env={"COLUMNS": "200"})
@@ -161,9 +168,27 @@ def test_dra_hook_config(hookcore_ext: ModuleType) -> None:
     result = runner.invoke(app, ["hook", "config", "CUDA_DEVICE_MEMORY_LIMIT_1=3000m", "CUDA_DEVICE_SM_LIMIT=40"],
                            env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "2.93 GiB" in result.output and "40%" in result.output and "/tmp/hookcore.ledger" in result.output
+    assert "2.93 GiB" in result.output and "40%" in result.output and "/tmp/hookcore-vgpu.ledger" in result.output
     result = runner.invoke(app, ["hook", "config", "CUDA_DEVICE_MEMORY_LIMIT=lots"])
     assert result.exit_code == 2 and 'CUDA_DEVICE_MEMORY_LIMIT="lots"' in result.output
+
+
+def test_dra_hook_config_file(hookcore_ext: ModuleType, tmp_path: Path) -> None:
+    from dra.cli import app
+
+    runner = CliRunner()
+    good = tmp_path / "vgpu" / "config"
+    good.parent.mkdir()
+    good.write_text("HOOKCORE_MEMORY_LIMIT_0=3000m\n")
+    result = runner.invoke(app, ["hook", "config", "--file", str(good)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    flat = "".join(result.output.split())   # the title wraps at the terminal width
+    assert "2.93GiB" in flat and "fromfile" in flat and f"{tmp_path}/vgpu/ledger" in flat
+    good.write_text("CUDA_DEVICE_SM_LIMIT=40\n")
+    result = runner.invoke(app, ["hook", "config", "--file", str(good)])
+    assert result.exit_code == 2 and "line 1: unknown key CUDA_DEVICE_SM_LIMIT" in result.output
+    result = runner.invoke(app, ["hook", "config", "--file", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "cannot read" in result.output
 
 
 def test_claim_env_and_create_ledger(hookcore_ext: ModuleType, core_tests: CoreTests, tmp_path: Path) -> None:
@@ -171,12 +196,12 @@ def test_claim_env_and_create_ledger(hookcore_ext: ModuleType, core_tests: CoreT
     path = tmp_path / "claim.ledger"
     devices = [hc.DeviceQuota(0, 2 * GiB, 50, "GPU-one"), hc.DeviceQuota(1, None, 100, "GPU-two")]
     env = hc.claim_env(devices, str(path))
-    assert env == {"CUDA_DEVICE_MEMORY_SHARED_CACHE": str(path), "CUDA_DEVICE_MEMORY_LIMIT_0": str(2 * GiB),
-                   "CUDA_DEVICE_SM_LIMIT_0": "50", "HOOKCORE_DEVICE_UUID_0": "GPU-one",
+    assert env == {"HOOKCORE_LEDGER": str(path), "HOOKCORE_MEMORY_LIMIT_0": str(2 * GiB),
+                   "HOOKCORE_COMPUTE_LIMIT_0": "50", "HOOKCORE_DEVICE_UUID_0": "GPU-one",
                    "HOOKCORE_DEVICE_UUID_1": "GPU-two"}
     with pytest.raises(hc.HookConfigError, match="every device has a UUID"):
         hc.claim_env([devices[0], hc.DeviceQuota(1, None, 100, None)], str(path))
-    with pytest.raises(hc.HookConfigError, match="CUDA_DEVICE_SM_LIMIT_0"):
+    with pytest.raises(hc.HookConfigError, match="HOOKCORE_COMPUTE_LIMIT_0"):
         hc.claim_env([hc.DeviceQuota(0, GiB, 0, None)], str(path))
     hc.create_ledger(path, env, mode=0o666)
     assert path.stat().st_mode & 0o777 == 0o666
@@ -185,6 +210,6 @@ def test_claim_env_and_create_ledger(hookcore_ext: ModuleType, core_tests: CoreT
     hc.create_ledger(path, env)  # idempotent
     # a process of the claim opens it with the same environment; another config is refused while it lives
     with holder(core_tests, path, env, f"0:{GiB}"):
-        other = {**env, "CUDA_DEVICE_MEMORY_LIMIT_0": str(GiB)}
+        other = {**env, "HOOKCORE_MEMORY_LIMIT_0": str(GiB)}
         with pytest.raises(hc.LedgerError, match="device 0 memory quota differs"):
             hc.create_ledger(path, other)

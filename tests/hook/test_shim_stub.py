@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.hook.clients import client_env
+
 if TYPE_CHECKING:
     from tests.hook.conftest import HookLibs
 
@@ -28,29 +30,13 @@ CUDA_ERROR_NOT_INITIALIZED = 3
 STUB_UUID = "GPU-57554201-0000-4000-8000-0000000000{:02x}".format
 
 
-@pytest.fixture(scope="session")
-def client(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("shim") / "shim_client"
-    src = ROOT / "tests/hook/c/shim_client.c"
-    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), str(src), "-ldl"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
 @pytest.fixture
 def run(client: Path, hookcore_libs: HookLibs, tmp_path: Path):
     """run(*args, preload=True, **env) -> CompletedProcess; a fresh ledger per test."""
 
     def _env(preload: bool, env: dict[str, str]) -> dict[str, str]:
-        e = {k: v for k, v in os.environ.items()
-             if not k.startswith(("CUDA_", "HOOKCORE_", "STUB_")) and k != "LD_PRELOAD"}
-        e["LD_LIBRARY_PATH"] = str(hookcore_libs.stub_dir)
-        e["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(tmp_path / "claim.ledger")
-        if preload:
-            e["LD_PRELOAD"] = str(hookcore_libs.libvgpu)
-        e.update(env)
-        return e
+        return client_env(hookcore_libs, hookcore_libs.libvgpu if preload else None,
+                          CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "claim.ledger"), **env)
 
     def _run(*args: str, preload: bool = True, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(client), *args], env=_env(preload, env), capture_output=True, text=True,

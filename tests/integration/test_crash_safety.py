@@ -1,5 +1,7 @@
 """Crash safety of the claim path: SIGKILL at every step of prepare and unprepare, restart, repeat
-kubelet's call; no leaked CDI spec, no leaked driver resource, no lost claim.
+kubelet's call; no leaked CDI spec, claim hook dir (ledger, config), driver resource or temp
+file, no lost claim. The example driver enforces quotas, so every step of the hook path (install
+of the library into the hook dir, the claim's hook dir) is among the steps killed.
 
 Level: a ClaimPreparer in a forked child process (the daemon, `dra run`, did not exist when this
 was written), reading claims allocated by kube-scheduler from the real API server. The child is
@@ -130,7 +132,15 @@ def check_prepared(rig: Rig, refs: Sequence[ClaimRef], answer: Any) -> None:
         validate_cdi_spec(doc, SCHEMA)
         ids = [i for d in res["devices"] for i in d["cdi_device_ids"]]
         assert ids == [i for d in rec.devices for i in d.cdi_ids]
-        apply_cdi(rig.cdi, ids)  # every answered ID resolves
+        _, mounts = apply_cdi(rig.cdi, ids)  # every answered ID resolves
+        # The claim's quota is enforced: hook dir with config and ledger, mounted with the hook set.
+        hooks = rig.state / "hooks" / r.uid
+        assert (hooks / "config").is_file() and (hooks / "ledger").is_file(), f"hook dir incomplete: {hooks}"
+        assert rec.enforcement is not None and Path(rec.enforcement["set"]).is_dir()
+        by_target = {m.container_path: m.host_path for m in mounts}
+        assert by_target["/run/hookcore/vgpu"] == str(hooks)
+        assert by_target["/usr/lib/hookcore"] == rec.enforcement["set"]
+        assert by_target["/etc/ld.so.preload"] == rec.enforcement["set"] + "/ld.so.preload"
         for d in rec.devices:
             key = f"{d.device}-{d.share_id}" if d.share_id else d.device
             assert (rig.ledger / f"{r.uid}_{key}").exists(), "driver resource missing for a prepared device"
@@ -144,10 +154,15 @@ def check_clean(rig: Rig, refs: Sequence[ClaimRef]) -> None:
     assert leaked == [], f"CDI file leaked: {leaked}"
     assert not [p for p in rig.ledger.iterdir() if p.name.split("_")[0] in uids], "driver resource leaked"
     assert not [p for p in cp.locks_dir.iterdir() if p.stem in uids], "lock file leaked"
+    hooks = rig.state / "hooks"
+    assert not [p.name for p in hooks.iterdir() if any(u in p.name for u in uids)] if hooks.exists() else True, \
+        "claim hook dir (ledger, config) leaked"
 
 
 def no_temp_files(rig: Rig) -> None:
-    temps = [p for d in (rig.state / "claims", rig.cdi) if d.exists() for p in d.glob(".*.tmp")]
+    temps = [p for d in (rig.state / "claims", rig.cdi, rig.state / "hooks") if d.exists() for p in d.glob(".*.tmp")]
+    hook_dir = rig.state / "hook-dir"
+    temps += [p for p in (*hook_dir.glob("libs/.tmp-*"), *hook_dir.glob("sets/.tmp-*"), *hook_dir.glob(".current.*"))]
     assert temps == [], temps
 
 

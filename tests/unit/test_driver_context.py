@@ -53,15 +53,26 @@ def test_parse_settings_keeps_the_last_value_and_rejects_pairs_without_equals() 
 
 def test_the_daemon_calls_setup_once_before_devices_with_node_pool_settings_and_fake(tmp_path: Path) -> None:
     driver = Recording()
-    d = _daemon(tmp_path, driver, driver_settings={"count": "3", "memory": "2Gi"}, fake="profile-a")
+    fake = tmp_path / "devices.txt"
+    fake.write_text("uuid=GPU-00000000-0000-4000-8000-00000000000a,memory=2Gi;uuid=GPU-00000000-0000-4000-8000-00000000000b,memory=4Gi")
+    d = _daemon(tmp_path, driver, driver_settings={"enforce": "false"}, fake=str(fake))
     (ctx,) = driver.contexts
-    assert (ctx.node_name, ctx.pool_name, dict(ctx.settings), ctx.fake) == ("node-a", "node-a",
-                                                                            {"count": "3", "memory": "2Gi"}, "profile-a")
+    assert (ctx.node_name, ctx.pool_name, dict(ctx.settings), ctx.fake) == ("node-a", "node-a", {"enforce": "false"},
+                                                                            str(fake))
     assert driver.calls[0] == "setup"
     assert driver.context is ctx
+    assert [(dv.name, dv.attributes["uuid"], dv.capacity["memory"].value) for dv in driver.devices()] == [
+        ("gpu-0", "GPU-00000000-0000-4000-8000-00000000000a", "2Gi"),
+        ("gpu-1", "GPU-00000000-0000-4000-8000-00000000000b", "4Gi")]
+    assert driver.enforce is False
+    d.stop()
+
+
+def test_settings_shape_the_example_drivers_devices(tmp_path: Path) -> None:
+    driver = Recording()
+    _daemon(tmp_path, driver, driver_settings={"count": "3", "memory": "2Gi"}).stop()
     assert [dv.name for dv in driver.devices()] == ["gpu-0", "gpu-1", "gpu-2"]
     assert driver.memory_bytes == 2 * 1024**3
-    d.stop()
 
 
 def test_a_setup_failure_is_the_drivers_error(tmp_path: Path) -> None:

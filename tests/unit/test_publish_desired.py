@@ -70,7 +70,7 @@ def test_example_driver_devices_are_encoded_as_the_api_expects() -> None:
             "driverVersion": {"version": "1.0.0"},
             "index": {"int": 0},
             "model": {"string": "Example Accelerator"},
-            "uuid": {"string": "GPU-example-0000"},
+            "uuid": {"string": "GPU-57554201-0000-4000-8000-000000000000"},
         },
         "capacity": {
             "cores": {"value": "100", "requestPolicy": {"default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}}},

@@ -4,7 +4,8 @@
  *
  * Each iteration makes one input string (random bytes biased toward the quantity grammar, or a
  * mutation of a valid value) and feeds it to hk_parse_mem, hk_parse_sm and, every fourth time,
- * to hk_config_parse inside a random environment. Error buffers are heap blocks of random exact
+ * to hk_config_parse_source inside a random environment (with and without aliases) and as the
+ * same entries written as a config file (random line ends, comments, stray bytes). Error buffers are heap blocks of random exact
  * size, so any overrun is caught. Invariants checked:
  *   - accepted memory values are in (0, HK_MEM_MAX]; accepted SM values in 1..100;
  *   - rejected values leave a non-empty, one-line, NUL-terminated message naming the variable;
@@ -111,27 +112,44 @@ static int oracle_digits(const char *s, uint64_t *out) {
 }
 
 static const char *const g_names[] = {
-  "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_", "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_SM_LIMIT_",
-  "CUDA_DEVICE_MEMORY_SHARED_CACHE", "HOOKCORE_DEVICE_UUID_", "PATH", "CUDA_DEVICE_MEMORY",
+  "HOOKCORE_MEMORY_LIMIT", "HOOKCORE_MEMORY_LIMIT_", "HOOKCORE_COMPUTE_LIMIT", "HOOKCORE_COMPUTE_LIMIT_",
+  "HOOKCORE_LEDGER", "HOOKCORE_DEVICE_UUID_", "PATH", "OLD_MEM", "OLD_MEM_", "OLD_SM_", "HOOKCORE_X",
 };
+static const hk_env_alias g_aliases[] = {{"OLD_MEM", "HOOKCORE_MEMORY_LIMIT"}, {"OLD_SM", "HOOKCORE_COMPUTE_LIMIT"},
+                                         {NULL, NULL}};
+
+static void check_config(const hk_config *c, int rc, const char *cerr, const char *in) {
+  if (rc == HK_OK) {
+    for (int d = 0; d < HK_MAX_DEVICES; d++) {
+      if (c->mem_limit[d] == 0 || c->sm_limit[d] < 1 || c->sm_limit[d] > 100) fail("bad parsed config", in, "");
+    }
+    if (c->ledger_path[0] != '\0' && c->ledger_path[0] != '/') fail("relative ledger path", in, "");
+    if (c->device_count > HK_MAX_DEVICES) fail("device count out of range", in, "");
+  } else if (rc == HK_EFAILCLOSED) {
+    if (cerr[0] == '\0' || strchr(cerr, '\n')) fail("bad config message", in, cerr);
+    if (c->mem_limit[0] != 0 || c->origin != 0) fail("rejected config not zeroed", in, cerr);
+  } else {
+    fail("unexpected config return code", in, cerr);
+  }
+}
 
 int main(int argc, char **argv) {
   unsigned long long iters = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000ull;
   g_rng = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
   char in[64];
-  unsigned long long accepted_mem = 0, accepted_sm = 0, configs = 0, configs_ok = 0;
+  unsigned long long accepted_mem = 0, accepted_sm = 0, configs = 0, configs_ok = 0, files_ok = 0;
   for (unsigned long long it = 0; it < iters; it++) {
     make_input(in, sizeof in);
     size_t errlen = (rnd() % 5 == 0) ? (size_t)(rnd() % 16) : HK_ERR_MAX;
     char *err = malloc(errlen ? errlen : 1);
     uint64_t v = 12345;
-    int rc = hk_parse_mem("CUDA_DEVICE_MEMORY_LIMIT_7", in, &v, errlen ? err : NULL, errlen);
+    int rc = hk_parse_mem("HOOKCORE_MEMORY_LIMIT_7", in, &v, errlen ? err : NULL, errlen);
     if (rc == HK_OK) {
       accepted_mem++;
       if (v == 0 || v > HK_MEM_MAX) fail("accepted an out-of-range quantity", in, "");
     } else if (rc == HK_EFAILCLOSED) {
       if (v != 0) fail("rejected value left a non-zero result", in, "");
-      check_msg(in, err, errlen, "CUDA_DEVICE_MEMORY_LIMIT_7=\"");
+      check_msg(in, err, errlen, "HOOKCORE_MEMORY_LIMIT_7=\"");
     } else {
       fail("unexpected return code", in, "");
     }
@@ -141,12 +159,12 @@ int main(int argc, char **argv) {
     if (o == 0 && rc == HK_OK) fail("accepted zero/overflowing decimal", in, "");
 
     uint32_t pct = 777;
-    rc = hk_parse_sm("CUDA_DEVICE_SM_LIMIT", in, &pct, errlen ? err : NULL, errlen);
+    rc = hk_parse_sm("HOOKCORE_COMPUTE_LIMIT", in, &pct, errlen ? err : NULL, errlen);
     if (rc == HK_OK) {
       accepted_sm++;
       if (pct < 1 || pct > 100) fail("accepted an SM limit out of range", in, "");
     } else {
-      check_msg(in, err, errlen, "CUDA_DEVICE_SM_LIMIT=\"");
+      check_msg(in, err, errlen, "HOOKCORE_COMPUTE_LIMIT=\"");
     }
     free(err);
 
@@ -174,20 +192,29 @@ int main(int argc, char **argv) {
       hk_config c;
       char cerr[HK_ERR_MAX];
       configs++;
-      if (hk_config_parse(envp, &c, cerr, sizeof cerr) == HK_OK) {
-        configs_ok++;
-        for (int d = 0; d < HK_MAX_DEVICES; d++) {
-          if (c.mem_limit[d] == 0 || c.sm_limit[d] < 1 || c.sm_limit[d] > 100) fail("bad parsed config", in, "");
-        }
-        if (c.ledger_path[0] != '\0' && c.ledger_path[0] != '/') fail("relative ledger path", in, "");
-        if (c.device_count > HK_MAX_DEVICES) fail("device count out of range", in, "");
-      } else {
-        if (cerr[0] == '\0' || strchr(cerr, '\n')) fail("bad config message", in, cerr);
+      hk_config_source src = {.envp = envp, .aliases = (rnd() & 1) ? g_aliases : NULL, .stem = "fuzz"};
+      int crc = hk_config_parse_source(&src, &c, cerr, sizeof cerr);
+      configs_ok += crc == HK_OK;
+      check_config(&c, crc, cerr, in);
+      /* the same entries as a config file, with assorted line ends, comments and stray bytes */
+      char text[1600];
+      size_t tl = 0;
+      for (int i = 0; i < n; i++) {
+        static const char *const seps[] = {"\n", "\r\n", "\n# note\n", "\n\n", " \n", "\r"};
+        uint64_t q = rnd();
+        tl += (size_t)snprintf(text + tl, sizeof text - tl, "%s%s", entries[i], seps[q % 6]);
+        if ((q >> 8) % 17 == 0 && tl + 1 < sizeof text) text[tl++] = (char)(1 + (q >> 16) % 255);
+        text[tl] = '\0';
       }
+      hk_config_source fsrc = {.envp = envp, .file_text = text, .file_path = "/run/hookcore/fuzz/config"};
+      crc = hk_config_parse_source(&fsrc, &c, cerr, sizeof cerr);
+      files_ok += crc == HK_OK;
+      check_config(&c, crc, cerr, text);
+      if (crc == HK_OK && c.origin != HK_ORIGIN_FILE) fail("file config not marked as such", text, "");
     }
   }
   printf("fuzz_config: %llu inputs, %llu accepted as memory, %llu as SM limit, %llu environments "
-         "(%llu valid): no crash, no invariant violation\n",
-         iters, accepted_mem, accepted_sm, configs, configs_ok);
+         "(%llu valid, %llu valid as a config file): no crash, no invariant violation\n",
+         iters, accepted_mem, accepted_sm, configs, configs_ok, files_ok);
   return 0;
 }

@@ -21,6 +21,7 @@
  *   capture                  launches during stream capture pass through without events
  *   cuinit                   time dlopen + cuGetProcAddress + cuInit (microseconds)
  *   nvml [IDX]               NVML memory info (v1 and v2) of NVML device IDX
+ *   devices                  every visible device: "DEV <ordinal> <uuid> <total bytes> <name>"
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -397,6 +398,35 @@ static void cmd_nvml(unsigned idx) {
     printf("NVML %d %llu %llu %llu %d %llu %llu %llu\n", r1, a.total, a.used, a.free, r2, b.total, b.used, b.free);
 }
 
+static void cmd_devices(void) {
+    libcuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!libcuda) fail("dlopen libcuda.so.1: %s", dlerror());
+    gpa = (gpa_v2_t)dlsym(libcuda, "cuGetProcAddress_v2");
+    CUresult (*init)(unsigned) = sym("cuInit", V, 0);
+    CUresult (*count)(int *) = sym("cuDeviceGetCount", V, 0);
+    CUresult (*uuid)(CUuuid *, CUdevice) = sym("cuDeviceGetUuid", V, 0);
+    CUresult (*name)(char *, int, CUdevice) = sym("cuDeviceGetName", V, 0);
+    CUresult (*total)(size_t *, CUdevice) = sym("cuDeviceTotalMem", V, 0);
+    CUresult r = init(0);
+    int n = 0;
+    if (r != CUDA_SUCCESS || count(&n) != CUDA_SUCCESS) {
+        printf("DEVICES 0 (cuInit = %d)\n", r);
+        return;
+    }
+    printf("DEVICES %d\n", n);
+    for (int d = 0; d < n; d++) {
+        CUuuid u;
+        char nm[128];
+        size_t t = 0;
+        if (uuid(&u, d) != CUDA_SUCCESS || name(nm, sizeof nm, d) != CUDA_SUCCESS || total(&t, d) != CUDA_SUCCESS)
+            fail("device %d queries", d);
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        printf("DEV %d GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x %zu %s\n", d,
+               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15],
+               t, nm);
+    }
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -467,6 +497,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "init")) {
         cmd_init();
+        return 0;
+    }
+    if (!strcmp(cmd, "devices")) {
+        cmd_devices();
         return 0;
     }
     setup(getenv("CLIENT_DEVICE") ? atoi(getenv("CLIENT_DEVICE")) : 0);

@@ -1,0 +1,219 @@
+"""Quota enforcement of one claim, carried out by the framework for the driver.
+
+A driver answers `Driver.enforcement(claim, prepared)` with an `Enforcement` (hook library and
+one `Quota` per visible device). For that claim the framework then
+
+1. turns the quotas into the hook's settings with hookcore's own writer (`hookcore.claim_env`)
+   and checks them with hookcore's own parser (`hookcore.parse_config`): a share the library
+   would reject is refused here, at prepare, with the claim and the fix in the message;
+2. creates the claim's hook dir ``<state-dir>/hooks/<claimUID>/`` holding ``config`` (the
+   settings as ``KEY=VALUE`` lines) and ``ledger`` (created by `hookcore.create_ledger`), built
+   in a temp dir and renamed into place, *before* the CDI spec exists;
+3. adds to the claim's CDI edits: the hook set at ``/usr/lib/hookcore`` (read-only), the preload
+   (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``), the claim's hook dir at
+   ``/run/hookcore/<stem>/`` (read-write) and the same settings in the environment (for hook
+   builds that read only the environment; where the config file exists it wins);
+4. removes the claim's hook dir at unprepare, after the CDI spec; sweeps dirs of claims that have
+   no checkpoint record at start.
+
+The config file is what makes every process of the container limited, also children started by
+``su``, ``ssh`` or a shell with a clean environment (HAMi #2125): the preload file loads the
+library into them and the library reads its limits from the file, not from their environment.
+The framework never spells a vendor's variable: the keys are hookcore's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from dra.driver import ContainerEdits, Enforcement, Mount, Preload
+from dra.errors import DRAError
+from dra.fsutil import UID_RE
+from dra.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, library_stem
+
+log = logging.getLogger(__name__)
+
+CLAIM_DIR_IN_CONTAINER = "/run/hookcore/{stem}"
+CONFIG_FILE = "config"
+LEDGER_FILE = "ledger"
+RO = ("ro", "nosuid", "nodev", "bind")
+RW = ("rw", "nosuid", "nodev", "bind")
+
+
+class EnforcementError(DRAError):
+    """The driver's enforcement settings cannot be carried out (the message says why and what to do)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimHookPlan:
+    """A claim's enforcement, validated, before any file exists."""
+
+    library: Path
+    stem: str
+    preload: Preload
+    settings: Mapping[str, str]  # the hook's KEY=VALUE settings (container paths)
+
+    def config_text(self) -> str:
+        return "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"library": str(self.library), "stem": self.stem, "preload": self.preload.value,
+                "settings": dict(self.settings)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ClaimHookPlan:
+        return cls(Path(d["library"]), str(d["stem"]), Preload(d["preload"]),
+                   {str(k): str(v) for k, v in (d.get("settings") or {}).items()})
+
+
+def _hookcore() -> Any:
+    import hookcore  # the Cython extension loads on the first call that needs it
+
+    return hookcore
+
+
+class ClaimHooks:
+    """Per-claim hook dirs under ``<state_dir>/hooks`` and the node's `HookDir`."""
+
+    def __init__(self, state_dir: Path, hook_dir: HookDir, default_preload: Preload = Preload.FILE) -> None:
+        self.root = Path(state_dir) / "hooks"
+        self.hook_dir = hook_dir
+        self.default_preload = default_preload
+
+    def claim_dir(self, uid: str) -> Path:
+        if not UID_RE.match(uid):
+            raise ValueError(f"claim UID {uid!r} is not a valid UID")
+        return self.root / uid
+
+    # -- prepare ---------------------------------------------------------------------------------
+
+    def plan(self, enforcement: Enforcement) -> ClaimHookPlan:
+        """Validate the driver's enforcement with hookcore's writer and parser; EnforcementError."""
+        hk = _hookcore()
+        try:
+            stem = library_stem(enforcement.library)
+            self.hook_dir.digest(Path(enforcement.library))  # exists, is ELF
+        except HookDirError as e:
+            raise EnforcementError(str(e)) from None
+        quotas = list(enforcement.quotas)
+        if not quotas:
+            raise EnforcementError("the enforcement lists no device quota; return None from enforcement() to leave"
+                                   " a claim unenforced")
+        for i, q in enumerate(quotas):
+            if q.memory is not None and q.memory <= 0:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): memory must be a positive number of bytes,"
+                                       f" not {q.memory}")
+            if not 1 <= q.cores <= 100:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): cores must be a percentage in 1..100,"
+                                       f" not {q.cores}")
+        devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None) for i, q in enumerate(quotas)]
+        ledger = f"{CLAIM_DIR_IN_CONTAINER.format(stem=stem)}/{LEDGER_FILE}"
+        try:
+            settings = dict(hk.claim_env(devices, ledger))
+            parsed = hk.parse_config(settings)  # the library's own parser, on exactly what is written
+        except hk.HookConfigError as e:
+            raise EnforcementError(f"the hook library rejects these settings: {e}") from None
+        for i, q in enumerate(quotas):
+            got = parsed.devices[i]
+            if got.memory_limit != q.memory or got.sm_limit != q.cores:
+                raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
+                                       f" cores={got.sm_limit}, not memory={q.memory} cores={q.cores}")
+        for k, v in settings.items():
+            if "\n" in k or "\n" in v or "=" in k:
+                raise EnforcementError(f"hook setting {k!r} cannot be written as one KEY=VALUE line")
+        return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload, settings)
+
+    def create(self, uid: str, plan: ClaimHookPlan) -> Path:
+        """The claim's hook dir with ``config`` and ``ledger``, built aside and renamed into place.
+
+        Called only while no container can use the claim (its record is ``preparing``), so an
+        existing dir (an interrupted earlier attempt) is replaced."""
+        final = self.claim_dir(uid)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
+        tmp = self.root / f".{uid}.{secrets.token_hex(4)}.tmp"
+        tmp.mkdir(mode=0o755)
+        try:
+            (tmp / CONFIG_FILE).write_text(plan.config_text())
+            os.chmod(tmp / CONFIG_FILE, 0o644)
+            try:
+                # Any user of the claim's containers may charge the ledger: the dir is the claim's alone.
+                _hookcore().create_ledger(tmp / LEDGER_FILE, dict(plan.settings), mode=0o666)
+            except Exception as e:
+                raise EnforcementError(f"cannot create the claim's ledger in {tmp}: {e}") from e
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    @contextlib.contextmanager
+    def pinned_edits(self, uid: str, plan: ClaimHookPlan) -> Iterator[tuple[ContainerEdits, HookSet]]:
+        """The claim's CDI edits for its hook, with the set kept from collection (write the CDI
+        spec inside the block)."""
+        try:
+            with self.hook_dir.pinned(plan.library) as hset:
+                yield self.edits(uid, plan, hset), hset
+        except HookDirError as e:
+            raise EnforcementError(str(e)) from None
+
+    def edits(self, uid: str, plan: ClaimHookPlan, hset: HookSet) -> ContainerEdits:
+        env = dict(plan.settings)
+        mounts = [Mount(str(hset.path), CONTAINER_DIR, RO)]
+        if plan.preload is Preload.FILE:
+            mounts.append(Mount(str(hset.preload_file), "/etc/ld.so.preload", RO))
+        else:
+            env["LD_PRELOAD"] = ":".join(hset.container_paths())
+        mounts.append(Mount(str(self.claim_dir(uid)), CLAIM_DIR_IN_CONTAINER.format(stem=plan.stem), RW))
+        return ContainerEdits(env=env, mounts=tuple(mounts))
+
+    # -- unprepare and repair --------------------------------------------------------------------
+
+    def remove(self, uid: str) -> bool:
+        path = self.claim_dir(uid)
+        if not path.exists():
+            return False
+        shutil.rmtree(path)
+        return True
+
+    def uids(self) -> set[str]:
+        if not self.root.is_dir():
+            return set()
+        return {p.name for p in self.root.iterdir() if UID_RE.match(p.name) and not p.name.startswith(".")}
+
+    def temp_dirs(self) -> list[tuple[Path, str]]:
+        """(path, claim UID) of dirs that an interrupted `create` left."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for p in self.root.glob(".*.tmp"):
+            uid = p.name[1:].rsplit(".", 2)[0]
+            if UID_RE.match(uid):
+                out.append((p, uid))
+        return out
+
+    def sweep_orphans(self, known_uids: Iterable[str]) -> list[Path]:
+        """Remove hook dirs of claims with no checkpoint record (the record outlives its dir)."""
+        known = set(known_uids)
+        removed = []
+        for uid in sorted(self.uids() - known):
+            path = self.claim_dir(uid)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            log.warning("removed orphaned claim hook dir (no checkpoint record)", extra={"claim": uid, "path": str(path)})
+        return removed
+
+
+def merge_edits(a: ContainerEdits, b: ContainerEdits) -> ContainerEdits:
+    """`a` then `b` (b's environment wins on a clash)."""
+    return ContainerEdits(env={**a.env, **b.env}, mounts=(*a.mounts, *b.mounts),
+                          device_nodes=(*a.device_nodes, *b.device_nodes))
