@@ -24,8 +24,8 @@ pytestmark = pytest.mark.cluster
 
 DRIVER_NAME = {"hami-core-gpu": "hami-core-gpu.project-hami.io", "ascend": "ascend.project-hami.io"}
 # Nodes made here carry this taint so that no other test's pod is scheduled onto them.
-TAINT = {"key": "dra-chart-test", "value": "only", "effect": "NoSchedule"}
-TOLERATION = {"key": "dra-chart-test", "operator": "Equal", "value": "only", "effect": "NoSchedule"}
+TAINT: dict[str, Any] = {"key": "dra-chart-test", "value": "only", "effect": "NoSchedule"}
+TOLERATION: dict[str, Any] = {"key": "dra-chart-test", "operator": "Equal", "value": "only", "effect": "NoSchedule"}
 
 
 def fullname(release: str, chart: str) -> str:
@@ -246,7 +246,7 @@ def daemon_token(kubectl: Tool, api_client: client.ApiClient, rel: dict[str, str
                        f"--bound-object-name={pod}").stdout.strip()
 
 
-def as_token(cluster: ControlPlane, token: str) -> client.ResourceV1Api:
+def as_token(cluster: ControlPlane, token: str) -> Any:
     cfg = client.Configuration(host=cluster.server, api_key={"authorization": f"Bearer {token}"})
     cfg.ssl_ca_cert = str(cluster.pki.ca_cert)
     return client.ResourceV1Api(client.ApiClient(cfg))
@@ -262,7 +262,7 @@ def refused(call: Any, *args: Any) -> str:
     with pytest.raises(ApiException) as info:
         call(*args)
     assert info.value.status == 403, info.value.body
-    message: str = json.loads(info.value.body)["message"]
+    message: str = json.loads(info.value.body or "{}")["message"]
     return message
 
 
@@ -274,7 +274,7 @@ def test_a_nodes_daemon_writes_its_own_nodes_slices_and_no_other(
         make_node(api_client, n)
         nodes.append(n)
     daemon = as_token(cluster, daemon_token(kubectl, api_client, gpu_release, mine))
-    admin = client.ResourceV1Api(api_client)
+    admin: Any = client.ResourceV1Api(api_client)
     policy = f"ValidatingAdmissionPolicy '{gpu_release['sa']}-own-node-slices'"
     own, foreign = unique("own"), unique("foreign")
     created: list[str] = []
