@@ -155,7 +155,7 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
         core = client.CoreV1Api(api_client)
 
         def daemon_pod() -> Any:
-            pods = core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={release}").items
+            pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={release}").items
             return next((p for p in pods if p.spec.affinity and node in json.dumps(p.spec.affinity.to_dict())), None)
 
         pod = wait_for(daemon_pod, timeout=60, what=f"the DaemonSet's pod for node {node}")
