@@ -18,8 +18,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-CORE_SOURCES = ["config.c", "config_file.c", "ledger.c", "track.c", "hookcore.c"]
-LIBRARIES = ["libvgpu.so", "stub/libcuda.so.1", "stub/libnvidia-ml.so.1"]
+CORE_SOURCES = ["config.c", "config_file.c", "ledger.c", "track.c", "hookcore.c", "limiter.c", "meter.c"]
+LIBRARIES = ["libvgpu.so", "stub/libcuda.so.1", "stub/libnvidia-ml.so.1", "workload/cuda_workload"]
 
 
 class BuildHookcore(build_ext):
