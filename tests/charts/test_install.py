@@ -7,15 +7,22 @@ enforces it for a service account token bound to the daemon's pod.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import DRIVER_CHARTS, HELM_DIR, Tool, container, render, set_args
+from chart_helpers import DRIVER_CHARTS, HELM_DIR, Tool, container, one, render, set_args
 from kube_helpers import unique, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from test_commands import container_env, expand
 from test_render import VALUE_SETS, chart_values
 
 from dra.cluster.controlplane import ControlPlane
@@ -235,15 +242,21 @@ def test_the_daemons_service_account_may_do_what_it_needs_and_nothing_else(
     assert proc.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, proc.stdout, proc.stderr)
 
 
-def daemon_token(kubectl: Tool, api_client: client.ApiClient, rel: dict[str, str], node: str) -> str:
-    """A token of the chart's service account bound to a pod on `node`, as kubelet gives the daemon."""
+def daemon_pod_token(kubectl: Tool, api_client: client.ApiClient, rel: dict[str, str], node: str) -> tuple[str, str]:
+    """(token, pod UID): the chart's service account token bound to a pod on `node`, as kubelet
+    gives it to the daemon's pod (with the pod's and node's names and UIDs in it)."""
     pod = unique("daemon")
-    client.CoreV1Api(api_client).create_namespaced_pod(rel["namespace"], client.V1Pod(
+    made = client.CoreV1Api(api_client).create_namespaced_pod(rel["namespace"], client.V1Pod(
         metadata=client.V1ObjectMeta(name=pod),
         spec=client.V1PodSpec(node_name=node, service_account_name=rel["sa"], tolerations=[client.V1Toleration(**TOLERATION)],
                               containers=[client.V1Container(name="daemon", image="dra-hami:test")])))
-    return kubectl.run("create", "token", rel["sa"], "-n", rel["namespace"], "--bound-object-kind=Pod",
-                       f"--bound-object-name={pod}").stdout.strip()
+    token = kubectl.run("create", "token", rel["sa"], "-n", rel["namespace"], "--bound-object-kind=Pod",
+                        f"--bound-object-name={pod}").stdout.strip()
+    return token, made.metadata.uid
+
+
+def daemon_token(kubectl: Tool, api_client: client.ApiClient, rel: dict[str, str], node: str) -> str:
+    return daemon_pod_token(kubectl, api_client, rel, node)[0]
 
 
 def as_token(cluster: ControlPlane, token: str) -> Any:
@@ -320,3 +333,67 @@ def test_a_token_without_a_pod_binding_may_write_no_slice(
     token = kubectl.run("create", "token", gpu_release["sa"], "-n", gpu_release["namespace"]).stdout.strip()
     msg = refused(as_token(cluster, token).create_resource_slice, slice_body(unique("unbound"), node))
     assert "must authenticate with a service account token bound to its pod" in msg
+
+
+def token_kubeconfig(cluster: ControlPlane, token: str, path: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "daemon",
+        "clusters": [{"name": "c", "cluster": {"server": cluster.server, "certificate-authority": str(cluster.pki.ca_cert)}}],
+        "users": [{"name": "daemon", "user": {"token": token}}],
+        "contexts": [{"name": "daemon", "context": {"cluster": "c", "user": "daemon"}}],
+    }))
+    return path
+
+
+def test_the_charts_daemon_command_publishes_its_node_as_the_charts_service_account(
+        cluster: ControlPlane, helm: Tool, kubectl: Tool, api_client: client.ApiClient, gpu_release: dict[str, str],
+        nodes: list[str]) -> None:
+    """The DaemonSet's own command line (fake GPUs, host paths in a temp dir), with the token its
+    pod would get: the RBAC and the policy let it publish its node's slices, and nothing fails."""
+    from dra.testing.daemon import free_port
+
+    node = unique("node-d")
+    make_node(api_client, node)
+    nodes.append(node)
+    token, pod_uid = daemon_pod_token(kubectl, api_client, gpu_release, node)
+    work = Path(tempfile.mkdtemp(prefix="dc", dir="/tmp"))  # short: unix socket paths stay < 108 bytes
+    port = free_port()
+    values = {"paths.kubeletPluginsDir": f"{work}/plugins", "paths.kubeletRegistrarDir": f"{work}/registry",
+              "paths.cdiDir": f"{work}/cdi", "paths.hookDir": f"{work}/hooks", "daemon.fake": "h200x2",
+              "daemon.metricsPort": port, "daemon.settings": {"health": "off"}}
+    spec = one(render(helm, "hami-core-gpu", values=values), "DaemonSet")["spec"]["template"]["spec"]
+    daemon = container(spec, "daemon")
+    env = {**container_env(daemon), "NODE_NAME": node, "POD_UID": pod_uid}
+    assert daemon["command"] == ["python3", "-m", "dra.daemon"]
+    argv = [sys.executable, "-m", "dra.daemon", *(expand(a, env) for a in daemon["args"]),
+            f"--kubeconfig={token_kubeconfig(cluster, token, work / 'kubeconfig')}"]
+    log = (work / "daemon.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**_clean_env(), **env})
+    admin: Any = client.ResourceV1Api(api_client)
+    try:
+        def published() -> Any:
+            assert proc.poll() is None, (work / "daemon.log").read_text()[-3000:]
+            got = admin.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+            return got if got and sum(len(s.spec.devices or []) for s in got) == 2 else None
+
+        slices = wait_for(published, timeout=90, what=f"the daemon's slices of node {node}")
+        assert {s.spec.driver for s in slices} == {DRIVER_NAME["hami-core-gpu"]}
+        # The liveness probe's endpoint answers on the port the chart declares.
+        probe = daemon["livenessProbe"]["httpGet"]["path"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon['ports'][0]['containerPort']}{probe}", timeout=5) as r:
+            assert r.status == 200
+        text = (work / "daemon.log").read_text()
+        assert "Forbidden" not in text and "forbidden" not in text, text[-3000:]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+        for s in admin.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
+            admin.delete_resource_slice(s.metadata.name)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME", "POD_UID", "DRA_FAKE_DEVICES")}
