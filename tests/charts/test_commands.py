@@ -180,7 +180,7 @@ def test_the_gpu_schema_allows_exactly_the_drivers_settings() -> None:
     schema = json.loads((HELM_DIR / "hami-core-gpu" / "values.schema.json").read_text())
     allowed = schema["properties"]["daemon"]["properties"]["settings"]["properties"]
     known = {_camel(f.name) for f in dataclasses.fields(settings_module.Settings)}
-    assert set(allowed) == known, "helm/schemas.py gpu_settings() must list the driver's settings (and only those)"
+    assert set(allowed) == known, "helm/generate.py gpu_settings() must list the driver's settings (and only those)"
     for key, rule in allowed.items():
         sample = rule["enum"][-1] if "enum" in rule else SAMPLES[key]
         settings_module.Settings.parse({key: sample})  # the driver accepts what the schema lets through

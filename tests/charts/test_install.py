@@ -96,6 +96,14 @@ def labelled_objects(kubectl: Tool, release: str) -> list[str]:
     return sorted(got)
 
 
+# Objects the cluster's controllers make from the chart's (they carry its labels too).
+DERIVED = ("controllerrevision.apps/", "replicaset.apps/", "pod/", "endpoints/", "endpointslice.discovery.k8s.io/")
+
+
+def derived(name: str) -> bool:
+    return name.startswith(DERIVED)
+
+
 def helm_release_secrets(kubectl: Tool, namespace: str, release: str) -> list[str]:
     return kubectl.run("get", "secrets", "-n", namespace, "-o", "name", "-l", f"owner=helm,name={release}").stdout.split()
 
@@ -146,8 +154,7 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
     try:
         assert "STATUS: deployed" in installed.stdout
         assert f"kubectl -n {namespace} rollout status daemonset/{fullname(release, chart)}" in installed.stdout  # NOTES
-        # (ControllerRevisions are the DaemonSet controller's, not the chart's.)
-        kinds = sorted(n.split("/")[0] for n in labelled_objects(kubectl, release) if not n.startswith("controllerrevision"))
+        kinds = sorted(n.split("/")[0] for n in labelled_objects(kubectl, release) if not derived(n))
         assert kinds == sorted([
             "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io",
             "daemonset.apps", "deviceclass.resource.k8s.io", "serviceaccount",

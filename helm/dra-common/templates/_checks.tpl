@@ -31,18 +31,24 @@ DeviceClass names an extended resource. */}}
 {{- toYaml (uniq $gates) -}}
 {{- end -}}
 
+{{/* The node-daemon charts' checks. */}}
 {{- define "dra-common.checks" -}}
-{{- $root := . -}}
-{{/* A cluster lists group/version/Kind entries ("v1/Pod"); Helm's offline default lists group/version only. */}}
-{{- $kinds := .Capabilities.APIVersions.Has "v1/Pod" -}}
-{{- range $api := list "resource.k8s.io/v1/DeviceClass" "resource.k8s.io/v1/ResourceSlice" "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
+{{- include "dra-common.requireAPIs" (dict "root" . "apis" (list "resource.k8s.io/v1/DeviceClass" "resource.k8s.io/v1/ResourceSlice" "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")) -}}
+{{- if and .Values.featureGates .Values.featureGates.check -}}
+{{- include "dra-common.checkGates" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fail unless the cluster serves every group/version/Kind in .apis (context: dict root, apis).
+A cluster lists group/version/Kind entries ("v1/Pod"); Helm's offline default only group/version. */}}
+{{- define "dra-common.requireAPIs" -}}
+{{- $root := .root -}}
+{{- $kinds := $root.Capabilities.APIVersions.Has "v1/Pod" -}}
+{{- range $api := .apis -}}
 {{- $want := ternary $api (dir $api) $kinds -}}
 {{- if not ($root.Capabilities.APIVersions.Has $want) -}}
 {{- fail (printf "the cluster does not serve %s, which this chart needs: Kubernetes >= 1.34 serves it (for helm template: pass --kube-version, and --api-versions %s if you list API versions)" $api (dir $api)) -}}
 {{- end -}}
-{{- end -}}
-{{- if and .Values.featureGates .Values.featureGates.check -}}
-{{- include "dra-common.checkGates" . -}}
 {{- end -}}
 {{- end -}}
 

@@ -71,9 +71,10 @@ metadata:
 {{- end -}}
 
 {{/*
-A container's securityContext: root (the daemon writes root-owned host directories) without
-any capability, privilege escalation or writable root filesystem; `privileged: true` only when
-asked for (a node whose container runtime does not hand the vendor's device nodes to the pod).
+A container's securityContext (context: dict privileged, nonRoot). Node daemons run as root (they
+write root-owned host directories) without any capability, privilege escalation or writable root
+filesystem; `privileged: true` only when asked for (a node whose container runtime does not hand
+the vendor's device nodes to the pod). nonRoot (the webhook): uid 65532 as well.
 */}}
 {{- define "dra-common.containerSecurityContext" -}}
 {{- if .privileged -}}
@@ -81,8 +82,14 @@ privileged: true
 runAsUser: 0
 readOnlyRootFilesystem: true
 {{- else -}}
+{{- if .nonRoot -}}
+runAsUser: 65532
+runAsGroup: 65532
+runAsNonRoot: true
+{{- else -}}
 runAsUser: 0
 runAsNonRoot: false
+{{- end }}
 privileged: false
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true

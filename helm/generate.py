@@ -1,9 +1,14 @@
-"""Write each chart's values.schema.json from one description (run: python helm/schemas.py).
+"""Write the charts' generated files (run: python helm/generate.py; tests/charts checks them).
 
-The driver charts share most of their values (dra-common's templates read them), so their
-schemas are built here from shared parts instead of being copied by hand; tests/charts checks
-the committed files equal what this writes. Every object refuses unknown keys, so a typo in a
-value fails `helm install` with the key's path instead of being ignored.
+- ``<chart>/values.schema.json``: the charts share most of their values (dra-common's templates
+  read them), so their schemas are built here from shared parts instead of copied by hand.
+  Every object refuses unknown keys, so a typo in a value fails `helm install` with the key's
+  path instead of being ignored.
+- ``dra-webhook/files/webhook-configurations.json``: the Mutating- and
+  ValidatingWebhookConfiguration as `dra.webhook.registration` builds them (rules, CEL match
+  conditions from the shipped vendor mapping, selectors), with placeholders the chart fills in
+  (``__NAME__``, ``__NAMESPACE__``, ``__SERVICE__``, ``__CA_BUNDLE__``). One builder, so the
+  chart and `dra webhook up` register the same webhooks.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ def obj(properties: dict[str, Any], required: list[str] | None = None, **extra: 
         out["required"] = required
     out.update(extra)
     return out
+
+
+FEATURE_GATES = obj({"check": {"type": "boolean"},
+                     "required": {"type": "array", "items": {"enum": GATES}, "uniqueItems": True}})
 
 
 def image() -> dict[str, Any]:
@@ -119,9 +128,52 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"type": "array", "items": device_class},
             "sliceNodePolicy": obj({"enabled": {"type": "boolean"}}),
-            "featureGates": obj({"check": {"type": "boolean"},
-                                 "required": {"type": "array", "items": {"enum": GATES}, "uniqueItems": True}}),
+            "featureGates": FEATURE_GATES,
         }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
+    }
+
+
+def webhook_schema() -> dict[str, Any]:
+    """The schema of the dra-webhook chart."""
+    port = {"type": "integer", "minimum": 1, "maximum": 65535}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "values of the dra-webhook chart",
+        **obj({
+            "global": ANY_OBJECT,
+            "dra-common": ANY_OBJECT,
+            **common(),
+            "replicas": {"type": "integer", "minimum": 1},
+            "webhook": obj({
+                "port": port,
+                "healthPort": port,
+                "failurePolicy": {"enum": ["Fail", "Ignore"]},
+                "logFormat": {"enum": ["json", "text"]},
+                "logLevel": {"enum": ["debug", "info", "warning", "error"]},
+                "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
+            }, ["port", "healthPort", "failurePolicy"]),
+            "service": obj({"port": port}, ["port"]),
+            "certificates": obj({
+                "mode": {"enum": ["helm", "cert-manager", "secret"]},
+                "validityDays": {"type": "integer", "minimum": 31, "maximum": 36500},
+                "certManager": obj({
+                    "issuerRef": obj({"kind": {"enum": ["Issuer", "ClusterIssuer"]}, "name": {"type": "string", "minLength": 1},
+                                      "group": {"type": "string"}}),
+                    "duration": {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(h|m|s))+$"},
+                }),
+                "secret": obj({"name": {"anyOf": [DNS_SUBDOMAIN, {"const": ""}]},
+                               "caBundle": {"type": "string", "pattern": "^[A-Za-z0-9+/=]*$"}}),
+            }, ["mode"]),
+            "priorityClassName": {"type": "string"},
+            "nodeSelector": LABEL_MAP,
+            "tolerations": {"type": "array", "items": ANY_OBJECT},
+            "affinity": ANY_OBJECT,
+            "resources": ANY_OBJECT,
+            "podLabels": LABEL_MAP,
+            "podAnnotations": LABEL_MAP,
+            "podDisruptionBudget": obj({"enabled": {"type": "boolean"}, "minAvailable": INT_OR_PERCENT}),
+            "featureGates": FEATURE_GATES,
+        }, ["image", "webhook", "service", "certificates", "serviceAccount"]),
     }
 
 
@@ -154,19 +206,40 @@ def schemas() -> dict[str, dict[str, Any]]:
     return {
         "hami-core-gpu": driver_schema("hami-core-gpu", "hami-core-gpu.project-hami.io", gpu_settings()),
         "ascend": driver_schema("ascend", "ascend.project-hami.io", ascend_settings()),
+        "dra-webhook": webhook_schema(),
     }
 
 
-def render(schema: dict[str, Any]) -> str:
+def render(schema: Any) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+WEBHOOK_CONFIGURATIONS = HELM_DIR / "dra-webhook" / "files" / "webhook-configurations.json"
+PLACEHOLDERS = {"name": "__NAME__", "namespace": "__NAMESPACE__", "service": "__SERVICE__", "ca_bundle": "__CA_BUNDLE__"}
+
+
+def webhook_configurations() -> list[dict[str, Any]]:
+    """The two configurations with placeholders, for the drivers this distribution installs."""
+    from dra.webhook import checks, registration, vendors
+
+    mutating, validating = registration.configurations(
+        vendors.load(None), PLACEHOLDERS["ca_bundle"], service=(PLACEHOLDERS["namespace"], PLACEHOLDERS["service"], 443),
+        namespace=PLACEHOLDERS["namespace"], name=PLACEHOLDERS["name"], drivers=sorted(checks.driver_classes()))
+    return [mutating, validating]
+
+
+def generated() -> dict[Path, str]:
+    """Every generated file and its content."""
+    files = {HELM_DIR / chart / "values.schema.json": render(schema) for chart, schema in schemas().items()}
+    files[WEBHOOK_CONFIGURATIONS] = render(webhook_configurations())
+    return files
+
+
 def main() -> int:
-    for chart, schema in schemas().items():
-        path = HELM_DIR / chart / "values.schema.json"
-        if path.parent.is_dir():
-            path.write_text(render(schema))
-            print(f"wrote {path.relative_to(HELM_DIR.parent)}")
+    for path, text in generated().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(HELM_DIR.parent)}")
     return 0
 
 
