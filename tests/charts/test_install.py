@@ -404,3 +404,63 @@ def _clean_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME", "POD_UID", "DRA_FAKE_DEVICES")}
+
+
+# ---------------------------------------------------------------------------------------------------
+# the feature-gate check, against a control plane whose pods are visible (kubeadm, kind)
+
+
+@pytest.fixture
+def control_plane_pod(api_client: client.ApiClient) -> Iterator[Any]:
+    """Make kube-system pods that look like a static-pod control plane's; returns a maker."""
+    core = client.CoreV1Api(api_client)
+    made: list[str] = []
+
+    def make(component: str, gates: str | None) -> None:
+        name = unique(component)
+        command = [component, "--v=1", *([f"--feature-gates={gates}"] if gates is not None else [])]
+        core.create_namespaced_pod("kube-system", client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, labels={"component": component, "tier": "control-plane"}),
+            spec=client.V1PodSpec(node_name="control-plane-not-here", tolerations=[client.V1Toleration(operator="Exists")],
+                                  containers=[client.V1Container(name=component, image="registry.k8s.io/x", command=command)])))
+        made.append(name)
+
+    yield make
+    for name in made:
+        core.delete_namespaced_pod(name, "kube-system", grace_period_seconds=0)
+
+
+@pytest.mark.parametrize("chart", [*DRIVER_CHARTS, "dra-webhook"])
+def test_install_is_refused_while_a_required_feature_gate_is_off(cluster_helm: Tool, control_plane_pod: Any,
+                                                                 chart: str) -> None:
+    release = unique("gates")
+    extra: dict[str, Any] = {} if chart == "dra-webhook" else isolated(chart, {}, release)
+
+    def dry_run(values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return cluster_helm.run("install", release, str(HELM_DIR / chart), "-n", release, "--dry-run=server",
+                                *set_args({**extra, **values}), check=False)
+
+    assert dry_run({}).returncode == 0, "no control-plane pod visible: nothing to check"
+    control_plane_pod("kube-apiserver", "DRADeviceTaints=true")  # 1.34: DRAConsumableCapacity is off unless set
+    refused = dry_run({})
+    assert refused.returncode != 0
+    assert ("kube-apiserver (pod kube-system/kube-apiserver-" in refused.stderr
+            and "runs with the feature gate DRAConsumableCapacity off (Kubernetes 1.34; on by default only from 1.36)"
+            in refused.stderr), refused.stderr
+    assert "featureGates.check=false" in refused.stderr
+    assert dry_run({"featureGates.check": False}).returncode == 0
+    control_plane_pod("kube-scheduler", "DRAConsumableCapacity=true")
+    assert "kube-apiserver" in dry_run({}).stderr, "every component is checked, not just the first"
+
+
+def test_an_extended_resource_name_needs_its_gate_too(cluster_helm: Tool, control_plane_pod: Any) -> None:
+    release = unique("gates")
+    control_plane_pod("kube-apiserver", "DRAConsumableCapacity=true,DRAExtendedResource=false")
+    values = isolated("hami-core-gpu", {}, release)
+    plain = cluster_helm.run("install", release, str(HELM_DIR / "hami-core-gpu"), "-n", release, "--dry-run=server",
+                             *set_args(values), check=False)
+    assert plain.returncode == 0, plain.stderr
+    values["deviceClasses"] = [{**c, "extendedResourceName": "nvidia.com/gpu"} for c in values["deviceClasses"]]
+    refused = cluster_helm.run("install", release, str(HELM_DIR / "hami-core-gpu"), "-n", release, "--dry-run=server",
+                               *set_args(values), check=False)
+    assert refused.returncode != 0 and "the feature gate DRAExtendedResource off" in refused.stderr, refused.stderr
