@@ -3,7 +3,7 @@ PY ?= python3
 # The Kubernetes version the tests run against; `make test K8S_VERSION=v1.37.2` tests the newest minor.
 K8S_VERSION ?= v1.34.4
 
-.PHONY: install node-deps demo test lint
+.PHONY: install node-deps demo test lint wheel
 
 install:
 	$(PY) -m pip install -q -e '.[dev]'
@@ -30,3 +30,9 @@ test: install node-deps
 lint:
 	$(PY) -m ruff check .
 	$(PY) -m mypy dra drivers
+
+# The wheel the container image installs (Dockerfile: `make wheel`); tests/charts/test_image.py
+# builds it with this same target and runs the charts' commands from it. DIST=dir to place it.
+DIST ?= dist
+wheel:
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation --wheel-dir $(DIST) .
