@@ -197,8 +197,16 @@ def gpu_settings() -> dict[str, Any]:
 
 
 def ascend_settings() -> dict[str, Any]:
-    """`dra run ascend --set` keys; free-form strings until the driver publishes its settings."""
-    return {"type": "object", "additionalProperties": {"type": "string"}}
+    """`dra run ascend --set` keys (drivers/ascend/settings.py)."""
+    return obj({
+        "deviceNodes": {"enum": ["cdi", "runtime"]},
+        "driverRoot": ABS_PATH,
+        "devRoot": ABS_PATH,
+        "dcmiLibrary": ABS_PATH,
+        "health": {"enum": ["on", "off"], "description": "quote it: unquoted on/off are YAML booleans"},
+        "healthInterval": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?$"),
+        "sysfs": ABS_PATH,
+    })
 
 
 def schemas() -> dict[str, dict[str, Any]]:

@@ -171,18 +171,24 @@ def _camel(field: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
-SAMPLES = {"toolkitCdiKind": "nvidia.com/gpu", "driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys",
-           "deviceMemory": "96Gi", "healthProbeInterval": "5"}
+SAMPLES = {"driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys", "dcmiLibrary": "/usr/local/dcmi/libdcmi.so",
+           "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5"}
 
 
-def test_the_gpu_schema_allows_exactly_the_drivers_settings() -> None:
-    settings_module = import_module("drivers.hami_core_gpu.settings")
-    schema = json.loads((HELM_DIR / "hami-core-gpu" / "values.schema.json").read_text())
+@pytest.mark.parametrize("chart", DRIVER_CHARTS)
+def test_the_schema_allows_exactly_the_drivers_settings(chart: str) -> None:
+    """daemon.settings become `--set key=value`: the schema must know the driver's keys (a new
+    setting without a schema entry could not be set) and only those (a typo fails at install)."""
+    package = chart.replace("-", "_")
+    if not (ROOT / "drivers" / package / "settings.py").is_file():
+        pytest.skip(f"the {chart} driver is not in this tree yet")
+    settings_module = import_module(f"drivers.{package}.settings")
+    schema = json.loads((HELM_DIR / chart / "values.schema.json").read_text())
     allowed = schema["properties"]["daemon"]["properties"]["settings"]["properties"]
     known = {_camel(f.name) for f in dataclasses.fields(settings_module.Settings)}
-    assert set(allowed) == known, "helm/generate.py gpu_settings() must list the driver's settings (and only those)"
+    assert set(allowed) == known, f"helm/generate.py must list {chart}'s settings (and only those)"
     for key, rule in allowed.items():
-        sample = rule["enum"][-1] if "enum" in rule else SAMPLES[key]
+        sample = rule["enum"][-1] if "enum" in rule else SAMPLES.get(key, "nvidia.com/gpu")
         settings_module.Settings.parse({key: sample})  # the driver accepts what the schema lets through
 
 
