@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 # The install stamp: redone when the project's metadata or build glue change.
 STAMP := $(dir $(PY)).dra-installed
 
-.PHONY: install node-deps demo test lint clean-venv
+.PHONY: install node-deps demo test lint clean-venv wheel
 
 install: $(STAMP)
 
@@ -47,3 +47,9 @@ lint: install
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The wheel the container image installs (Dockerfile: `make wheel`); tests/charts/test_image.py
+# builds it with this same target and runs the charts' commands from it. DIST=dir to place it.
+DIST ?= dist
+wheel:
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation --wheel-dir $(DIST) .
