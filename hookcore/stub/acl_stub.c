@@ -204,6 +204,12 @@ ACL_API aclError aclmdlRICaptureEnd(aclrtStream s, aclmdlRI *ri) {
     if (r == ACL_SUCCESS && ri) *ri = (aclmdlRI)(uintptr_t)us;
     return r;
 }
+ACL_API aclError aclmdlRICaptureGetInfo(aclrtStream s, int *status, aclmdlRI *ri) {
+    if (!status) return ACL_ERROR_INVALID_PARAM;
+    *status = eng()->capturing(s) ? 1 : 0; /* ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE : _NONE */
+    if (ri) *ri = NULL;
+    return ACL_SUCCESS;
+}
 ACL_API aclError aclmdlRIExecuteAsync(aclmdlRI ri, aclrtStream s) { return execute((uint64_t)(uintptr_t)ri, s); }
 ACL_API aclError aclmdlRIExecute(aclmdlRI ri, int32_t timeout) {
     (void)timeout;

@@ -35,7 +35,7 @@
 #endif
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,13 +61,15 @@ typedef struct npu_stream {
 
 typedef struct npu_event { int64_t t_ns; } npu_event;
 
+/* One lock for the engine's shared state (busy_until_ns, used, g_launches): a stub, not a hot path. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-    _Atomic int64_t busy_until_ns;
-    _Atomic uint64_t used;
+    int64_t busy_until_ns;
+    uint64_t used;
     npu_stream default_stream;
 } g_dev[ASD_MAX_DEVICES];
 
-static _Atomic uint64_t g_launches;
+static uint64_t g_launches;
 static __thread int t_dev = -1;
 
 #define ALLOC_MAGIC 0x4e50554d454d0001ULL   /* "NPUMEM" */
@@ -79,13 +81,20 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Wait for the simulated clock to reach t: sleep, then spin (yielding) the last 200 us, so a
+   synchronous call returns when its work is done, as a device's completion does, rather than a
+   scheduler tick later. */
 static void sleep_until(int64_t t) {
     for (;;) {
         int64_t d = t - now_ns();
         if (d <= 0) return;
+        if (d <= 200000) {
+            sched_yield();
+            continue;
+        }
+        d -= 200000;
         struct timespec ts = {d / 1000000000LL, d % 1000000000LL};
-        if (nanosleep(&ts, NULL) == 0) return;
-        if (errno != EINTR) return;
+        if (nanosleep(&ts, NULL) != 0 && errno != EINTR) return;
     }
 }
 
@@ -160,13 +169,14 @@ static int e_malloc(void **ptr, uint64_t size, int physical) {
     if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
     int d = t_dev;
     uint64_t cap = g_desc[g_map[d]].memory;
-    uint64_t used = atomic_load(&g_dev[d].used);
-    do {
-        if (size > cap || used > cap - size) return ACL_ERROR_RT_MEMORY_ALLOCATION;
-    } while (!atomic_compare_exchange_weak(&g_dev[d].used, &used, used + size));
     npu_alloc *a = malloc(sizeof *a);
-    if (!a) {
-        atomic_fetch_sub(&g_dev[d].used, size);
+    if (!a) return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    pthread_mutex_lock(&g_lock);
+    int fits = size <= cap && g_dev[d].used <= cap - size;
+    if (fits) g_dev[d].used += size;
+    pthread_mutex_unlock(&g_lock);
+    if (!fits) {
+        free(a);
         return ACL_ERROR_RT_MEMORY_ALLOCATION;
     }
     *a = (npu_alloc){ALLOC_MAGIC, size, d, physical};
@@ -179,7 +189,9 @@ static int e_free(void *ptr, int physical) {
     npu_alloc *a = ptr;
     if (!a || a->magic != ALLOC_MAGIC || a->physical != physical) return ACL_ERROR_RT_PARAM_INVALID;
     a->magic = 0;
-    atomic_fetch_sub(&g_dev[a->dev].used, a->size);
+    pthread_mutex_lock(&g_lock);
+    g_dev[a->dev].used -= a->size;
+    pthread_mutex_unlock(&g_lock);
     free(a);
     return 0;
 }
@@ -188,7 +200,10 @@ static int e_mem_info(size_t *free_b, size_t *total_b) {
     ready();
     if (!free_b || !total_b) return ACL_ERROR_RT_PARAM_INVALID;
     if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
-    uint64_t cap = g_desc[g_map[t_dev]].memory, used = atomic_load(&g_dev[t_dev].used);
+    uint64_t cap = g_desc[g_map[t_dev]].memory;
+    pthread_mutex_lock(&g_lock);
+    uint64_t used = g_dev[t_dev].used;
+    pthread_mutex_unlock(&g_lock);
     *total_b = cap;
     *free_b = used < cap ? cap - used : 0;
     return 0;
@@ -224,7 +239,10 @@ static int e_stream_sync(void *s) {
 
 static int e_device_sync(void) {
     if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
-    sleep_until(atomic_load(&g_dev[t_dev].busy_until_ns));
+    pthread_mutex_lock(&g_lock);
+    int64_t busy = g_dev[t_dev].busy_until_ns;
+    pthread_mutex_unlock(&g_lock);
+    sleep_until(busy);
     return 0;
 }
 
@@ -234,20 +252,17 @@ static int e_submit(void *s, uint64_t us) {
     npu_stream *st = stream_of(s);
     if (!st) return ACL_ERROR_RT_CONTEXT_NULL;
     int64_t dur = (int64_t)us * 1000;
-    atomic_fetch_add(&g_launches, 1);
+    pthread_mutex_lock(&g_lock);
+    g_launches++;
     if (st->capturing) {
         st->captured_ns += dur;
-        return 0;
-    }
-    int d = st->dev;
-    int64_t now = now_ns();
-    int64_t busy = atomic_load(&g_dev[d].busy_until_ns), start, end;
-    do {
-        start = busy > now ? busy : now;
+    } else {
+        int64_t now = now_ns(), busy = g_dev[st->dev].busy_until_ns;
+        int64_t start = busy > now ? busy : now;
         if (st->last_end_ns > start) start = st->last_end_ns;
-        end = start + dur;
-    } while (!atomic_compare_exchange_weak(&g_dev[d].busy_until_ns, &busy, end));
-    st->last_end_ns = end;
+        g_dev[st->dev].busy_until_ns = st->last_end_ns = start + dur;
+    }
+    pthread_mutex_unlock(&g_lock);
     return 0;
 }
 
@@ -332,9 +347,17 @@ static const stub_npu_engine g_engine = {
 RT_API const stub_npu_engine *stubNpuEngine(void) { return &g_engine; }
 RT_API unsigned long long stubNpuUsedBytes(int dev) {
     ready();
-    return dev >= 0 && dev < g_ndev ? atomic_load(&g_dev[dev].used) : 0;
+    pthread_mutex_lock(&g_lock);
+    unsigned long long used = dev >= 0 && dev < g_ndev ? g_dev[dev].used : 0;
+    pthread_mutex_unlock(&g_lock);
+    return used;
 }
-RT_API unsigned long long stubNpuLaunchCount(void) { return atomic_load(&g_launches); }
+RT_API unsigned long long stubNpuLaunchCount(void) {
+    pthread_mutex_lock(&g_lock);
+    unsigned long long n = g_launches;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
 RT_API int stubNpuCount(void) {
     ready();
     return g_ndev;
