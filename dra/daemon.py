@@ -206,6 +206,10 @@ class Daemon:
             node_labels=node_labels_reader(claims_client, settings.node_name),
             hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
         )
+        from dra.ledger_metrics import LedgerCollector, device_names_by_uuid
+
+        self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
+            name, state_dir / "hooks", self.preparer.checkpoint.records, lambda: device_names_by_uuid(driver.devices())))
         self.plugin = KubeletPlugin(
             name,
             MeteredHandler(self.preparer, self.metrics),

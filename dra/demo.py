@@ -8,7 +8,12 @@ What it does, in order, each step by the real part:
    each used by a Pod, and waits for kube-scheduler to allocate them;
 4. plays kubelet over the daemon's unix sockets (registration, NodePrepareResources), resolves
    the returned CDI device IDs like a container runtime and prints what each container gets;
-5. unprepares, deletes what it created and stops the daemon; the control plane stays up.
+5. starts one workload process per claim with the claim's CDI edits (`dra.testing.runtime`: a
+   private mount namespace; the stub CUDA library, the real hook) and prints what it sees: its
+   cuMemGetInfo total (= the claim's consumed memory) and the refusal of an allocation past it,
+   also for a child started with an empty environment;
+6. unprepares, deletes what it created and stops the daemon; the control plane stays up, and
+   the demo says so and how to stop it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from rich.table import Table
 
 from dra.cluster.binaries import DEFAULT_K8S_VERSION
 from dra.cluster.controlplane import ControlPlane, default_dir
-from dra.driver import ClaimRef
+from dra.driver import ClaimRef, quantity_to_int
 from dra.errors import UserError
 
 # Wide enough for CDI IDs and env lines when piped (rich assumes 80 columns off a terminal).
@@ -51,17 +56,58 @@ def _wait(what: str, fn: Any, timeout: float = 60.0) -> Any:
     raise UserError(f"the demo timed out after {timeout:.0f} s waiting for {what}.")
 
 
-def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", keep: bool = False) -> int:
+def _workload_lines(stdout: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+
+
+def run_workloads(cdi: Path, claims: list[tuple[str, int, list[str]]], workload: Path) -> Table:
+    """Start `workload` once per claim with the claim's CDI edits (and once more as a child with
+    an empty environment); a table of what each process saw. claims: (name, consumed memory, IDs)."""
+    from dra.testing.runtime import run_with_cdi
+
+    table = Table("claim", "consumed memory", "cuMemGetInfo total", "allocation past it", "env -i child: total / past")
+    for name, memory, ids in claims:
+        seen = []
+        for argv in ([str(workload)], ["/bin/sh", "-c", f"exec env -i {workload}"]):
+            proc = run_with_cdi(cdi, ids, argv)
+            got = _workload_lines(proc.stdout)
+            if "quota_total_bytes" not in got:
+                raise UserError(f"the workload of claim {name} failed (exit {proc.returncode}):"
+                                f" {got.get('error') or proc.stderr.strip() or proc.stdout.strip()}")
+            seen.append(got)
+        main, child = seen
+        table.add_row(name, str(memory), main["quota_total_bytes"], main.get("over_quota_alloc", "?"),
+                      f"{child['quota_total_bytes']} / {child.get('over_quota_alloc', '?')}")
+    return table
+
+
+def left_running(cp: ControlPlane, keep: bool, work: Path) -> str:
+    """What the demo leaves behind, and how to stop or remove it."""
+    lines = [f"left running: the embedded control plane (etcd, kube-apiserver, kube-scheduler,"
+             f" kube-controller-manager) in {cp.directory}; it serves the next `dra demo` and `make test`.",
+             f"  stop it:  {sys.executable} -m dra.cli cluster down --dir {cp.directory}"]
+    if keep:
+        lines.append(f"  kept (--keep): the demo's namespace, node and DeviceClass, and its files in {work}")
+    return "\n".join(lines)
+
+
+def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", keep: bool = False,
+             workload: Path | None = None, node_mode: str = "auto") -> int:
     from kubernetes import client
 
     from dra.testing.cdi import apply_cdi
     from dra.testing.claims import claim_manifest, pod_manifest
     from dra.testing.kubelet import KubeletHarness
+    from dra.testing.runtime import runtime_unavailable
+    from dra.testing.stub import workload_program
 
     _step(f"control plane (Kubernetes {k8s_version}) in {directory}")
     cp = ControlPlane(directory, k8s_version)
     health = cp.up(progress=lambda m: _out.print(f"    {m}", style="dim", highlight=False))
     _out.print(f"    ready: {health.version} at {cp.server}; export KUBECONFIG={cp.kubeconfig}", highlight=False)
+    rc = _on_real_node(cp, driver_entry, keep, node_mode)
+    if rc is not None:
+        return rc
 
     api = cp.api_client()
     # Bodies are plain manifests (dicts), as users write them; the typed client accepts them at run time.
@@ -128,15 +174,31 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
         _step("kubelet's NodePrepareResources over the daemon's socket; CDI resolved as a runtime would")
         refs = [ClaimRef(c.metadata.uid, ns, n) for n, c in claims.items()]
         prepared = harness.prepare(refs)
-        out = Table("claim", "CDI device IDs", "container env (from CDI)")
+        out = Table("claim", "CDI device IDs", "container env (from CDI)", "container mounts (from CDI)")
+        runs = []
         for ref in refs:
             p = prepared[ref.uid]
             if p.error:
                 raise UserError(f"prepare of claim {ns}/{ref.name} failed: {p.error}")
             ids = [i for d in p.devices for i in d.cdi_device_ids]
-            env, _mounts = apply_cdi(cdi, ids)
-            out.add_row(ref.name, "\n".join(ids), "\n".join(f"{k}={v}" for k, v in sorted(env.items())))
+            env, mounts = apply_cdi(cdi, ids)
+            out.add_row(ref.name, "\n".join(ids), "\n".join(f"{k}={v}" for k, v in sorted(env.items())),
+                        "\n".join(f"{m.container_path} ({','.join(o for o in m.options if o in ('ro', 'rw'))})"
+                                  for m in mounts))
+            consumed = claims[ref.name].status.allocation.devices.results[0].consumed_capacity or {}
+            runs.append((ref.name, quantity_to_int(consumed.get("memory", "0")), ids))
         _out.print(out)
+
+        _step("one workload per claim, started with the claim's CDI edits (stub CUDA, real hook)")
+        why = runtime_unavailable()
+        program = workload or workload_program()
+        if why:
+            _out.print(f"    [yellow]skipped[/yellow]: starting processes with CDI edits {why}", highlight=False)
+        elif not program.is_file():
+            _out.print(f"    [yellow]skipped[/yellow]: no workload program at {program} (make -C hookcore libs)",
+                       highlight=False)
+        else:
+            _out.print(run_workloads(cdi, runs, program))
 
         _step("NodeUnprepareResources and clean-up")
         errors = harness.unprepare(refs)
@@ -144,7 +206,8 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
         _out.print(f"    unprepare errors: {[e for e in errors.values() if e] or 'none'}; CDI files left: {left or 'none'}",
                    highlight=False)
         _out.print("[bold green]demo complete[/bold green]: the scheduler shared one device between two claims, "
-                   "and the node daemon prepared each share with its own quota.")
+                   "the node daemon prepared each share, and each claim's process was held to its quota.")
+        _out.print(left_running(cp, keep, work), highlight=False)
         return 0
     finally:
         if harness is not None:
@@ -171,6 +234,15 @@ def _daemon_died(work: Path) -> None:
     raise UserError("the node daemon exited during the demo; its last lines:\n" + "\n".join(tail))
 
 
+def _on_real_node(cp: ControlPlane, driver_entry: str, keep: bool, node_mode: str) -> int | None:
+    """The demo on a real kubelet + containerd node (dra.node.demo) where one starts; None: play kubelet."""
+    if node_mode == "harness":
+        return None
+    from dra.node.demo import real_node_demo
+
+    return real_node_demo(cp, driver_entry, _out, _step, keep=keep, required=node_mode == "real")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
@@ -178,6 +250,14 @@ def register(app: typer.Typer) -> None:
         directory: Annotated[Path | None, typer.Option("--dir", help="Cluster directory")] = None,
         driver: Annotated[str, typer.Option(help="Driver entry point (fake backend)")] = "example",
         keep: Annotated[bool, typer.Option(help="Keep the demo's objects and files")] = False,
+        workload: Annotated[
+            Path | None, typer.Option(help="Program started per claim (default: hookcore's cuda_workload)")
+        ] = None,
+        node: Annotated[str, typer.Option(
+            help="auto: a real kubelet + containerd node where one starts here, else play kubelet; real: fail "
+                 "without one; harness: always play kubelet")] = "auto",
     ) -> None:
         """Run the whole claim path on an embedded control plane with a fake-device driver."""
-        raise typer.Exit(run_demo(directory or default_dir(), k8s_version, driver, keep))
+        if node not in ("auto", "real", "harness"):
+            raise UserError(f"--node {node!r}: expected auto, real or harness")
+        raise typer.Exit(run_demo(directory or default_dir(), k8s_version, driver, keep, workload, node))

@@ -6,13 +6,13 @@ one `Quota` per visible device). For that claim the framework then
 1. turns the quotas into the hook's settings with hookcore's own writer (`hookcore.claim_env`)
    and checks them with hookcore's own parser (`hookcore.parse_config`): a share the library
    would reject is refused here, at prepare, with the claim and the fix in the message;
-2. creates the claim's hook dir ``<state-dir>/hooks/<claimUID>/`` holding ``config`` (the
-   settings as ``KEY=VALUE`` lines) and ``ledger`` (created by `hookcore.create_ledger`), built
+2. creates the claim's hook dir ``<state-dir>/hooks/<claimUID>/`` holding ``config`` (written
+   by `hookcore.config_file_text`, parsed back with the library's parser) and ``ledger`` (created by `hookcore.create_ledger`), built
    in a temp dir and renamed into place, *before* the CDI spec exists;
 3. adds to the claim's CDI edits: the hook set at ``/usr/lib/hookcore`` (read-only), the preload
-   (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``), the claim's hook dir at
-   ``/run/hookcore/<stem>/`` (read-write) and the same settings in the environment (for hook
-   builds that read only the environment; where the config file exists it wins);
+   (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``) and the claim's hook dir at
+   ``/run/hookcore/<stem>/`` (read-write), where the library reads its config; no quota
+   variables (the file is authoritative, and two hooks in one container would clash on them);
 4. removes the claim's hook dir at unprepare, after the CDI spec; sweeps dirs of claims that have
    no checkpoint record at start.
 
@@ -41,7 +41,6 @@ from dra.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, library_s
 
 log = logging.getLogger(__name__)
 
-CLAIM_DIR_IN_CONTAINER = "/run/hookcore/{stem}"
 CONFIG_FILE = "config"
 LEDGER_FILE = "ledger"
 RO = ("ro", "nosuid", "nodev", "bind")
@@ -60,18 +59,12 @@ class ClaimHookPlan:
     stem: str
     preload: Preload
     settings: Mapping[str, str]  # the hook's KEY=VALUE settings (container paths)
-
-    def config_text(self) -> str:
-        return "".join(f"{k}={v}\n" for k, v in sorted(self.settings.items()))
+    config_text: str  # the config file, exactly as hookcore writes and parsed back by it
+    config_dir: str  # where the library looks for it in the container: /run/hookcore/<stem>
 
     def to_json(self) -> dict[str, Any]:
         return {"library": str(self.library), "stem": self.stem, "preload": self.preload.value,
-                "settings": dict(self.settings)}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ClaimHookPlan:
-        return cls(Path(d["library"]), str(d["stem"]), Preload(d["preload"]),
-                   {str(k): str(v) for k, v in (d.get("settings") or {}).items()})
+                "settings": dict(self.settings), "configDir": self.config_dir}
 
 
 def _hookcore() -> Any:
@@ -115,10 +108,13 @@ class ClaimHooks:
                 raise EnforcementError(f"quota {i} (device {q.uuid}): cores must be a percentage in 1..100,"
                                        f" not {q.cores}")
         devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None) for i, q in enumerate(quotas)]
-        ledger = f"{CLAIM_DIR_IN_CONTAINER.format(stem=stem)}/{LEDGER_FILE}"
         try:
-            settings = dict(hk.claim_env(devices, ledger))
-            parsed = hk.parse_config(settings)  # the library's own parser, on exactly what is written
+            config_path = str(hk.container_config_path(enforcement.library))
+            config_dir = os.path.dirname(config_path)
+            settings = dict(hk.claim_env(devices, f"{config_dir}/{LEDGER_FILE}"))
+            text = hk.config_file_text(settings)
+            # The library's own parser, on exactly the file it will read.
+            parsed = hk.parse_config(file_text=text, file_path=config_path, stem=stem)
         except hk.HookConfigError as e:
             raise EnforcementError(f"the hook library rejects these settings: {e}") from None
         for i, q in enumerate(quotas):
@@ -126,10 +122,8 @@ class ClaimHooks:
             if got.memory_limit != q.memory or got.sm_limit != q.cores:
                 raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
                                        f" cores={got.sm_limit}, not memory={q.memory} cores={q.cores}")
-        for k, v in settings.items():
-            if "\n" in k or "\n" in v or "=" in k:
-                raise EnforcementError(f"hook setting {k!r} cannot be written as one KEY=VALUE line")
-        return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload, settings)
+        return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload, settings,
+                             text, config_dir)
 
     def create(self, uid: str, plan: ClaimHookPlan) -> Path:
         """The claim's hook dir with ``config`` and ``ledger``, built aside and renamed into place.
@@ -141,11 +135,11 @@ class ClaimHooks:
         tmp = self.root / f".{uid}.{secrets.token_hex(4)}.tmp"
         tmp.mkdir(mode=0o755)
         try:
-            (tmp / CONFIG_FILE).write_text(plan.config_text())
+            (tmp / CONFIG_FILE).write_text(plan.config_text)
             os.chmod(tmp / CONFIG_FILE, 0o644)
             try:
                 # Any user of the claim's containers may charge the ledger: the dir is the claim's alone.
-                _hookcore().create_ledger(tmp / LEDGER_FILE, dict(plan.settings), mode=0o666)
+                _hookcore().create_ledger(tmp / LEDGER_FILE, dict(plan.settings), mode=0o666, stem=plan.stem)
             except Exception as e:
                 raise EnforcementError(f"cannot create the claim's ledger in {tmp}: {e}") from e
             if final.exists():
@@ -167,13 +161,15 @@ class ClaimHooks:
             raise EnforcementError(str(e)) from None
 
     def edits(self, uid: str, plan: ClaimHookPlan, hset: HookSet) -> ContainerEdits:
-        env = dict(plan.settings)
+        # No quota variables: the config file is authoritative, and two hooks' claims in one
+        # container (a GPU and an NPU claim) would clash on the neutral names.
+        env: dict[str, str] = {}
         mounts = [Mount(str(hset.path), CONTAINER_DIR, RO)]
         if plan.preload is Preload.FILE:
             mounts.append(Mount(str(hset.preload_file), "/etc/ld.so.preload", RO))
         else:
             env["LD_PRELOAD"] = ":".join(hset.container_paths())
-        mounts.append(Mount(str(self.claim_dir(uid)), CLAIM_DIR_IN_CONTAINER.format(stem=plan.stem), RW))
+        mounts.append(Mount(str(self.claim_dir(uid)), plan.config_dir, RW))
         return ContainerEdits(env=env, mounts=tuple(mounts))
 
     # -- unprepare and repair --------------------------------------------------------------------

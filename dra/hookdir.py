@@ -47,7 +47,7 @@ CONTAINER_DIR = "/usr/lib/hookcore"
 """Where a claim's containers see the set (read-only)."""
 PRELOAD_FILE = "ld.so.preload"
 
-_LIB_NAME = re.compile(r"^lib([a-z0-9][a-z0-9_]*)\.so$")
+_LIB_NAME = re.compile(r"^lib([a-z0-9_-]{1,32})\.so$")  # hookcore's stem rule, without a version suffix
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -59,7 +59,8 @@ def library_stem(library: Path | str) -> str:
     """``vgpu`` for ``.../libvgpu.so``; HookDirError for any other name form."""
     m = _LIB_NAME.match(Path(library).name)
     if not m:
-        raise HookDirError(f"hook library {library}: the file must be named lib<stem>.so (lower case, e.g. libvgpu.so)")
+        raise HookDirError(f"hook library {library}: the file must be named lib<stem>.so, the stem 1 to 32 characters"
+                           " of [a-z0-9_-] (e.g. libvgpu.so)")
     return m.group(1)
 
 

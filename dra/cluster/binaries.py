@@ -13,12 +13,15 @@ reachable here (no release tarballs), and it is the same code the upstream relea
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,11 +165,43 @@ def _ldflags(version: str) -> str:
     return " ".join(flags)
 
 
+@contextlib.contextmanager
+def build_lock(root: Path | None = None, progress: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold the cache's build lock: one builder at a time per cache root.
+
+    Builds share the Go module dirs and write binaries into the cache; two at once (two `make
+    test` runs, a test session and `dra node build`) would race on go.mod and on the files.
+    An flock is released by the kernel when its holder dies, so a killed build never blocks
+    the next one; a builder re-checks what exists once it holds the lock.
+    """
+    directory = root or cache_root()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / ".build.lock"
+    with path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another build in {directory} to finish (it holds {path})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None, progress=print) -> BinarySet:
     """Build (or reuse) the binaries for `version`; returns where they are."""
     bins = binary_set(version, root)
     if bins.complete():
         return bins
+    with build_lock(root, progress):
+        if bins.complete():  # built by the holder we waited for
+            return bins
+        return _build_locked(bins, progress)
+
+
+def _build_locked(bins: BinarySet, progress: Callable[[str], None]) -> BinarySet:
+    version = bins.k8s_version
     go = _go()
     bins.directory.mkdir(parents=True, exist_ok=True)
     work = bins.directory.parent / f"src-{version}"

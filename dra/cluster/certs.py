@@ -104,47 +104,22 @@ def write_pki(directory: Path, service_ip: str = "10.0.0.1") -> PKI:
         return pki
     directory.mkdir(parents=True, exist_ok=True)
 
-    ca_key = _key()
-    ca_name = _name("dra-embedded-ca")
-    ca = (
-        _builder(ca_name, ca_name, ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    _write_key(pki.ca_key, ca_key)
-    pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    ca, ca_key = new_ca("dra-embedded-ca")
+    write_pair(pki.ca_cert, pki.ca_key, ca, ca_key)
+    serving, serving_key = new_serving_cert(
+        ca, ca_key, "kube-apiserver",
+        ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"], ["127.0.0.1", service_ip])
+    write_pair(pki.serving_cert, pki.serving_key, serving, serving_key)
 
-    def leaf(cn: str, org: str | None, usage: x509.ObjectIdentifier,
-             sans: list[x509.GeneralName] | None) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    def leaf(cn: str, org: str | None, usage: x509.ObjectIdentifier) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         key = _key()
-        b = _builder(_name(cn, org), ca_name, key.public_key()).add_extension(
+        b = _builder(_name(cn, org), ca.subject, key.public_key()).add_extension(
             x509.ExtendedKeyUsage([usage]), critical=False
         )
-        if sans:
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return b.sign(ca_key, hashes.SHA256()), key
 
-    serving, serving_key = leaf(
-        "kube-apiserver", None, ExtendedKeyUsageOID.SERVER_AUTH,
-        [
-            x509.DNSName("localhost"),
-            x509.DNSName("kubernetes"),
-            x509.DNSName("kubernetes.default"),
-            x509.DNSName("kubernetes.default.svc"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address(service_ip)),
-        ],
-    )
-    pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
-    _write_key(pki.serving_key, serving_key)
-
-    admin, admin_key = leaf("dra-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH, None)
-    pki.admin_cert.write_bytes(admin.public_bytes(serialization.Encoding.PEM))
-    _write_key(pki.admin_key, admin_key)
+    admin, admin_key = leaf("dra-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH)
+    write_pair(pki.admin_cert, pki.admin_key, admin, admin_key)
 
     sa_key = _key()
     _write_key(pki.sa_key, sa_key)
@@ -153,3 +128,61 @@ def write_pki(directory: Path, service_ip: str = "10.0.0.1") -> PKI:
                                          serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def issue_client_cert(pki: PKI, cert_path: Path, key_path: Path, cn: str, org: str | None = None) -> None:
+    """A client certificate signed by the cluster CA (e.g. a kubelet's `system:node:<name>` in
+    `system:nodes`); an existing one for the same subject and CA is kept."""
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    subject = _name(cn, org)
+    if cert_path.is_file() and key_path.is_file():
+        old = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        if old.subject == subject and old.issuer == ca.subject:
+            return
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki.ca_key} is not an EC key")
+    key = _key()
+    cert = (
+        _builder(subject, ca.subject, key.public_key())
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+def new_ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA (certificate, key) named `cn`, valid for a year."""
+    key = _key()
+    name = _name(cn)
+    cert = (
+        _builder(name, name, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def new_serving_cert(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, cn: str,
+                     dns_names: list[str], ips: list[str]) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A TLS server certificate signed by `ca` for the given DNS names and IP addresses."""
+    key = _key()
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    cert = (
+        _builder(_name(cn), ca.subject, key.public_key())
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def write_pair(cert_path: Path, key_path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+    """The certificate (PEM) and its key (PKCS#8 PEM, mode 0600)."""
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)

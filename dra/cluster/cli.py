@@ -45,6 +45,8 @@ def up_cmd(
     health = cp.up(progress=_say)
     typer.echo(f"control plane {health.version} ready at {cp.server}")
     typer.echo(f"export KUBECONFIG={cp.kubeconfig}")
+    node_dir = "" if directory is None else f" --cluster-dir {cp.directory}"
+    typer.echo(f"add a real node (kubelet + containerd, as root): dra node up --name NAME{node_dir}")
 
 
 @app.command("status")

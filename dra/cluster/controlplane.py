@@ -6,10 +6,12 @@ code. Processes run in their own sessions (they outlive the command that started
 PIDs and command lines are recorded in `<dir>/cluster.json`, and `down` signals only processes
 whose PID still runs the binary recorded for it, so it never touches anything it did not start.
 
-There is no kubelet: nodes are Node objects created by tests or the demo. For that reason the
+Most nodes are Node objects created by tests or the demo, with no kubelet. For that reason the
 node-lifecycle controller is off (it would taint every node without heartbeats NotReady) and
-the ServiceAccount admission plugin is off (no kubelet mounts tokens), as in controller-runtime's
-envtest.
+the ServiceAccount admission plugin is off (no token volumes), as in controller-runtime's
+envtest. A real node (`dra node up`, dra.node) joins as kubelets do: a client certificate of the
+cluster CA for `system:node:<name>`, authorized by the Node authorizer and NodeRestriction; the
+API server reaches its kubelet on 127.0.0.1 with the admin certificate.
 """
 
 from __future__ import annotations
@@ -415,8 +417,13 @@ class ControlPlane:
             f"--service-account-key-file={k.sa_pub}",
             f"--service-account-signing-key-file={k.sa_key}",
             "--service-cluster-ip-range=10.0.0.0/24",
-            "--authorization-mode=RBAC",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
             "--disable-admission-plugins=ServiceAccount",
+            # For `kubectl logs/exec` on a real node: kubelet authorizes this user by webhook.
+            f"--kubelet-client-certificate={k.admin_cert}",
+            f"--kubelet-client-key={k.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--allow-privileged=true",
             # DeviceTaintRule (DRADeviceTaints) is served only by v1alpha3; the scheduler watches it.
             "--runtime-config=resource.k8s.io/v1alpha3=true,resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",

@@ -26,13 +26,21 @@ def claim_manifest(name: str, device_class: str, request: str = "gpu", **capacit
             "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}}}
 
 
-def pod_manifest(name: str, claims: Sequence[str], node: str | None = None) -> dict[str, Any]:
-    """A Pod whose one container uses every claim in `claims`; pinned to `node` when given."""
+def pod_manifest(name: str, claims: Sequence[str], node: str | None = None, image: str | None = None) -> dict[str, Any]:
+    """A Pod whose one container uses every claim in `claims`; pinned to `node` when given.
+
+    Without `image` the pod is never meant to run (no kubelet); with one (a real node's local
+    image) it runs once, pulls nothing (`imagePullPolicy: Never`) and is not restarted."""
+    container: dict[str, Any] = {"name": "main", "image": image or "registry.invalid/none:0",
+                                 "resources": {"claims": [{"name": f"c{i}"} for i in range(len(claims))]}}
     spec: dict[str, Any] = {
         "resourceClaims": [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)],
-        "containers": [{"name": "main", "image": "registry.invalid/none:0",
-                        "resources": {"claims": [{"name": f"c{i}"} for i in range(len(claims))]}}],
+        "containers": [container],
     }
+    if image is not None:
+        container["imagePullPolicy"] = "Never"
+        spec["restartPolicy"] = "Never"
+        spec["terminationGracePeriodSeconds"] = 2
     if node is not None:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}

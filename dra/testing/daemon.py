@@ -24,7 +24,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 # The bundled drivers, as pyproject.toml registers them.
-BUNDLED = {"example": "drivers.example.driver:ExampleDriver"}
+BUNDLED = {
+    "example": "drivers.example.driver:ExampleDriver",
+    "hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
+}
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -62,14 +65,18 @@ class DaemonProcess:
         args: Sequence[str] = (),
         log_format: str = "text",
         module: str = "dra.cli",
+        kubelet_dirs: Mapping[str, Path] | None = None,
     ) -> None:
-        """`module` "dra.cli" runs ``dra run``; "dra.daemon" runs the lean ``python -m dra.daemon``."""
+        """`module` "dra.cli" runs ``dra run``; "dra.daemon" runs the lean ``python -m dra.daemon``.
+        `kubelet_dirs` ("registrar", "plugins", "cdi") points the daemon at a real node's
+        directories instead of its own (a real kubelet then calls it)."""
         self.driver = driver
         self.node = node
         self.workdir = workdir
-        self.registrar_dir = workdir / "registry"
-        self.plugin_dir = workdir / "plugins"
-        self.cdi_dir = workdir / "cdi"
+        dirs = kubelet_dirs or {}
+        self.registrar_dir = dirs.get("registrar", workdir / "registry")
+        self.plugin_dir = dirs.get("plugins", workdir / "plugins")
+        self.cdi_dir = dirs.get("cdi", workdir / "cdi")
         self.state_dir = workdir / "state"
         self.hook_dir = workdir / "hook-dir"
         self.log_path = workdir / "daemon.log"

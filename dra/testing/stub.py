@@ -15,7 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 STUB_DEVICES_ENV = "HOOKCORE_STUB_DEVICES"
-STUB_DIR_IN_CONTAINER = "/usr/lib/hookcore-stub"
+STUB_LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
+STUB_LIBRARY_DIR_IN_CONTAINER = "/usr/lib"
+"""Where a fake backend mounts the stub libraries: a directory the dynamic loader searches by
+default, as the vendor's container toolkit does with the real ones, so a child started with an
+empty environment still finds them."""
 
 _VALUE = re.compile(r"^[^,;=\s]+$")
 
@@ -25,6 +29,19 @@ def stub_library_dir() -> Path:
     from hookcore import stub_dir
 
     return stub_dir()
+
+
+def stub_library_mounts() -> list[tuple[str, str]]:
+    """(host path, container path) of each stub library, for a fake backend's container edits."""
+    return [(str(stub_library_dir() / name), f"{STUB_LIBRARY_DIR_IN_CONTAINER}/{name}") for name in STUB_LIBRARIES]
+
+
+def workload_program() -> Path:
+    """The built ``cuda_workload`` (hookcore/workload): prints its memory quota and whether an
+    allocation past it is refused."""
+    from hookcore import BUILD_DIR
+
+    return BUILD_DIR / "workload" / "cuda_workload"
 
 
 def stub_devices(devices: Sequence[Mapping[str, str | int]]) -> str:

@@ -7,9 +7,10 @@ the hook library (the framework does the work), and unprepare. No gRPC, API call
 writes: the framework owns those. It imports only `dra` and `dra.testing`.
 
 Its devices are fakes served by the stub CUDA library (hookcore/stub): each claim's containers
-get the stub (mounted at /usr/lib/hookcore-stub), ``HOOKCORE_STUB_DEVICES`` describing the
-node's devices, ``CUDA_VISIBLE_DEVICES`` selecting the claim's, and the hook (libvgpu.so) holding
-the process to the claim's memory and cores.
+get the stub libcuda.so.1 / libnvidia-ml.so.1 (mounted in /usr/lib, as a vendor toolkit mounts
+the real ones), ``HOOKCORE_STUB_DEVICES`` describing the node's devices, ``CUDA_VISIBLE_DEVICES``
+selecting the claim's, and the hook (libvgpu.so) holding every process to the claim's memory
+and cores.
 
 Settings (``dra run example --set key=value``):
   count    number of fake devices (default 2)
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dra
-from dra.testing.stub import STUB_DEVICES_ENV, STUB_DIR_IN_CONTAINER, parse_stub_devices, stub_devices, stub_library_dir
+from dra.testing.stub import STUB_DEVICES_ENV, parse_stub_devices, stub_devices, stub_library_mounts
 
 STUB_UUID = "GPU-57554201-0000-4000-8000-{:012x}"
 """UUID of fake device i: the stub libcuda's own numbering, so its default devices match too."""
@@ -144,16 +145,12 @@ class ExampleDriver(dra.Driver):
         return list(dict.fromkeys(self._index[p.device.device] for p in prepared))
 
     def claim_edits(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.ContainerEdits:
-        stub = str(stub_library_dir())
         return dra.ContainerEdits(
             env={
                 STUB_DEVICES_ENV: self._stub_env,
-                "STUB_CUDA_DEVICES": str(self.count),  # the stub's older form, while HOOKCORE_STUB_DEVICES lands
-                "STUB_CUDA_MEMORY": str(self.memory_bytes),
                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self._visible(prepared)),
-                "LD_LIBRARY_PATH": STUB_DIR_IN_CONTAINER,
             },
-            mounts=(dra.Mount(stub, STUB_DIR_IN_CONTAINER),),
+            mounts=tuple(dra.Mount(host, target) for host, target in stub_library_mounts()),
         )
 
     def enforcement(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.Enforcement | None:

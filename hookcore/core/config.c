@@ -244,7 +244,7 @@ static int uuid_char_ok(char c) {
 /* ---------------------------------------------------------------------------------------------
    Keys: the vendor-neutral names, and the sources they come from                              */
 
-enum { V_MEM, V_SM, V_UUID, V_PATH };
+enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ };
 
 typedef struct key_spec {
   const char *name;   /* exact name, or the prefix before <i> when indexed */
@@ -258,6 +258,9 @@ static const key_spec g_keys[] = {
   {"HOOKCORE_MEMORY_LIMIT", V_MEM, 0},
   {"HOOKCORE_COMPUTE_LIMIT_", V_SM, 1},
   {"HOOKCORE_COMPUTE_LIMIT", V_SM, 0},
+  {"HOOKCORE_COMPUTE_MODE_", V_MODE, 1},
+  {"HOOKCORE_COMPUTE_MODE", V_MODE, 0},
+  {"HOOKCORE_COMPUTE_REF_MHZ_", V_MHZ, 1},
   {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
   {"HOOKCORE_LEDGER", V_PATH, 0},
 };
@@ -283,6 +286,10 @@ typedef struct parse_state {
   int max_index;
   uint64_t mem_default;
   uint32_t sm_default;
+  uint32_t mode_default;
+  char mode_default_by[NAME_MAX_LEN];
+  char mode_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+  char mhz_by[HK_MAX_DEVICES][NAME_MAX_LEN];
   char mem_default_by[NAME_MAX_LEN];    /* the name that set it, for messages ("" = unset) */
   char sm_default_by[NAME_MAX_LEN];
   char path_by[NAME_MAX_LEN];
@@ -347,6 +354,27 @@ static int parse_mem_v(const char *n, const char *v, void *o, char *e, size_t el
 }
 static int parse_sm_v(const char *n, const char *v, void *o, char *e, size_t el) {
   return hk_parse_sm(n, v, (uint32_t *)o, e, el);
+}
+
+static int parse_mode_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+  uint32_t *out = (uint32_t *)o;
+  if (strcmp(value, "share") == 0) *out = HK_COMPUTE_SHARE;
+  else if (strcmp(value, "strict") == 0) *out = HK_COMPUTE_STRICT;
+  else return reject(name, value, err, errlen, "expected share (device-time share, the default) or strict "
+                     "(throughput held to the share at the full-load clock)");
+  return HK_OK;
+}
+
+static int parse_mhz_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+  uint32_t v = 0, *out = (uint32_t *)o;
+  size_t n = strlen(value);
+  if (n == 0 || n > 5 || value[0] == '0') return reject(name, value, err, errlen, "expected a clock in MHz, 1..99999");
+  for (size_t i = 0; i < n; i++) {
+    if (!is_digit(value[i])) return reject(name, value, err, errlen, "expected a clock in MHz, 1..99999");
+    v = v * 10 + (uint32_t)(value[i] - '0');
+  }
+  *out = v;
+  return HK_OK;
 }
 
 static int parse_uuid_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
@@ -420,6 +448,21 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
         rc = parse_uuid_v(name, value, out->uuid[idx], err, errlen);
         copy_name(st->uuid_by[idx], name, strlen(name));
         break;
+      case V_MODE: {
+        char *by = idx < 0 ? st->mode_default_by : st->mode_by[idx];
+        uint32_t *dst = idx < 0 ? &st->mode_default : &out->compute_mode[idx];
+        if (by[0]) return repeated(st, by, name, value, parse_mode_v, dst, sizeof *dst, err, errlen);
+        rc = parse_mode_v(name, value, dst, err, errlen);
+        copy_name(by, name, strlen(name));
+        break;
+      }
+      case V_MHZ:
+        if (st->mhz_by[idx][0])
+          return repeated(st, st->mhz_by[idx], name, value, parse_mhz_v, &out->ref_mhz[idx], sizeof(uint32_t), err,
+                          errlen);
+        rc = parse_mhz_v(name, value, &out->ref_mhz[idx], err, errlen);
+        copy_name(st->mhz_by[idx], name, strlen(name));
+        break;
       case V_PATH:
         if (st->path_by[0])
           return repeated(st, st->path_by, name, value, parse_path_v, out->ledger_path, HK_PATH_MAX, err, errlen);
@@ -434,7 +477,7 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
     char qn[128];
     hk__quote(qn, sizeof qn, name);
     hk__errf(err, errlen, "unknown key %s (expected HOOKCORE_MEMORY_LIMIT_<i>, HOOKCORE_COMPUTE_LIMIT_<i>, "
-             "HOOKCORE_DEVICE_UUID_<i> or HOOKCORE_LEDGER)", qn);
+             "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_DEVICE_UUID_<i> or HOOKCORE_LEDGER)", qn);
     return HK_EFAILCLOSED;
   }
   return HK_OK;   /* some other HOOKCORE_ variable (HOOKCORE_LOG, ...): not a quota */
@@ -505,10 +548,16 @@ static int finish(parse_state *st, const hk_config_source *src, char *err, size_
   for (int i = 0; i < HK_MAX_DEVICES; i++) {
     if (!st->mem_by[i][0]) out->mem_limit[i] = st->mem_default;
     if (!st->sm_by[i][0]) out->sm_limit[i] = st->sm_default;
+    if (!st->mode_by[i][0]) out->compute_mode[i] = st->mode_default;
     if (out->mem_limit[i] != HK_MEM_UNLIMITED) out->flags[i] |= HK_CFG_MEM_SET;
     if (out->sm_limit[i] != HK_SM_UNLIMITED) out->flags[i] |= HK_CFG_SM_SET;
     if (st->uuid_by[i][0]) out->flags[i] |= HK_CFG_UUID_SET;
     any_limit |= (out->flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET)) != 0;
+    if (st->mode_by[i][0] && out->compute_mode[i] == HK_COMPUTE_STRICT && out->sm_limit[i] == HK_SM_UNLIMITED) {
+      hk__errf(err, errlen, "%s=strict needs a compute limit below 100 on device %d (a strict cap of the whole "
+               "device caps nothing)", st->mode_by[i], i);
+      return fail(st);
+    }
     if (!uuid_keyed || st->uuid_by[i][0]) continue;
     const char *by = st->mem_by[i][0] ? st->mem_by[i] : st->sm_by[i][0] ? st->sm_by[i] : NULL;
     if (by != NULL) {

@@ -185,6 +185,21 @@ uint32_t hk_sm_limit(int dev) {
   return g.led->dev[dev].sm_limit;
 }
 
+int hk_compute_strict(int dev) {
+  if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
+  return g.led->dev[dev].compute_mode == HK_COMPUTE_STRICT;
+}
+
+uint32_t hk_compute_ref_mhz(int dev) {
+  if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
+  return g.led->dev[dev].ref_mhz;
+}
+
+const char *hk_device_uuid(int dev) {
+  if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return "";
+  return g.cfg.uuid[dev];
+}
+
 static __attribute__((noinline)) void lost_slot(void) {
   pthread_mutex_lock(&g.mu);
   if (status() == HK_OK) {   /* readers look at msg only after seeing FAILCLOSED, published last */
@@ -239,7 +254,7 @@ int hk_reclaim(void) {
 
 uint64_t hk_mem_used_self(int dev) {
   if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES || g.led->me == NULL) return 0;
-  return hk_atomic_load_relaxed(&g.led->me->xused[dev]);
+  return HK_USED_BYTES(hk_atomic_load_relaxed(&g.led->me->xused[dev]));
 }
 
 void *hk_limiter_area(int dev) {

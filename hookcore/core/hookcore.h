@@ -33,6 +33,10 @@
  *   HOOKCORE_MEMORY_LIMIT        default memory quota of every device index
  *   HOOKCORE_COMPUTE_LIMIT_<i>   compute share of device index i, percent
  *   HOOKCORE_COMPUTE_LIMIT       default compute share, percent
+ *   HOOKCORE_COMPUTE_MODE_<i>    share (default): the limit is a share of device time; strict: the
+ *   HOOKCORE_COMPUTE_MODE        limit is a share of full-load throughput (limiter.h, meter.h)
+ *   HOOKCORE_COMPUTE_REF_MHZ_<i> strict only: the device's clock under full load, MHz (default: the
+ *                                shim's own estimate, see the shim's README)
  *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("GPU-xxxxxxxx-..."): the claim is UUID-keyed
  *   HOOKCORE_LEDGER              ledger path. Default: <config dir>/ledger for a file config;
  *                                /tmp/hookcore-<stem>.ledger for an environment config with a limit
@@ -125,7 +129,7 @@ extern "C" {
 #define HK_CONFIG_MAX       65536                    /* larger config files are rejected */
 
 #define HK_LEDGER_MAGIC     0x52454744454c4b48ULL   /* "HKLEDGER" little endian */
-#define HK_LEDGER_VERSION   1u                      /* bumped on every incompatible change */
+#define HK_LEDGER_VERSION   2u                      /* bumped on every incompatible change (2: tagged usage counters) */
 
 /* Return codes (0 or negative). */
 #define HK_OK               0
@@ -148,6 +152,9 @@ const char *hk_strerror(int code);
 #define HK_CFG_SM_SET       0x2u    /* an SM limit was given for index i */
 #define HK_CFG_UUID_SET     0x4u    /* HOOKCORE_DEVICE_UUID_<i> was given */
 
+#define HK_COMPUTE_SHARE    0u      /* hk_config.compute_mode: share of device time */
+#define HK_COMPUTE_STRICT   1u      /* share of full-load throughput */
+
 #define HK_ORIGIN_NONE      0u      /* hk_config.origin: no configuration (dormant) */
 #define HK_ORIGIN_ENV       1u      /* from the environment */
 #define HK_ORIGIN_FILE      2u      /* from the config file */
@@ -159,6 +166,8 @@ typedef struct hk_config {
   uint64_t mem_limit[HK_MAX_DEVICES];       /* bytes, or HK_MEM_UNLIMITED */
   uint32_t sm_limit[HK_MAX_DEVICES];        /* percent 1..100 (100 = unlimited) */
   uint32_t flags[HK_MAX_DEVICES];           /* HK_CFG_* */
+  uint32_t compute_mode[HK_MAX_DEVICES];    /* HK_COMPUTE_* */
+  uint32_t ref_mhz[HK_MAX_DEVICES];         /* strict: full-load clock in MHz, 0 = not given */
   char uuid[HK_MAX_DEVICES][HK_UUID_MAX];   /* "" when not given */
   char ledger_path[HK_PATH_MAX];            /* "" when no ledger is needed (no limit set, no path) */
 } hk_config;
@@ -250,6 +259,14 @@ int hk_device_index_for_uuid(const char *uuid);
    dev is out of range; 0 for both when the library failed closed (check hk_status() first). */
 uint64_t hk_mem_limit(int dev);
 uint32_t hk_sm_limit(int dev);
+
+/* Compute mode of ledger index `dev` (1 = strict) and its configured full-load clock (MHz, 0 =
+   not configured). 0 when dormant, failed closed or out of range. */
+int hk_compute_strict(int dev);
+uint32_t hk_compute_ref_mhz(int dev);
+
+/* The UUID the claim gives ledger index `dev` ("" when none, dormant, failed closed). */
+const char *hk_device_uuid(int dev);
 
 /* Charge `bytes` to device `dev` before allocating. HK_OK, HK_ENOMEM (would exceed the quota),
    HK_EFAILCLOSED, HK_EINVAL. Devices without a quota always admit (usage is still counted).

@@ -16,7 +16,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "hookcore needs lock-free 64-bit ato
 #define hk_unlikely(x)  __builtin_expect(!!(x), 0)
 #define HK_CACHE_LINE   64
 
-/* --- file layout (HK_LEDGER_VERSION 1) -------------------------------------------------------
+/* --- file layout (HK_LEDGER_VERSION 2) -------------------------------------------------------
    [0, 4096)            hk__hdr (256 bytes used), OFD lock on byte 0 = creation lock
    [4096, 12288)        hk__dev[16], 512 bytes each
    [12288, 274432)      hk__slot[1024], 256 bytes each; OFD lock on a slot's first byte =
@@ -26,7 +26,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "hookcore needs lock-free 64-bit ato
 #define HK_LEDGER_SIZE  (HK_OFF_SLOTS + HK_MAX_SLOTS * 256u)
 
 typedef struct hk__hdr {
-  uint64_t xmagic;               /* HK_LEDGER_MAGIC, stored last (release) when created */
+  _Atomic uint64_t xmagic;       /* HK_LEDGER_MAGIC, stored last (release) when created */
   uint32_t version;              /* HK_LEDGER_VERSION */
   uint32_t header_size;          /* sizeof(hk__hdr) */
   uint32_t device_size;          /* sizeof(hk__dev) */
@@ -49,7 +49,9 @@ typedef struct hk__dev {
   uint32_t sm_limit;             /* 1..100 */
   uint32_t flags;                /* HK_CFG_* */
   _Atomic uint64_t xpeak;        /* highest admitted claim-wide usage (CAS-max) */
-  uint8_t reserved[160];         /* zero; future fields */
+  uint32_t compute_mode;         /* HK_COMPUTE_* */
+  uint32_t ref_mhz;              /* strict cap: full-load clock, MHz (0 = the shim's estimate) */
+  uint8_t reserved[152];         /* zero; future fields */
   _Alignas(HK_CACHE_LINE) uint8_t limiter[HK_LIMITER_BYTES];  /* owned by the compute limiter */
 } hk__dev;
 
@@ -62,7 +64,7 @@ typedef struct hk__slot {
   uint64_t start_time;           /* /proc/<pid>/stat field 22 (display only) */
   uint64_t nonce;                /* random per claim */
   uint8_t reserved0[32];
-  _Alignas(HK_CACHE_LINE) _Atomic uint64_t xused[HK_MAX_DEVICES];  /* bytes charged per device */
+  _Alignas(HK_CACHE_LINE) _Atomic uint64_t xused[HK_MAX_DEVICES];  /* HK_USED_*: owner tag + bytes */
   uint8_t reserved1[64];
 } hk__slot;
 
@@ -70,6 +72,16 @@ _Static_assert(sizeof(hk__hdr) == 256, "header layout");
 _Static_assert(sizeof(hk__dev) == 512, "device layout");
 _Static_assert(sizeof(hk__slot) == 256, "slot layout");
 _Static_assert(HK_OFF_DEVICES + HK_MAX_DEVICES * sizeof(hk__dev) == HK_OFF_SLOTS, "layout");
+
+/* A usage counter carries the low 16 bits of its owner's generation above 48 bits of bytes, and
+   is changed only by a CAS that finds the owner's tag: a process that lost its slot (its lock was
+   taken because its descriptor was closed behind its back) can then never add to, or subtract
+   from, the charges of the slot's next owner. Readers mask the tag off. */
+#define HK_USED_BITS            48
+#define HK_USED_MASK            ((UINT64_C(1) << HK_USED_BITS) - 1)
+#define HK_USED_BYTES(v)        ((v) & HK_USED_MASK)
+#define HK_USED_TAG(v)          ((v) >> HK_USED_BITS)
+#define HK_USED_MAKE(gen, bytes) ((((uint64_t)(gen) & 0xffffu) << HK_USED_BITS) | ((bytes) & HK_USED_MASK))
 
 #define HK_OWNER_STATE(w)       ((uint32_t)((w) & 3u))
 #define HK_OWNER_GEN(w)         ((w) >> 2)

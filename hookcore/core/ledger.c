@@ -24,11 +24,6 @@
 
 #include "internal.h"
 
-#define ORD_SC  memory_order_seq_cst
-#define ORD_ACQ memory_order_acquire
-#define ORD_REL memory_order_release
-#define ORD_RLX memory_order_relaxed
-
 /* ---------------------------------------------------------------------------------------------
    Small OS helpers                                                                             */
 
@@ -134,7 +129,9 @@ static void init_devices(hk_ledger *l, const hk_config *cfg) {
     d->mem_limit = cfg ? cfg->mem_limit[i] : HK_MEM_UNLIMITED;
     d->sm_limit = cfg ? cfg->sm_limit[i] : HK_SM_UNLIMITED;
     d->flags = cfg ? cfg->flags[i] : 0;
-    atomic_store_explicit(&d->xpeak, 0, ORD_RLX);
+    d->compute_mode = cfg ? cfg->compute_mode[i] : HK_COMPUTE_SHARE;
+    d->ref_mhz = cfg ? cfg->ref_mhz[i] : 0;
+    hk_atomic_store_relaxed(&d->xpeak, 0);
     memset(d->limiter, 0, sizeof d->limiter);
   }
 }
@@ -154,12 +151,12 @@ static void init_header(hk_ledger *l, const hk_config *cfg) {
   h->created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
   h->epoch = hk__random64();
   init_devices(l, cfg);
-  atomic_store_explicit((_Atomic uint64_t *)&h->xmagic, HK_LEDGER_MAGIC, ORD_REL);
+  hk_atomic_store_release(&h->xmagic, HK_LEDGER_MAGIC);
 }
 
 static int check_header(const hk_ledger *l, char *err, size_t errlen) {
   const hk__hdr *h = l->hdr;
-  uint64_t magic = atomic_load_explicit((_Atomic uint64_t *)&h->xmagic, ORD_ACQ);
+  uint64_t magic = hk_atomic_load_acquire(&h->xmagic);
   if (magic != HK_LEDGER_MAGIC) {
     hk__errf(err, errlen, "%s is not a hookcore ledger (magic %#llx); remove it or point "
              "HOOKCORE_LEDGER elsewhere", l->path, (unsigned long long)magic);
@@ -202,6 +199,12 @@ static int config_differs(const hk_ledger *l, const hk_config *cfg, char *msg, s
                cfg->sm_limit[i]);
       return 1;
     }
+    if (d->compute_mode != cfg->compute_mode[i] || d->ref_mhz != cfg->ref_mhz[i]) {
+      snprintf(msg, n, "device %d compute mode differs (ledger %s %u MHz, environment %s %u MHz)", i,
+               d->compute_mode == HK_COMPUTE_STRICT ? "strict" : "share", d->ref_mhz,
+               cfg->compute_mode[i] == HK_COMPUTE_STRICT ? "strict" : "share", cfg->ref_mhz[i]);
+      return 1;
+    }
     if (strncmp(d->uuid, cfg->uuid[i], HK_UUID_MAX) != 0) {
       snprintf(msg, n, "device %d UUID differs (ledger \"%.63s\", environment \"%.63s\")", i, d->uuid,
                cfg->uuid[i]);
@@ -214,9 +217,9 @@ static int config_differs(const hk_ledger *l, const hk_config *cfg, char *msg, s
 /* Number of slots whose owner is alive (other than mine). */
 static int count_live(const hk_ledger *l) {
   int live = 0;
-  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
   for (uint32_t i = 0; i < hwm && i < HK_MAX_SLOTS; i++) {
-    uint64_t w = atomic_load_explicit(&l->slots[i].xowner, ORD_SC);
+    uint64_t w = hk_atomic_load_seq_cst(&l->slots[i].xowner);
     if (HK_OWNER_STATE(w) == HK_SLOT_FREE || (int)i == l->my_index) continue;
     if (slot_alive(l, (int)i) != 0) live++;
   }
@@ -261,7 +264,7 @@ static int open_locked(hk_ledger *l, const hk_config *cfg, char *err, size_t err
   }
   int rc = map_file(l, PROT_READ | PROT_WRITE, err, errlen);
   if (rc != HK_OK) return rc;
-  if (atomic_load_explicit((_Atomic uint64_t *)&l->hdr->xmagic, ORD_ACQ) == 0) {
+  if (hk_atomic_load_acquire(&l->hdr->xmagic) == 0) {
     init_header(l, cfg);   /* nobody can be using it: every user holds the creation lock first */
     return HK_OK;
   }
@@ -287,7 +290,7 @@ int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen) {
   for (pass = 0; pass < 2; pass++) {           /* pass 0: free slots; pass 1: dead owners */
     for (int i = 0; i < HK_MAX_SLOTS; i++) {
       hk__slot *s = &l->slots[i];
-      uint64_t w = atomic_load_explicit(&s->xowner, ORD_SC);
+      uint64_t w = hk_atomic_load_seq_cst(&s->xowner);
       if ((HK_OWNER_STATE(w) == HK_SLOT_FREE) != (pass == 0)) continue;
       if (ofd_lock(l->fd, F_OFD_SETLK, F_WRLCK, slot_lock_offset(i)) != 0) {
         if (errno == EAGAIN || errno == EACCES) continue;   /* alive owner or another claimer */
@@ -296,18 +299,18 @@ int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen) {
         return HK_EIO;
       }
       /* Slot i is ours: nobody alive holds it, nobody else can take it. */
-      w = atomic_load_explicit(&s->xowner, ORD_SC);
+      w = hk_atomic_load_seq_cst(&s->xowner);
       uint64_t gen = HK_OWNER_GEN(w) + 1;
-      atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_CLAIMING), ORD_SC);
-      for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&s->xused[d], 0, ORD_SC);
+      hk_atomic_store_seq_cst(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_CLAIMING));
+      for (int d = 0; d < HK_MAX_DEVICES; d++) hk_atomic_store_seq_cst(&s->xused[d], HK_USED_MAKE(gen, 0));
       s->pid = (int32_t)getpid();
       s->start_time = hk_proc_start_time(s->pid);
       s->nonce = hk__random64();
-      uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+      uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
       while (hwm < (uint32_t)i + 1 &&
-             !atomic_compare_exchange_weak_explicit(&l->hdr->xslot_hwm, &hwm, (uint32_t)i + 1, ORD_SC, ORD_SC)) {
+             !hk_atomic_cas_weak_seq_cst(&l->hdr->xslot_hwm, &hwm, (uint32_t)i + 1)) {
       }
-      atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_LIVE), ORD_SC);
+      hk_atomic_store_seq_cst(&s->xowner, HK_OWNER_MAKE(gen, HK_SLOT_LIVE));
       l->me = s;
       l->my_index = i;
       l->my_owner = HK_OWNER_MAKE(gen, HK_SLOT_LIVE);
@@ -333,11 +336,12 @@ static int open_private(const hk_config *cfg, hk_ledger *l, char *err, size_t er
   snprintf(l->path, sizeof l->path, "(private)");
   init_header(l, cfg);
   hk__slot *s = &l->slots[0];
+  for (int d = 0; d < HK_MAX_DEVICES; d++) hk_atomic_store_relaxed(&s->xused[d], HK_USED_MAKE(1, 0));
   s->pid = (int32_t)getpid();
   s->start_time = hk_proc_start_time(s->pid);
   s->nonce = hk__random64();
-  atomic_store_explicit(&l->hdr->xslot_hwm, 1, ORD_SC);
-  atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(1, HK_SLOT_LIVE), ORD_SC);
+  hk_atomic_store_seq_cst(&l->hdr->xslot_hwm, 1);
+  hk_atomic_store_seq_cst(&s->xowner, HK_OWNER_MAKE(1, HK_SLOT_LIVE));
   l->me = s;
   l->my_index = 0;
   l->my_owner = HK_OWNER_MAKE(1, HK_SLOT_LIVE);
@@ -424,9 +428,10 @@ void hk_ledger_close(hk_ledger *l) {
   if (l == NULL) return;
   if (l->me != NULL && !l->private_mem && l->fd >= 0) {
     /* Still holding the slot lock: hand the slot back (a kill here just leaves it for reclaim). */
-    for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&l->me->xused[d], 0, ORD_SC);
-    uint64_t w = atomic_load_explicit(&l->me->xowner, ORD_SC);
-    atomic_store_explicit(&l->me->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w), HK_SLOT_FREE), ORD_SC);
+    uint64_t w = hk_atomic_load_seq_cst(&l->me->xowner);
+    for (int d = 0; d < HK_MAX_DEVICES; d++)
+      hk_atomic_store_seq_cst(&l->me->xused[d], HK_USED_MAKE(HK_OWNER_GEN(w), 0));
+    hk_atomic_store_seq_cst(&l->me->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w), HK_SLOT_FREE));
   }
   if (l->base != NULL) munmap(l->base, l->size);
   if (l->fd >= 0) close(l->fd);   /* drops the slot lock */
@@ -442,7 +447,8 @@ void hk__ledger_atfork_child(hk_ledger *l) {
   if (l == NULL) return;
   if (l->private_mem) {   /* the child has its own copy: start it from zero */
     if (l->me == NULL) return;
-    for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&l->me->xused[d], 0, ORD_RLX);
+    for (int d = 0; d < HK_MAX_DEVICES; d++)
+      hk_atomic_store_relaxed(&l->me->xused[d], HK_USED_MAKE(HK_OWNER_GEN(l->my_owner), 0));
     l->me->pid = (int32_t)getpid();
     return;
   }
@@ -483,20 +489,20 @@ int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen) {
 
 uint64_t hk__ledger_sum(const hk_ledger *l, int dev) {
   uint64_t sum = 0;
-  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
   if (hwm > HK_MAX_SLOTS) hwm = HK_MAX_SLOTS;
   for (uint32_t i = 0; i < hwm; i++) {
     hk__slot *s = &l->slots[i];
-    if (HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC)) != HK_SLOT_LIVE) continue;
-    uint64_t v = atomic_load_explicit(&s->xused[dev], ORD_SC);
+    if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) != HK_SLOT_LIVE) continue;
+    uint64_t v = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[dev]));
     sum = (sum + v < sum) ? UINT64_MAX : sum + v;   /* saturate */
   }
   return sum;
 }
 
 static void peak_max(hk__dev *d, uint64_t v) {
-  uint64_t p = atomic_load_explicit(&d->xpeak, ORD_RLX);
-  while (p < v && !atomic_compare_exchange_weak_explicit(&d->xpeak, &p, v, ORD_RLX, ORD_RLX)) {
+  uint64_t p = hk_atomic_load_relaxed(&d->xpeak);
+  while (p < v && !hk_atomic_cas_weak_relaxed(&d->xpeak, &p, v)) {
   }
 }
 
@@ -509,22 +515,36 @@ static void backoff(int attempt) {
   nanosleep(&ts, NULL);
 }
 
-/* My slot's owner word changed: someone took my slot's lock, i.e. this process closed (or an
-   application closed for it) the ledger descriptor. Charges can no longer be counted: stop. */
-static void sub_saturating(_Atomic uint64_t *c, uint64_t bytes) {
-  uint64_t v = atomic_load_explicit(c, ORD_SC);
-  uint64_t nv;
+/* Add (or subtract, saturating at 0) `bytes` on my counter, only while it still carries my tag.
+   Returns 0, or -1 when the counter belongs to another owner now (nothing changed) or the add
+   would overflow the counter. */
+static int add_mine(hk_ledger *l, int dev, uint64_t bytes, int sub) {
+  _Atomic uint64_t *c = &l->me->xused[dev];
+  uint64_t tag = HK_OWNER_GEN(l->my_owner) & 0xffffu;
+  uint64_t v = hk_atomic_load_seq_cst(c), nv;
   do {
-    nv = v > bytes ? v - bytes : 0;   /* never underflow */
-  } while (!atomic_compare_exchange_weak_explicit(c, &v, nv, ORD_SC, ORD_SC));
+    if (HK_USED_TAG(v) != tag) return -1;
+    uint64_t b = HK_USED_BYTES(v);
+    if (sub) b = b > bytes ? b - bytes : 0;   /* never underflow */
+    else if (bytes > HK_USED_MASK - b) return -1;
+    else b += bytes;
+    nv = HK_USED_MAKE(tag, b);
+  } while (!hk_atomic_cas_weak_seq_cst(c, &v, nv));
+  return 0;
 }
 
-static __attribute__((noinline)) int slot_lost(hk_ledger *l, int dev, uint64_t bytes) {
-  if (bytes) sub_saturating(&l->me->xused[dev], bytes);   /* the slot may have a new owner */
+/* My slot's owner word changed: someone took my slot's lock, i.e. this process closed (or an
+   application closed for it) the ledger descriptor. Charges can no longer be counted: stop, and
+   touch the slot no more (its counters may already be another owner's). */
+static __attribute__((noinline)) int slot_lost(hk_ledger *l) {
   l->me = NULL;
   l->my_index = -1;
   l->lost = 1;
   return HK_EFAILCLOSED;
+}
+
+static inline int owner_changed(const hk_ledger *l) {
+  return hk_unlikely(hk_atomic_load_relaxed(&l->me->xowner) != l->my_owner);
 }
 
 int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
@@ -534,21 +554,19 @@ int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
   hk__dev *d = &l->dev[dev];
   const uint64_t limit = d->mem_limit;
   if (limit == HK_MEM_UNLIMITED) {
-    atomic_fetch_add_explicit(&me->xused[dev], bytes, ORD_SC);
-    return HK_OK;
+    if (add_mine(l, dev, bytes, 0) != 0) return owner_changed(l) ? slot_lost(l) : HK_ENOMEM;
+    return owner_changed(l) ? slot_lost(l) : HK_OK;
   }
   if (bytes > limit) return HK_ENOMEM;
   for (int attempt = 0; attempt < 4; attempt++) {
-    atomic_fetch_add_explicit(&me->xused[dev], bytes, ORD_SC);
+    if (add_mine(l, dev, bytes, 0) != 0) return owner_changed(l) ? slot_lost(l) : HK_ENOMEM;
     uint64_t sum = hk__ledger_sum(l, dev);
-    if (hk_unlikely(atomic_load_explicit(&me->xowner, ORD_RLX) != l->my_owner)) {
-      return slot_lost(l, dev, bytes);
-    }
+    if (owner_changed(l)) return slot_lost(l);
     if (hk_likely(sum <= limit)) {
       peak_max(d, sum);
       return HK_OK;
     }
-    atomic_fetch_sub_explicit(&me->xused[dev], bytes, ORD_SC);
+    if (add_mine(l, dev, bytes, 1) != 0) return slot_lost(l);
     /* Slow path: maybe dead processes hold quota, maybe a racer will roll back. */
     if (attempt == 0 && hk_ledger_reclaim(l) > 0) continue;
     if (attempt < 3) backoff(attempt);
@@ -558,11 +576,7 @@ int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
 
 void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes) {
   if (l == NULL || l->me == NULL || dev < 0 || dev >= HK_MAX_DEVICES || bytes == 0) return;
-  if (hk_unlikely(atomic_load_explicit(&l->me->xowner, ORD_RLX) != l->my_owner)) {
-    slot_lost(l, dev, 0);   /* not my counter any more: touch nothing */
-    return;
-  }
-  sub_saturating(&l->me->xused[dev], bytes);
+  if (owner_changed(l) || add_mine(l, dev, bytes, 1) != 0) slot_lost(l);   /* not my counter any more */
 }
 
 uint64_t hk_ledger_used(const hk_ledger *l, int dev) {
@@ -575,16 +589,16 @@ int hk_ledger_slot_index(const hk_ledger *l) { return l ? l->my_index : -1; }
 int hk_ledger_reclaim(hk_ledger *l) {
   if (l == NULL || l->private_mem || l->fd < 0 || (l->flags & HK_OPEN_READONLY)) return 0;
   int freed = 0;
-  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
   for (uint32_t i = 0; i < hwm && i < HK_MAX_SLOTS; i++) {
     hk__slot *s = &l->slots[i];
     if ((int)i == l->my_index) continue;
-    if (HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC)) == HK_SLOT_FREE) continue;
+    if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) == HK_SLOT_FREE) continue;
     if (ofd_lock(l->fd, F_OFD_SETLK, F_WRLCK, slot_lock_offset((int)i)) != 0) continue;  /* alive */
-    uint64_t w = atomic_load_explicit(&s->xowner, ORD_SC);   /* stable now: we hold the lock */
+    uint64_t w = hk_atomic_load_seq_cst(&s->xowner);   /* stable now: we hold the lock */
     if (HK_OWNER_STATE(w) != HK_SLOT_FREE) {
-      atomic_store_explicit(&s->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w), HK_SLOT_FREE), ORD_SC);
-      for (int d = 0; d < HK_MAX_DEVICES; d++) atomic_store_explicit(&s->xused[d], 0, ORD_SC);
+      hk_atomic_store_seq_cst(&s->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w), HK_SLOT_FREE));
+      for (int d = 0; d < HK_MAX_DEVICES; d++) hk_atomic_store_seq_cst(&s->xused[d], HK_USED_MAKE(HK_OWNER_GEN(w), 0));
       freed++;
     }
     ofd_lock(l->fd, F_OFD_SETLK, F_UNLCK, slot_lock_offset((int)i));
@@ -600,7 +614,7 @@ uint32_t hk_ledger_version(const hk_ledger *l) { return l ? l->hdr->version : 0;
 
 uint32_t hk_ledger_slot_hwm(const hk_ledger *l) {
   if (l == NULL) return 0;
-  uint32_t hwm = atomic_load_explicit(&l->hdr->xslot_hwm, ORD_SC);
+  uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
   return hwm > HK_MAX_SLOTS ? HK_MAX_SLOTS : hwm;
 }
 
@@ -612,12 +626,12 @@ int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out) {
   out->uuid[HK_UUID_MAX - 1] = '\0';
   out->mem_limit = d->mem_limit;
   out->sm_limit = d->sm_limit;
-  out->peak = atomic_load_explicit((_Atomic uint64_t *)&d->xpeak, ORD_RLX);
+  out->peak = hk_atomic_load_relaxed(&d->xpeak);
   uint32_t hwm = hk_ledger_slot_hwm(l);
   for (uint32_t i = 0; i < hwm; i++) {
     hk__slot *s = &l->slots[i];
-    if (HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC)) != HK_SLOT_LIVE) continue;
-    uint64_t v = atomic_load_explicit(&s->xused[dev], ORD_SC);
+    if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) != HK_SLOT_LIVE) continue;
+    uint64_t v = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[dev]));
     out->used = (out->used + v < out->used) ? UINT64_MAX : out->used + v;
     if (v > 0 && slot_alive(l, (int)i) != 0) out->live_processes++;
   }
@@ -628,11 +642,11 @@ int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out) {
   if (l == NULL || out == NULL || slot < 0 || slot >= HK_MAX_SLOTS) return HK_EINVAL;
   hk__slot *s = &l->slots[slot];
   memset(out, 0, sizeof *out);
-  uint32_t st = HK_OWNER_STATE(atomic_load_explicit(&s->xowner, ORD_SC));
+  uint32_t st = HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner));
   out->pid = s->pid;
   out->start_time = s->start_time;
   out->nonce = s->nonce;
-  for (int d = 0; d < HK_MAX_DEVICES; d++) out->used[d] = atomic_load_explicit(&s->xused[d], ORD_SC);
+  for (int d = 0; d < HK_MAX_DEVICES; d++) out->used[d] = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[d]));
   if (st == HK_SLOT_LIVE || st == HK_SLOT_CLAIMING) {
     int alive = slot_alive(l, slot);
     if (alive == 0) st = HK_SLOT_DEAD;   /* -1 (cannot tell): report what the word says */

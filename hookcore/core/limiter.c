@@ -4,6 +4,8 @@
 #endif
 #include "limiter.h"
 
+#include "atomic.h"
+
 #include <sched.h>
 #include <time.h>
 
@@ -18,58 +20,56 @@ int64_t hk_limiter_now_ns(void) {
 void hk_limiter_attach(hk_limiter *lim, void *area, uint32_t share_percent) {
     lim->shared = NULL;
     lim->share = share_percent;
+    lim->strict = 0;
     if (!area || share_percent == 0 || share_percent >= 100) return;
     hk_limiter_shared *s = (hk_limiter_shared *)area;
-    uint32_t v = atomic_load_explicit(&s->xversion, memory_order_acquire);
+    uint32_t v = hk_atomic_load_acquire(&s->xversion);
     if (v == 0) {
         uint32_t expect = 0;
-        if (atomic_compare_exchange_strong_explicit(&s->xversion, &expect, 1, memory_order_acq_rel,
-                                                    memory_order_acquire)) {
-            s->share = share_percent;
-            atomic_store_explicit(&s->xtokens_ns, 0, memory_order_relaxed);
-            atomic_store_explicit(&s->xlast_refill_ns, hk_limiter_now_ns(), memory_order_relaxed);
-            atomic_store_explicit(&s->xversion, HK_LIMITER_VERSION, memory_order_release);
+        if (hk_atomic_cas_strong_acq_rel(&s->xversion, &expect, 1)) {
+            hk_atomic_store_relaxed(&s->xshare, share_percent);
+            hk_atomic_store_relaxed(&s->xtokens_ns, 0);
+            hk_atomic_store_relaxed(&s->xlast_refill_ns, hk_limiter_now_ns());
+            hk_atomic_store_release(&s->xversion, HK_LIMITER_VERSION);
         }
     }
     /* Another process is setting it up: it takes a few instructions; a process killed in
        between leaves 1, which we take over after a bounded wait. */
-    for (int spins = 0; atomic_load_explicit(&s->xversion, memory_order_acquire) == 1; spins++) {
+    for (int spins = 0; hk_atomic_load_acquire(&s->xversion) == 1; spins++) {
         if (spins > 10000) {
-            s->share = share_percent;
-            atomic_store_explicit(&s->xlast_refill_ns, hk_limiter_now_ns(), memory_order_relaxed);
-            atomic_store_explicit(&s->xversion, HK_LIMITER_VERSION, memory_order_release);
+            hk_atomic_store_relaxed(&s->xshare, share_percent);
+            hk_atomic_store_relaxed(&s->xlast_refill_ns, hk_limiter_now_ns());
+            hk_atomic_store_release(&s->xversion, HK_LIMITER_VERSION);
             break;
         }
         sched_yield();
     }
-    if (atomic_load_explicit(&s->xversion, memory_order_acquire) != HK_LIMITER_VERSION) return;  /* foreign layout */
+    if (hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;  /* foreign layout */
     lim->shared = s;
 }
 
 int64_t hk_limiter_balance(hk_limiter *lim, int64_t now) {
     hk_limiter_shared *s = lim->shared;
-    int64_t last = atomic_load_explicit(&s->xlast_refill_ns, memory_order_relaxed);
+    int64_t last = hk_atomic_load_relaxed(&s->xlast_refill_ns);
     if (now - last >= HK_LIMITER_QUANTUM_NS &&
-        atomic_compare_exchange_strong_explicit(&s->xlast_refill_ns, &last, now, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
+        hk_atomic_cas_strong_acq_rel(&s->xlast_refill_ns, &last, now)) {
         /* This thread won the quantum: credit (now - last) * share, capped at the burst. */
         int64_t add = (now - last) * (int64_t)lim->share / 100;
-        int64_t cur = atomic_load_explicit(&s->xtokens_ns, memory_order_relaxed);
+        int64_t cur = hk_atomic_load_relaxed(&s->xtokens_ns);
         int64_t next;
         do {
             next = cur + add;
             if (next > HK_LIMITER_BURST_NS) next = cur > HK_LIMITER_BURST_NS ? cur : HK_LIMITER_BURST_NS;
-        } while (!atomic_compare_exchange_weak_explicit(&s->xtokens_ns, &cur, next, memory_order_acq_rel,
-                                                        memory_order_relaxed));
+        } while (!hk_atomic_cas_weak_acq_rel(&s->xtokens_ns, &cur, next));
         return next;
     }
-    return atomic_load_explicit(&s->xtokens_ns, memory_order_acquire);
+    return hk_atomic_load_acquire(&s->xtokens_ns);
 }
 
 void hk_limiter_charge(hk_limiter *lim, int64_t gpu_ns) {
     if (gpu_ns <= 0) return;
-    atomic_fetch_sub_explicit(&lim->shared->xtokens_ns, gpu_ns, memory_order_acq_rel);
-    atomic_fetch_add_explicit(&lim->shared->xcharged_ns, gpu_ns, memory_order_relaxed);
+    hk_atomic_sub_acq_rel(&lim->shared->xtokens_ns, gpu_ns);
+    hk_atomic_add_relaxed(&lim->shared->xcharged_ns, gpu_ns);
 }
 
 int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance) {
@@ -80,5 +80,5 @@ int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance) {
 }
 
 void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns) {
-    if (ns > 0) atomic_fetch_add_explicit(&lim->shared->xthrottled_ns, ns, memory_order_relaxed);
+    if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xthrottled_ns, ns);
 }

@@ -1,10 +1,14 @@
-/* limiter.h - the compute limiter: a claim-wide token bucket of GPU time (pure C, no CUDA).
+/* limiter.h - the compute limiter: a claim-wide token bucket of device time (vendor-neutral).
  *
  * A device's compute share s (percent) is enforced as a duty cycle: over any long window the
- * claim's processes may keep the GPU busy for at most s% of wall time. Tokens are nanoseconds of
- * GPU time. They accrue at s/100 ns per wall-clock ns, up to a small burst; the shim charges each
- * measured stretch of GPU work (CUDA events around launches, see hookcore/cuda/launch.c) after it
- * completes, and a launching thread that finds the balance negative waits until it is repaid.
+ * claim's processes may keep the device busy for at most s% of wall time. Tokens are nanoseconds
+ * of device time. They accrue at s/100 ns per wall-clock ns, up to a small burst; the meter
+ * (meter.h) charges each measured stretch of device work after it completes, and a submitting
+ * thread that finds the balance negative waits until it is repaid.
+ *
+ * Strict cap (hk_limiter.strict, HOOKCORE_COMPUTE_MODE_<i>=strict): the meter charges each batch
+ * its cost at the device's full-load clock rather than the time it took, so a claim alone on an
+ * idle device, whose clock then boosts, gets s% of full-load throughput instead of s% of time.
  *
  * The state lives in the ledger's per-device limiter area (hk_limiter_area), so every process of
  * a claim draws on one bucket. Lock free: a CAS elects the refiller of each quantum, charges are
@@ -27,7 +31,7 @@ extern "C" {
 /* Layout of the shared area (fits in HK_LIMITER_BYTES = 256). */
 typedef struct hk_limiter_shared {
     _Atomic uint32_t xversion;              /* 0 = untouched, 1 = being set up, HK_LIMITER_VERSION */
-    uint32_t share;                         /* percent, written once at set-up (for inspection) */
+    _Atomic uint32_t xshare;                /* percent, written at set-up (for inspection) */
     _Atomic int64_t xtokens_ns;             /* GPU-time credit; negative = debt */
     _Atomic int64_t xlast_refill_ns;        /* CLOCK_MONOTONIC of the last refill */
     _Atomic int64_t xcharged_ns;            /* total GPU time charged (statistics) */
@@ -38,6 +42,7 @@ typedef struct hk_limiter_shared {
 typedef struct hk_limiter {
     hk_limiter_shared *shared;              /* NULL = no limit on this device */
     uint32_t share;                         /* percent 1..99 */
+    int strict;                             /* charge full-load cost (see above) */
 } hk_limiter;
 
 /* Monotonic clock in ns. */

@@ -23,7 +23,7 @@ typedef struct track_node {
 } track_node;
 
 typedef struct track_bucket {
-  atomic_flag xlock;
+  _Atomic int xlock;             /* 1 = held */
   uint32_t nfree;
   track_node *head;
   track_node *free;
@@ -37,12 +37,12 @@ static inline uint32_t bucket_of(uint64_t key, uint32_t kind) {
 }
 
 static inline void lock(track_bucket *b) {
-  for (unsigned spins = 0; atomic_flag_test_and_set_explicit(&b->xlock, memory_order_acquire); spins++) {
+  for (unsigned spins = 0; hk_atomic_exchange_acquire(&b->xlock, 1) != 0; spins++) {
     if (spins > 64) sched_yield();
   }
 }
 
-static inline void unlock(track_bucket *b) { atomic_flag_clear_explicit(&b->xlock, memory_order_release); }
+static inline void unlock(track_bucket *b) { hk_atomic_store_release(&b->xlock, 0); }
 
 int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size) {
   track_bucket *b = &g_track[bucket_of(key, kind)];
@@ -119,7 +119,7 @@ int hk_track_lookup(uint64_t key, uint32_t kind, int *dev, uint64_t *size) {
    been inside malloc or held a bucket lock when fork() ran). */
 void hk__track_atfork_child(void) {
   for (uint32_t i = 0; i < TRACK_BUCKETS; i++) {
-    atomic_flag_clear_explicit(&g_track[i].xlock, memory_order_relaxed);
+    hk_atomic_store_relaxed(&g_track[i].xlock, 0);
     g_track[i].head = NULL;
     g_track[i].free = NULL;
     g_track[i].nfree = 0;

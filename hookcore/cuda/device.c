@@ -1,4 +1,4 @@
-/* device.c - process state, CUDA ordinal -> ledger device mapping, cuInit, memory info.
+/* device.c - CUDA ordinal -> ledger device mapping, cuInit, memory info.
  *
  * Devices are keyed by UUID: the first time an ordinal is used its UUID is read from the driver
  * (cuDeviceGetUuid_v2) and hk_device_resolve() names the ledger index. A claim that lists its GPUs
@@ -12,48 +12,14 @@
 #include <string.h>
 
 #include "../core/limiter.h"
-#include "hami_env.h"
 #include "shim.h"
-
-_Atomic int hk_shim_state = HK_SHIM_UNINIT;
-int hk_shim_limiter_on;
 
 #define HK_MAX_ORDINALS 64
 static _Atomic int g_ordmap[HK_MAX_ORDINALS];   /* ordinal -> ledger index + 1000 (0 = unknown) */
 
-static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int hk_shim_init_slow(void) {
-    pthread_mutex_lock(&g_init_lock);
-    int s = atomic_load_explicit(&hk_shim_state, memory_order_acquire);
-    if (s == HK_SHIM_UNINIT) {
-        int64_t t0 = hk_limiter_now_ns();
-        hk_shim_load(0);
-        int64_t t1 = hk_limiter_now_ns();
-        /* hk_init prints the one-line reason itself when it fails closed. */
-        hk_options opts = {.stem = hk_preload_stem(), .aliases = hk_hami_env_aliases};
-        if (hk_init_with(&opts) != HK_OK) {
-            s = HK_SHIM_FAILCLOSED;
-        } else if (hk_dormant()) {
-            s = HK_SHIM_DORMANT;
-        } else {
-            for (int d = 0; d < HK_MAX_DEVICES; d++)
-                if (hk_sm_limit(d) < HK_SM_UNLIMITED) hk_shim_limiter_on = 1;
-            s = HK_SHIM_READY;
-        }
-        if (hk_shim_debug)
-            hk_shim_log("init: %s, compute limiter %s (load %.0f us, core %.0f us)",
-                        s == HK_SHIM_READY ? "ready" : s == HK_SHIM_DORMANT ? "dormant" : "failed closed", hk_shim_limiter_on ? "on" : "off",
-                        (t1 - t0) / 1e3, (hk_limiter_now_ns() - t1) / 1e3);
-        atomic_store_explicit(&hk_shim_state, s, memory_order_release);
-    }
-    pthread_mutex_unlock(&g_init_lock);
-    return s;
-}
-
 int hk_dev_of_ordinal(CUdevice ord) {
     if (ord < 0 || ord >= HK_MAX_ORDINALS) return HK_ENODEV;
-    int v = atomic_load_explicit(&g_ordmap[ord], memory_order_relaxed);
+    int v = hk_atomic_load_relaxed(&g_ordmap[ord]);
     if (HK_LIKELY(v != 0)) return v - 1000;
     CUuuid raw;
     CUresult r = CUDA_ERROR_NOT_FOUND;
@@ -63,8 +29,8 @@ int hk_dev_of_ordinal(CUdevice ord) {
     if (r == CUDA_SUCCESS) hk_uuid_format((const unsigned char *)raw.bytes, uuid);
     int dev = hk_device_resolve(ord, r == CUDA_SUCCESS ? uuid : NULL);
     if (dev < 0) dev = HK_ENODEV;
-    if (hk_shim_debug) hk_shim_log("device ordinal %d (%s) -> ledger index %d", ord, uuid, dev);
-    atomic_store_explicit(&g_ordmap[ord], dev + 1000, memory_order_relaxed);
+    if (hk_log_debug()) hk_log("device ordinal %d (%s) -> ledger index %d", ord, uuid, dev);
+    hk_atomic_store_relaxed(&g_ordmap[ord], dev + 1000);
     return dev;
 }
 
@@ -79,7 +45,7 @@ CUresult hk_current_dev(int *ldev, CUdevice *ord_out) {
 }
 
 int hk_cuda_ordinal_of_uuid(const char *uuid) {
-    hk_shim_load(0);
+    hk_preload_load(&hk_shim_cuda);
     int n = 0;
     if (!hk_real.cuDeviceGetCount || hk_real.cuDeviceGetCount(&n) != CUDA_SUCCESS) return -1;
     for (int ord = 0; ord < n; ord++) {
@@ -95,34 +61,27 @@ int hk_cuda_ordinal_of_uuid(const char *uuid) {
     return -1;
 }
 
-static void atfork_child(void) {
-    hk_launch_atfork_child();
-}
-
 /* ---------------------------------------------------------------------------
  * cuInit: the fail-closed gate. A bad config makes CUDA unusable, never unlimited.
  * ------------------------------------------------------------------------- */
 HK_EXPORT CUresult cuInit(unsigned int flags) {
-    if (hk_shim_ready() == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    if (hk_preload_ready() == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     if (!hk_real.cuInit) return CUDA_ERROR_NOT_INITIALIZED;
-    static int atfork_done;
-    if (!__atomic_exchange_n(&atfork_done, 1, __ATOMIC_ACQ_REL)) pthread_atfork(NULL, NULL, atfork_child);
-    if (!hk_shim_debug) return hk_real.cuInit(flags);
+    if (!hk_log_debug()) return hk_real.cuInit(flags);
     int64_t t0 = hk_limiter_now_ns();
-    unsigned long d0 = hk_dlsym_calls, g0 = hk_gpa_calls;
+    unsigned long d0 = hk_atomic_load_relaxed(&hk_log_xdlsym_calls), g0 = hk_atomic_load_relaxed(&hk_log_xswaps);
     CUresult r = hk_real.cuInit(flags);
-    hk_shim_log("cuInit(%u) = %d in %.0f us (%lu dlsym and %lu cuGetProcAddress calls inside)", flags, r,
-                (hk_limiter_now_ns() - t0) / 1e3, hk_dlsym_calls - d0, hk_gpa_calls - g0);
+    hk_log("cuInit(%u) = %d in %.0f us (%lu dlsym and %lu cuGetProcAddress calls inside)", flags, r,
+           (double)(hk_limiter_now_ns() - t0) / 1e3, hk_atomic_load_relaxed(&hk_log_xdlsym_calls) - d0,
+           hk_atomic_load_relaxed(&hk_log_xswaps) - g0);
     return r;
 }
 
 /* ---------------------------------------------------------------------------
  * Memory info: the quota and the claim's usage, saturating (never underflows).
  * ------------------------------------------------------------------------- */
-/* Reports should not count processes that died since the last admission failure: reclaim their
-   slots first (one fcntl per used slot; memory-info calls are rare next to allocations). */
-void hk_reclaim_for_report(void) { hk_reclaim(); }
-
+/* Reports should not count processes that died since the last admission failure: virtual_meminfo
+   reclaims their slots first (one fcntl per used slot; memory-info calls are rare). */
 static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t *free_b, size_t *total_b) {
     if (dev < 0) {             /* a GPU outside a UUID-keyed claim: no quota for it */
         *free_b = 0;
@@ -136,7 +95,7 @@ static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t
         return;
     }
     uint64_t total = limit < real_total ? limit : real_total;
-    hk_reclaim_for_report();
+    hk_reclaim();
     uint64_t used = hk_mem_used(dev);
     uint64_t free_q = used >= total ? 0 : total - used;
     *total_b = (size_t)total;
@@ -144,10 +103,10 @@ static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t
 }
 
 HK_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
-    int st = hk_shim_ready();
-    if (st == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    int st = hk_preload_ready();
+    if (st == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     if (!hk_real.cuMemGetInfo_v2) return CUDA_ERROR_NOT_INITIALIZED;
-    if (st == HK_SHIM_DORMANT) return hk_real.cuMemGetInfo_v2(free_b, total_b);
+    if (st == HK_STATE_DORMANT) return hk_real.cuMemGetInfo_v2(free_b, total_b);
     size_t rf, rt;
     CUresult r = hk_real.cuMemGetInfo_v2(&rf, &rt);
     if (r != CUDA_SUCCESS || !free_b || !total_b) {
@@ -165,11 +124,11 @@ HK_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
 }
 
 HK_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice ord) {
-    int st = hk_shim_ready();
-    if (st == HK_SHIM_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
+    int st = hk_preload_ready();
+    if (st == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     if (!hk_real.cuDeviceTotalMem_v2) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuDeviceTotalMem_v2(bytes, ord);
-    if (r != CUDA_SUCCESS || st == HK_SHIM_DORMANT) return r;
+    if (r != CUDA_SUCCESS || st == HK_STATE_DORMANT) return r;
     size_t f, t;
     virtual_meminfo(hk_dev_of_ordinal(ord), *bytes, *bytes, &f, &t);
     *bytes = t;

@@ -33,9 +33,9 @@ static inline uint64_t charge_of(size_t size) {
    there is no current context (the real call then reports that itself, nothing is charged). */
 static CUresult admit_current(uint64_t charge, int *dev, int *skip) {
     *skip = 0;
-    int st = hk_shim_ready();
-    if (HK_UNLIKELY(st == HK_SHIM_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
-    if (st == HK_SHIM_DORMANT || hk_current_dev(dev, NULL) != CUDA_SUCCESS) {
+    int st = hk_preload_ready();
+    if (HK_UNLIKELY(st == HK_STATE_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (st == HK_STATE_DORMANT || hk_current_dev(dev, NULL) != CUDA_SUCCESS) {
         *skip = 1;
         return CUDA_SUCCESS;
     }
@@ -190,23 +190,23 @@ static _Atomic uint64_t g_granularity[HK_MAX_ORD];
 static uint64_t granularity_of(const CUmemAllocationProp *prop) {
     int ord = prop->location.id;
     if (ord >= 0 && ord < HK_MAX_ORD) {
-        uint64_t g = atomic_load_explicit(&g_granularity[ord], memory_order_relaxed);
+        uint64_t g = hk_atomic_load_relaxed(&g_granularity[ord]);
         if (g) return g;
     }
     size_t g = 0;
     if (!hk_real.cuMemGetAllocationGranularity ||
         hk_real.cuMemGetAllocationGranularity(&g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !g)
         g = MiB2;
-    if (ord >= 0 && ord < HK_MAX_ORD) atomic_store_explicit(&g_granularity[ord], g, memory_order_relaxed);
+    if (ord >= 0 && ord < HK_MAX_ORD) hk_atomic_store_relaxed(&g_granularity[ord], g);
     return g;
 }
 
 HK_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
                                unsigned long long flags) {
     if (!hk_real.cuMemCreate) return CUDA_ERROR_NOT_INITIALIZED;
-    int st = hk_shim_ready();
-    if (HK_UNLIKELY(st == HK_SHIM_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
-    if (st == HK_SHIM_DORMANT || !h || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    int st = hk_preload_ready();
+    if (HK_UNLIKELY(st == HK_STATE_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (st == HK_STATE_DORMANT || !h || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return hk_real.cuMemCreate(h, size, prop, flags);   /* host memory or invalid: not charged */
     int dev = hk_dev_of_ordinal(prop->location.id);
     if (dev < 0) return CUDA_ERROR_OUT_OF_MEMORY;

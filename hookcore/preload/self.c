@@ -3,7 +3,7 @@
  * libvgpu.so -> "vgpu", libvnpu.so.1 -> "vnpu". The stem names the config file
  * (/run/hookcore/<stem>/config) and the default ledger, so several hookcore libraries preloaded
  * into one process each find their own claim. Found with dladdr() on a function of this library;
- * HK_LIBRARY_STEM (set by the Makefile per library) when the name does not parse.
+ * the stem it was built as (hk_preload_built_stem) when the name does not parse.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -13,10 +13,6 @@
 #include <string.h>
 
 #include "preload.h"
-
-#ifndef HK_LIBRARY_STEM
-#define HK_LIBRARY_STEM "hook"
-#endif
 
 static char g_stem[33];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -45,7 +41,7 @@ static void find_stem(void) {
     if (dladdr((void *)&hk_preload_stem, &info) && info.dli_fname &&
         hk_preload_stem_of(info.dli_fname, g_stem, sizeof g_stem) == 0)
         return;
-    strncpy(g_stem, HK_LIBRARY_STEM, sizeof g_stem - 1);
+    strncpy(g_stem, hk_preload_built_stem, sizeof g_stem - 1);
 }
 
 const char *hk_preload_stem(void) {

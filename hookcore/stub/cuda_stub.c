@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../core/atomic.h"
 #include "../cuda/cuda_abi.h"
 #include "stub_devices.h"
 
@@ -114,8 +115,8 @@ static void stub_setup(void) {
         g_dev[i].physical = order[i];
         g_dev[i].desc = all[order[i]];
         g_dev[i].total = (size_t)all[order[i]].memory;
-        atomic_store(&g_dev[i].used, 0);
-        atomic_store(&g_dev[i].busy_until_ns, 0);
+        hk_atomic_store_seq_cst(&g_dev[i].used, 0);
+        hk_atomic_store_seq_cst(&g_dev[i].busy_until_ns, 0);
         g_next_addr[i] = 0x700000000000ULL + ((unsigned long long)order[i] << 36);
         g_default_stream[i].dev = i;
     }
@@ -131,7 +132,7 @@ static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_h
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     size_t rounded = (size + 511) & ~(size_t)511;
     pthread_mutex_lock(&g_lock);
-    size_t used = atomic_load(&g_dev[dev].used);
+    size_t used = hk_atomic_load_seq_cst(&g_dev[dev].used);
     if (used + rounded > g_dev[dev].total) {
         pthread_mutex_unlock(&g_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -144,7 +145,7 @@ static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_h
     if (is_handle) key = g_next_handle++;
     else { key = g_next_addr[dev]; g_next_addr[dev] += rounded; }
     g_alloc[slot] = (stub_alloc){key, rounded, dev};
-    atomic_store(&g_dev[dev].used, used + rounded);
+    hk_atomic_store_seq_cst(&g_dev[dev].used, used + rounded);
     pthread_mutex_unlock(&g_lock);
     *key_out = key;
     return CUDA_SUCCESS;
@@ -155,7 +156,7 @@ static CUresult give(unsigned long long key) {
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < STUB_MAX_ALLOCS; i++) {
         if (g_alloc[i].key == key) {
-            atomic_fetch_sub(&g_dev[g_alloc[i].dev].used, g_alloc[i].size);
+            hk_atomic_sub_seq_cst(&g_dev[g_alloc[i].dev].used, g_alloc[i].size);
             g_alloc[i].key = 0;
             pthread_mutex_unlock(&g_lock);
             return CUDA_SUCCESS;
@@ -276,7 +277,7 @@ STUB_API CUresult cuCtxGetDevice(CUdevice *dev) {
 STUB_API CUresult cuCtxSynchronize(void) {
     NEED_INIT();
     NEED_CTX(d);
-    sleep_until(atomic_load(&g_dev[d].busy_until_ns));
+    sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
     return CUDA_SUCCESS;
 }
 
@@ -288,7 +289,7 @@ STUB_API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     NEED_CTX(d);
     if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
     *total_b = g_dev[d].total;
-    *free_b = g_dev[d].total - atomic_load(&g_dev[d].used);
+    *free_b = g_dev[d].total - hk_atomic_load_seq_cst(&g_dev[d].used);
     return CUDA_SUCCESS;
 }
 
@@ -348,7 +349,9 @@ STUB_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, cons
     if (!h || !prop) return CUDA_ERROR_INVALID_VALUE;
     if (size % ((size_t)2 << 20)) return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
-        *h = __atomic_add_fetch(&g_next_handle, 1, __ATOMIC_RELAXED);   /* host memory: not device usage */
+        pthread_mutex_lock(&g_lock);   /* host memory: not device usage, not tracked */
+        *h = ++g_next_handle;
+        pthread_mutex_unlock(&g_lock);
         return CUDA_SUCCESS;
     }
     return take(prop->location.id, size, h, 1);
@@ -365,7 +368,7 @@ STUB_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align,
     (void)align; (void)addr; (void)flags;
     NEED_INIT();
     static _Atomic unsigned long long next = 0x600000000000ULL;
-    *p = atomic_fetch_add(&next, (size + 0xfffff) & ~0xfffffULL);
+    *p = hk_atomic_add_seq_cst(&next, (size + 0xfffff) & ~0xfffffULL);
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
@@ -529,15 +532,15 @@ static void enqueue(CUstream s, int64_t dur_ns) {
     int d = cur_dev();
     stub_stream *st = stream_of(s, d);
     int64_t now = now_ns();
-    int64_t busy = atomic_load(&g_dev[d].busy_until_ns);
+    int64_t busy = hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns);
     int64_t start, end;
     do {
         start = busy > now ? busy : now;
         if (st->last_end_ns > start) start = st->last_end_ns;
         end = start + dur_ns;
-    } while (!atomic_compare_exchange_weak(&g_dev[d].busy_until_ns, &busy, end));
+    } while (!hk_atomic_cas_weak_seq_cst(&g_dev[d].busy_until_ns, &busy, end));
     st->last_end_ns = end;
-    atomic_fetch_add(&g_launches, 1);
+    hk_atomic_add_seq_cst(&g_launches, 1);
 }
 
 STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
@@ -641,9 +644,9 @@ STUB_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
 
 /* Test-only extras. */
 STUB_API size_t stubCudaUsedBytes(int dev) {
-    return (dev >= 0 && dev < g_ndev) ? atomic_load(&g_dev[dev].used) : 0;
+    return (dev >= 0 && dev < g_ndev) ? hk_atomic_load_seq_cst(&g_dev[dev].used) : 0;
 }
-STUB_API unsigned long long stubCudaLaunchCount(void) { return atomic_load(&g_launches); }
+STUB_API unsigned long long stubCudaLaunchCount(void) { return hk_atomic_load_seq_cst(&g_launches); }
 
 /* ---------------------------------------------------------------------------
  * cuGetProcAddress: base name + version + flags -> variant, like the driver

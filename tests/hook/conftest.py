@@ -26,8 +26,9 @@ BUILD = HOOKCORE / "build"
 
 
 def make(*targets: str) -> None:
-    """Run `make -C hookcore TARGETS`; a failure fails the test with the compiler's output."""
-    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", *targets], capture_output=True, text=True)
+    """Run `make -C hookcore TARGETS` with -Werror; a failure fails the test with the compiler's output."""
+    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", "-j2", "WERROR=-Werror", *targets],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"make {' '.join(targets)} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
 

@@ -91,7 +91,7 @@ def test_ledger_live_then_dead(hookcore_ext: ModuleType, core_tests: CoreTests, 
     with holder(core_tests, path, env, f"0:{512 * MiB}", f"1:{100 * MiB}") as pid_a, \
          holder(core_tests, path, env, f"0:{256 * MiB}") as pid_b:
         with hookcore_ext.Ledger(path) as ledger:
-            assert ledger.version == 1 and ledger.device_count == 2
+            assert ledger.version == 2 and ledger.device_count == 2
             d0, d1 = ledger.devices()
             assert (d0.uuid, d0.memory_limit, d0.used, d0.free, d0.live_processes) == \
                 ("GPU-aaaa", GiB, 768 * MiB, 256 * MiB, 2)

@@ -49,8 +49,9 @@ def add(claims: RecordedClaims, name: str, *results: dict[str, Any]) -> dra.Clai
     return dra.ClaimRef(c.uid, c.namespace, c.name)
 
 
-def read_config(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+def parse_file(path: Path) -> hookcore.Config:
+    """The claim's config file as the library reads it."""
+    return hookcore.parse_config(file_text=path.read_text(), file_path="/run/hookcore/vgpu/config")
 
 
 def test_a_share_becomes_a_validated_config_and_ledger_mounted_with_the_hook_set(tmp_path: Path) -> None:
@@ -59,7 +60,7 @@ def test_a_share_becomes_a_validated_config_and_ledger_mounted_with_the_hook_set
     (out,) = prep.prepare_claims([ref]).values()
     assert out.error == ""
     hook = tmp_path / "state" / "hooks" / ref.uid
-    parsed = hookcore.parse_config(read_config(hook / "config"))
+    parsed = parse_file(hook / "config")
     (q,) = parsed.configured()
     assert (q.memory_limit, q.sm_limit, q.uuid) == (3 * GiB, 30, UUID1)
     assert parsed.ledger_path == "/run/hookcore/vgpu/ledger"
@@ -73,6 +74,7 @@ def test_a_share_becomes_a_validated_config_and_ledger_mounted_with_the_hook_set
     assert targets["/etc/ld.so.preload"].host_path == str(hset.path / "ld.so.preload")
     assert targets["/run/hookcore/vgpu"].host_path == str(hook) and "rw" in targets["/run/hookcore/vgpu"].options
     assert "LD_PRELOAD" not in env
+    assert not [k for k in env if k.startswith("HOOKCORE_") and k != "HOOKCORE_STUB_DEVICES"], "limits come from the file"
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and UUID1 in env["HOOKCORE_STUB_DEVICES"]
     rec = prep.checkpoint.get(ref.uid)
     assert rec is not None and rec.phase == PREPARED and rec.enforcement is not None
@@ -86,7 +88,7 @@ def test_two_shares_of_one_device_in_a_claim_add_up_to_one_quota(tmp_path: Path)
               result("gpu-1", request="z", share_id="s3", memory="1Gi", cores="5"))
     (out,) = prep.prepare_claims([ref]).values()
     assert out.error == ""
-    parsed = hookcore.parse_config(read_config(tmp_path / "state" / "hooks" / ref.uid / "config"))
+    parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
     assert [(d.uuid, d.memory_limit, d.sm_limit) for d in parsed.configured()] == [(UUID0, 3 * GiB, 30),
                                                                                    (UUID1, 1 * GiB, 5)]
 

@@ -396,8 +396,8 @@ static void test_two_handles(void) {
     CHECK(hk_ledger_reserve(cc, 0, 1 * MiB) == HK_OK);
     /* If its slot is ever taken from it anyway (forged here), cc stops instead of counting into
        another process's slot. */
-    uint64_t w = atomic_load(&cc->me->xowner);
-    atomic_store(&cc->me->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w) + 5, HK_SLOT_LIVE));
+    uint64_t w = hk_atomic_load_seq_cst(&cc->me->xowner);
+    hk_atomic_store_seq_cst(&cc->me->xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w) + 5, HK_SLOT_LIVE));
     uint64_t before = hk_ledger_used(b, 0);
     hk_ledger_release(cc, 0, 10 * MiB);                      /* must not touch the counters */
     CHECK_EQ_U64(hk_ledger_used(b, 0), before);
@@ -444,26 +444,26 @@ static void test_concurrent(void) {
         seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
         int k = (int)(seed & 3);
         if (held[k]) {
-          atomic_fetch_sub(&obs->cur, held[k]);
+          hk_atomic_sub_seq_cst(&obs->cur, held[k]);
           hk_ledger_release(l, 0, held[k]);
           held[k] = 0;
         } else {
           uint64_t sz = (seed >> 8) % (30 * MiB) + 1;
           if (hk_ledger_reserve(l, 0, sz) == HK_OK) {
-            uint64_t now = atomic_fetch_add(&obs->cur, sz) + sz;
-            uint64_t m = atomic_load(&obs->max);
-            while (m < now && !atomic_compare_exchange_weak(&obs->max, &m, now)) {
+            uint64_t now = hk_atomic_add_seq_cst(&obs->cur, sz) + sz;
+            uint64_t m = hk_atomic_load_seq_cst(&obs->max);
+            while (m < now && !hk_atomic_cas_weak_seq_cst(&obs->max, &m, now)) {
             }
             held[k] = sz;
-            atomic_fetch_add(&obs->ok, 1);
+            hk_atomic_add_seq_cst(&obs->ok, 1);
           } else {
-            atomic_fetch_add(&obs->fail, 1);
+            hk_atomic_add_seq_cst(&obs->fail, 1);
           }
         }
       }
       for (int k = 0; k < 4; k++) {
         if (held[k]) {
-          atomic_fetch_sub(&obs->cur, held[k]);
+          hk_atomic_sub_seq_cst(&obs->cur, held[k]);
           hk_ledger_release(l, 0, held[k]);
         }
       }
@@ -477,8 +477,8 @@ static void test_concurrent(void) {
     all_ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
   CHECK(all_ok);
-  CHECK(atomic_load(&obs->max) <= limit);
-  CHECK(atomic_load(&obs->ok) > 1000 && atomic_load(&obs->fail) > 100);  /* real contention */
+  CHECK(hk_atomic_load_seq_cst(&obs->max) <= limit);
+  CHECK(hk_atomic_load_seq_cst(&obs->ok) > 1000 && hk_atomic_load_seq_cst(&obs->fail) > 100);  /* real contention */
   hk_ledger *l = open_ok(path, &c);
   if (l) {
     CHECK_EQ_U64(hk_ledger_used(l, 0), 0);   /* dead children's slots are ignored/reclaimed */
@@ -488,8 +488,8 @@ static void test_concurrent(void) {
     hk_ledger_close(l);
   }
   printf("ok concurrent: %d procs, max held %llu of %llu, %llu admitted, %llu refused\n", NPROC,
-         (unsigned long long)atomic_load(&obs->max), (unsigned long long)limit,
-         (unsigned long long)atomic_load(&obs->ok), (unsigned long long)atomic_load(&obs->fail));
+         (unsigned long long)hk_atomic_load_seq_cst(&obs->max), (unsigned long long)limit,
+         (unsigned long long)hk_atomic_load_seq_cst(&obs->ok), (unsigned long long)hk_atomic_load_seq_cst(&obs->fail));
   munmap(obs, sizeof *obs);
   unlink(path);
 }
@@ -508,16 +508,16 @@ static void *thr_hammer(void *p) {
     seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
     uint64_t sz = (seed >> 8) % (35 * MiB) + 1;
     if (hk_ledger_reserve(a->l, 0, sz) == HK_OK) {
-      uint64_t now = atomic_fetch_add(&a->obs->cur, sz) + sz;
-      uint64_t m = atomic_load(&a->obs->max);
-      while (m < now && !atomic_compare_exchange_weak(&a->obs->max, &m, now)) {
+      uint64_t now = hk_atomic_add_seq_cst(&a->obs->cur, sz) + sz;
+      uint64_t m = hk_atomic_load_seq_cst(&a->obs->max);
+      while (m < now && !hk_atomic_cas_weak_seq_cst(&a->obs->max, &m, now)) {
       }
-      atomic_fetch_add(&a->obs->ok, 1);
+      hk_atomic_add_seq_cst(&a->obs->ok, 1);
       if ((i & 15) == 0) sched_yield();   /* hold it across a reschedule now and then */
-      atomic_fetch_sub(&a->obs->cur, sz);
+      hk_atomic_sub_seq_cst(&a->obs->cur, sz);
       hk_ledger_release(a->l, 0, sz);
     } else {
-      atomic_fetch_add(&a->obs->fail, 1);
+      hk_atomic_add_seq_cst(&a->obs->fail, 1);
     }
   }
   return NULL;
@@ -539,15 +539,15 @@ static void test_threads(void) {
     pthread_create(&th[i], NULL, thr_hammer, &args[i]);
   }
   for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
-  CHECK(atomic_load(&obs.max) <= 50 * MiB);
-  CHECK(atomic_load(&obs.ok) > 1000 && atomic_load(&obs.fail) > 0);
+  CHECK(hk_atomic_load_seq_cst(&obs.max) <= 50 * MiB);
+  CHECK(hk_atomic_load_seq_cst(&obs.ok) > 1000 && hk_atomic_load_seq_cst(&obs.fail) > 0);
   CHECK_EQ_U64(hk_ledger_used(h[0], 0), 0);
   hk_ledger_close(h[0]);
   hk_ledger_close(h[1]);
   unlink(path);
   printf("ok threads: max held %llu of %llu, %llu admitted, %llu refused\n",
-         (unsigned long long)atomic_load(&obs.max), 50 * MiB, (unsigned long long)atomic_load(&obs.ok),
-         (unsigned long long)atomic_load(&obs.fail));
+         (unsigned long long)hk_atomic_load_seq_cst(&obs.max), 50 * MiB, (unsigned long long)hk_atomic_load_seq_cst(&obs.ok),
+         (unsigned long long)hk_atomic_load_seq_cst(&obs.fail));
 }
 
 /* --------------------------------------------------------------------------------------------- */
@@ -649,9 +649,9 @@ static void test_pid_reuse(void) {
   hk__slot *s = &me->slots[5];
   s->pid = getpid();
   s->start_time = hk_proc_start_time(getpid()) + 777;
-  atomic_store(&s->xused[0], 8 * MiB);
-  atomic_store(&s->xowner, HK_OWNER_MAKE(3, HK_SLOT_LIVE));
-  atomic_store(&me->hdr->xslot_hwm, 6);
+  hk_atomic_store_seq_cst(&s->xused[0], 8 * MiB);
+  hk_atomic_store_seq_cst(&s->xowner, HK_OWNER_MAKE(3, HK_SLOT_LIVE));
+  hk_atomic_store_seq_cst(&me->hdr->xslot_hwm, 6);
   CHECK_EQ_U64(hk_ledger_used(me, 0), 8 * MiB);
   hk_ledger *r = NULL;
   char err[HK_ERR_MAX];
@@ -660,9 +660,9 @@ static void test_pid_reuse(void) {
   CHECK(r && hk_ledger_process(r, 5, &pi) == HK_OK && pi.state == HK_SLOT_DEAD && pi.pid == getpid());
   hk_ledger_close(r);
   CHECK(hk_ledger_reserve(me, 0, 5 * MiB) == HK_OK);   /* reclaims slot 5 on the way */
-  CHECK(HK_OWNER_STATE(atomic_load(&s->xowner)) == HK_SLOT_FREE);
+  CHECK(HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) == HK_SLOT_FREE);
   /* a CLAIMING slot left by a process killed mid-claim is also reclaimed */
-  atomic_store(&me->slots[4].xowner, HK_OWNER_MAKE(9, HK_SLOT_CLAIMING));
+  hk_atomic_store_seq_cst(&me->slots[4].xowner, HK_OWNER_MAKE(9, HK_SLOT_CLAIMING));
   CHECK(hk_ledger_reclaim(me) == 1);
   hk_ledger_close(me);
   unlink(path);

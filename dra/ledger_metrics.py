@@ -1,0 +1,131 @@
+"""Per-claim quota and usage on the daemon's /metrics, read from the claims' hook ledgers.
+
+Every enforced claim has a ledger (``<state-dir>/hooks/<claim-uid>/ledger``) that the hook
+library in its containers updates: per visible device the quota, the memory its processes hold
+now and at most, and how many live processes use it. At each scrape this collector opens every
+prepared claim's ledger read-only (hookcore's reader: it never modifies a ledger or takes a
+process slot) and reports:
+
+- ``dra_claim_memory_limit_bytes``: the claim's memory quota on the device (absent: no quota);
+- ``dra_claim_memory_used_bytes``: memory the claim's live processes hold now;
+- ``dra_claim_memory_peak_bytes``: the highest claim-wide usage admitted so far;
+- ``dra_claim_compute_limit_percent``: the claim's compute share (100: no compute limit);
+- ``dra_claim_processes``: processes of the claim using the device;
+- ``dra_ledger_read_errors_total``: ledgers that could not be read (the log says which and why).
+
+Labels: ``driver``, ``namespace``, ``claim``, ``claim_uid``, ``index`` (the device as the
+claim's containers number it), ``uuid`` (the physical device) and ``device`` (the published
+device with that ``uuid`` attribute, when there is one). Reading at scrape time needs no thread
+and is never stale; a scrape costs one open/mmap/close per claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+LABELS = ("driver", "namespace", "claim", "claim_uid", "index", "uuid", "device")
+LEDGER = "ledger"
+
+
+class ClaimName(Protocol):
+    """What the collector needs of a prepared claim (`dra.checkpoint.ClaimRecord` has it)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+class LedgerCollector(Collector):
+    """Collects the ledgers of `claims()` under `hooks_root` at every scrape."""
+
+    def __init__(
+        self,
+        driver: str,
+        hooks_root: Path,
+        claims: Callable[[], Iterable[ClaimName]],
+        device_names: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
+        """`device_names`: physical device UUID -> published device name (may be empty)."""
+        self.driver = driver
+        self.hooks_root = Path(hooks_root)
+        self._claims = claims
+        self._device_names = device_names
+        self.read_errors = 0
+        self._reported: set[str] = set()  # ledgers whose error was logged (once each)
+
+    def describe(self) -> Iterable[Any]:
+        return list(self._families())  # the same names, help and labels, without samples
+
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily("dra_claim_memory_limit_bytes", "Memory quota of the claim on the device.", labels=LABELS),
+            GaugeMetricFamily("dra_claim_memory_used_bytes", "Memory the claim's processes hold on the device.", labels=LABELS),
+            GaugeMetricFamily("dra_claim_memory_peak_bytes", "Highest memory the claim held on the device.", labels=LABELS),
+            GaugeMetricFamily("dra_claim_compute_limit_percent", "Compute share of the claim on the device (100: none).",
+                              labels=LABELS),
+            GaugeMetricFamily("dra_claim_processes", "Live processes of the claim using the device.", labels=LABELS),
+        )
+
+    def collect(self) -> Iterator[Any]:
+        limit, used, peak, compute, procs = families = self._families()
+        try:
+            names = dict(self._device_names()) if self._device_names else {}
+        except Exception:
+            log.exception("device names for ledger metrics")
+            names = {}
+        for claim in self._claims():
+            devices, live = self._read(claim)
+            for dev in devices:
+                labels = [self.driver, claim.namespace, claim.name, claim.uid, str(dev.index), dev.uuid or "",
+                          names.get(dev.uuid or "", "")]
+                if dev.memory_limit is not None:
+                    limit.add_metric(labels, dev.memory_limit)
+                holding = [p.used.get(dev.index, 0) for p in live]
+                used.add_metric(labels, sum(holding))
+                peak.add_metric(labels, dev.peak)
+                compute.add_metric(labels, dev.sm_limit)
+                procs.add_metric(labels, sum(1 for h in holding if h))
+        yield from families
+        errors = CounterMetricFamily("dra_ledger_read_errors", "Claim ledgers that could not be read.", labels=["driver"])
+        errors.add_metric([self.driver], self.read_errors)
+        yield errors
+
+    def _read(self, claim: ClaimName) -> tuple[list[Any], list[Any]]:
+        """The claim's devices and its live processes. Memory of a process that died is counted by
+        the ledger until the claim's next process reclaims it; this reader cannot reclaim (it
+        never writes), so it sums the live processes itself."""
+        path = self.hooks_root / claim.uid / LEDGER
+        if not path.exists():
+            return [], []  # not enforced (or not prepared yet)
+        import hookcore
+
+        try:
+            with hookcore.Ledger(path) as ledger:
+                return ledger.devices(), [p for p in ledger.processes() if p.state == "live"]
+        except (OSError, ValueError) as exc:  # hookcore.LedgerError is an OSError
+            self.read_errors += 1
+            if str(path) not in self._reported:
+                self._reported.add(str(path))
+                log.warning("claim ledger unreadable", extra={"claim": claim.uid, "path": str(path), "error": str(exc)})
+            return [], []
+
+
+def device_names_by_uuid(devices: Iterable[Any]) -> dict[str, str]:
+    """Published devices' names by their ``uuid`` attribute (devices without one are left out)."""
+    out = {}
+    for d in devices:
+        uuid = d.attributes.get("uuid")
+        if isinstance(uuid, str):
+            out[uuid] = d.name
+    return out

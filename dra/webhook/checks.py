@@ -1,0 +1,114 @@
+"""The validating side for DRA objects: ResourceClaims and ResourceClaimTemplates.
+
+A claim is refused at admission, with a message saying what to change, when it could never be
+prepared: a capacity request beyond what any published device of a mapped DeviceClass has
+(cores over the vendor's maximum, memory over the largest device), or an opaque config for an
+installed driver that the driver's own decoder rejects. The decoder is the one prepare runs
+(`decode_config`), on the driver *class* from the ``dra.drivers`` entry points: the webhook
+never instantiates a driver, and its verdict is prepare's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+from dra import ConfigError, decode_config
+from dra.webhook.translate import Inventory, NoInventory, describe_bytes
+from dra.webhook.vendors import Vendor, VendorMapping
+
+log = logging.getLogger(__name__)
+
+
+def driver_classes() -> dict[str, type]:
+    """Installed driver classes by DRA driver name (loaded, not instantiated)."""
+    out: dict[str, type] = {}
+    for ep in entry_points(group="dra.drivers"):
+        try:
+            cls = ep.load()
+        except Exception as exc:  # a broken third-party driver must not stop admission
+            log.warning("driver entry point failed to load; its configs are not checked",
+                        extra={"entry_point": ep.name, "error": str(exc)})
+            continue
+        name = getattr(cls, "name", None)
+        if isinstance(name, str) and name:
+            out[name] = cls
+    return out
+
+
+def claim_spec(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    spec = obj.get("spec") or {}
+    return (spec.get("spec") or {}) if kind == "ResourceClaimTemplate" else spec
+
+
+def _requests(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for req in (spec.get("devices") or {}).get("requests") or []:
+        name = str(req.get("name", "?"))
+        if req.get("exactly"):
+            yield name, req["exactly"]
+        for sub in req.get("firstAvailable") or []:
+            yield f"{name}/{sub.get('name', '?')}", sub
+
+
+def check_claim(obj: Mapping[str, Any], kind: str, mapping: VendorMapping, drivers: Mapping[str, type],
+                inventory: Inventory | None = None) -> list[str]:
+    """The problems that make this claim (or template) impossible; empty when it may be stored."""
+    inventory = inventory or NoInventory()
+    spec = claim_spec(obj, kind)
+    problems: list[str] = []
+    by_class: dict[str, Vendor] = {}
+    for v in mapping.vendors:
+        by_class.setdefault(v.device_class, v)
+    for name, req in _requests(spec):
+        vendor = by_class.get(str(req.get("deviceClassName", "")))
+        if vendor is None:
+            continue
+        wanted = ((req.get("capacity") or {}).get("requests")) or {}
+        problems += _capacity(f"request {name!r}", vendor, wanted, inventory)
+    for i, entry in enumerate((spec.get("devices") or {}).get("config") or []):
+        opaque = entry.get("opaque")
+        if not opaque:
+            continue
+        cls = drivers.get(str(opaque.get("driver", "")))
+        if cls is None:
+            continue
+        try:
+            decode_config(cls, opaque.get("parameters"))
+        except ConfigError as e:
+            problems.append(f"config[{i}] for driver {opaque.get('driver')}: {e}")
+    return problems
+
+
+def _capacity(where: str, v: Vendor, wanted: Mapping[str, Any], inventory: Inventory) -> list[str]:
+    out = []
+
+    def amount(name: str) -> tuple[str, Any] | None:
+        for key in (name, f"{v.driver}/{name}"):
+            if key in wanted:
+                return key, wanted[key]
+        return None
+
+    cores = amount(v.capacity_cores)
+    if cores is not None:
+        key, raw = cores
+        try:
+            if parse_quantity(raw) > v.max_cores:
+                out.append(f"{where}: capacity {key}={raw} is more than a {v.device_class} device has "
+                           f"({v.max_cores}, percent of its compute); ask for at most {v.max_cores}")
+        except (ValueError, TypeError):
+            out.append(f"{where}: capacity {key}={raw!r} is not a quantity")
+    memory = amount(v.capacity_memory)
+    sizes = inventory.memory_sizes(v.driver, v.capacity_memory)
+    if memory is not None and sizes:
+        key, raw = memory
+        try:
+            if parse_quantity(raw) > sizes[0]:
+                out.append(f"{where}: capacity {key}={raw} is more than any published {v.device_class} device has "
+                           f"(largest: {describe_bytes(sizes[0])}); ask for at most that")
+        except (ValueError, TypeError):
+            out.append(f"{where}: capacity {key}={raw!r} is not a quantity")
+    return out

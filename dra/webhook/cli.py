@@ -1,0 +1,157 @@
+"""`dra webhook run|up|down|manifests`.
+
+`run` is what a Deployment runs (flags kept few and plain for the Helm chart):
+
+    dra webhook run --cert /tls/tls.crt --key /tls/tls.key [--port 8443] [--health-port 8081]
+                    [--config /etc/dra-webhook/vendors.yaml] [--kubeconfig FILE]
+
+Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
+~/.kube/config. It needs get/list/watch on resourceslices and create/get on
+resourceclaimtemplates. Probes: GET /healthz (alive) and /readyz (device inventory synced) on the
+health port, plain HTTP, which also serves Prometheus /metrics.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dra.errors import UserError
+
+app = typer.Typer(help="The admission webhook: HAMi-style pod limits become DRA claims.", no_args_is_help=True)
+
+_ConfigOpt = Annotated[Path | None, typer.Option("--config", help="vendor mapping file (default: the shipped one)")]
+
+
+def _client(kubeconfig: Path | None) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig is not None:
+        return config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        try:
+            return config.new_client_from_config()
+        except (config.ConfigException, OSError) as e:
+            raise UserError(f"no cluster to talk to: not in a pod and no kubeconfig ({e}); pass --kubeconfig") from None
+
+
+@app.command()
+def run(
+    cert: Annotated[Path, typer.Option(help="serving certificate (PEM); re-read when it changes")],
+    key: Annotated[Path, typer.Option(help="its private key (PEM)")],
+    port: Annotated[int, typer.Option(help="HTTPS port for /mutate and /validate")] = 8443,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "0.0.0.0",
+    health_port: Annotated[int, typer.Option(help="plain-HTTP port for /healthz and /readyz (0: none)")] = 8081,
+    config: _ConfigOpt = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="default: in-cluster, then $KUBECONFIG")] = None,
+    log_format: Annotated[str, typer.Option(help="json or text")] = "json",
+    log_level: Annotated[str, typer.Option()] = "info",
+) -> None:
+    """Serve the webhook until SIGTERM."""
+    import logging
+
+    from dra.logging import setup
+    from dra.webhook import vendors
+    from dra.webhook.inventory import SliceInventory
+    from dra.webhook.review import Admission
+    from dra.webhook.server import WebhookServer
+    from dra.webhook.templates import TemplateStore
+
+    setup(log_format, log_level)
+    log = logging.getLogger("dra.webhook")
+    mapping = vendors.load(config)
+    for p in (cert, key):
+        if not p.is_file():
+            raise UserError(f"{p} does not exist; pass the serving certificate and key with --cert and --key")
+    api = _client(kubeconfig)
+    inventory = SliceInventory(api)
+    admission = Admission(mapping, inventory, TemplateStore(api))
+    try:
+        server = WebhookServer(admission, cert, key, port=port, host=host,
+                               health_port=health_port or None, ready=lambda: inventory.ready)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{port} or :{health_port}: {e.strerror}; pick free ports") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    inventory.start()
+    server.start()
+    log.info("webhook serving", extra={"port": server.port, "health_port": server.health_port,
+                                       "vendors": [v.name for v in mapping.vendors], "config": mapping.source,
+                                       "drivers_checked": sorted(admission.drivers)})
+    stop.wait()
+    log.info("webhook stopping")
+    server.stop()
+    inventory.stop()
+    log.info("webhook stopped")
+
+
+@app.command()
+def up(
+    kubeconfig: Annotated[Path, typer.Option(help="the cluster's admin kubeconfig")],
+    dir: Annotated[Path | None, typer.Option("--dir", help="state, certificates, log (default ~/.local/share/dra/webhook)")] = None,
+    port: Annotated[int, typer.Option(help="HTTPS port (0: a free one)")] = 0,
+    config: _ConfigOpt = None,
+    failure_policy: Annotated[str, typer.Option(help="Fail or Ignore")] = "Fail",
+    namespace: Annotated[str, typer.Option(help="the webhook's own namespace (never served)")] = "dra-system",
+) -> None:
+    """Certificates, the server in the background and the webhook configurations."""
+    from dra.webhook import install
+
+    if failure_policy not in ("Fail", "Ignore"):
+        raise UserError(f"--failure-policy must be Fail or Ignore, not {failure_policy!r}")
+    state = install.up(kubeconfig, dir, port=port, config=config, failure_policy=failure_policy, namespace=namespace)
+    typer.echo(f"webhook serving on https://127.0.0.1:{state.port} (pid {state.pid}, health :{state.health_port}); "
+               f"registered {state.name} with failurePolicy {failure_policy}")
+
+
+@app.command()
+def down(
+    kubeconfig: Annotated[Path | None, typer.Option(help="default: the one `up` used")] = None,
+    dir: Annotated[Path | None, typer.Option("--dir")] = None,
+) -> None:
+    """Undo `up`: the configurations, the process, the certificates."""
+    from dra.webhook import install
+
+    done = install.down(kubeconfig, dir)
+    typer.echo("removed: " + (", ".join(done) if done else "nothing (not up)"))
+
+
+@app.command()
+def manifests(
+    ca_bundle: Annotated[Path, typer.Option(help="PEM of the CA that signed the serving certificate")],
+    url: Annotated[str | None, typer.Option(help="https://HOST:PORT the API server reaches")] = None,
+    service: Annotated[str | None, typer.Option(help="NAMESPACE/NAME:PORT of the webhook's Service")] = None,
+    config: _ConfigOpt = None,
+    failure_policy: Annotated[str, typer.Option()] = "Fail",
+    namespace: Annotated[str, typer.Option(help="the webhook's own namespace (never served)")] = "dra-system",
+) -> None:
+    """Print the two webhook configurations as YAML (for charts and GitOps)."""
+    import base64
+
+    import yaml
+
+    from dra.webhook import checks, registration, vendors
+
+    svc = None
+    if service is not None:
+        try:
+            ns_name, port_text = service.rsplit(":", 1)
+            ns, name = ns_name.split("/", 1)
+            svc = (ns, name, int(port_text))
+        except ValueError:
+            raise UserError(f"--service must be NAMESPACE/NAME:PORT, not {service!r}") from None
+    try:
+        objs = registration.configurations(
+            vendors.load(config), base64.b64encode(ca_bundle.read_bytes()).decode(), url=url, service=svc,
+            namespace=namespace, failure_policy=failure_policy, drivers=sorted(checks.driver_classes()))
+    except (ValueError, OSError) as e:
+        raise UserError(str(e)) from None
+    typer.echo(yaml.safe_dump_all(objs, sort_keys=False), nl=False)

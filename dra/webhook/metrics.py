@@ -1,0 +1,51 @@
+"""Prometheus metrics of the webhook, served at /metrics on the health port.
+
+Series, each created at start with value zero:
+- ``dra_webhook_admissions_total{endpoint, verdict}``: AdmissionReviews answered; verdict
+  ``converted`` (a pod got claims), ``passed`` (allowed as it came), ``refused``, ``error``
+  (the webhook failed: the API server applies the failure policy).
+- ``dra_webhook_admission_duration_seconds{endpoint}``: time to answer, histogram.
+- ``dra_webhook_connections_total``: TLS connections accepted (the API server keeps them open,
+  so this grows far slower than admissions when all is well).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+ENDPOINTS = ("mutate", "validate")
+VERDICTS = ("converted", "passed", "refused", "error")
+# The API server gives a webhook timeoutSeconds (10 s here); answers normally take milliseconds.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class WebhookMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.admissions = Counter("dra_webhook_admissions", "AdmissionReviews answered",
+                                  ["endpoint", "verdict"], registry=self.registry)
+        self.duration = Histogram("dra_webhook_admission_duration_seconds", "Time to answer an AdmissionReview",
+                                  ["endpoint"], buckets=BUCKETS, registry=self.registry)
+        self.connections = Counter("dra_webhook_connections", "TLS connections accepted", registry=self.registry)
+        for e in ENDPOINTS:
+            self.duration.labels(e)
+            for v in VERDICTS:
+                self.admissions.labels(e, v)
+
+    def observe(self, endpoint: str, seconds: float, answer: Mapping[str, Any] | None) -> None:
+        name = endpoint.strip("/")
+        if answer is None:
+            verdict = "error"
+        else:
+            resp = answer.get("response") or {}
+            verdict = "refused" if not resp.get("allowed") else ("converted" if resp.get("patch") else "passed")
+        self.admissions.labels(name, verdict).inc()
+        self.duration.labels(name).observe(seconds)
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))

@@ -1,0 +1,144 @@
+"""AdmissionReview v1 in, AdmissionReview v1 out: the two endpoints' logic, no HTTP.
+
+`/mutate` (Pods, CREATE): a pod whose vendor limits are all possible gets the JSON patch of
+`translate.pod_patch`, after the templates it references exist (none are created on dry-run:
+the webhook declares ``sideEffects: NoneOnDryRun``). A pod with an impossible request is left
+as it came, with a warning, so that `/validate` refuses it with the full reasons.
+
+`/validate` (Pods on CREATE; ResourceClaims and ResourceClaimTemplates, CREATE and UPDATE): refuses a pod
+that still carries vendor resources (impossible ones, or ones nobody converted) and a claim or
+template that can never be prepared (`checks.check_claim`), each with what to change.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from dra.webhook import checks, translate
+from dra.webhook.templates import TemplateError, TemplateStore
+from dra.webhook.translate import Inventory, NoInventory, Share
+from dra.webhook.vendors import VendorMapping
+
+log = logging.getLogger(__name__)
+MAX_WARNING = 256  # the API server truncates longer admission warnings
+
+
+class BadReview(ValueError):
+    """The request body is not an AdmissionReview v1 the webhook can answer."""
+
+
+def _response(uid: str, allowed: bool, message: str = "", patch: list[dict[str, Any]] | None = None,
+              warnings: list[str] | None = None) -> dict[str, Any]:
+    resp: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        resp["status"] = {"code": 400, "reason": "BadRequest", "message": message}
+    if patch:
+        resp["patchType"] = "JSONPatch"
+        resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warnings:
+        resp["warnings"] = [w if len(w) <= MAX_WARNING else w[: MAX_WARNING - 3] + "..." for w in warnings]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+
+
+def _request(review: Any) -> Mapping[str, Any]:
+    if not isinstance(review, Mapping) or review.get("kind") != "AdmissionReview":
+        raise BadReview("the body is not an AdmissionReview")
+    if review.get("apiVersion") != "admission.k8s.io/v1":
+        raise BadReview(f"AdmissionReview {review.get('apiVersion')} is not served; register the webhook with "
+                        f"admissionReviewVersions: [v1]")
+    req = review.get("request")
+    if not isinstance(req, Mapping) or not req.get("uid"):
+        raise BadReview("the AdmissionReview has no request.uid")
+    return req
+
+
+def _pod_name(req: Mapping[str, Any], obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or req.get("name") or (meta.get("generateName", "") + "*"))
+
+
+def _joined(problems: list[str]) -> str:
+    return "; ".join(problems)
+
+
+class Admission:
+    """Both endpoints over one vendor mapping, device inventory and template store."""
+
+    def __init__(self, mapping: VendorMapping, inventory: Inventory | None = None,
+                 templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None) -> None:
+        self.mapping = mapping
+        self.inventory = inventory or NoInventory()
+        self.templates = templates
+        self.drivers = dict(drivers) if drivers is not None else checks.driver_classes()
+
+    # --- /mutate ------------------------------------------------------------------------------
+    def mutate(self, review: Any) -> dict[str, Any]:
+        req = _request(review)
+        uid = str(req["uid"])
+        obj = req.get("object") or {}
+        if (req.get("kind") or {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
+            return _response(uid, True)
+        plan = translate.plan_pod(obj, self.mapping, self.inventory)
+        if not plan.touches_pod:
+            return _response(uid, True)
+        namespace = str(req.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default")
+        pod = _pod_name(req, obj)
+        if plan.problems:
+            log.info("pod not converted: impossible request", extra={"namespace": namespace, "pod": pod, "problems": plan.problems})
+            return _response(uid, True, warnings=["not converted to DRA claims: the request is impossible (the "
+                                                  "validating webhook says why)"])
+        dry_run = bool(req.get("dryRun"))
+        names: dict[Share, str] = {}
+        for cs in plan.shares:
+            if cs.share in names:
+                continue
+            body = translate.template_object(cs.share, namespace, self.inventory)
+            names[cs.share] = body["metadata"]["name"]
+            if dry_run or self.templates is None:
+                continue
+            try:
+                self.templates.ensure(body)
+            except TemplateError as e:
+                log.warning("template not created; pod refused", extra={"namespace": namespace, "pod": pod, "error": str(e)})
+                return _response(uid, False, f"pod {namespace}/{pod}: {e}")
+        patch = translate.pod_patch(obj, plan, names)
+        log.info("pod converted", extra={"namespace": namespace, "pod": pod, "dry_run": dry_run,
+                                         "templates": sorted(set(names.values())),
+                                         "containers": [f"{c.container}:{c.share.vendor.name}" for c in plan.shares]})
+        return _response(uid, True, patch=patch, warnings=plan.warnings)
+
+    # --- /validate ----------------------------------------------------------------------------
+    def validate(self, review: Any) -> dict[str, Any]:
+        req = _request(review)
+        uid = str(req["uid"])
+        if req.get("operation") not in ("CREATE", "UPDATE"):
+            return _response(uid, True)
+        kind = (req.get("kind") or {}).get("kind")
+        obj = req.get("object") or {}
+        namespace = str(req.get("namespace") or "")
+        if kind == "Pod":
+            if req.get("operation") != "CREATE":
+                return _response(uid, True)  # a stored pod's later updates are not ours to judge
+            plan = translate.plan_pod(obj, self.mapping, self.inventory)
+            pod = _pod_name(req, obj)
+            if plan.problems:
+                log.info("pod refused", extra={"namespace": namespace, "pod": pod, "problems": plan.problems})
+                return _response(uid, False, f"pod {namespace}/{pod}: {_joined(plan.problems)}")
+            if plan.touches_pod:
+                left = sorted({r for rs in plan.stripped.values() for r in rs})
+                return _response(uid, False, (
+                    f"pod {namespace}/{pod} still asks for {', '.join(left)}, which no node advertises under DRA: the "
+                    f"mutating webhook did not convert it; check that its MutatingWebhookConfiguration is registered, "
+                    f"or label the pod or namespace to opt out"))
+            return _response(uid, True)
+        if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            problems = checks.check_claim(obj, kind, self.mapping, self.drivers, self.inventory)
+            if problems:
+                name = (obj.get("metadata") or {}).get("name") or req.get("name") or "?"
+                log.info("claim refused", extra={"namespace": namespace, "kind": kind, "object": name, "problems": problems})
+                return _response(uid, False, f"{kind} {namespace}/{name}: {_joined(problems)}")
+        return _response(uid, True)

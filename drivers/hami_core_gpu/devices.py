@@ -1,0 +1,82 @@
+"""The device model: one ResourceSlice device per GPU, named and shaped like HAMi's driver.
+
+Compatibility with HAMi's `hami-core-gpu.project-hami.io` driver is the point: its users'
+claims and CEL selectors keep working. So the device is ``hami-gpu-<minor>`` and carries HAMi's
+attributes (``type``, ``uuid``, ``minor``, ``productName``, ``brand``, ``architecture``,
+``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, ``pcieBusID``,
+``resource.kubernetes.io/pcieRoot``), plus what HAMi lacks: ``index`` (nvidia-smi's),
+``numaNode`` and the standard ``resource.kubernetes.io/pciBusID``.
+
+Capacities, consumable by several claims (``allowMultipleAllocations``):
+- ``cores``: 100 (percent of the GPU's compute time); default 100, 1..100 in steps of 1. HAMi
+  allows 0, which costs the scheduler nothing and gave an unlimited share; here every share
+  costs at least 1.
+- ``memory``: the framebuffer in bytes (rounded down to whole MiB); default all of it, 1Mi..all
+  in steps of 1Mi.
+A request without capacity therefore gets the whole GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dra import Capacity, Device, RequestPolicy, Taint, Version
+from drivers.hami_core_gpu.nvml import Gpu, Inventory
+
+DRIVER_NAME = "hami-core-gpu.project-hami.io"
+DEVICE_TYPE = "hami-gpu"
+MiB = 1 << 20
+CORES = "100"
+
+
+def device_name(gpu: Gpu) -> str:
+    return f"hami-gpu-{gpu.minor}"
+
+
+def usable_memory(gpu: Gpu) -> int:
+    """Bytes published for `gpu`: whole MiB, so the 1Mi step divides the range."""
+    return gpu.memory - gpu.memory % MiB
+
+
+def to_device(gpu: Gpu, inventory: Inventory, taints: Sequence[Taint] = ()) -> Device:
+    attributes: dict[str, str | int | bool | Version] = {
+        "type": DEVICE_TYPE,
+        "uuid": gpu.uuid,
+        "minor": gpu.minor,
+        "index": gpu.index,
+        "productName": gpu.product_name,
+        "brand": gpu.brand,
+        "architecture": gpu.architecture,
+        "cudaComputeCapability": Version(gpu.compute_capability),
+        "driverVersion": Version(inventory.driver_version),
+        "cudaDriverVersion": Version(inventory.cuda_driver_version),
+        "pcieBusID": gpu.pci_bus_id,
+        "resource.kubernetes.io/pciBusID": gpu.pci_bus_id,
+    }
+    if gpu.pcie_root is not None:
+        attributes["resource.kubernetes.io/pcieRoot"] = gpu.pcie_root
+    if gpu.numa_node is not None:
+        attributes["numaNode"] = gpu.numa_node
+    memory = f"{usable_memory(gpu) // MiB}Mi"
+    return Device(
+        name=device_name(gpu),
+        attributes=attributes,
+        capacity={
+            "cores": Capacity(CORES, RequestPolicy(default=CORES, min="1", max=CORES, step="1")),
+            "memory": Capacity(memory, RequestPolicy(default=memory, min="1Mi", max=memory, step="1Mi")),
+        },
+        allow_multiple_allocations=True,
+        taints=tuple(taints),
+    )
+
+
+def publishable(inventory: Inventory) -> tuple[Gpu, ...]:
+    """The GPUs this driver shares: not those in MIG mode (a MIG-enabled GPU runs no CUDA work
+    outside its MIG instances, and hookcore cannot meter inside them)."""
+    return tuple(g for g in inventory.gpus if not g.mig_enabled)
+
+
+def to_devices(inventory: Inventory, taints: Mapping[str, Sequence[Taint]] | None = None) -> list[Device]:
+    """Every publishable GPU as a Device; `taints` maps GPU UUIDs to their current taints."""
+    taints = taints or {}
+    return [to_device(g, inventory, taints.get(g.uuid, ())) for g in sorted(publishable(inventory), key=lambda g: g.minor)]

@@ -1,0 +1,207 @@
+"""`hami-core-gpu.project-hami.io`: NVIDIA GPUs shared by consumable capacity, held by hookcore.
+
+Compatible with HAMi's NVIDIA DRA driver by name, DeviceClass, device names and attributes, so
+claims written for it keep working; each share is enforced inside the container by hookcore's
+``libvgpu.so`` (memory quota, compute share), which the framework installs and preloads.
+
+    dra run hami-core-gpu --node-name "$NODE_NAME"                  # a GPU node
+    dra run hami-core-gpu --node-name node-1 --fake h200x8 ...      # fake GPUs (stub NVML)
+
+Start: settings parsed (`settings.py`), the fake backend activated when asked (`fake.py`), the
+GPUs discovered once through NVML (`nvml.py`), the health monitor started (`health.py`). The
+inventory does not change while the daemon runs; health changes republish the devices with
+taints (`devices.py`) and update kubelet's health stream.
+
+Prepare: every allocation result of a claim must name a GPU of this node. Shares of one GPU in
+one claim (two requests landing on one device) are summed into one visible device. The claim's
+containers see its GPUs by UUID in allocation order (`edits.py`), and the framework enforces one
+`Quota` per visible GPU: memory = the bytes the scheduler reserved, cores = the percent (100 =
+no compute limit, also when the claim's config says ``computeLimit: false``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import dra
+from dra import (
+    AllocatedDevice,
+    ClaimRef,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Driver,
+    DriverContext,
+    Enforcement,
+    HealthEvent,
+    Preload,
+    PreparedDevice,
+    PrepareError,
+    Quota,
+)
+from drivers.hami_core_gpu import devices, edits, fake, nvml
+from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
+from drivers.hami_core_gpu.health import HealthMonitor
+from drivers.hami_core_gpu.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class VisibleGpu:
+    """One GPU as a claim's containers see it: the i-th of CUDA_VISIBLE_DEVICES."""
+
+    uuid: str
+    minor: int
+    memory: int  # bytes reserved by the scheduler for this claim on this GPU
+    cores: int  # percent, 1..100
+
+
+class HamiCoreGpuDriver(Driver):
+    name = devices.DRIVER_NAME
+    cdi_kind = "k8s.hami-core-gpu.project-hami.io/claim"
+    config_type = GpuConfig
+    config_api_version = API_VERSION
+
+    def __init__(self) -> None:
+        self.settings = Settings()
+        self.inventory: nvml.Inventory | None = None
+        self.fake: fake.FakeBackend | None = None
+        self.monitor: HealthMonitor | None = None
+        self.files: edits.DriverFiles | None = None
+        self._by_name: dict[str, nvml.Gpu] = {}
+
+    # --- start ---------------------------------------------------------------------------------
+    def setup(self, ctx: DriverContext) -> None:
+        super().setup(ctx)
+        self.settings = Settings.parse(ctx.settings)
+        sysfs = self.settings.sysfs
+        if ctx.fake:
+            self.fake = fake.FakeBackend(fake.load(ctx.fake, ctx.node_name), fake.stub_library())
+            atexit.register(self.fake.close)
+            sysfs = self.fake.sysfs
+        self.inventory = nvml.discover(sysfs, self.settings.device_memory)
+        shared = devices.publishable(self.inventory)
+        for g in self.inventory.gpus:
+            if g.mig_enabled:
+                log.warning("GPU in MIG mode is not shared (disable MIG to share it)", extra={"uuid": g.uuid})
+        self._by_name = {devices.device_name(g): g for g in shared}
+        log.info("GPUs discovered", extra={
+            "gpus": [f"{devices.device_name(g)} {g.uuid} {g.product_name}" for g in shared],
+            "driver_version": self.inventory.driver_version, "fake": ctx.fake or None})
+        if self.fake is not None:  # the fake's "driver" is the stub libcuda + libnvidia-ml, in either mode
+            self.files = edits.DriverFiles.find(self.fake.stub_library.parent)
+        elif self.settings.cdi_mode == "self-contained":
+            self.files = edits.DriverFiles.find(self.settings.driver_root)
+        if self.settings.health and shared:
+            self.monitor = HealthMonitor([g.uuid for g in shared], self._health_changed,
+                                         probe_interval=self.settings.health_probe_interval)
+            self.monitor.start()
+
+    def close(self) -> None:
+        """Stop the health monitor and drop the fake backend's files (tests; the daemon exits)."""
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.fake is not None:
+            self.fake.close()
+
+    def _health_changed(self) -> None:
+        if self.context is None:
+            return
+        self.context.devices_changed()
+        self.context.report_health(self.health_events())
+
+    def health_events(self) -> list[HealthEvent]:
+        """Every shared GPU's health now (healthy None: not monitored)."""
+        if self.monitor is None:
+            return []
+        names = {g.uuid: n for n, g in self._by_name.items()}
+        return [HealthEvent(names[u], healthy, message) for u, healthy, message in self.monitor.snapshot()]
+
+    # --- publish -------------------------------------------------------------------------------
+    def devices(self) -> Sequence[Device]:
+        if self.inventory is None:
+            raise RuntimeError("hami-core-gpu: devices() before setup(); the framework calls setup first")
+        return devices.to_devices(self.inventory, self.monitor.taints() if self.monitor else None)
+
+    # --- prepare -------------------------------------------------------------------------------
+    def visible(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> list[VisibleGpu]:
+        """The claim's GPUs in allocation order, shares of one GPU summed."""
+        order: list[str] = []
+        memory: dict[str, int] = {}
+        cores: dict[str, int] = {}
+        for dev in allocated:
+            gpu = self._by_name.get(dev.device)
+            if gpu is None:
+                raise PrepareError(
+                    f"device {dev.device} (pool {dev.pool}) is not a shared GPU of this node; this node has "
+                    f"{sorted(self._by_name) or 'none'}: was the claim allocated from a stale ResourceSlice?"
+                )
+            if dev.device not in memory:
+                order.append(dev.device)
+                memory[dev.device] = cores[dev.device] = 0
+            # A result without consumedCapacity (admin access, an old scheduler) holds the whole GPU.
+            memory[dev.device] += dev.consumed_capacity.get("memory", devices.usable_memory(gpu))
+            cores[dev.device] += dev.consumed_capacity.get("cores", 100)
+        out = []
+        for name in order:
+            gpu = self._by_name[name]
+            limit = devices.usable_memory(gpu)
+            if memory[name] > limit:
+                raise PrepareError(f"device {name}: the claim holds {memory[name]} bytes, more than the GPU's {limit}")
+            out.append(VisibleGpu(gpu.uuid, gpu.minor, memory[name], min(cores[name], 100)))
+        return out
+
+    def prepare(self, claim: ClaimRef, devices_: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
+        self.visible(claim, devices_)  # refuse before anything is written
+        self._config(devices_)
+        prepared = []
+        for dev in devices_:
+            gpu = self._by_name[dev.device]
+            nodes: tuple[DeviceNode, ...] = ()
+            if self.settings.cdi_mode == "self-contained" and self.fake is None:
+                nodes = (edits.self_contained_device_node(gpu.minor, self.settings.dev_root),)
+            state = {"uuid": gpu.uuid, "minor": gpu.minor, **{k: int(v) for k, v in dev.consumed_capacity.items()}}
+            toolkit: tuple[str, ...] = ()
+            if self.settings.cdi_mode == "toolkit" and self.fake is None:
+                toolkit = tuple(edits.toolkit_device_ids(self.settings.toolkit_cdi_kind, [gpu.uuid]))
+            prepared.append(PreparedDevice(dev, ContainerEdits(device_nodes=nodes), state=state, cdi_devices=toolkit))
+        return prepared
+
+    def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement:
+        """hookcore's libvgpu.so with one quota per visible GPU (the claim's CUDA ordinals)."""
+        allocated = [p.device for p in prepared]
+        config = self._config(allocated)
+        unlimited = {d.device for d in allocated if d.config is not None and not d.config.compute_limit}
+        names = {g.uuid: n for n, g in self._by_name.items()}
+        quotas = [Quota(v.uuid, v.memory, 100 if names[v.uuid] in unlimited else v.cores)
+                  for v in self.visible(claim, allocated)]
+        preload = Preload(config.preload) if config.preload else None
+        return Enforcement(dra.hook_library("vgpu"), quotas, preload)
+
+    def claim_edits(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> ContainerEdits:
+        uuids = list(dict.fromkeys(str(p.state["uuid"]) for p in prepared))
+        env = edits.visible_devices_env(uuids)
+        if self.fake is not None:
+            env.update(self.fake.container_env(uuids))
+        if self.files is None:
+            return ContainerEdits(env=env)
+        base = edits.self_contained_claim_edits(self.files, None if self.fake else self.settings.dev_root)
+        return dataclasses.replace(base, env={**base.env, **env})
+
+    def _config(self, allocated: Sequence[AllocatedDevice]) -> GpuConfig:
+        """The claim's one config: requests may carry their own, but preload is per container."""
+        configs = {dev.config for dev in allocated if dev.config is not None}
+        preloads = {c.preload for c in configs if c.preload is not None}
+        if len(preloads) > 1:
+            raise PrepareError(f"the claim's configs ask for different preload modes {sorted(preloads)}; "
+                               "one claim's containers load hookcore one way: use one preload value")
+        return GpuConfig(preload=next(iter(preloads), None),
+                         compute_limit=all(c.compute_limit for c in configs) if configs else True)
+
+    def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
+        return None  # the framework removes the claim's CDI spec, hook config and ledger
+

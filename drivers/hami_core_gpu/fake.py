@@ -1,0 +1,311 @@
+"""Fake GPUs for machines without one: the real NVML code path against hookcore's stub NVML.
+
+`dra run hami-core-gpu --fake PROFILE_OR_FILE` (or ``DRA_FAKE_DEVICES``) selects this backend.
+It describes the node's GPUs in ``HOOKCORE_STUB_DEVICES`` (the grammar of
+``hookcore/stub/README.md``), loads the stub ``libnvidia-ml.so.1`` before nvidia-ml-py loads
+one, and lays out a small sysfs for the PCIe root and NUMA node. Discovery, health and prepare
+then run unchanged: what the tests and the demo check is the code a GPU node runs.
+
+PROFILE is ``<model>x<count>``, e.g. ``h200x8``, ``a100-40gx4`` (models in `MODELS`). FILE is
+a YAML document:
+
+    driverVersion: "580.159.04"     # optional
+    cudaDriverVersion: "13.0"       # optional
+    gpus:
+    - model: h200                   # defaults for the keys below; all optional but one of
+      memory: 40Gi                  # model / productName+memory
+      numaNode: 1
+    - productName: NVIDIA L4
+      memory: 23034Mi
+      architecture: Ada Lovelace    # names as published (see nvml.ARCHITECTURES / BRANDS)
+      computeCapability: "8.9"
+      brand: Nvidia
+      migMode: unsupported          # on, off or unsupported
+      uuid: GPU-...                 # default: derived from the node name and position
+      pciBusID: "0000:3b:00.0"      # default: an HGX-like layout, two GPUs per PCIe root
+      pcieRoot: pci0000:3a
+      index: 1                      # default: position; minor likewise
+
+Fake UUIDs are derived from the node name, so two fake nodes never share one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dra
+from dra import quantity_to_int
+from drivers.hami_core_gpu import nvml, topology
+
+MiB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """What NVML reports for one GPU model (values as a real GPU of that model reports them)."""
+
+    product_name: str
+    memory_mib: int
+    architecture: str
+    compute_capability: str
+    brand: str
+    pci_device_id: int
+    mig: str  # "off" (MIG-capable, disabled) or "unsupported"
+
+
+MODELS: dict[str, Model] = {
+    "h200": Model("NVIDIA H200", 143771, "Hopper", "9.0", "Nvidia", 0x233510DE, "off"),
+    "h100": Model("NVIDIA H100 80GB HBM3", 81559, "Hopper", "9.0", "Nvidia", 0x233010DE, "off"),
+    "a100-80g": Model("NVIDIA A100-SXM4-80GB", 81920, "Ampere", "8.0", "Nvidia", 0x20B210DE, "off"),
+    "a100-40g": Model("NVIDIA A100-SXM4-40GB", 40960, "Ampere", "8.0", "Nvidia", 0x20B010DE, "off"),
+    "l4": Model("NVIDIA L4", 23034, "Ada Lovelace", "8.9", "Nvidia", 0x27B810DE, "unsupported"),
+    "t4": Model("Tesla T4", 15360, "Turing", "7.5", "Tesla", 0x1EB810DE, "unsupported"),
+}
+MAX_GPUS = 16
+DEFAULT_DRIVER = "580.159.04"
+DEFAULT_CUDA = "13.0"
+
+# An HGX-like board: two GPUs behind each of four PCIe roots, roots 0-1 on NUMA node 0, 2-3 on 1.
+_BUSES = (0x19, 0x2A, 0x4C, 0x5D, 0x9B, 0xAB, 0xCB, 0xDB)
+_ROOTS = (0x15, 0x15, 0x48, 0x48, 0x97, 0x97, 0xC7, 0xC7)
+_UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_STUB_VALUE = re.compile(r"[^,;=]{1,95}")  # what HOOKCORE_STUB_DEVICES can carry (hookcore/stub/stub_devices.h)
+_PROFILE = re.compile(r"^(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]+)$")
+
+
+class FakeDevicesError(ValueError):
+    """A fake-device profile or file that cannot be used; says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeGpu:
+    uuid: str
+    index: int
+    minor: int
+    product_name: str
+    memory: int
+    architecture: str
+    compute_capability: str
+    brand: str
+    mig: str
+    pci_bus_id: str
+    pcie_root: str
+    numa_node: int | None
+    pci_device_id: int = 0x233510DE
+
+    def stub_entry(self, index: int | None = None) -> str:
+        """This GPU in ``HOOKCORE_STUB_DEVICES`` form (NVML's numeric enums)."""
+        arch = _code(nvml.ARCHITECTURES, self.architecture, "architecture")
+        brand = _code(nvml.BRANDS, self.brand, "brand")
+        fields = {
+            "uuid": self.uuid, "name": self.product_name, "memory": str(self.memory),
+            "index": str(self.index if index is None else index), "minor": str(self.minor),
+            "pci": self.pci_bus_id, "pciid": hex(self.pci_device_id), "arch": str(arch), "brand": str(brand),
+            "cc": self.compute_capability, "mig": self.mig,
+        }
+        return ",".join(f"{k}={v}" for k, v in fields.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeNode:
+    """The fake GPUs of one node and the driver versions their NVML reports."""
+
+    gpus: tuple[FakeGpu, ...]
+    driver_version: str = DEFAULT_DRIVER
+    cuda_version: str = DEFAULT_CUDA
+
+    def stub_devices(self, uuids: Sequence[str] | None = None) -> str:
+        """``HOOKCORE_STUB_DEVICES`` for the node, or for the GPUs a container sees (`uuids`, in
+        that order, numbered from 0 as NVML numbers a container's GPUs)."""
+        if uuids is None:
+            return ";".join(g.stub_entry() for g in self.gpus)
+        by_uuid = {g.uuid: g for g in self.gpus}
+        return ";".join(by_uuid[u].stub_entry(index=i) for i, u in enumerate(uuids))
+
+    def stub_env(self) -> dict[str, str]:
+        major, _, minor = self.cuda_version.partition(".")
+        return {
+            "HOOKCORE_STUB_DEVICES": self.stub_devices(),
+            "HOOKCORE_STUB_NVML_DRIVER": self.driver_version,
+            "HOOKCORE_STUB_NVML_CUDA": str(int(major) * 1000 + int(minor or 0) * 10),
+        }
+
+
+def _code(table: Mapping[int, str], name: str, what: str) -> int:
+    for code, known in table.items():
+        if known == name:
+            return code
+    raise FakeDevicesError(f"{what} {name!r} is not known; known: {sorted(set(table.values()))}")
+
+
+def fake_uuid(node: str, position: int) -> str:
+    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"hami-core-gpu.fake/{node}/{position}"))
+
+
+def _layout(position: int) -> tuple[str, str, int]:
+    domain, slot = divmod(position, len(_BUSES))
+    return (f"{domain:04x}:{_BUSES[slot]:02x}:00.0", f"pci{domain:04x}:{_ROOTS[slot]:02x}", 0 if slot < 4 else 1)
+
+
+def _from_model(model: Model, node: str, position: int) -> FakeGpu:
+    bus, root, numa = _layout(position)
+    return FakeGpu(
+        uuid=fake_uuid(node, position), index=position, minor=position, product_name=model.product_name,
+        memory=model.memory_mib * MiB, architecture=model.architecture, compute_capability=model.compute_capability,
+        brand=model.brand, mig=model.mig, pci_bus_id=bus, pcie_root=root, numa_node=numa,
+        pci_device_id=model.pci_device_id,
+    )
+
+
+def profile(name: str, node: str) -> FakeNode:
+    m = _PROFILE.match(name)
+    if not m or m["model"] not in MODELS:
+        raise FakeDevicesError(
+            f"unknown fake-device profile {name!r}: give <model>x<count> with a model of {sorted(MODELS)} "
+            "(e.g. h200x8), or the path of a YAML file"
+        )
+    count = int(m["count"])
+    if not 1 <= count <= MAX_GPUS:
+        raise FakeDevicesError(f"fake-device profile {name!r}: count must be 1..{MAX_GPUS}")
+    model = MODELS[m["model"]]
+    return FakeNode(tuple(_from_model(model, node, i) for i in range(count)))
+
+
+_GPU_KEYS = {
+    "model", "uuid", "index", "minor", "productName", "memory", "architecture", "computeCapability", "brand",
+    "migMode", "pciBusID", "pcieRoot", "numaNode",
+}
+
+
+def from_document(doc: Any, node: str, source: str = "fake-device file") -> FakeNode:
+    """A `FakeNode` from a parsed YAML document (see the module docstring)."""
+    if not isinstance(doc, dict):
+        raise FakeDevicesError(f"{source}: expected a mapping with `gpus:`, got {type(doc).__name__}")
+    unknown = set(doc) - {"gpus", "driverVersion", "cudaDriverVersion"}
+    if unknown:
+        raise FakeDevicesError(f"{source}: unknown keys {sorted(unknown)} (known: gpus, driverVersion, cudaDriverVersion)")
+    entries = doc.get("gpus")
+    if not isinstance(entries, list) or not entries:
+        raise FakeDevicesError(f"{source}: `gpus:` must be a non-empty list")
+    if len(entries) > MAX_GPUS:
+        raise FakeDevicesError(f"{source}: at most {MAX_GPUS} GPUs, got {len(entries)}")
+    gpus = [_gpu_entry(e, node, i, f"{source}: gpus[{i}]") for i, e in enumerate(entries)]
+    for what in ("uuid", "pci_bus_id", "index", "minor"):
+        values = [getattr(g, what) for g in gpus]
+        if len(set(values)) != len(values):
+            raise FakeDevicesError(f"{source}: two GPUs share one {what}: {values}")
+    driver = str(doc.get("driverVersion", DEFAULT_DRIVER))
+    cuda = str(doc.get("cudaDriverVersion", DEFAULT_CUDA))
+    try:
+        nvml.version(driver)
+        nvml.version(cuda)
+    except ValueError:
+        raise FakeDevicesError(f"{source}: driverVersion/cudaDriverVersion must be dotted numbers") from None
+    return FakeNode(tuple(gpus), driver, cuda)
+
+
+def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
+    if not isinstance(entry, dict):
+        raise FakeDevicesError(f"{where}: expected a mapping")
+    unknown = set(entry) - _GPU_KEYS
+    if unknown:
+        raise FakeDevicesError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_GPU_KEYS)})")
+    model_name = entry.get("model")
+    if model_name is not None and model_name not in MODELS:
+        raise FakeDevicesError(f"{where}: unknown model {model_name!r}; known: {sorted(MODELS)}")
+    if model_name is None and not {"productName", "memory"} <= set(entry):
+        raise FakeDevicesError(f"{where}: give `model:` or at least `productName:` and `memory:`")
+    base = _from_model(MODELS[model_name or "h200"], node, position)
+    changes: dict[str, Any] = {}
+    simple = {"uuid": "uuid", "productName": "product_name", "architecture": "architecture", "brand": "brand",
+              "pciBusID": "pci_bus_id", "pcieRoot": "pcie_root"}
+    for key, attr in simple.items():
+        if key in entry:
+            changes[attr] = str(entry[key])
+    for key, attr in (("index", "index"), ("minor", "minor"), ("numaNode", "numa_node")):
+        if key in entry:
+            if not isinstance(entry[key], int) or isinstance(entry[key], bool):
+                raise FakeDevicesError(f"{where}: {key} must be an integer, got {entry[key]!r}")
+            changes[attr] = entry[key]
+    if "memory" in entry:
+        try:
+            changes["memory"] = quantity_to_int(str(entry["memory"]))
+        except ValueError:
+            raise FakeDevicesError(f"{where}: memory {entry['memory']!r} is not a quantity (e.g. 40Gi)") from None
+    if "computeCapability" in entry:
+        changes["compute_capability"] = str(entry["computeCapability"])
+    if "migMode" in entry:
+        mig = entry["migMode"]
+        mig = {True: "on", False: "off"}.get(mig, mig)  # YAML 1.1 reads a bare off as false
+        if mig not in ("on", "off", "unsupported"):
+            raise FakeDevicesError(f"{where}: migMode must be on, off or unsupported, got {entry['migMode']!r}")
+        changes["mig"] = mig
+    gpu = dataclasses.replace(base, **changes)
+    _code(nvml.ARCHITECTURES, gpu.architecture, f"{where}: architecture")
+    _code(nvml.BRANDS, gpu.brand, f"{where}: brand")
+    if not _UUID.fullmatch(gpu.uuid):
+        raise FakeDevicesError(f"{where}: uuid {gpu.uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
+    if not _STUB_VALUE.fullmatch(gpu.product_name):
+        raise FakeDevicesError(f"{where}: productName {gpu.product_name!r}: 1..95 characters, no ',', ';' or '='")
+    if not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", gpu.pci_bus_id):
+        raise FakeDevicesError(f"{where}: pciBusID {gpu.pci_bus_id!r} must look like 0000:3b:00.0 (lower-case hex)")
+    if not re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", gpu.pcie_root):
+        raise FakeDevicesError(f"{where}: pcieRoot {gpu.pcie_root!r} must look like pci0000:3a")
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", gpu.compute_capability):
+        raise FakeDevicesError(f"{where}: computeCapability {gpu.compute_capability!r} must look like 8.6")
+    if gpu.memory <= 0:
+        raise FakeDevicesError(f"{where}: memory must be positive")
+    return gpu
+
+
+def load(spec: str, node: str) -> FakeNode:
+    """A profile name, or the path of a YAML file (anything with a `/` or a .yaml/.yml suffix)."""
+    if "/" in spec or spec.endswith((".yaml", ".yml")):
+        import yaml
+
+        path = Path(spec)
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise FakeDevicesError(f"cannot read fake-device file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise FakeDevicesError(f"fake-device file {path} is not YAML: {exc}") from None
+        return from_document(doc, node, source=str(path))
+    return profile(spec, node)
+
+
+def stub_library() -> Path:
+    """hookcore's stub libnvidia-ml.so.1, built beside the hook library."""
+    return dra.hook_library("vgpu").parent / "stub" / "libnvidia-ml.so.1"
+
+
+class FakeBackend:
+    """Activates a `FakeNode` in this process: the stub NVML, its environment and a sysfs."""
+
+    def __init__(self, node: FakeNode, stub_library: Path) -> None:
+        if not stub_library.exists():
+            raise FakeDevicesError(
+                f"the stub NVML library {stub_library} is not built: run `make -C hookcore` (or reinstall the package)"
+            )
+        self.node = node
+        self.stub_library = stub_library
+        self._dir = Path(tempfile.mkdtemp(prefix="hami-core-gpu-fake-"))
+        self.sysfs = self._dir / "sys"
+        topology.build_fake_sysfs(self.sysfs, [(g.pci_bus_id, g.pcie_root, g.numa_node) for g in node.gpus])
+        os.environ.update(node.stub_env())  # the stub reads its devices at nvmlInit
+        nvml.load_library(stub_library)
+
+    def container_env(self, uuids: Iterable[str]) -> dict[str, str]:
+        """What a workload of a claim needs to see these GPUs under the stub CUDA and NVML."""
+        return {"HOOKCORE_STUB_DEVICES": self.node.stub_devices(list(uuids))}
+
+    def close(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)

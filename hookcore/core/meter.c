@@ -1,0 +1,318 @@
+/* meter.c - batches of device work, timed with the API's events, charged to the limiter.
+ * (The design is in meter.h.) Process-local state: the pending ring, an event pool and the
+ * per-signature cost estimates, under one mutex that is never held across a driver call that
+ * can block. The claim-wide state is the limiter's bucket in the ledger.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "meter.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "limiter.h"
+
+#define HK_BATCH_MAX_SUBMITS 32
+#define HK_BATCH_MAX_AGE_NS 2000000LL
+#define HK_BATCH_GAP_NS 100000LL
+#define HK_METER_MAX_PENDING 4
+#define HK_RING 64
+#define HK_POOL 64
+#define HK_EST 512
+
+typedef struct hk_pair {
+    void *start, *end;
+    void *ctx;
+} hk_pair;
+
+struct hk_meter_batch {
+    int open;
+    int ldev;
+    uint64_t sig;                      /* hash of what the batch submitted */
+    void *stream;
+    void *ctx;
+    hk_pair ev;
+    unsigned count;
+    int64_t opened_ns, last_ns;
+};
+
+static const hk_meter_ops *g_ops;
+static _Atomic int g_ops_state;        /* 0 not set up, 1 usable, 2 unusable (logged) */
+static __thread hk_meter_batch t_batch;
+static pthread_key_t g_exit_key;       /* closes a thread's open batch when the thread exits */
+static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { hk_pair ev; int ldev; uint64_t sig; } g_pending[HK_RING];
+static unsigned g_head, g_npending;
+static hk_pair g_pool[HK_POOL];
+static unsigned g_npool;
+static _Atomic int g_captures;
+static _Atomic uint64_t g_batches;
+static _Atomic int64_t g_charged;
+
+/* Lowest cost seen per batch signature (open addressing, overwrite on collision). */
+static struct { uint64_t sig; int64_t ns; } g_est[HK_EST];
+static _Atomic int g_charge_elapsed = -1;   /* HOOKCORE_LIMITER_CHARGE=elapsed */
+
+static hk_limiter g_lim[HK_MAX_DEVICES];
+static _Atomic int g_lim_state[HK_MAX_DEVICES];   /* 0 unknown, 1 attached, 2 unlimited */
+
+void hk_meter_setup(const hk_meter_ops *ops) {
+    int expect = 0;
+    if (!hk_atomic_cas_strong_acq_rel(&g_ops_state, &expect, 3)) return;   /* 3: being set up */
+    int ok = ops && ops->current && ops->capturing && ops->event_create && ops->event_destroy &&
+             ops->event_record && ops->event_done && ops->event_wait && ops->event_elapsed_ns;
+    g_ops = ops;
+    hk_atomic_store_release(&g_ops_state, ok ? 1 : 2);
+}
+
+static int64_t charge_for(uint64_t sig, int64_t elapsed) {
+    int ce = hk_atomic_load_relaxed(&g_charge_elapsed);
+    if (ce < 0) {
+        const char *v = getenv("HOOKCORE_LIMITER_CHARGE");
+        ce = v && strcmp(v, "elapsed") == 0;
+        hk_atomic_store_relaxed(&g_charge_elapsed, ce);
+    }
+    if (ce || sig == 0) return elapsed;
+    pthread_mutex_lock(&g_lock);
+    unsigned i = (unsigned)(sig ^ (sig >> 29)) % HK_EST;
+    int64_t c = elapsed;
+    if (g_est[i].sig == sig) {
+        int64_t grown = g_est[i].ns + g_est[i].ns / 512 + 1;
+        if (grown < c) c = grown;
+    }
+    g_est[i].sig = sig;
+    g_est[i].ns = c;
+    pthread_mutex_unlock(&g_lock);
+    return c;
+}
+
+static hk_limiter *limiter_for(int ldev) {
+    if (ldev < 0 || ldev >= HK_MAX_DEVICES) return NULL;
+    int st = hk_atomic_load_acquire(&g_lim_state[ldev]);
+    if (hk_likely(st == 1)) return &g_lim[ldev];
+    if (st == 2) return NULL;
+    pthread_mutex_lock(&g_lock);
+    if (hk_atomic_load_relaxed(&g_lim_state[ldev]) == 0) {
+        hk_limiter_attach(&g_lim[ldev], hk_limiter_area(ldev), hk_sm_limit(ldev));
+        g_lim[ldev].strict = hk_compute_strict(ldev);
+        hk_atomic_store_release(&g_lim_state[ldev], g_lim[ldev].shared ? 1 : 2);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return hk_atomic_load_acquire(&g_lim_state[ldev]) == 1 ? &g_lim[ldev] : NULL;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Event pairs                                                                                  */
+
+static int get_pair(void *ctx, hk_pair *out) {
+    pthread_mutex_lock(&g_lock);
+    for (unsigned i = g_npool; i-- > 0;) {
+        if (g_pool[i].ctx == ctx) {
+            *out = g_pool[i];
+            g_pool[i] = g_pool[--g_npool];
+            pthread_mutex_unlock(&g_lock);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    out->ctx = ctx;
+    if (g_ops->event_create(&out->start) != 0) return -1;
+    if (g_ops->event_create(&out->end) != 0) {
+        g_ops->event_destroy(out->start);
+        return -1;
+    }
+    return 0;
+}
+
+static void put_pair(const hk_pair *p) {
+    pthread_mutex_lock(&g_lock);
+    if (g_npool < HK_POOL) {
+        g_pool[g_npool++] = *p;
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
+    pthread_mutex_unlock(&g_lock);
+    g_ops->event_destroy(p->start);
+    g_ops->event_destroy(p->end);
+}
+
+/* The charge of a finished batch: the estimate, scaled by the clock boost under a strict cap. */
+static int64_t charge_of_batch(hk_limiter *lim, int ldev, uint64_t sig, int64_t elapsed) {
+    int64_t c = charge_for(sig, elapsed);
+    if (lim->strict && g_ops->clock_ratio_milli) {
+        uint32_t r = g_ops->clock_ratio_milli(ldev);
+        if (r > 1000) c = c * (int64_t)r / 1000;   /* a boost: the work was cheaper than at full load */
+    }
+    return c;
+}
+
+/* Charge the oldest closed batch if it is done (block = 0) or after waiting for it (block = 1).
+   Returns 1 if one was charged, 0 if none was pending (or, non-blocking, not yet done). */
+static int collect_one(int block) {
+    pthread_mutex_lock(&g_lock);
+    if (g_npending == 0) {
+        pthread_mutex_unlock(&g_lock);
+        return 0;
+    }
+    unsigned i = g_head;
+    if (!block && !g_ops->event_done(g_pending[i].ev.end)) {
+        pthread_mutex_unlock(&g_lock);
+        return 0;
+    }
+    hk_pair ev = g_pending[i].ev;
+    int ldev = g_pending[i].ldev;
+    uint64_t sig = g_pending[i].sig;
+    g_head = (g_head + 1) % HK_RING;
+    g_npending--;
+    pthread_mutex_unlock(&g_lock);
+    if (block) g_ops->event_wait(ev.end);
+    int64_t ns = 0;
+    hk_limiter *lim = limiter_for(ldev);
+    if (lim && g_ops->event_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
+        int64_t c = charge_of_batch(lim, ldev, sig, ns);
+        hk_limiter_charge(lim, c);
+        hk_atomic_add_relaxed(&g_batches, 1);
+        hk_atomic_add_relaxed(&g_charged, c);
+    }
+    put_pair(&ev);
+    return 1;
+}
+
+static unsigned pending_count(void) {
+    pthread_mutex_lock(&g_lock);
+    unsigned n = g_npending;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+static void close_batch(hk_meter_batch *b) {
+    if (!b->open) return;
+    b->open = 0;
+    if (b->count == 0) {            /* start recorded but nothing went through */
+        put_pair(&b->ev);
+        return;
+    }
+    for (;;) {
+        pthread_mutex_lock(&g_lock);
+        if (g_npending < HK_RING) {
+            unsigned tail = (g_head + g_npending) % HK_RING;
+            g_pending[tail].ev = b->ev;
+            g_pending[tail].ldev = b->ldev;
+            g_pending[tail].sig = b->sig;
+            g_npending++;
+            pthread_mutex_unlock(&g_lock);
+            return;
+        }
+        pthread_mutex_unlock(&g_lock);
+        collect_one(1);
+    }
+}
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    nanosleep(&ts, NULL);
+}
+
+/* A thread that exits with an open batch hands it over for charging (its device time is owed). */
+static void on_thread_exit(void *arg) {
+    (void)arg;
+    close_batch(&t_batch);
+}
+static void make_exit_key(void) { pthread_key_create(&g_exit_key, on_thread_exit); }
+
+/* ------------------------------------------------------------------------------------------- */
+/* The gate                                                                                     */
+
+hk_meter_batch *hk_meter_before(void *s) {
+    if (hk_unlikely(hk_atomic_load_acquire(&g_ops_state) != 1)) return NULL;
+    if (hk_atomic_load_acquire(&g_captures) > 0) return NULL;
+    if (g_ops->capturing(s)) return NULL;
+    void *ctx = NULL;
+    int ldev = -1;
+    hk_meter_batch *b = &t_batch;
+    if (g_ops->current(&ctx, &ldev) != 0 || ctx == NULL) return NULL;
+    hk_limiter *lim = limiter_for(ldev);
+    if (!lim) return NULL;
+
+    int64_t now = hk_limiter_now_ns();
+    if (b->open && (b->stream != s || b->ctx != ctx || b->count >= HK_BATCH_MAX_SUBMITS ||
+                    now - b->opened_ns > HK_BATCH_MAX_AGE_NS || now - b->last_ns > HK_BATCH_GAP_NS))
+        close_batch(b);
+    while (collect_one(0)) {
+    }
+    int64_t bal = hk_limiter_balance(lim, now);
+    if (bal < 0) {
+        close_batch(b);
+        int64_t t0 = now;
+        while (bal < 0) {
+            if (!collect_one(1)) sleep_ns(hk_limiter_wait_ns(lim, bal));
+            now = hk_limiter_now_ns();
+            bal = hk_limiter_balance(lim, now);
+        }
+        hk_limiter_note_throttle(lim, now - t0);
+    }
+    while (pending_count() > HK_METER_MAX_PENDING) collect_one(1);
+    if (!b->open) {
+        if (hk_unlikely(b->opened_ns == 0)) {      /* first batch of this thread */
+            pthread_once(&g_exit_once, make_exit_key);
+            pthread_setspecific(g_exit_key, b);
+        }
+        if (get_pair(ctx, &b->ev) != 0) return NULL;
+        if (g_ops->event_record(b->ev.start, s) != 0) {
+            put_pair(&b->ev);
+            return NULL;
+        }
+        b->open = 1;
+        b->stream = s;
+        b->ctx = ctx;
+        b->ldev = ldev;
+        b->count = 0;
+        b->sig = 0;
+        b->opened_ns = now;
+    }
+    return b;
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
+    if (!b || !ok) return;
+    if (g_ops->event_record(b->ev.end, s) != 0) return;
+    b->sig = mix(b->sig, sig);
+    b->count++;
+    b->last_ns = hk_limiter_now_ns();
+}
+
+void hk_meter_capture_begun(int ok) {
+    if (ok) hk_atomic_add_acq_rel(&g_captures, 1);
+}
+
+void hk_meter_capture_ended(int was_capturing) {
+    if (!was_capturing) return;
+    int c = hk_atomic_load_acquire(&g_captures);
+    while (c > 0 && !hk_atomic_cas_weak_acq_rel(&g_captures, &c, c - 1)) {
+    }
+}
+
+void hk_meter_atfork_child(void) {
+    /* The parent's events and contexts are not usable here: forget them (leaked, by design). */
+    pthread_mutex_init(&g_lock, NULL);
+    g_head = g_npending = g_npool = 0;
+    memset(g_est, 0, sizeof g_est);
+    hk_atomic_store_relaxed(&g_captures, 0);
+    memset(&t_batch, 0, sizeof t_batch);
+}
+
+void hk_meter_stats(uint64_t *batches, int64_t *charged_ns) {
+    if (batches) *batches = hk_atomic_load_relaxed(&g_batches);
+    if (charged_ns) *charged_ns = hk_atomic_load_relaxed(&g_charged);
+}

@@ -1,0 +1,89 @@
+/* meter.h - measuring a claim's device work and holding it to its compute share (vendor-neutral).
+ *
+ * The shim of a compute API (cuda/ for CUDA) wraps every call that submits work to a device --
+ * kernel and graph launches, copies, memsets -- in hk_meter_before() / hk_meter_after(), and
+ * supplies the handful of operations the meter needs (contexts, streams, timing events) in an
+ * hk_meter_ops. Everything else is here:
+ *
+ * Measuring GPU time: a thread's submissions onto one stream form a "batch". Before the first one
+ * a start event is recorded on the stream; after every one the batch's end event is re-recorded,
+ * so elapsed(start, end) is the device time of exactly that work, without the idle time before or
+ * after it. A batch closes after 32 submissions, 2 ms, a 100 us host pause, a change of stream or
+ * context, or before the thread is throttled. Closed batches are charged to the claim's shared
+ * bucket (limiter.h) by whichever submitting thread of the process sees them done.
+ *
+ * Throttling: before a submission, if the bucket is in debt the thread first waits for its own
+ * in-flight batches (their time is owed too), then sleeps until the debt is repaid. At most
+ * HK_METER_MAX_PENDING closed batches may be in flight per process, which bounds how far work runs
+ * ahead of its charge.
+ *
+ * Contention: with time slicing another claim's work that runs while ours is queued lands inside
+ * our [start, end] window. Each batch therefore carries a signature (a hash of what it submitted,
+ * from the shim), and is charged min(elapsed, the lowest cost seen for that signature, grown by
+ * 1/512 per use): repeated work is charged its uncontended cost, new work its elapsed time.
+ * HOOKCORE_LIMITER_CHARGE=elapsed switches the estimate off.
+ *
+ * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost
+ * scaled by the clock boost the device got from running below full load (hk_meter_ops.clock_ratio),
+ * so throughput, not device time, stays at the share on an idle device.
+ *
+ * Stream capture: while any capture is in progress the meter records no event at all (event
+ * queries are illegal during a global-mode capture; recorded events would become graph nodes).
+ *
+ * One metered API per library: hk_meter_setup() is called once with the shim's operations.
+ */
+#ifndef HOOKCORE_METER_H
+#define HOOKCORE_METER_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hk_meter_ops {
+    /* The calling thread's current context and its ledger device index (hk_device_resolve).
+       0 when there is one; nonzero when there is none (the submission is not metered). */
+    int (*current)(void **ctx, int *ldev);
+    /* 1 if work submitted to `stream` now would be captured into a graph, not run. */
+    int (*capturing)(void *stream);
+    int (*event_create)(void **ev);                              /* 0 = ok */
+    void (*event_destroy)(void *ev);
+    int (*event_record)(void *ev, void *stream);                 /* 0 = ok */
+    int (*event_done)(void *ev);                                 /* 1 done (or failed), 0 pending */
+    void (*event_wait)(void *ev);
+    int (*event_elapsed_ns)(void *start, void *end, int64_t *ns);   /* 0 = ok */
+    /* Strict cap only (may be NULL): the device's clock now relative to its clock under full
+       load, x1000 (1000 = no boost; 1230 = running 23% faster). 0 = unknown. */
+    uint32_t (*clock_ratio_milli)(int ldev);
+} hk_meter_ops;
+
+typedef struct hk_meter_batch hk_meter_batch;
+
+/* Install the shim's operations (once; later calls are ignored). NULL members that are not
+   optional make the meter refuse to meter (logged once): the compute limit is then not enforced. */
+void hk_meter_setup(const hk_meter_ops *ops);
+
+/* Before submitting work to `stream`: throttle while the claim is in debt, open or extend a
+   batch. Returns the batch to pass to hk_meter_after(), or NULL when this submission is not
+   metered (no limit on its device, no context, a capture in progress, no event API). */
+hk_meter_batch *hk_meter_before(void *stream);
+
+/* After the submission: `ok` = the driver accepted it; `sig` = a hash of what it was. */
+void hk_meter_after(hk_meter_batch *b, void *stream, int ok, uint64_t sig);
+
+/* Stream capture bookkeeping: a capture began (ok = it did), a capture ended (was = the stream
+   was capturing before the end call). */
+void hk_meter_capture_begun(int ok);
+void hk_meter_capture_ended(int was_capturing);
+
+/* In a forked child: forget the parent's events, batches and estimates. */
+void hk_meter_atfork_child(void);
+
+/* Statistics for the debug log and tests: batches charged by this process, ns charged. */
+void hk_meter_stats(uint64_t *batches, int64_t *charged_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HOOKCORE_METER_H */

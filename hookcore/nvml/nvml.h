@@ -1,0 +1,26 @@
+/* nvml.h - internal interface of the NVML shim (part of libvgpu.so). */
+#ifndef HOOKCORE_NVML_SHIM_H
+#define HOOKCORE_NVML_SHIM_H
+
+#include "../core/hookcore.h"
+#include "../preload/preload.h"
+#include "nvml_abi.h"
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m);
+
+typedef struct hk_nvml_table {
+#define HK_HOOK(name) __typeof__(&name) name;
+#define HK_AUX(name, ret, args) ret(*name) args;
+#include "hooks.def"
+#undef HK_HOOK
+#undef HK_AUX
+} hk_nvml_table;
+
+extern hk_nvml_table hk_nvml HK_HIDDEN;
+extern const hk_shim hk_shim_nvml HK_HIDDEN;
+
+/* Strict cap: SM clock now / at full load of ledger device `ldev`, x1000 (0 = unknown). clock.c */
+uint32_t hk_nvml_clock_ratio_milli(int ldev) HK_HIDDEN;
+
+#endif

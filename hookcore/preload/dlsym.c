@@ -1,0 +1,124 @@
+/* dlsym.c - the dlsym interposer, a trampoline that never depends on the compiler.
+ *
+ * Why interpose dlsym at all: dlopen("libcuda.so.1") + dlsym(handle, name) searches that library's
+ * scope, not the preload scope, so a program (or the CUDA runtime) that loads the driver itself
+ * would never meet our exported interposers. dlsym answers a policed name with the interposer.
+ *
+ * Everything else must behave exactly like the next dlsym, including dlsym(RTLD_NEXT, name), which
+ * glibc resolves relative to its *caller's* return address. A C interposer calling the real dlsym
+ * keeps that only if the compiler emits a sibling call (-O0 does not: RTLD_NEXT would then search
+ * after libvgpu.so instead of after the caller). So dlsym is a few lines of assembly: save the
+ * arguments, ask hk_dlsym_decide() for an interposer, and otherwise restore them and *jump* to the
+ * next dlsym with the caller's return address untouched. Same code at every optimisation level.
+ *
+ * The next dlsym: dlsym(RTLD_NEXT, "dlsym") asked by this library, i.e. the dlsym of another
+ * hookcore library preloaded after this one (so each answers its own names and passes the rest
+ * on), or glibc's. glibc's own is found with dlvsym(RTLD_NEXT, "dlsym", <version>) and used by the
+ * loader, which must never meet an interposer. If neither exists the trampoline returns NULL
+ * rather than jumping to it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <string.h>
+
+#include "dlsym.h"
+
+static _Atomic(hk_dlsym_fn) g_libc;
+_Atomic(hk_dlsym_fn) hk_dlsym_next HK_HIDDEN;   /* read by the trampoline */
+
+hk_dlsym_fn hk_preload_libc_dlsym(void) {
+    hk_dlsym_fn f = hk_atomic_load_acquire(&g_libc);
+    if (HK_LIKELY(f != NULL)) return f;
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && !f; i++)
+        f = (hk_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    hk_atomic_store_release(&g_libc, f);
+    return f;
+}
+
+hk_dlsym_fn hk_preload_next_dlsym(void) {
+    hk_dlsym_fn f = hk_atomic_load_acquire(&hk_dlsym_next);
+    if (HK_LIKELY(f != NULL)) return f;
+    hk_dlsym_fn libc = hk_preload_libc_dlsym();
+    if (libc) f = (hk_dlsym_fn)libc(RTLD_NEXT, "dlsym");   /* called from here: "next after us" */
+    if (!f) f = libc;
+    hk_atomic_store_release(&hk_dlsym_next, f);
+    return f;
+}
+
+/* Called by the trampoline: the interposer for a policed name, or NULL to pass the lookup on. */
+HK_HIDDEN void *hk_dlsym_decide(void *handle, const char *name);
+void *hk_dlsym_decide(void *handle, const char *name) {
+    if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_dlsym_next) == NULL)) hk_preload_next_dlsym();
+    if (hk_log_debug()) hk_atomic_add_relaxed(&hk_log_xdlsym_calls, 1);
+    if (name == NULL || handle == RTLD_NEXT) return NULL;   /* RTLD_NEXT: never ours */
+    for (const hk_shim *const *sp = hk_preload_shims; *sp; sp++) {
+        const char *p = (*sp)->prefix;
+        if (name[0] == p[0] && strncmp(name, p, strlen(p)) == 0) return hk_preload_hook_of(name);
+    }
+    return NULL;
+}
+
+__attribute__((constructor)) static void hk_dlsym_ctor(void) { hk_preload_next_dlsym(); }
+
+#if defined(__x86_64__)
+__asm__(
+    "    .text\n"
+    "    .globl dlsym\n"
+    "    .type dlsym, @function\n"
+    "    .p2align 4\n"
+    "dlsym:\n"
+    "    .cfi_startproc\n"
+    "    endbr64\n"
+    "    pushq %rdi\n"
+    "    .cfi_adjust_cfa_offset 8\n"
+    "    pushq %rsi\n"
+    "    .cfi_adjust_cfa_offset 8\n"
+    "    subq $8, %rsp\n"                      /* 16-byte stack alignment for the call */
+    "    .cfi_adjust_cfa_offset 8\n"
+    "    call hk_dlsym_decide\n"
+    "    addq $8, %rsp\n"
+    "    .cfi_adjust_cfa_offset -8\n"
+    "    popq %rsi\n"
+    "    .cfi_adjust_cfa_offset -8\n"
+    "    popq %rdi\n"
+    "    .cfi_adjust_cfa_offset -8\n"
+    "    testq %rax, %rax\n"
+    "    jnz 1f\n"                             /* an interposer: return it */
+    "    movq hk_dlsym_next(%rip), %rax\n"
+    "    testq %rax, %rax\n"
+    "    jz 1f\n"                              /* no dlsym to pass on to: return NULL */
+    "    jmp *%rax\n"                          /* the caller's return address is still on top */
+    "1:  ret\n"
+    "    .cfi_endproc\n"
+    "    .size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(
+    "    .text\n"
+    "    .globl dlsym\n"
+    "    .type dlsym, %function\n"
+    "    .p2align 2\n"
+    "dlsym:\n"
+    "    hint 34\n"                            /* bti c */
+    "    stp x29, x30, [sp, #-32]!\n"
+    "    mov x29, sp\n"
+    "    stp x0, x1, [sp, #16]\n"
+    "    bl hk_dlsym_decide\n"
+    "    mov x9, x0\n"
+    "    ldp x0, x1, [sp, #16]\n"
+    "    ldp x29, x30, [sp], #32\n"             /* x30 = the caller's return address again */
+    "    cbnz x9, 1f\n"
+    "    adrp x16, hk_dlsym_next\n"
+    "    ldr x16, [x16, #:lo12:hk_dlsym_next]\n"
+    "    cbz x16, 2f\n"
+    "    br x16\n"
+    "1:  mov x0, x9\n"
+    "    ret\n"
+    "2:  mov x0, #0\n"
+    "    ret\n"
+    "    .size dlsym, .-dlsym\n");
+#else
+#error "hookcore: the dlsym trampoline exists for x86_64 and aarch64 only"
+#endif

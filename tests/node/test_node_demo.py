@@ -1,0 +1,28 @@
+"""`dra demo` on a real node: kubelet prepares, containerd applies CDI, each pod reports its quota."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+import dra.demo
+from dra.cluster.controlplane import ControlPlane
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node]
+
+
+def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: object,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # `real_node` only to skip (or fail under CI) where no real node can start; the demo starts its own.
+    buf = io.StringIO()
+    monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=400))
+    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, node_mode="real") == 0
+    out = buf.getvalue()
+    assert "a real node: kubelet" in out and "registers with the real kubelet" in out
+    assert out.count("(Succeeded)") == 2 and out.count("/gpu-0 (") == 2
+    assert out.count("quota_total_bytes=") == 2 and out.count("over_quota_alloc=") == 2
+    assert "EXAMPLE_MEMORY_LIMIT=4294967296" in out and "EXAMPLE_MEMORY_LIMIT=10737418240" in out
+    assert "CDI specs left: none" in out
+    assert "demo complete on a real node" in out
