@@ -313,6 +313,12 @@ class Driver(abc.ABC):
         """How the claim's share is enforced (hook library and quotas), or None (not enforced)."""
         return None
 
+    def hook_libraries(self) -> Sequence[Path]:
+        """The hook libraries `enforcement` will name. The daemon installs them at start, before
+        it publishes, so every driver's library is in the node's hook set before the first claim:
+        a heterogeneous claim's specs (one per driver) then mount the same set. Default: none."""
+        return ()
+
     def health(self) -> Iterator[list[HealthEvent]] | None:
         """An optional blocking iterator of full health snapshots; None when not supported
         (a driver may instead push snapshots with `DriverContext.report_health`)."""
