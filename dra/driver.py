@@ -7,11 +7,12 @@ opaque-config decoding, the checkpoint, CDI files, ResourceSlice publishing, met
 enforcement (hook library install, per-claim ledger and config, preload).
 
 Life cycle: the framework instantiates the driver with no arguments, calls `setup` once with a
-`DriverContext` (node, pool, settings, fake profile, callbacks), then `devices`.
+`DriverContext` (node, pool, settings, fake profile, callbacks), installs `hook_libraries`,
+then calls `devices`.
 
 Rules for implementers (enforced by import contracts and tests):
-- import only `dra` (this interface) and `dra.testing`: no gRPC, no Kubernetes API calls, no
-  file writes (the framework writes CDI, state, ledgers and hook libraries);
+- import only `dra` (this interface), `dra.topology` and `dra.testing`: no gRPC, no Kubernetes
+  API calls, no file writes (the framework writes CDI, state, ledgers and hook libraries);
 - read configuration from `DriverContext.settings`, not from the environment;
 - `prepare` is deterministic for the same inputs and may be called again after a crash;
 - `unprepare` receives exactly what `prepare` returned (edits and state, from the checkpoint),
