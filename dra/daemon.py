@@ -255,7 +255,11 @@ class Daemon:
         """Put the driver's hook libraries into the node's current hook set (see Driver.hook_libraries)."""
         from dra.hookdir import HookDirError
 
-        for library in self.driver.hook_libraries():
+        try:
+            libraries = list(self.driver.hook_libraries())
+        except FileNotFoundError as exc:  # e.g. dra.hook_library(stem) of a library not built
+            raise UserError(f"Driver {self.driver.name}: {exc}") from exc
+        for library in libraries:
             try:
                 hset = self.preparer.hooks.hook_dir.install(Path(library))
             except HookDirError as exc:
