@@ -268,7 +268,7 @@ class ControlPlane:
     def _get(self, path: str, timeout: float = 3.0) -> str:
         url = f"https://127.0.0.1:{self.ports.apiserver}{path}"
         with urllib.request.urlopen(url, context=self._ssl(), timeout=timeout) as resp:
-            return resp.read().decode()
+            return str(resp.read().decode())
 
     def _ready(self) -> bool:
         try:
@@ -287,7 +287,7 @@ class ControlPlane:
     def _etcd_healthy(ports: Ports) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{ports.etcd}/health", timeout=2) as resp:
-                return json.loads(resp.read()).get("health") == "true"
+                return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, urllib.error.URLError, ValueError):
             return False
 

@@ -136,7 +136,8 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
             out.print(f"kept: namespace {ns}, the node (stop it with `dra node down --dir {node.directory} --purge`)",
                       highlight=False)
         else:
-            for delete in (lambda: core.delete_namespace(ns), lambda: resource.delete_device_class(cls)):
+            deletes: list[Callable[[], object]] = [lambda: core.delete_namespace(ns), lambda: resource.delete_device_class(cls)]
+            for delete in deletes:
                 with contextlib.suppress(Exception):
                     delete()
             node.down(purge=True)
