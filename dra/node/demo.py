@@ -18,10 +18,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kubernetes.utils import parse_quantity
 from rich.console import Console
 from rich.table import Table
 
+from dra.client import quantity_to_int
 from dra.cluster.controlplane import ControlPlane
 from dra.demo import _wait as _until
 from dra.errors import UserError
@@ -105,7 +105,7 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
             r = results[name]
             consumed = r.consumed_capacity or {}
             seen = dict(_REPORT.findall(core.read_namespaced_pod_log(name, ns)))
-            holds = (seen.get("quota_total_bytes") == str(parse_quantity(consumed.get("memory", "0")))
+            holds = (seen.get("quota_total_bytes") == str(quantity_to_int(consumed.get("memory", "0")))
                      and seen.get("over_quota_alloc") == "refused")
             if phase != "Succeeded" or not holds:
                 failed.append(name)
