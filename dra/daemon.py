@@ -241,6 +241,7 @@ class Daemon:
         removed = self.preparer.start()
         if removed:
             log.info("removed leftovers of earlier runs", extra={"paths": removed})
+        self.install_hook_libraries()
         try:
             self.publisher.start()
         except DeviceValidationError as exc:
@@ -249,6 +250,21 @@ class Daemon:
         if self.http is not None:
             self.http.start()
             log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
+
+    def install_hook_libraries(self) -> None:
+        """Put the driver's hook libraries into the node's current hook set (see Driver.hook_libraries)."""
+        from dra.hookdir import HookDirError
+
+        try:
+            libraries = list(self.driver.hook_libraries())
+        except FileNotFoundError as exc:  # e.g. dra.hook_library(stem) of a library not built
+            raise UserError(f"Driver {self.driver.name}: {exc}") from exc
+        for library in libraries:
+            try:
+                hset = self.preparer.hooks.hook_dir.install(Path(library))
+            except HookDirError as exc:
+                raise UserError(f"Driver {self.driver.name}: cannot install its hook library: {exc}") from exc
+            log.info("hook library in the current set", extra={"library": str(library), "set": hset.id})
 
     def stop(self) -> None:
         if self._stopped:
