@@ -9,6 +9,7 @@ also wait for it. Under a compute share the device time of those copies is held 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,20 +51,30 @@ def test_every_copy_and_memset_entry_point_is_hooked_per_variant(client: Path, h
             assert hook.endswith("_ptsz" if "Async" in base else "_ptds"), (base, hook)
 
 
+def held(measure: Callable[[], float], share: int) -> float:
+    """The share of native a limited loop got, which must be share +- 5. Above it is the limiter's
+    fault and fails at once; below it can also be the host's (a synchronous copy waits for the
+    host to come back before the next one, and the CI machine is shared): measured once more."""
+    got = 100 * measure() / NATIVE
+    assert got <= share + 5, got
+    if got < share - 5:
+        got = 100 * measure() / NATIVE
+    assert got >= share - 5, got
+    return got
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_copies_are_held_to_the_share(client: Path, hookcore_libs: HookLibs, tmp_path: Path, kind: str,
                                       mode: str) -> None:
     what = kind if mode == "sync" else f"{kind}-async"
-    got = rate(client, hookcore_libs, tmp_path, what, CUDA_DEVICE_SM_LIMIT="30")
-    assert abs(100 * got / NATIVE - 30) <= 5, got
+    held(lambda: rate(client, hookcore_libs, tmp_path, what, CUDA_DEVICE_SM_LIMIT="30"), 30)
 
 
 @pytest.mark.parametrize("what", ["dtod", "htod-async", "memset32-async"])
 def test_per_thread_stream_variants_are_held_too(client: Path, hookcore_libs: HookLibs, tmp_path: Path,
                                                  what: str) -> None:
-    got = rate(client, hookcore_libs, tmp_path, what, ptds=True, CUDA_DEVICE_SM_LIMIT="50")
-    assert abs(100 * got / NATIVE - 50) <= 5, got
+    held(lambda: rate(client, hookcore_libs, tmp_path, what, ptds=True, CUDA_DEVICE_SM_LIMIT="50"), 50)
 
 
 @pytest.mark.parametrize("what", ["dtod-async", "memset32"])
