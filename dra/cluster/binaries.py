@@ -14,7 +14,6 @@ reachable here (no release tarballs), and it is the same code the upstream relea
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra.errors import UserError
+from dra.fsutil import LockTimeout, lock_file, unlock_file
 
 DEFAULT_K8S_VERSION = "v1.34.4"
 # etcd minor used by Kubernetes 1.34 is 3.6; the newest 3.6 patch the proxy serves.
@@ -177,19 +177,19 @@ def build_lock(root: Path | None = None, progress: Callable[[str], None] = print
     directory = root or cache_root()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ".build.lock"
-    with path.open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another build in {directory} to finish (it holds {path})")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    try:
+        fd = lock_file(path, timeout=0, mode=0o644)
+    except LockTimeout:
+        progress(f"waiting for another build in {directory} to finish (it holds {path})")
+        fd = lock_file(path, mode=0o644)
+    try:
+        yield
+    finally:
+        unlock_file(fd)
 
 
-def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None, progress=print) -> BinarySet:
+def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None,
+          progress: Callable[[str], None] = print) -> BinarySet:
     """Build (or reuse) the binaries for `version`; returns where they are."""
     bins = binary_set(version, root)
     if bins.complete():
@@ -260,7 +260,7 @@ def helm_binary(version: str = HELM_VERSION, root: Path | None = None) -> Path:
     return (root or cache_root()) / f"helm-{version}" / "helm"
 
 
-def build_helm(version: str = HELM_VERSION, root: Path | None = None, progress=print) -> Path:
+def build_helm(version: str = HELM_VERSION, root: Path | None = None, progress: Callable[[str], None] = print) -> Path:
     """Build (or reuse) helm `version` from the Go module proxy; returns the binary's path.
 
     `go install module/cmd/helm@version` builds exactly the module's own go.mod (no build module

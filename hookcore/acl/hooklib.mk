@@ -1,0 +1,8 @@
+# acl/hooklib.mk - libvnpu.so, the Ascend hook library (included by ../Makefile).
+#
+#   build/libvnpu.so = core/ + preload/ + acl/ (aclrt*, aclmdl*) + ascend_rt/ (rt*)
+#
+# and the stubs it is tested on (stub/ascend.mk: libdcmi.so, libruntime.so, libascendcl.so).
+HOOK_LIBS += vnpu
+SHIMS_vnpu := acl ascend_rt
+-include stub/ascend.mk
