@@ -168,7 +168,8 @@ def test_an_init_container_installs_the_hook_library_with_the_daemons_installer(
     assert init["volumeMounts"] == [{"name": "hook-dir", "mountPath": "/var/lib/dra-hookcore"}]
     assert init["image"] == container(spec, "daemon")["image"], "the library installed must be the one the daemon ships"
     assert "initContainers" not in pod_spec(render(helm, "hami-core-gpu", values={"hook.install": False}))
-    assert "initContainers" not in pod_spec(render(helm, "ascend")), "no Ascend hook library yet"
+    ascend = container(pod_spec(render(helm, "ascend")), "install-hooks", init=True)
+    assert ascend["args"] == ["--hook-dir=/var/lib/dra-hookcore", "vnpu"]
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
