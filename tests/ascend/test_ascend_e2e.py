@@ -234,3 +234,24 @@ def test_heterogeneous_claim_gpu_and_npu_in_one_container(both_rig: Rig) -> None
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_example_opens_with_a_comment(path: Path) -> None:
     assert path.read_text().startswith("# "), f"{path.name} must open with a comment saying what it shows"
+
+
+def test_demo_heterogeneous_part(cluster: ControlPlane, stub_dcmi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dra demo` ends with the heterogeneous claim: each vendor's workload, in the one container,
+    sees its own share's memory as its total and is refused past it."""
+    import io
+
+    from rich.console import Console
+
+    import dra.demo
+
+    buf = io.StringIO()
+    monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=220))
+    assert dra.demo.run_heterogeneous(cluster) == 0
+    out = buf.getvalue()
+    print(out)
+    assert "heterogeneous claim complete" in out and "skipped" not in out
+    for entry, program, memory in (("hami-core-gpu", "cuda_workload", 10 * GiB), ("ascend", "acl_workload", 16 * GiB)):
+        row = next(line for line in out.splitlines() if f" {program} " in line)
+        cells = [c.strip() for c in row.strip("│┃ ").replace("┃", "│").split("│")]
+        assert cells == [entry, program, str(memory), "refused", str(memory)], row
