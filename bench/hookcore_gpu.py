@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
 """hookcore on a real GPU: memory quota, compute share and overhead, with and without the preload.
 
-Run on the GPU machine from the repository root:
+Run on the GPU machine from the repository root (a fresh machine: it needs python3 with torch and
+CuPy, make and a C compiler; no network, no pip install):
 
-    python3 bench/hookcore_gpu.py --out "$OUT"            # everything, about 5 minutes
+    python3 bench/hookcore_gpu.py --out "$OUT"            # everything, one sitting, about 8 minutes
     python3 bench/hookcore_gpu.py --out "$OUT" --sections probe,compute
 
-It builds libvgpu.so (make -C hookcore) and the C client, then runs each measurement in fresh
-processes (one per configuration) so that every process starts with its own quota. Results go
-to OUT/results.json (all numbers) and OUT/summary.md (the table); the table is printed last.
+It builds libvgpu.so and hk-ledger (make -C hookcore) and the C client, then runs each measurement
+in fresh processes (one per configuration) so that every process starts with its own quota.
+Results go to OUT/results.json (all numbers) and OUT/summary.md (the table, with GPU, driver and
+date); the table is printed last. Sections still to run when --budget seconds have passed are
+skipped (and say so) so the whole run fits one 10-minute device call.
 
 Sections:
   probe     torch under the preload with HOOKCORE_LOG=debug: which entry points were hooked
   memory    torch allocation to the quota and past it (clean OOM), default and expandable segments;
             mem_get_info; nvidia-smi under the preload
   compute   share achieved at 10/30/50/70% on a 4096^3 bf16 matmul loop and on a CUDA-graph loop
+  strict    the strict cap at 30/50/70% on the matmul loop (full-load clock = the native run's SM
+            clock), and at 50% with the library's default reference
+  copy      copy-bound loop: 1 GiB device-to-device copy_ (memcpy, no kernel) at 30/50% and
+            metered-unthrottled (99%), vs native
+  infer     launch-bound small-kernel inference loop (16 x Linear(512)+ReLU, batch 1) at 30/50/99%
   tenants   two processes (two claims) running the matmul loop at once: native, 50/50, 30/70
   launch    launch-bound loop (1-element add_, 1000 per sync), native vs preload (no SM limit)
   alloc     1 MiB cudaMalloc+cudaFree pairs through CuPy, 1 and 8 processes, native vs preload
@@ -144,18 +152,22 @@ def _rate(step, per_step: int, warm: float, secs: float, go_at: float | None = N
 
 
 
+def ledger_charged(tool: str | None, path: str | None) -> int | None:
+    """Device time charged so far to device 0's limiter, read with the core's own reader
+    (build/hk-ledger, from hookcore/tools/hk_ledger.c); None without a ledger or limiter."""
+    if not tool or not path or not os.path.exists(path):
+        return None
+    r = subprocess.run([tool, "limiter", path, "0"], capture_output=True, text=True)
+    fields = r.stdout.split()
+    if r.returncode != 0 or len(fields) < 4 or fields[0] != "LIMITER" or fields[1] != "1":
+        return None
+    return int(fields[3])
+
+
 def _ledger_charged() -> int | None:
-    """GPU time charged so far to device 0's limiter (ledger: device area at 4096, limiter at +256,
-    hk_limiter_shared.xcharged_ns at +24)."""
-    path = os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE")
-    if not path or not os.environ.get("CUDA_DEVICE_SM_LIMIT"):
+    if not os.environ.get("CUDA_DEVICE_SM_LIMIT"):
         return None
-    try:
-        with open(path, "rb") as f:
-            f.seek(4096 + 256 + 24)
-            return int.from_bytes(f.read(8), "little", signed=True)
-    except OSError:
-        return None
+    return ledger_charged(os.environ.get("HK_BENCH_TOOL"), os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE"))
 
 
 def w_compute(args: dict) -> None:
@@ -249,12 +261,66 @@ def w_alloc(args: dict) -> None:
     _emit({"us_per_pair": statistics.median(samples), "samples": samples})
 
 
+def _charged_duty(c0: int | None, t0: float) -> float | None:
+    c1 = _ledger_charged()
+    if c0 is None or c1 is None:
+        return None
+    return 100.0 * (c1 - c0) / 1e9 / (time.time() - t0)
+
+
+def w_copy(args: dict) -> None:
+    """Copy-bound: 1 GiB device-to-device copy_ (the runtime's memcpy, no kernel), 10 per sync."""
+    import torch
+
+    a = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    a.fill_(1)
+
+    def step() -> None:
+        for _ in range(10):
+            b.copy_(a)
+        torch.cuda.synchronize()
+
+    c0, t0 = _ledger_charged(), time.time()
+    r = _rate(step, 10, 0.5, args.get("secs", 3.0))
+    _emit({"rate": r, "gib_per_s": r, "charged_duty": _charged_duty(c0, t0)})
+
+
+def w_infer(args: dict) -> None:
+    """Launch-bound, inference-like: a 16-layer MLP of 512-wide Linear+ReLU at batch 1 (about 32
+    small kernels per forward), 20 forwards per sync."""
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(16):
+        layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).to("cuda", torch.float16).eval()
+    x = torch.randn(1, 512, device="cuda", dtype=torch.float16)
+
+    def step() -> None:
+        with torch.no_grad():
+            for _ in range(20):
+                model(x)
+        torch.cuda.synchronize()
+
+    c0, t0 = _ledger_charged(), time.time()
+    r = _rate(step, 20, 0.5, args.get("secs", 3.0))
+    _emit({"rate": r, "charged_duty": _charged_duty(c0, t0)})
+
+
 WORKERS = {"probe": w_probe, "memory": w_memory, "compute": w_compute, "launch": w_launch,
-           "alloc": w_alloc}
+           "alloc": w_alloc, "copy": w_copy, "infer": w_infer}
 
 # ----------------------------------------------------------------------------------------------
 # Driver side
 # ----------------------------------------------------------------------------------------------
+
+
+def git_rev() -> str:
+    """The hookcore commit measured: git if the tree is a checkout, else HK_BENCH_REV, else unknown."""
+    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else os.environ.get("HK_BENCH_REV", "unknown")
 
 
 class Bench:
@@ -262,6 +328,7 @@ class Bench:
         self.out = out
         self.build = build
         self.lib = build / "libvgpu.so"
+        self.tool = build / "hk-ledger"
         self.client = build / "shim_client"
         self.tmp = Path(tempfile.mkdtemp(prefix="hkbench-"))
         self.n = 0
@@ -280,6 +347,7 @@ class Bench:
             if k.startswith("CUDA_DEVICE_") or k in ("LD_PRELOAD", "HOOKCORE_LOG"):
                 del e[k]
         e["PYTHONUNBUFFERED"] = "1"
+        e["HK_BENCH_TOOL"] = str(self.tool)
         if preload:
             self.n += 1
             e["LD_PRELOAD"] = str(self.lib)
@@ -309,23 +377,35 @@ class Bench:
         return self.collect(self.spawn(worker, args, env), timeout, keep)
 
     # --- sections -----------------------------------------------------------------------------
-    def s_build(self) -> None:
+    def build_libs(self) -> None:
+        """libvgpu.so, the stubs, hk-ledger and the C client (no GPU needed)."""
         self.build.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"BUILD={self.build}", "libs"],
+        jobs = str(min(os.cpu_count() or 1, 8))
+        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"-j{jobs}", f"BUILD={self.build}", "libs"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit("build failed:\n" + r.stdout[-3000:] + r.stderr[-3000:])
-        r = subprocess.run(["cc", "-O2", "-o", str(self.client), str(ROOT / "tests/hook/c/shim_client.c"), "-ldl"],
-                           capture_output=True, text=True)
+        r = subprocess.run(["cc", "-O2", "-o", str(self.client), str(ROOT / "tests/hook/c/shim_client.c"), "-ldl",
+                            "-lpthread"], capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit("client build failed:\n" + r.stderr[-3000:])
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                              "--format=csv,noheader"], capture_output=True, text=True)
-        import torch  # versions only; no CUDA work in the parent
 
-        self.results["env"] = {"gpu": smi.stdout.strip(), "torch": torch.__version__,
-                               "cuda_runtime": torch.version.cuda,
-                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    def s_build(self) -> None:
+        self.build_libs()
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
+                                  "power.limit", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+        except OSError as exc:   # a machine without a GPU (the CPU tests of this script)
+            smi = f"unknown ({exc.strerror})"
+        try:
+            import torch  # versions only; no CUDA work in the parent
+
+            versions = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda}
+        except ImportError:
+            versions = {"torch": None, "cuda_runtime": None}
+        self.results["env"] = {"gpu": smi, **versions,
+                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                               "hookcore": git_rev()}
         self.say(f"built; {self.results['env']}")
 
     def s_probe(self) -> None:
@@ -338,7 +418,7 @@ class Bench:
         hooked = sorted({ln.split("-> hook ")[1].strip() for ln in err.splitlines() if "-> hook " in ln})
         policed_prefixes = ("cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease", "cuLaunch",
                             "cuGraphLaunch", "cuArray", "cuMipmapped", "cuMemGetInfo", "cuDeviceTotalMem",
-                            "cuStreamBeginCapture", "cuStreamEndCapture")
+                            "cuStreamBeginCapture", "cuStreamEndCapture", "cuMemcpy", "cuMemset")
         real_policed = sorted({ln.split("(")[1].split(",")[0] for ln in err.splitlines()
                                if "-> real" in ln and ln.split("(")[1].startswith(policed_prefixes)})
         r.update({"hooked": hooked, "policed_names_left_real": real_policed,
@@ -404,7 +484,10 @@ class Bench:
         configs += [("50-elapsed", True, {"CUDA_DEVICE_SM_LIMIT": "50", "HOOKCORE_LIMITER_CHARGE": "elapsed"})]
         for name, preload, quota in configs:
             stop = self.clocks()
-            r = self.run("compute", {"loops": ["plain", "graph"]}, self.env(preload, **quota))
+            e = self.env(preload, **{k: v for k, v in quota.items() if k != "HOOKCORE_LIMITER_CHARGE"})
+            if "HOOKCORE_LIMITER_CHARGE" in quota:
+                e["HOOKCORE_LIMITER_CHARGE"] = quota["HOOKCORE_LIMITER_CHARGE"]
+            r = self.run("compute", {"loops": ["plain", "graph"], "secs": 2.5}, e)
             r.update(self.in_windows(stop(), r.get("windows", [])))
             err = r.pop("_stderr", "")
             if "error" in r:
@@ -424,6 +507,61 @@ class Bench:
             self.say(f"compute {name}: {r}")
         self.results["sections"]["compute"] = res
 
+    def s_strict(self) -> None:
+        """Strict cap vs the default share on the matmul loop, side by side with the compute section."""
+        res: dict = {}
+        c = self.results["sections"].get("compute", {})
+        native = c.get("native", {}).get("plain")
+        ref = c.get("native", {}).get("sm_mhz")
+        if not native:
+            r = self.run("compute", {"loops": ["plain"], "secs": 2.5}, self.env(False))
+            native = r.get("plain")
+        res["native_plain"] = native
+        res["ref_mhz"] = ref
+        configs = [(f"strict-{sh}", sh, {"HOOKCORE_COMPUTE_MODE_0": "strict",
+                                          **({"HOOKCORE_COMPUTE_REF_MHZ_0": str(int(ref))} if ref else {})})
+                   for sh in (70, 50, 30)]
+        configs.append(("strict-50-default-ref", 50, {"HOOKCORE_COMPUTE_MODE_0": "strict"}))
+        for name, share, extra in configs:
+            stop = self.clocks()
+            e = self.env(True, CUDA_DEVICE_SM_LIMIT=str(share), **extra)
+            r = self.run("compute", {"loops": ["plain"], "secs": 2.5}, e)
+            r.update(self.in_windows(stop(), r.get("windows", [])))
+            err = r.pop("_stderr", "")
+            r["log"] = [ln for ln in err.splitlines() if "strict" in ln][:3]
+            if "plain" in r and native:
+                r["share_plain"] = 100.0 * r["plain"] / native
+                if r.get("plain_kernel_ms"):
+                    r["duty_plain"] = 100.0 * r["plain"] * r["plain_kernel_ms"] / 1e3
+            default = c.get(str(share), {}).get("share_plain")
+            r["default_share_plain"] = default
+            res[name] = r
+            self.say(f"strict {name}: {r}")
+        self.results["sections"]["strict"] = res
+
+    def _loop_section(self, worker: str, name: str, shares: tuple[int, ...]) -> None:
+        """native, then each share, one process each; share of native throughput + charged duty."""
+        res: dict = {}
+        r = self.run(worker, {"secs": 3.0}, self.env(False))
+        r.pop("_stderr", None)
+        res["native"] = r
+        for sh in shares:
+            r = self.run(worker, {"secs": 3.0}, self.env(True, CUDA_DEVICE_SM_LIMIT=str(sh)))
+            err = r.pop("_stderr", "")
+            if "error" in r:
+                r["stderr"] = err[-1500:]
+            if r.get("rate") and res["native"].get("rate"):
+                r["share"] = 100.0 * r["rate"] / res["native"]["rate"]
+            res[str(sh)] = r
+            self.say(f"{name} {sh}: {r}")
+        self.results["sections"][name] = res
+
+    def s_copy(self) -> None:
+        self._loop_section("copy", "copy", (99, 50, 30))
+
+    def s_infer(self) -> None:
+        self._loop_section("infer", "infer", (99, 50, 30))
+
     def s_tenants(self) -> None:
         res = {}
         solo = self.results["sections"].get("compute", {}).get("native", {}).get("plain")
@@ -433,7 +571,7 @@ class Bench:
         res["solo_native"] = solo
         for name, shares in (("native", (None, None)), ("50+50", (50, 50)), ("30+70", (30, 70)),
                              ("50+50-elapsed", (50, 50))):
-            go_at = time.time() + 20
+            go_at = time.time() + 12   # torch import + CUDA init + warm-up of both fit in it
             procs = []
             for sh in shares:
                 e = self.env(sh is not None, **({"CUDA_DEVICE_SM_LIMIT": str(sh)} if sh else {}))
@@ -453,7 +591,7 @@ class Bench:
 
     def s_launch(self) -> None:
         res = {"native": [], "preload": []}
-        for i in range(6):
+        for i in range(4):
             for preload in ((False, True) if i % 2 == 0 else (True, False)):
                 e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
                 r = self.run("launch", {"secs": 1.5, "cpu": 3}, e)
@@ -461,6 +599,7 @@ class Bench:
         nn, pp = list(filter(None, res["native"])), list(filter(None, res["preload"]))
         if nn and pp:
             res["native_median"], res["preload_median"] = statistics.median(nn), statistics.median(pp)
+            res["runs"] = len(nn)
             res["overhead_pct"] = 100.0 * (res["native_median"] - res["preload_median"]) / res["native_median"]
         self.say(f"launch: {res}")
         self.results["sections"]["launch"] = res
@@ -470,7 +609,7 @@ class Bench:
         for nproc, rounds in ((1, 3), (8, 1)):
             for rnd in range(rounds):
                 for preload in ((False, True) if rnd % 2 == 0 else (True, False)):
-                    go_at = time.time() + (15 if nproc > 1 else 0)
+                    go_at = time.time() + (10 if nproc > 1 else 0)
                     # one claim for all 8 processes (shared ledger), as in a container
                     e = self.env(preload, CUDA_DEVICE_MEMORY_LIMIT="64Gi")
                     procs = [self.spawn("alloc", {"pairs": 3000, "go_at": go_at if nproc > 1 else None,
@@ -537,7 +676,16 @@ class Bench:
     def summary(self) -> str:
         s = self.results["sections"]
         env = self.results["env"]
-        L = [f"GPU: {env.get('gpu')}; torch {env.get('torch')} (CUDA {env.get('cuda_runtime')}); {env.get('date')}", ""]
+        L = [f"GPU (name, driver, memory, max SM clock, power limit): {env.get('gpu')}; torch {env.get('torch')} "
+             f"(CUDA {env.get('cuda_runtime')}); hookcore {env.get('hookcore')}; {env.get('date')}; "
+             f"{self.results.get('total_s', '?')} s in all", ""]
+        missing = []
+        for k, v in list(s.items()):
+            if isinstance(v, dict) and ("skipped" in v or "error" in v):
+                missing.append(f"{k} ({v.get('skipped') or v.get('error')})")
+                s = {kk: vv for kk, vv in s.items() if kk != k}   # rows come from measured sections only
+        if missing:
+            L += ["Not measured: " + ", ".join(missing), ""]
         L += ["| measurement | native | hookcore | target | met |", "|---|---|---|---|---|"]
 
         def row(name, nat, hk, target, ok):
@@ -566,7 +714,7 @@ class Bench:
             if r.get("plain_kernel_ms") is not None:
                 bits.append(f"{r['plain_kernel_ms'] * 1e3:.0f} us/matmul")
             if r.get("sm_mhz") is not None:
-                bits.append(f"SM {r['sm_mhz']:.0f} MHz, {r['power_w']:.0f} W")
+                bits.append(f"SM {r['sm_mhz']:.0f} MHz" + (f", {r['power_w']:.0f} W" if r.get("power_w") is not None else ""))
             return f" ({'; '.join(bits)})" if bits else ""
 
         if nat:
@@ -587,6 +735,42 @@ class Bench:
         if r.get("share_plain") is not None:
             row("matmul loop, preload without SM limit", "100%", f"{r['share_plain']:.1f}% / graph {r['share_graph']:.1f}%",
                 ">= 98%", r["share_plain"] >= 98 and r["share_graph"] >= 98)
+        st_ = s.get("strict", {})
+        for name in ("strict-70", "strict-50", "strict-30", "strict-50-default-ref"):
+            r = st_.get(name)
+            if not r:
+                continue
+            want = int(name.split("-")[1])
+            v, d = r.get("share_plain"), r.get("default_share_plain")
+            ref = st_.get("ref_mhz")
+            label = (f"strict cap {want}%, matmul loop (full-load clock {ref:.0f} MHz)" if name.count("-") == 1 and ref
+                     else f"strict cap {want}%, matmul loop (library's default reference)")
+            row(label + "; default share beside it", f"default {d:.1f}%" if d is not None else "",
+                (f"{v:.1f}%" + extra(r)) if v is not None else r.get("error"), f"{want} ± 5 (throughput)",
+                v is not None and abs(v - want) <= 5)
+        for sec, what, tol in (("copy", "copy-bound loop (1 GiB D2D copy_, memcpy)", 3),
+                               ("infer", "launch-bound inference loop (16 x Linear 512, batch 1)", None)):
+            cs = s.get(sec, {})
+            nat = cs.get("native", {})
+            if nat.get("rate"):
+                unit = "GiB/s" if sec == "copy" else "forwards/s"
+                row(f"{what}, native ({unit})", f"{nat['rate']:.1f}", "", "reference", None)
+            for sh in ("99", "50", "30"):
+                r = cs.get(sh)
+                if not r:
+                    continue
+                v, duty = r.get("share"), r.get("charged_duty")
+                hk = (f"{v:.1f}% of native" if v is not None else str(r.get("error")))
+                if duty is not None:
+                    hk += f" (device time charged {duty:.1f}%)"
+                if sh == "99":
+                    row(f"{what}, metered at 99% (meter cost; native device duty)", "", hk, "reference", None)
+                elif sec == "copy":
+                    row(f"{what} at {sh}%", "", hk, f"{sh} ± {tol}", v is not None and abs(v - int(sh)) <= tol)
+                else:
+                    ok = duty is not None and duty <= int(sh) + 3
+                    row(f"{what} at {sh}% (device time held; throughput follows)", "", hk,
+                        f"charged <= {sh} + 3", ok if duty is not None else None)
         t = s.get("tenants", {})
         for name in ("native", "50+50", "30+70", "50+50-elapsed"):
             v = t.get(name, {}).get("shares")
@@ -597,7 +781,7 @@ class Bench:
                     "each ± 5" if want else "reference", ok)
         la = s.get("launch", {})
         if la.get("overhead_pct") is not None:
-            row("launch-bound loop (launches/s, median of 6, alternating)", f"{la['native_median']:.0f}",
+            row(f"launch-bound loop (launches/s, median of {la.get('runs', 6)}, alternating)", f"{la['native_median']:.0f}",
                 f"{la['preload_median']:.0f} ({la['overhead_pct']:.2f}% slower)", "<= 2%",
                 la["overhead_pct"] <= 2)
         al = s.get("alloc", {})
@@ -630,7 +814,9 @@ def main() -> None:
     ap.add_argument("args", nargs="?")
     ap.add_argument("--out", default=str(ROOT / "bench/out"))
     ap.add_argument("--build", default="/tmp/hookcore-build")
-    ap.add_argument("--sections", default="probe,memory,compute,tenants,launch,alloc,start")
+    ap.add_argument("--sections", default="probe,memory,compute,strict,copy,infer,tenants,launch,alloc,start")
+    ap.add_argument("--budget", type=float, default=510.0,
+                    help="seconds after which the remaining sections are skipped (default 510)")
     a = ap.parse_args()
     if a.worker:
         WORKERS[a.worker](json.loads(a.args or "{}"))
@@ -638,8 +824,13 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     b = Bench(out, Path(a.build))
+    start = time.time()
     b.s_build()
     for sec in a.sections.split(","):
+        if time.time() - start > a.budget:
+            b.results["sections"][sec] = {"skipped": f"time budget of {a.budget:.0f} s spent"}
+            b.say(f"section {sec} skipped: time budget spent")
+            continue
         t0 = time.time()
         try:
             getattr(b, "s_" + sec)()
@@ -648,6 +839,8 @@ def main() -> None:
             b.say(f"section {sec} failed: {e!r}")
         b.say(f"section {sec} took {time.time() - t0:.0f} s")
         (out / "results.json").write_text(json.dumps(b.results, indent=1))
+    b.results["total_s"] = round(time.time() - start, 1)
+    (out / "results.json").write_text(json.dumps(b.results, indent=1))
     text = b.summary()
     (out / "summary.md").write_text(text + "\n")
     print("\n" + text)

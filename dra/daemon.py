@@ -139,22 +139,9 @@ def parse_settings(pairs: list[str] | None) -> dict[str, str]:
 
 def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     """A kubernetes ApiClient from `kubeconfig`, or from the pod's service account when None."""
-    from kubernetes import client, config
+    from dra import client
 
-    cfg = client.Configuration()
-    try:
-        if kubeconfig is not None:
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-        else:
-            config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException as exc:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
-        hint = "" if kubeconfig else " Outside a cluster, pass --kubeconfig."
-        raise UserError(f"Cannot configure the Kubernetes client from {where}: {exc}.{hint}") from exc
-    except OSError as exc:
-        raise UserError(f"Cannot read kubeconfig {kubeconfig}: {exc}") from exc
-    cfg.connection_pool_maxsize = pool_size  # concurrent claim GETs share the pool
-    return client.ApiClient(cfg)
+    return client.api_client(kubeconfig, pool_size)
 
 
 class Daemon:

@@ -85,12 +85,21 @@ def run_workloads(cdi: Path, claims: list[tuple[str, int, list[str]]], workload:
     return table
 
 
-def left_running(cp: ControlPlane, keep: bool, work: Path) -> str:
+def create_fake_node(core: Any, node: str) -> None:
+    """A Ready, untainted Node object for a node whose kubelet the demo plays."""
+    core.create_node({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+    res = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    core.patch_node_status(node, {"status": {"capacity": res, "allocatable": res, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "DemoNode", "message": "no kubelet: the demo plays it"}]}})
+    core.patch_node(node, {"spec": {"taints": None}})
+
+
+def left_running(cp: ControlPlane, keep: bool, work: Path | None) -> str:
     """What the demo leaves behind, and how to stop or remove it."""
     lines = [f"left running: the embedded control plane (etcd, kube-apiserver, kube-scheduler,"
              f" kube-controller-manager) in {cp.directory}; it serves the next `dra demo` and `make test`.",
              f"  stop it:  {sys.executable} -m dra.cli cluster down --dir {cp.directory}"]
-    if keep:
+    if keep and work is not None:
         lines.append(f"  kept (--keep): the demo's namespace, node and DeviceClass, and its files in {work}")
     return "\n".join(lines)
 
@@ -109,9 +118,16 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     cp = ControlPlane(directory, k8s_version)
     health = cp.up(progress=lambda m: _out.print(f"    {m}", style="dim", highlight=False))
     _out.print(f"    ready: {health.version} at {cp.server}; export KUBECONFIG={cp.kubeconfig}", highlight=False)
+    from dra.demo_scenario import load_scenario, run_scenario
+
+    scenario = load_scenario(driver_entry)  # examples/<driver>/demo.yaml: several fake nodes, the examples
+    if scenario is not None and node_mode != "real":
+        return run_scenario(cp, scenario, workload, keep)
     rc = _on_real_node(cp, driver_entry, keep, node_mode)
     if rc is not None:
-        return rc or run_heterogeneous(cp, keep=keep)
+        rc = rc or run_heterogeneous(cp, keep=keep)
+        _out.print(left_running(cp, keep, None), highlight=False)
+        return rc
 
     api = cp.api_client()
     # Bodies are plain manifests (dicts), as users write them; the typed client accepts them at run time.
@@ -125,11 +141,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     cls: str | None = None
     try:
         _step(f"node {node} and the node daemon `dra run {driver_entry}`")
-        core.create_node({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
-        res = {"cpu": "16", "memory": "64Gi", "pods": "110"}
-        core.patch_node_status(node, {"status": {"capacity": res, "allocatable": res, "conditions": [
-            {"type": "Ready", "status": "True", "reason": "DemoNode", "message": "no kubelet: the demo plays it"}]}})
-        core.patch_node(node, {"spec": {"taints": None}})
+        create_fake_node(core, node)
         registrar, plugins, cdi, state = (work / d for d in ("registry", "plugins", "cdi", "state"))
         for d in (registrar, plugins, cdi, state):
             d.mkdir()
@@ -224,14 +236,19 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if not keep:
-            for delete in (lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
-                           lambda: resource.delete_device_class(cls) if cls else None):
-                try:
-                    delete()
-                except Exception:  # best-effort clean-up of demo objects
-                    pass
-            shutil.rmtree(work, ignore_errors=True)
+            clean_up([lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
+                      lambda: resource.delete_device_class(cls) if cls else None], work)
         api.close()
+
+
+def clean_up(deletes: list[Any], work: Path) -> None:
+    """Delete the demo's objects (each best effort: one failing does not keep the others) and its files."""
+    for delete in deletes:
+        try:
+            delete()
+        except Exception:  # best-effort clean-up of demo objects
+            pass
+    shutil.rmtree(work, ignore_errors=True)
 
 
 # One claim, several drivers: (driver entry point, fake profile, cores, memory, workload program
@@ -331,13 +348,8 @@ def run_heterogeneous(cp: ControlPlane, parts: tuple[tuple[str, str, str, str, s
         for d in daemons.values():
             d.stop()
         if not keep:
-            for delete in (lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
-                           *[lambda c=c: resource.delete_device_class(c) for c in classes]):
-                try:
-                    delete()
-                except Exception:  # best-effort clean-up of demo objects
-                    pass
-            shutil.rmtree(work, ignore_errors=True)
+            clean_up([lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
+                      *[lambda c=c: resource.delete_device_class(c) for c in classes]], work)
         api.close()
 
 

@@ -111,6 +111,11 @@ class AllocatedDevice:
     config: Any = None
 
     @property
+    def main_request(self) -> str:
+        """The request name kubelet matches containers by (``main`` of ``main/sub``)."""
+        return main_request(self.request)
+
+    @property
     def key(self) -> str:
         """A name unique per share: two shares of one device never collide."""
         return f"{self.device}-{self.share_id}" if self.share_id else self.device
@@ -250,11 +255,14 @@ class DriverContext:
 
 def quantity_to_int(quantity: str) -> int:
     """A Kubernetes quantity ("16Gi", "100", "1.5k") in integer base units, rounded up."""
-    import math
+    from dra import client  # the API client's parser, loaded on first use
 
-    from kubernetes.utils import parse_quantity
+    return client.quantity_to_int(quantity)
 
-    return math.ceil(parse_quantity(quantity))
+
+def main_request(request: str) -> str:
+    """The request name kubelet matches containers by: ``main`` for a subrequest ``main/sub``."""
+    return request.split("/", 1)[0]
 
 
 class PrepareError(Exception):

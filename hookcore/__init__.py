@@ -32,6 +32,7 @@ __all__ = [
     "HookConfigError",
     "Ledger",
     "LedgerError",
+    "LimiterUsage",
     "ProcessUsage",
     "claim_env",
     "config_file_text",
@@ -92,6 +93,8 @@ class DeviceQuota:
     memory_limit: int | None  # bytes; None = no memory quota
     sm_limit: int  # percent, 100 = no compute limit
     uuid: str | None  # physical GPU UUID when the claim is UUID-keyed
+    compute_mode: str = "share"  # "share" (of device time) or "strict" (of full-load throughput)
+    ref_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -144,7 +147,8 @@ def parse_config(
     """
     raw = _ext().parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
     devices = tuple(
-        DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"]) for d in raw["devices"]
+        DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"], d["compute_mode"], d["ref_mhz"])
+        for d in raw["devices"]
     )
     return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"])
 
@@ -153,7 +157,8 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
     """The configuration of a claim's devices (index = position in `devices`), validated.
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
-    only below 100, ``HOOKCORE_DEVICE_UUID_<i>`` when given (then the claim is UUID-keyed and every
+    only below 100, ``HOOKCORE_COMPUTE_MODE_<i>`` / ``HOOKCORE_COMPUTE_REF_MHZ_<i>`` for a strict
+    cap, ``HOOKCORE_DEVICE_UUID_<i>`` when given (then the claim is UUID-keyed and every
     device must have one), ``HOOKCORE_LEDGER`` = `ledger_path` as the container sees it. Raises
     HookConfigError if the library would reject the result. Write it with :func:`config_file_text`.
     """
@@ -165,6 +170,10 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
             env[f"HOOKCORE_COMPUTE_LIMIT_{i}"] = str(d.sm_limit)
         if d.uuid:
             env[f"HOOKCORE_DEVICE_UUID_{i}"] = d.uuid
+        if d.compute_mode != "share":
+            env[f"HOOKCORE_COMPUTE_MODE_{i}"] = d.compute_mode
+        if d.ref_mhz is not None:
+            env[f"HOOKCORE_COMPUTE_REF_MHZ_{i}"] = str(d.ref_mhz)
     if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
         raise _ext().HookConfigError("claim_env: either every device has a UUID or none has")
     parse_config(env)
@@ -213,6 +222,18 @@ class DeviceUsage:
     @property
     def free(self) -> int | None:
         return None if self.memory_limit is None else max(self.memory_limit - self.used, 0)
+
+
+@dataclass(frozen=True)
+class LimiterUsage:
+    """The compute limiter of one device index of a claim: device time charged and waited."""
+
+    index: int
+    active: bool  # a process of the claim has set up a compute limit on this device
+    share: int  # percent
+    charged_ns: int  # device time charged since the ledger was created
+    throttled_ns: int  # time the claim's submitting threads waited for their share
+    tokens_ns: int  # current balance (negative = in debt)
 
 
 @dataclass(frozen=True)
@@ -267,6 +288,9 @@ class Ledger:
             if i < max(self.device_count, 1) or d.used > 0 or d.peak > 0:
                 out.append(d)
         return out
+
+    def limiter(self, index: int) -> LimiterUsage:
+        return LimiterUsage(index, **self._view.limiter(index))
 
     def processes(self, include_free: bool = False) -> list[ProcessUsage]:
         """Process slots in use (live, dead-but-not-reclaimed, claiming)."""

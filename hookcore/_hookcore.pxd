@@ -1,5 +1,5 @@
 # Declarations of the hookcore C core (hookcore/core/hookcore.h) for the Cython wrapper.
-from libc.stdint cimport int32_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 
 cdef extern from "hookcore.h" nogil:
@@ -28,6 +28,8 @@ cdef extern from "hookcore.h" nogil:
         HK_CFG_MEM_SET
         HK_CFG_SM_SET
         HK_CFG_UUID_SET
+        HK_COMPUTE_SHARE
+        HK_COMPUTE_STRICT
         HK_ORIGIN_NONE
         HK_ORIGIN_ENV
         HK_ORIGIN_FILE
@@ -44,6 +46,8 @@ cdef extern from "hookcore.h" nogil:
         uint64_t mem_limit[16]
         uint32_t sm_limit[16]
         uint32_t flags[16]
+        uint32_t compute_mode[16]
+        uint32_t ref_mhz[16]
         char uuid[16][64]
         char ledger_path[4096]
 
@@ -92,6 +96,18 @@ cdef extern from "hookcore.h" nogil:
     int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out)
     int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out)
     uint64_t hk_proc_start_time(int pid)
+    void *hk_ledger_limiter_area(hk_ledger *l, int dev)
+
+
+cdef extern from "limiter.h" nogil:
+    ctypedef struct hk_limiter_stats:
+        uint32_t active
+        uint32_t share
+        int64_t tokens_ns
+        int64_t charged_ns
+        int64_t throttled_ns
+
+    void hk_limiter_read(const void *area, hk_limiter_stats *out)
 
 
 cdef extern from "../cuda/hami_env.h" nogil:

@@ -135,6 +135,8 @@ def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
                 "memory_limit": None if cfg.mem_limit[i] == HK_MEM_UNLIMITED else cfg.mem_limit[i],
                 "sm_limit": cfg.sm_limit[i],
                 "uuid": cfg.uuid[i].decode("utf-8", "replace") or None,
+                "compute_mode": "strict" if cfg.compute_mode[i] == HK_COMPUTE_STRICT else "share",
+                "ref_mhz": cfg.ref_mhz[i] or None,
                 "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
             })
         return {
@@ -238,6 +240,15 @@ cdef class LedgerView:
             "peak": d.peak,
             "live_processes": d.live_processes,
         }
+
+    def limiter(self, int index):
+        """The compute limiter's bucket of device `index` (device time charged, time throttled)."""
+        cdef hk_limiter_stats st
+        if index < 0 or index >= HK_MAX_DEVICES:
+            raise IndexError(f"device index {index} out of range 0..{HK_MAX_DEVICES - 1}")
+        hk_limiter_read(hk_ledger_limiter_area(self._open(), index), &st)
+        return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
+                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns}
 
     def process(self, int slot):
         cdef hk_process_info p

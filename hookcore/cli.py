@@ -55,6 +55,7 @@ def inspect(
     try:
         with hookcore.Ledger(path) as ledger:
             devices = ledger.devices()
+            limiters = {d.index: ledger.limiter(d.index) for d in devices}
             processes = ledger.processes()
             version = ledger.version
     except hookcore.LedgerError as exc:
@@ -64,7 +65,7 @@ def inspect(
         doc = {
             "path": str(path),
             "version": version,
-            "devices": [{**asdict(d), "free": d.free} for d in devices],
+            "devices": [{**asdict(d), "free": d.free, "limiter": asdict(limiters[d.index])} for d in devices],
             "processes": [asdict(p) for p in processes],
         }
         typer.echo(json.dumps(doc, indent=2))

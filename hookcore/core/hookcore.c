@@ -71,9 +71,10 @@ static void dump_config(const char *file) {
                g.cfg.device_count);
   if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) return;
   for (uint32_t i = 0; i < g.cfg.device_count || (i == 0 && g.cfg.device_count == 0); i++) {
-    n = snprintf(line, sizeof line, "hookcore: device %u%s%s: memory %llu bytes%s, compute %u%%\n", i,
+    n = snprintf(line, sizeof line, "hookcore: device %u%s%s: memory %llu bytes%s, compute %u%%%s\n", i,
                  g.cfg.uuid[i][0] ? " " : "", g.cfg.uuid[i], (unsigned long long)g.cfg.mem_limit[i],
-                 g.cfg.mem_limit[i] == HK_MEM_UNLIMITED ? " (unlimited)" : "", g.cfg.sm_limit[i]);
+                 g.cfg.mem_limit[i] == HK_MEM_UNLIMITED ? " (unlimited)" : "", g.cfg.sm_limit[i],
+                 g.cfg.compute_mode[i] == HK_COMPUTE_STRICT ? " (strict cap)" : "");
     if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) return;
   }
 }

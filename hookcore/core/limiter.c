@@ -82,3 +82,16 @@ int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance) {
 void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns) {
     if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xthrottled_ns, ns);
 }
+
+void hk_limiter_read(const void *area, hk_limiter_stats *out) {
+    const hk_limiter_shared *s = (const hk_limiter_shared *)area;
+    out->active = 0;
+    out->share = 0;
+    out->tokens_ns = out->charged_ns = out->throttled_ns = 0;
+    if (!s || hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;
+    out->active = 1;
+    out->share = hk_atomic_load_relaxed(&s->xshare);
+    out->tokens_ns = hk_atomic_load_relaxed(&s->xtokens_ns);
+    out->charged_ns = hk_atomic_load_relaxed(&s->xcharged_ns);
+    out->throttled_ns = hk_atomic_load_relaxed(&s->xthrottled_ns);
+}

@@ -45,6 +45,19 @@ typedef struct hk_limiter {
     int strict;                             /* charge full-load cost (see above) */
 } hk_limiter;
 
+/* What a reader (the wrapper, metrics, bench) may show of a device's bucket. */
+typedef struct hk_limiter_stats {
+    uint32_t active;                        /* 1 if a limiter has been set up in this area */
+    uint32_t share;                         /* percent */
+    int64_t tokens_ns;                      /* current balance (negative = in debt) */
+    int64_t charged_ns;                     /* device time charged since the ledger was created */
+    int64_t throttled_ns;                   /* time submitting threads waited */
+} hk_limiter_stats;
+
+/* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when
+   the area is NULL or holds no limiter. Works on a read-only mapping. */
+void hk_limiter_read(const void *area, hk_limiter_stats *out);
+
 /* Monotonic clock in ns. */
 int64_t hk_limiter_now_ns(void);
 

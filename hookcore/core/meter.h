@@ -1,6 +1,6 @@
 /* meter.h - measuring a claim's device work and holding it to its compute share (vendor-neutral).
  *
- * The shim of a compute API (cuda/ for CUDA) wraps every call that submits work to a device --
+ * The shim of a compute API wraps every call that submits work to a device --
  * kernel and graph launches, copies, memsets -- in hk_meter_before() / hk_meter_after(), and
  * supplies the handful of operations the meter needs (contexts, streams, timing events) in an
  * hk_meter_ops. Everything else is here:

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #endif
 #include "../core/meter.h"
+#include "gate.h"
 #include "shim.h"
 
 /* ---------------------------------------------------------------------------
@@ -84,25 +85,6 @@ void hk_cuda_meter_setup(void) {
 /* ---------------------------------------------------------------------------
  * Interposers. Fast path: state ready and no limiter -> straight to the driver.
  * ------------------------------------------------------------------------- */
-static inline int fast_path(void) {
-    int s = hk_atomic_load_relaxed(&hk_preload_xstate);
-    return HK_LIKELY((s == HK_STATE_READY || s == HK_STATE_DORMANT) && !hk_preload_limiter_on());
-}
-
-#define GATED(real_fn, stream, sig, call)                                          \
-    do {                                                                           \
-        if (HK_UNLIKELY(!real_fn)) return CUDA_ERROR_NOT_INITIALIZED;              \
-        if (fast_path()) return call;                                              \
-        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED; \
-        if (!hk_preload_limiter_on()) return call;                                 \
-        CUstream s_ = (stream);                                                    \
-        hk_meter_batch *b_ = hk_meter_before(s_);                                  \
-        CUresult r_ = call;                                                        \
-        hk_meter_after(b_, s_, r_ == CUDA_SUCCESS, (sig));                         \
-        return r_;                                                                 \
-    } while (0)
-
-#define PTSZ(s) ((s) ? (s) : CU_STREAM_PER_THREAD)
 #define KSIG ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)gx << 40 ^ (uint64_t)gy << 20 ^ gz) * 17 + \
               ((uint64_t)bx << 20 ^ (uint64_t)by << 10 ^ bz) + shmem)
 #define XSIG (c ? ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)c->gridDimX << 40 ^ (uint64_t)c->gridDimY << 20 ^ \
@@ -112,7 +94,7 @@ HK_EXPORT CUresult cuLaunchKernel(HK_LAUNCH_ARGS, void **params, void **extra) {
     GATED(hk_real.cuLaunchKernel, s, KSIG, hk_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 HK_EXPORT CUresult cuLaunchKernel_ptsz(HK_LAUNCH_ARGS, void **params, void **extra) {
-    GATED(hk_real.cuLaunchKernel_ptsz, PTSZ(s), KSIG,
+    GATED(hk_real.cuLaunchKernel_ptsz, HK_PTSZ(s), KSIG,
           hk_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 HK_EXPORT CUresult cuLaunchCooperativeKernel(HK_LAUNCH_ARGS, void **params) {
@@ -120,21 +102,21 @@ HK_EXPORT CUresult cuLaunchCooperativeKernel(HK_LAUNCH_ARGS, void **params) {
           hk_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 HK_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(HK_LAUNCH_ARGS, void **params) {
-    GATED(hk_real.cuLaunchCooperativeKernel_ptsz, PTSZ(s), KSIG,
+    GATED(hk_real.cuLaunchCooperativeKernel_ptsz, HK_PTSZ(s), KSIG,
           hk_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 HK_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     GATED(hk_real.cuLaunchKernelEx, c ? c->hStream : NULL, XSIG, hk_real.cuLaunchKernelEx(c, f, params, extra));
 }
 HK_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    GATED(hk_real.cuLaunchKernelEx_ptsz, PTSZ(c ? c->hStream : NULL), XSIG,
+    GATED(hk_real.cuLaunchKernelEx_ptsz, HK_PTSZ(c ? c->hStream : NULL), XSIG,
           hk_real.cuLaunchKernelEx_ptsz(c, f, params, extra));
 }
 HK_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     GATED(hk_real.cuGraphLaunch, s, (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch(g, s));
 }
 HK_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-    GATED(hk_real.cuGraphLaunch_ptsz, PTSZ(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch_ptsz(g, s));
+    GATED(hk_real.cuGraphLaunch_ptsz, HK_PTSZ(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch_ptsz(g, s));
 }
 
 /* ---------------------------------------------------------------------------

@@ -65,6 +65,11 @@ CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *d
 CUresult cuStreamEndCapture(CUstream s, void **graph);
 CUresult cuStreamEndCapture_ptsz(CUstream s, void **graph);
 
+#include "copy.h"
+#define HK_COPY_PROTO(name, params, args, stream, bytes, kind) CUresult name params;
+HK_COPIES(HK_COPY_PROTO)
+#undef HK_COPY_PROTO
+
 /* The real driver functions, one slot per hooks.def entry (filled by the preload registry). */
 typedef struct hk_real_table {
 #define HK_HOOK(name) __typeof__(&name) name;

@@ -1,7 +1,7 @@
 /* dlsym.c - the dlsym interposer, a trampoline that never depends on the compiler.
  *
- * Why interpose dlsym at all: dlopen("libcuda.so.1") + dlsym(handle, name) searches that library's
- * scope, not the preload scope, so a program (or the CUDA runtime) that loads the driver itself
+ * Why interpose dlsym at all: dlopen(<driver>) + dlsym(handle, name) searches that library's
+ * scope, not the preload scope, so a program (or a vendor runtime) that loads the driver itself
  * would never meet our exported interposers. dlsym answers a policed name with the interposer.
  *
  * Everything else must behave exactly like the next dlsym, including dlsym(RTLD_NEXT, name), which
@@ -16,6 +16,10 @@
  * on), or glibc's. glibc's own is found with dlvsym(RTLD_NEXT, "dlsym", <version>) and used by the
  * loader, which must never meet an interposer. If neither exists the trampoline returns NULL
  * rather than jumping to it.
+ *
+ * Sanitizer runtimes resolve their interceptors with dlsym(RTLD_NEXT, ...) before they are
+ * initialised, so the decision path is built without their instrumentation (HK_NO_SANITIZE) and
+ * touches nothing else for a name no shim polices.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,7 +32,7 @@
 static _Atomic(hk_dlsym_fn) g_libc;
 _Atomic(hk_dlsym_fn) hk_dlsym_next HK_HIDDEN;   /* read by the trampoline */
 
-hk_dlsym_fn hk_preload_libc_dlsym(void) {
+HK_NO_SANITIZE hk_dlsym_fn hk_preload_libc_dlsym(void) {
     hk_dlsym_fn f = hk_atomic_load_acquire(&g_libc);
     if (HK_LIKELY(f != NULL)) return f;
     static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
@@ -38,7 +42,7 @@ hk_dlsym_fn hk_preload_libc_dlsym(void) {
     return f;
 }
 
-hk_dlsym_fn hk_preload_next_dlsym(void) {
+HK_NO_SANITIZE hk_dlsym_fn hk_preload_next_dlsym(void) {
     hk_dlsym_fn f = hk_atomic_load_acquire(&hk_dlsym_next);
     if (HK_LIKELY(f != NULL)) return f;
     hk_dlsym_fn libc = hk_preload_libc_dlsym();
@@ -50,9 +54,10 @@ hk_dlsym_fn hk_preload_next_dlsym(void) {
 
 /* Called by the trampoline: the interposer for a policed name, or NULL to pass the lookup on. */
 HK_HIDDEN void *hk_dlsym_decide(void *handle, const char *name);
-void *hk_dlsym_decide(void *handle, const char *name) {
+HK_NO_SANITIZE void *hk_dlsym_decide(void *handle, const char *name) {
     if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_dlsym_next) == NULL)) hk_preload_next_dlsym();
-    if (hk_log_debug()) hk_atomic_add_relaxed(&hk_log_xdlsym_calls, 1);
+    if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_log_xdebug)))   /* (macros only: no instrumented call) */
+        hk_atomic_add_relaxed(&hk_log_xdlsym_calls, 1);
     if (name == NULL || handle == RTLD_NEXT) return NULL;   /* RTLD_NEXT: never ours */
     for (const hk_shim *const *sp = hk_preload_shims; *sp; sp++) {
         const char *p = (*sp)->prefix;

@@ -1,7 +1,7 @@
 /* preload.h - the vendor-neutral preload layer every hookcore library is built on.
  *
  * A hook library lib<stem>.so = core/ (config, ledger, admission, limiter, meter) + preload/ (this)
- * + a set of shims (cuda/ and nvml/ for libvgpu.so). A shim describes itself with one hk_shim:
+ * + a set of shims (see the Makefile's SHIMS_<stem>). A shim describes itself with one hk_shim:
  * the real library it stands in front of, its interposers (from its hooks.def), the real functions
  * it only calls, its legacy environment names. The Makefile generates, per library, the list of its
  * shims (hk_preload_shims) and the export list (only dlsym and the HK_HOOK names of hooks.def).
@@ -30,6 +30,9 @@
 #define HK_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HK_HIDDEN __attribute__((visibility("hidden")))
 #define HK_EXPORT __attribute__((visibility("default")))   /* interposers only; all else is hidden */
+/* Code a sanitizer runtime may run through before it is initialised (its own dlsym lookups) must
+   not be instrumented by it. */
+#define HK_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
 
 /* ---------------------------------------------------------------------------------------------
  * Shims
@@ -46,8 +49,8 @@ typedef struct hk_shim_rt {  /* per-shim mutable state */
 } hk_shim_rt;
 
 typedef struct hk_shim {
-    const char *name;                   /* "cuda" */
-    const char *library;                /* the real library to dlopen: "libcuda.so.1" */
+    const char *name;                   /* the shim directory's name */
+    const char *library;                /* the real library to dlopen ("lib<vendor>.so.1") */
     const char *prefix;                 /* every hook name starts with it ("cu"): dlsym's quick test */
     const hk_hook *hooks;
     size_t nhooks;                      /* hooks[0..nhooks) are interposers, the rest aux */
@@ -73,10 +76,10 @@ void *hk_preload_hook_of(const char *name) HK_HIDDEN;
 /* The interposer of shim `s` whose real pointer is `real`, or `real` itself. */
 void *hk_preload_swap(const hk_shim *s, void *real) HK_HIDDEN;
 
-/* A device ordinal for `uuid` from any shim that can tell (cuda: cuDeviceGetUuid), or -1. */
+/* A device ordinal for `uuid` from any shim that can tell (a compute API's UUID query), or -1. */
 int hk_preload_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
 
-/* Clock boost of ledger device `ldev` from any shim that can read clocks (nvml), x1000; 0 = unknown. */
+/* Clock boost of ledger device `ldev` from any shim that can read clocks, x1000; 0 = unknown. */
 uint32_t hk_preload_clock_ratio_milli(int ldev) HK_HIDDEN;
 
 /* ---------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@
 
 #include "../core/atomic.h"
 #include "../cuda/cuda_abi.h"
+#include "../cuda/copy.h"
 #include "stub_devices.h"
 
 #define STUB_API __attribute__((visibility("default")))
@@ -527,8 +528,9 @@ STUB_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
     return CUDA_SUCCESS;
 }
 
-/* Queue work of `dur_ns` on the stream: it starts when both the engine and the stream are free. */
-static void enqueue(CUstream s, int64_t dur_ns) {
+/* Queue work of `dur_ns` on the stream: it starts when both the engine and the stream are free.
+   Returns when it ends (simulated clock). */
+static int64_t enqueue(CUstream s, int64_t dur_ns) {
     int d = cur_dev();
     stub_stream *st = stream_of(s, d);
     int64_t now = now_ns();
@@ -541,6 +543,7 @@ static void enqueue(CUstream s, int64_t dur_ns) {
     } while (!hk_atomic_cas_weak_seq_cst(&g_dev[d].busy_until_ns, &busy, end));
     st->last_end_ns = end;
     hk_atomic_add_seq_cst(&g_launches, 1);
+    return end;
 }
 
 STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
@@ -594,11 +597,21 @@ STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { retur
 #define KERNEL_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
                     unsigned bz, unsigned shmem, CUstream s
 
+/* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
+   STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
+   GPU that boosts when it is not fully loaded (for the strict cap tests). */
+static int64_t kernel_ns(uintptr_t us) {
+    const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
+    int64_t ns = (int64_t)us * 1000;
+    if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
+    return ns;
+}
+
 STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
     (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, (int64_t)(uintptr_t)f * 1000);
+    enqueue(s, kernel_ns((uintptr_t)f));
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **params, void **extra) {
@@ -621,12 +634,42 @@ STUB_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, v
 STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, (int64_t)(uintptr_t)g * 1000);
+    enqueue(s, kernel_ns((uintptr_t)g));
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     return cuGraphLaunch(g, s ? s : CU_STREAM_PER_THREAD);
 }
+
+/* Copies and memsets (the table of cuda/copy.h): `bytes` take bytes / STUB_COPY_MBPS (MB/s,
+   default 1000, so 1 MB = 1 ms) on the simulated engine; synchronous ones also wait for it. No
+   memory is touched (device pointers are fake). */
+static _Atomic int64_t g_copy_mbps;
+static int64_t copy_ns(uint64_t bytes) {
+    int64_t mbps = hk_atomic_load_relaxed(&g_copy_mbps);
+    if (mbps == 0) {
+        const char *v = getenv("STUB_COPY_MBPS");
+        mbps = v && atoll(v) > 0 ? atoll(v) : 1000;
+        hk_atomic_store_relaxed(&g_copy_mbps, mbps);
+    }
+    return (int64_t)(bytes * 1000 / (uint64_t)mbps);
+}
+static _Atomic unsigned long long g_copies;
+
+#define STUB_COPY_DEF(name, params, args, stream, bytes, kind)                    \
+    STUB_API CUresult name params {                                              \
+        NEED_INIT();                                                             \
+        if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;                    \
+        int64_t end = enqueue((stream), copy_ns(bytes));                         \
+        hk_atomic_add_seq_cst(&g_copies, 1);                                     \
+        if (strstr(#name, "Async") == NULL) sleep_until(end);                    \
+        return CUDA_SUCCESS;                                                     \
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"   /* the stub does not move the bytes */
+HK_COPIES(STUB_COPY_DEF)
+#pragma GCC diagnostic pop
+#undef STUB_COPY_DEF
 
 STUB_API CUresult cuGetErrorString(CUresult r, const char **s) {
     if (!s) return CUDA_ERROR_INVALID_VALUE;
@@ -647,6 +690,7 @@ STUB_API size_t stubCudaUsedBytes(int dev) {
     return (dev >= 0 && dev < g_ndev) ? hk_atomic_load_seq_cst(&g_dev[dev].used) : 0;
 }
 STUB_API unsigned long long stubCudaLaunchCount(void) { return hk_atomic_load_seq_cst(&g_launches); }
+STUB_API unsigned long long stubCudaCopyCount(void) { return hk_atomic_load_seq_cst(&g_copies); }
 
 /* ---------------------------------------------------------------------------
  * cuGetProcAddress: base name + version + flags -> variant, like the driver
@@ -733,9 +777,16 @@ typedef struct { const char *name; void *fn; } stub_sym;
 #define ALIAS(n) extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
 STUB_SYMS(ALIAS)
 #undef ALIAS
+#define COPY_ALIAS(name, params, args, stream, bytes, kind) ALIAS(name)
+#define ALIAS(n) extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
+HK_COPIES(COPY_ALIAS)
+#undef ALIAS
 #define S(n) {#n, (void *)&stub_local_##n},
-static const stub_sym g_syms[] = {STUB_SYMS(S)};
+#define COPY_S(name, params, args, stream, bytes, kind) S(name)
+static const stub_sym g_syms[] = {STUB_SYMS(S) HK_COPIES(COPY_S)};
 #undef S
+#undef COPY_S
+#undef COPY_ALIAS
 
 static void *find_sym(const char *name) {
     for (size_t i = 0; i < sizeof g_syms / sizeof g_syms[0]; i++)
@@ -747,15 +798,19 @@ static void *find_sym(const char *name) {
  * the newest _vN that existed in `ver` (v2 of the 3.2-era APIs; a few are newer). */
 static void *resolve(const char *symbol, int ver, cuuint64_t flags) {
     char buf[128];
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
-        snprintf(buf, sizeof buf, "%s_ptsz", symbol);
-        void *p = find_sym(buf);
-        if (p) return p;
-    }
     int v2_since = 3020;
     if (!strcmp(symbol, "cuGetProcAddress")) v2_since = 12000;
     else if (!strcmp(symbol, "cuDeviceGetUuid")) v2_since = 11040;
     else if (!strcmp(symbol, "cuEventElapsedTime")) v2_since = 12080;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        /* synchronous calls have _ptds variants, stream-taking ones _ptsz, after any _v2 */
+        static const char *const forms[] = {"%s_v2_ptds", "%s_v2_ptsz", "%s_ptds", "%s_ptsz"};
+        for (int i = ver >= v2_since ? 0 : 2; i < 4; i++) {
+            snprintf(buf, sizeof buf, forms[i], symbol);
+            void *p = find_sym(buf);
+            if (p) return p;
+        }
+    }
     if (ver >= v2_since) {
         snprintf(buf, sizeof buf, "%s_v2", symbol);
         void *p = find_sym(buf);

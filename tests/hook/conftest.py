@@ -6,7 +6,9 @@
 - `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`;
 - `testing_lib`: the test build of libvgpu.so (`make testing`), which also honours
   HOOKCORE_TESTING_CONFIG_ROOT so config-file tests need no root;
-- `client`: `tests/hook/c/shim_client.c` compiled (`tests/hook/clients.py` builds its environment).
+- `client`: `tests/hook/c/shim_client.c` compiled (`tests/hook/clients.py` builds its environment);
+- `demo`: a second hook library, libvdemo.so (test build), from the same core and preload layer
+  with the demo shim of `tests/hook/c/demo/`, its fake vendor library and the `two_libs` client.
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Every build of hookcore's C code during the test session (ours, other suites' fixtures, setup.py)
+# is a CI build: warnings are errors. Exported so that all of them agree and nothing rebuilds twice.
+os.environ.setdefault("WERROR", "-Werror")
 HOOKCORE = ROOT / "hookcore"
 BUILD = HOOKCORE / "build"
 
 
 def make(*targets: str) -> None:
-    """Run `make -C hookcore TARGETS` with -Werror; a failure fails the test with the compiler's output."""
-    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", "-j2", "WERROR=-Werror", *targets],
-                          capture_output=True, text=True)
+    """Run `make -C hookcore TARGETS` (WERROR from the environment); a failure fails the test with the
+    compiler's output."""
+    proc = subprocess.run(["make", "-C", str(HOOKCORE), "-s", "-j2", *targets], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"make {' '.join(targets)} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
 
@@ -37,6 +42,7 @@ def make(*targets: str) -> None:
 class CoreTests:
     test_core: Path
     test_core_asan: Path  # the same tests built with ASan + UBSan
+    test_core_tsan: Path  # and with ThreadSanitizer
     fuzz_config: Path
 
 
@@ -50,7 +56,7 @@ class HookLibs:
 def core_tests() -> CoreTests:
     make("core-tests")
     tests = BUILD / "tests"
-    return CoreTests(tests / "test_core", tests / "test_core_asan", tests / "fuzz_config")
+    return CoreTests(tests / "test_core", tests / "test_core_asan", tests / "test_core_tsan", tests / "fuzz_config")
 
 
 def _extension_stale() -> bool:
@@ -96,3 +102,28 @@ def client(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) ->
     assert proc.returncode == 0, proc.stderr
     return out
 
+
+
+@dataclass(frozen=True)
+class DemoLibs:
+    libvdemo: Path      # test build (honours HOOKCORE_TESTING_CONFIG_ROOT)
+    driver_dir: Path    # holds libdemodrv.so.1
+    client: Path        # tests/hook/c/two_libs.c
+    shim_dir: Path
+
+
+def cc(out: Path, *args: str) -> Path:
+    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"cc {' '.join(args)} failed:\n{proc.stderr}", pytrace=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> DemoLibs:
+    shim = ROOT / "tests/hook/c/demo"
+    make(f"BUILD={BUILD / 'demo'}", "HOOK_LIBS=vdemo", f"SHIMS_vdemo={shim}", "DEFS=-DHK_TESTING", "hooklibs")
+    d = tmp_path_factory.mktemp("demo")
+    cc(d / "libdemodrv.so.1", "-shared", "-fPIC", str(ROOT / "tests/hook/c/demodrv.c"))
+    client = cc(d / "two_libs", str(ROOT / "tests/hook/c/two_libs.c"), "-ldl")
+    return DemoLibs(BUILD / "demo" / "libvdemo.so", d, client, shim)

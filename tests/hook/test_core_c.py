@@ -1,12 +1,15 @@
 """The core's C test programs, built with the hookcore Makefile and run here.
 
-test_core covers the parser table, reserve/release, 8 processes hammering one quota, kill -9 at
-random points, threads, PID reuse, fork (own slot; orphaned child), ledger validation, the
-creation race and its bounded lock (see its header); it runs plain and under ASan + UBSan.
+test_core covers the parser table, config files and aliases, reserve/release, 8 processes hammering
+one quota, kill -9 at random points, threads, a slot taken over mid-reservation, PID reuse, fork
+(own slot; orphaned child), ledger validation, the creation race and its bounded lock, dormancy
+and the config file's authority (see its header); it runs plain, under ASan + UBSan and under
+ThreadSanitizer (which fails on any data race it sees, e.g. the fail-closed state read torn).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -17,14 +20,17 @@ import pytest
 if TYPE_CHECKING:
     from tests.hook.conftest import CoreTests
 
-EXPECTED = ["parse_mem", "parse_sm", "config", "reserve_release", "two_handles", "track", "validation",
-            "pid_reuse", "creation_race", "sigkill", "concurrent", "threads", "global", "orphan_child"]
+EXPECTED = ["parse_mem", "parse_sm", "config", "config_sources", "reserve_release", "two_handles",
+            "lost_slot_race", "track", "validation", "pid_reuse", "creation_race", "sigkill", "concurrent",
+            "threads", "global", "global_file", "orphan_child"]
 
 
-@pytest.mark.parametrize("variant", ["plain", "asan"])
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
 def test_core_c_suite(core_tests: CoreTests, tmp_path: Path, variant: str) -> None:
-    binary = core_tests.test_core if variant == "plain" else core_tests.test_core_asan
-    proc = subprocess.run([str(binary), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    binary = {"plain": core_tests.test_core, "asan": core_tests.test_core_asan,
+              "tsan": core_tests.test_core_tsan}[variant]
+    env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1 exitcode=66"}
+    proc = subprocess.run([str(binary), str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all core tests passed" in proc.stdout
     for name in EXPECTED:
@@ -37,6 +43,7 @@ def test_core_c_suite(core_tests: CoreTests, tmp_path: Path, variant: str) -> No
     m = re.search(r"ok threads: max held (\d+) of (\d+)", proc.stdout)
     assert m and int(m.group(1)) <= int(m.group(2)), proc.stdout
     assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
+    assert "WARNING: ThreadSanitizer" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # every test removed its ledger
 
 

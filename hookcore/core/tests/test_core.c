@@ -27,6 +27,7 @@
 
 static int g_failures;
 static char g_dir[1024] = "/tmp";
+static char g_global_path[1200];   /* the ledger of the hk_init tests (run in children) */
 
 #define CHECK(cond)                                                                        \
   do {                                                                                     \
@@ -409,6 +410,90 @@ static void test_two_handles(void) {
   hk_ledger_close(b);
   unlink(path);
   printf("ok two_handles\n");
+}
+
+/* A process whose slot is taken over while it reserves and releases: the next owner's counter must
+   end exactly where the next owner set it (with untagged counters the loser's roll-back could land
+   on the new owner's charge and under-count it). Races a hammering thread against the takeover. */
+typedef struct lost_arg {
+  hk_ledger *l;
+  _Atomic int xstarted;
+} lost_arg;
+
+static void *lost_hammer(void *p) {
+  lost_arg *a = p;
+  hk_atomic_store_release(&a->xstarted, 1);
+  for (;;) {
+    int rc = hk_ledger_reserve(a->l, 0, MiB);
+    if (rc == HK_EFAILCLOSED) break;
+    if (rc == HK_OK) hk_ledger_release(a->l, 0, MiB);
+    if (a->l->me == NULL) break;
+  }
+  return NULL;
+}
+
+static void test_lost_slot_race(void) {
+  const char *env[] = {"HOOKCORE_MEMORY_LIMIT_0=1Gi", NULL};
+  hk_config c = config_of(env);
+  char path[1200];
+  ledger_path(path, sizeof path, "lostrace");
+  int wrong = 0, iters = 300;
+  for (int it = 0; it < iters; it++) {
+    hk_ledger *l = open_ok(path, &c);
+    if (!l) break;
+    lost_arg a = {.l = l};
+    pthread_t t;
+    hk__slot *s = l->me;
+    uint64_t gen = HK_OWNER_GEN(l->my_owner);
+    CHECK(pthread_create(&t, NULL, lost_hammer, &a) == 0);
+    while (!hk_atomic_load_acquire(&a.xstarted)) sched_yield();
+    struct timespec d = {0, (long)(it % 17) * 3000};
+    nanosleep(&d, NULL);
+    /* what a claimer does after taking the lock: new generation, its own tagged counters */
+    hk_atomic_store_seq_cst(&s->xowner, HK_OWNER_MAKE(gen + 1, HK_SLOT_LIVE));
+    hk_atomic_store_seq_cst(&s->xused[0], HK_USED_MAKE(gen + 1, 8 * MiB));
+    pthread_join(t, NULL);
+    if (HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[0])) != 8 * MiB) wrong++;
+    hk_ledger_close(l);
+    unlink(path);
+  }
+  CHECK(wrong == 0);
+  printf("ok lost_slot_race (%d takeovers, %d wrong counters)\n", iters, wrong);
+}
+
+/* hk_status()/hk_error_message() read while another thread's reservation finds the slot lost:
+   the state and its message are published (release/acquire), never read torn (TSan checks). */
+static _Atomic int g_readers_stop;
+static _Atomic int g_readers_bad;
+
+static void *status_reader(void *p) {
+  (void)p;
+  while (!hk_atomic_load_acquire(&g_readers_stop)) {
+    if (hk_status() != HK_OK && strstr(hk_error_message(), "lost the process slot") == NULL)
+      hk_atomic_add_relaxed(&g_readers_bad, 1);
+  }
+  return NULL;
+}
+
+static void global_lost_body(void) {
+  setenv("HOOKCORE_MEMORY_LIMIT_0", "64Mi", 1);
+  setenv("HOOKCORE_LEDGER", g_global_path, 1);
+  CHECK(hk_init() == HK_OK && hk_mem_reserve(0, MiB) == HK_OK);
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, status_reader, NULL) == 0);
+  int fd = open(g_global_path, O_RDWR);
+  unsigned char *m = mmap(NULL, HK_LEDGER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  CHECK(m != MAP_FAILED);
+  hk__slot *s = (hk__slot *)(m + HK_OFF_SLOTS);
+  uint64_t w = hk_atomic_load_seq_cst(&s[0].xowner);
+  hk_atomic_store_seq_cst(&s[0].xowner, HK_OWNER_MAKE(HK_OWNER_GEN(w) + 1, HK_SLOT_LIVE));
+  CHECK(hk_mem_reserve(0, MiB) == HK_EFAILCLOSED);
+  hk_atomic_store_release(&g_readers_stop, 1);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  CHECK(hk_atomic_load_relaxed(&g_readers_bad) == 0);
+  CHECK(strstr(hk_error_message(), "lost the process slot") != NULL);
+  munmap(m, HK_LEDGER_SIZE);
+  close(fd);
 }
 
 /* --------------------------------------------------------------------------------------------- */
@@ -818,7 +903,7 @@ static int run_in_child(void (*fn)(void)) {
   return 0;
 }
 
-static char g_global_path[1200];
+
 
 static void global_fork_body(void) {
   setenv("HOOKCORE_MEMORY_LIMIT_0", "64Mi", 1);
@@ -886,7 +971,7 @@ static void global_uuid_body(void) {
   setenv("HOOKCORE_MEMORY_LIMIT_1", "2Gi", 1);
   setenv("HOOKCORE_LEDGER", g_global_path, 1);
   CHECK(hk_init() == HK_OK);
-  /* CUDA_VISIBLE_DEVICES reordered: ordinal 0 is the GPU the claim calls index 1 */
+  /* devices reordered by the runtime: ordinal 0 is the device the claim calls index 1 */
   CHECK(hk_device_resolve(0, "GPU-00000000-0000-0000-0000-0000000000A0") == 1);
   CHECK(hk_device_resolve(1, "00000000-0000-0000-0000-0000000000b1") == 0);
   CHECK(hk_device_resolve(2, "GPU-00000000-0000-0000-0000-0000000000c2") == HK_ENODEV);
@@ -1008,7 +1093,10 @@ static void test_global(void) {
   ledger_path(g_global_path, sizeof g_global_path, "uuid");
   run_in_child(global_uuid_body);
   unlink(g_global_path);
-  printf("ok global (init, fork child slot, fail closed, uuid keying)\n");
+  ledger_path(g_global_path, sizeof g_global_path, "lost");
+  run_in_child(global_lost_body);
+  unlink(g_global_path);
+  printf("ok global (init, fork child slot, fail closed, uuid keying, slot lost under readers)\n");
 }
 
 /* --------------------------------------------------------------------------------------------- */
@@ -1169,6 +1257,7 @@ int main(int argc, char **argv) {
   test_config_sources();
   test_reserve_release();
   test_two_handles();
+  test_lost_slot_race();
   test_track();
   test_validation();
   test_pid_reuse();

@@ -1,0 +1,33 @@
+/* gate.h - every call that submits device work (launches, copies, memsets) goes through GATED.
+ *
+ * Fast path: configured without a compute limit, or dormant -> straight to the driver (one load,
+ * one branch). Failed closed -> CUDA_ERROR_NOT_INITIALIZED. Otherwise the meter brackets the call
+ * (core/meter.h): it may throttle first, then times the work on `stream` and charges it.
+ */
+#ifndef HOOKCORE_CUDA_GATE_H
+#define HOOKCORE_CUDA_GATE_H
+
+#include "../core/meter.h"
+#include "copy.h"
+#include "shim.h"
+
+static inline int fast_path(void) {
+    int s = hk_atomic_load_relaxed(&hk_preload_xstate);
+    return HK_LIKELY((s == HK_STATE_READY || s == HK_STATE_DORMANT) && !hk_preload_limiter_on());
+}
+
+#define GATED(real_fn, stream, sig, call)                                          \
+    do {                                                                           \
+        if (HK_UNLIKELY(!real_fn)) return CUDA_ERROR_NOT_INITIALIZED;              \
+        if (fast_path()) return call;                                              \
+        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED; \
+        if (!hk_preload_limiter_on()) return call;                                 \
+        CUstream s_ = (stream);                                                    \
+        hk_meter_batch *b_ = hk_meter_before(s_);                                  \
+        CUresult r_ = call;                                                        \
+        hk_meter_after(b_, s_, r_ == CUDA_SUCCESS, (sig));                         \
+        return r_;                                                                 \
+    } while (0)
+
+
+#endif

@@ -1,0 +1,52 @@
+/* nvml_clocks.c - a test double of libnvidia-ml.so.1 for the strict cap: the stub devices'
+ * UUIDs (legacy form, STUB_CUDA_DEVICES) and an SM clock of STUB_SM_MHZ (default application clock
+ * STUB_APP_MHZ). Only what libvgpu.so's NVML shim calls. (The project's NVML stub, owned by the GPU
+ * driver, does not model clocks; this file is the tests' own.) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dev { int index; } dev;
+static dev g_dev[16];
+
+static unsigned env_u(const char *name, unsigned dflt) {
+    const char *v = getenv(name);
+    return v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+int nvmlInit_v2(void) {
+    for (int i = 0; i < 16; i++) g_dev[i].index = i;
+    return 0;
+}
+int nvmlDeviceGetHandleByUUID(const char *uuid, dev **out) {
+    unsigned n = env_u("STUB_CUDA_DEVICES", 1);
+    for (unsigned i = 0; i < n && i < 16; i++) {
+        char u[64];
+        snprintf(u, sizeof u, "GPU-57554201-0000-4000-8000-0000000000%02x", i);
+        if (!strcasecmp(u, uuid)) {
+            *out = &g_dev[i];
+            return 0;
+        }
+    }
+    return 13;   /* NVML_ERROR_NOT_FOUND */
+}
+int nvmlDeviceGetUUID(dev *d, char *uuid, unsigned len) {
+    snprintf(uuid, len, "GPU-57554201-0000-4000-8000-0000000000%02x", d->index);
+    return 0;
+}
+int nvmlDeviceGetIndex(dev *d, unsigned *i) {
+    *i = (unsigned)d->index;
+    return 0;
+}
+int nvmlDeviceGetClockInfo(dev *d, int type, unsigned *mhz) {
+    (void)d;
+    if (type != 1) return 2;   /* NVML_CLOCK_SM only */
+    *mhz = env_u("STUB_SM_MHZ", 1500);
+    return 0;
+}
+int nvmlDeviceGetClock(dev *d, int type, int id, unsigned *mhz) {
+    (void)d;
+    if (type != 1 || id != 2) return 2;   /* SM, default application clock */
+    *mhz = env_u("STUB_APP_MHZ", 0);
+    return *mhz ? 0 : 3;                  /* NVML_ERROR_NOT_SUPPORTED */
+}

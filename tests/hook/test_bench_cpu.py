@@ -1,0 +1,107 @@
+"""The CPU-only parts of bench/hookcore_gpu.py (the GPU parts run on the H200 only).
+
+- the build step it runs on a fresh machine (make + the C client) and the ledger reader it uses
+  (build/hk-ledger, the core's own reader: no hard-coded offsets), checked against the wrapper;
+- the summary table writer on results of the shape the GPU sections produce (targets met or not);
+- the command line end to end with a zero time budget (every section skipped and reported).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.hook.clients import client_env
+from tests.hook.conftest import BUILD, ROOT
+
+if TYPE_CHECKING:
+    from tests.hook.conftest import HookLibs
+
+SCRIPT = ROOT / "bench/hookcore_gpu.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hookcore_gpu_bench", SCRIPT)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_build_and_ledger_reader(bench: ModuleType, hookcore_libs: HookLibs, hookcore_ext: ModuleType,
+                                 tmp_path: Path) -> None:
+    b = bench.Bench(tmp_path, BUILD)
+    b.build_libs()
+    assert b.lib.exists() and b.tool.exists() and b.client.exists()
+    ledger = tmp_path / "claim.ledger"
+    env = client_env(hookcore_libs, b.lib, CUDA_DEVICE_SM_LIMIT="50", CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger))
+    proc = subprocess.run([str(b.client), "launch", "1000", "0", "0.5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    charged = bench.ledger_charged(str(b.tool), str(ledger))
+    assert charged is not None and 0.1e9 < charged < 0.5e9    # ~0.25 s of device time at 50% of 0.5 s
+    with hookcore_ext.Ledger(ledger) as led:
+        assert led.limiter(0).charged_ns == charged and led.limiter(0).share == 50
+    assert bench.ledger_charged(str(b.tool), str(tmp_path / "missing")) is None
+
+
+def synthetic() -> dict[str, Any]:
+    return {
+        "env": {"gpu": "NVIDIA H200, 580.159.04, 143771 MiB, 1980 MHz, 700.00 W", "torch": "2.11", "date": "d",
+                "hookcore": "abc"},
+        "total_s": 431.0,
+        "sections": {
+            "compute": {"native": {"plain": 4800.0, "graph": 4850.0, "sm_mhz": 1510.0},
+                        "30": {"share_plain": 36.0, "share_graph": 36.1}},
+            "strict": {"ref_mhz": 1510.0, "native_plain": 4800.0,
+                       "strict-30": {"share_plain": 30.8, "default_share_plain": 36.0},
+                       "strict-50-default-ref": {"share_plain": 58.0, "default_share_plain": 60.0}},
+            "copy": {"native": {"rate": 2100.0}, "99": {"share": 98.0, "charged_duty": 97.0},
+                     "50": {"share": 51.2, "charged_duty": 49.0}, "30": {"share": 34.0, "charged_duty": 30.5}},
+            "infer": {"native": {"rate": 9000.0}, "99": {"share": 90.0, "charged_duty": 41.0},
+                      "50": {"share": 88.0, "charged_duty": 40.0}, "30": {"share": 70.0, "charged_duty": 29.0}},
+            "tenants": {"30+70": {"shares": [29.1, 66.1]}},
+            "start": {"skipped": "time budget of 510 s spent"},
+        },
+    }
+
+
+def test_summary_table(bench: ModuleType, tmp_path: Path) -> None:
+    b = bench.Bench(tmp_path, BUILD)
+    b.results = synthetic()
+    text = b.summary()
+    rows = {ln.split(" | ")[0].lstrip("| "): ln for ln in text.splitlines() if ln.startswith("| ")}
+    assert "NVIDIA H200" in text and "hookcore abc" in text and "431.0 s in all" in text
+    assert "Not measured: start (time budget of 510 s spent)" in text
+
+    def met(prefix: str) -> str:
+        line = next(v for k, v in rows.items() if k.startswith(prefix))
+        return line.rstrip(" |").rsplit("| ", 1)[1]
+
+    assert met("copy-bound loop (1 GiB D2D copy_, memcpy) at 50%") == "yes"     # 51.2 within 50 +- 3
+    assert met("copy-bound loop (1 GiB D2D copy_, memcpy) at 30%") == "NO"      # 34.0 is 4 points off
+    assert met("launch-bound inference loop (16 x Linear 512, batch 1) at 30%") == "yes"   # charged 29.0
+    assert met("strict cap 30%, matmul loop (full-load clock 1510 MHz)") == "yes"
+    assert met("strict cap 50%, matmul loop (library's default reference)") == "NO"
+    assert met("compute share 30%, matmul loop") == "NO"                         # the boost: 36%
+    assert met("two tenants 30+70") == "yes"
+
+
+def test_command_line_with_no_time_left(tmp_path: Path, hookcore_libs: HookLibs) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--build", str(BUILD), "--budget", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["sections"]) == {"probe", "memory", "compute", "strict", "copy", "infer", "tenants",
+                                        "launch", "alloc", "start"}
+    assert all("skipped" in v for v in results["sections"].values())
+    assert "Not measured: probe" in (out / "summary.md").read_text()
