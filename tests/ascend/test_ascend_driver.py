@@ -60,7 +60,7 @@ def test_setup_publishes_every_npu_with_hami_names_and_attributes(driver) -> Non
     assert [x.name for x in devs] == [f"npu-{i}-0" for i in range(8)]
     a = devs[3].attributes
     assert {k: a[k] for k in ("type", "index", "physicalID", "model", "productName", "brand", "chipName", "aiCores")} == {
-        "type": "HAMivNPUCore", "index": 3, "physicalID": 3, "model": "Ascend910B", "productName": "Ascend910B",
+        "type": "HAMivNPUCore", "index": 3, "physicalID": 3, "model": "Ascend910B", "productName": "Ascend910B3",
         "brand": "Huawei", "chipName": "910B3", "aiCores": 20,
     }
     assert str(a["uuid"]).startswith("NPU-") and a["resource.kubernetes.io/pciBusID"] == "0000:82:00.0"

@@ -255,3 +255,22 @@ def test_demo_heterogeneous_part(cluster: ControlPlane, stub_dcmi: Path, monkeyp
         row = next(line for line in out.splitlines() if f" {program} " in line)
         cells = [c.strip() for c in row.strip("│┃ ").replace("┃", "│").split("│")]
         assert cells == [entry, program, str(memory), "refused", str(memory)], row
+
+
+def test_hami_style_ascend_pod_through_the_webhook(npu_rig: Rig, tmp_path: Path) -> None:
+    """examples/hami-compat/ascend-pod.yaml, unchanged (huawei.com/Ascend910B3: 1, 28672 MiB, 40%):
+    the admission webhook makes its claim, kube-scheduler puts it on a fake 910B3 of this driver,
+    and the workload started with the claim's CDI edits is held to 28672 MiB and 40%."""
+    from dra.webhook import install
+
+    install.up(npu_rig.cluster.kubeconfig, tmp_path / "webhook")
+    try:
+        (claim,) = npu_rig.allocate(EXAMPLES / "hami-compat" / "ascend-pod.yaml", 1).values()
+    finally:
+        install.down(npu_rig.cluster.kubeconfig, tmp_path / "webhook")
+    (r,) = results(claim, NPU)
+    assert r["consumedCapacity"] == {"cores": "40", "memory": "28Gi"}
+    assert npu_rig.slice_devices(NPU)[r["device"]]["attributes"]["productName"] == {"string": "Ascend910B3"}
+    kv = npu_rig.run(npu_rig.prepare(claim, NPU), [str(ACL_WORKLOAD), "--compute", "1.5"])
+    assert int(kv["quota_total_bytes"]) == 28672 * MiB and kv["over_quota_alloc"] == "refused", kv
+    assert abs(float(kv["compute_percent"]) - 40) <= 5, kv
