@@ -33,7 +33,9 @@ from drivers.example.driver import ExampleDriver
 pytestmark = pytest.mark.cluster
 DRIVER = "gpu.example.com"
 SCHEMA = Path(__file__).parent.parent / "data" / "cdi-schema"
-PREPARE_POINTS = [p for p in faults.POINTS if not p.startswith("unprepare.")]
+# The hook library is installed at daemon start (Driver.hook_libraries), so its points fire there.
+START_POINTS = [p for p in faults.POINTS if p.startswith("hookdir.")]
+PREPARE_POINTS = [p for p in faults.POINTS if not p.startswith(("unprepare.", "hookdir."))]
 UNPREPARE_POINTS = [p for p in faults.POINTS if p.startswith("unprepare.")]
 
 
@@ -171,5 +173,23 @@ def test_daemon_killed_during_unprepare(cluster: Any, site: Env, claims: list[Cl
         assert node.call("unprepare", claims) == {r.uid: "" for r in claims}
         check_clean(node)
         assert node.call("unprepare", claims) == {r.uid: "" for r in claims}  # and again
+    finally:
+        node.close()
+
+
+@pytest.mark.parametrize("point", START_POINTS)
+def test_daemon_killed_while_installing_its_hook_library(cluster: Any, site: Env, claims: list[ClaimRef],
+                                                         workdir: Path, point: str) -> None:
+    node = Node(cluster, site, workdir)
+    try:
+        dying = DaemonProcess("example", site.node, cluster.kubeconfig, workdir,
+                              env={"DRA_FAULT_POINT": point}, args=["--set", "count=2"]).start()
+        assert dying.proc is not None and dying.proc.wait(60) == -signal.SIGKILL, f"not killed at {point}"
+        node.start()  # the next start repairs the hook dir and installs again
+        hook_dir = node.daemon.hook_dir if node.daemon else workdir / "hook-dir"
+        assert not [*hook_dir.glob("libs/.tmp-*"), *hook_dir.glob("sets/.tmp-*"), *hook_dir.glob(".current.*")]
+        check_prepared(node, claims, node.call("prepare", claims))
+        assert node.call("unprepare", claims) == {r.uid: "" for r in claims}
+        check_clean(node)
     finally:
         node.close()

@@ -3,6 +3,7 @@ contract does catch the violation it exists for."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,8 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     if not LINT_IMPORTS.exists():
         pytest.fail("import-linter is a dev dependency: pip install -e '.[dev]' (or make install)")
-    return subprocess.run([str(LINT_IMPORTS)], cwd=root, capture_output=True, text=True)
+    env = {**os.environ, "COLUMNS": "250"}  # one line per contract
+    return subprocess.run([str(LINT_IMPORTS)], cwd=root, capture_output=True, text=True, env=env)
 
 
 def test_import_contracts_hold() -> None:

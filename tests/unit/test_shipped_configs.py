@@ -18,10 +18,3 @@ def test_kind_config_turns_on_the_gates_the_embedded_control_plane_uses() -> Non
     assert cfg["runtimeConfig"]["resource.k8s.io/v1alpha3"] == "true"  # DeviceTaintRule
     assert "enable_cdi = true" in cfg["containerdConfigPatches"][0]
 
-
-def test_dockerfile_runs_the_dra_command() -> None:
-    """The charts give the image's command (`python3 -m dra.daemon`, `dra hookdir install`, `dra
-    webhook run`: tests/charts/test_commands.py); the image's own default is `dra`."""
-    text = (ROOT / "Dockerfile").read_text()
-    assert 'ENTRYPOINT ["dra"]' in text
-    assert "gcc make" in text  # the hookcore libraries are compiled during the wheel build
