@@ -1,12 +1,25 @@
-# The two set-up commands of the README: `make demo` and `make test`.
-PY ?= python3
+# The two set-up commands of the README: `make demo` and `make test` (plus `make lint`).
+# Everything runs in a project virtual environment, .venv, which make creates and fills; set
+# PY=/path/to/python to use another environment instead (then nothing is created).
+PYTHON ?= python3
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
 # The Kubernetes version the tests run against; `make test K8S_VERSION=v1.37.2` tests the newest minor.
 K8S_VERSION ?= v1.34.4
 
-.PHONY: install node-deps demo test lint
+# The install stamp: redone when the project's metadata or build glue change.
+STAMP := $(dir $(PY)).dra-installed
 
-install:
+.PHONY: install node-deps demo test lint clean-venv wheel
+
+install: $(STAMP)
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml setup.py | $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/bin/python)
 	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
 
 # The real node's parts that come from the distribution (runc, built with seccomp; iproute2).
 # Installed when missing and this is a root shell with apt; elsewhere the real-node tests skip
@@ -27,6 +40,16 @@ test: install node-deps
 	$(PY) -m dra.cli node build --k8s-version $(K8S_VERSION)
 	DRA_TEST_K8S_VERSION=$(K8S_VERSION) $(PY) -m pytest
 
-lint:
+lint: install
 	$(PY) -m ruff check .
-	$(PY) -m mypy dra drivers
+	$(PY) -m mypy
+	$(dir $(PY))lint-imports
+
+clean-venv:
+	rm -rf $(VENV)
+
+# The wheel the container image installs (Dockerfile: `make wheel`); tests/charts/test_image.py
+# builds it with this same target and runs the charts' commands from it. DIST=dir to place it.
+DIST ?= dist
+wheel:
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation --wheel-dir $(DIST) .

@@ -22,8 +22,8 @@ Steps, each through the real driver and framework code:
    process sees the machine's root filesystem beside the mounts), no cgroups, no device cgroup
    (the device nodes listed in the spec are the machine's own). Where the machine allows no
    mount namespace, ``--host-links`` applies the directory mounts as symbolic links at the
-   container paths instead (``/usr/lib/hookcore``, ``/run/hookcore/vgpu``; created only if
-   absent, removed after) and says so in the results;
+   container paths instead (``/usr/lib/hookcore``, ``/run/hookcore/vgpu``, driver files; each
+   created only where nothing exists, removed after) and the results say which;
 5. in that process: ``torch.cuda.mem_get_info()`` (expected total 4 GiB), a 3 GiB tensor (fits),
    2 GiB more (a clean ``torch.OutOfMemoryError``), then a bf16 matmul loop for --seconds,
    against the same loop natively in a process without the edits: the compute share.
@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -184,17 +183,22 @@ def run_workload(cdi_dir: Path, ids: list[str], argv: list[str], host_links: boo
         sys.exit(f"no private mount namespace here ({why}); rerun with --host-links to emulate the mounts with links")
     env, mounts = apply_cdi(cdi_dir, ids)
     made: list[Path] = []
+    skipped: list[str] = []
     try:
         for m in mounts:
             target = Path(m.container_path)
-            if Path(m.host_path).is_dir() and not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(m.host_path)
+            if not target.exists() and not target.is_symlink():
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.symlink_to(m.host_path)
+                except OSError as exc:  # e.g. a read-only driver mount: the process finds the file where it is
+                    skipped.append(f"{m.host_path} -> {target} ({exc.strerror})")
+                    continue
                 made.append(target)
-            elif not target.exists() or not target.samefile(m.host_path):
-                sys.exit(f"--host-links cannot place {m.host_path} at {target}: it exists or is a file mount")
+            elif not target.samefile(m.host_path):
+                skipped.append(f"{m.host_path} -> {target} (target exists)")
         proc = subprocess.run(argv, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
-        return f"host links {[str(p) for p in made]} (removed after)", proc
+        return f"host links {[str(p) for p in made]} (removed after); not applied: {skipped or 'none'}", proc
     finally:
         for p in made:
             p.unlink()
@@ -203,7 +207,7 @@ def run_workload(cdi_dir: Path, ids: list[str], argv: list[str], host_links: boo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
-    parser.add_argument("--node", default=socket.gethostname().split(".")[0].lower() or "gpu-node")
+    parser.add_argument("--node", default="gpu-node", help="the node (and pool) name the slice and claim use")
     parser.add_argument("--fake", help="a fake-device profile (stub NVML/CUDA, no GPU): tests this script off the GPU")
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each matmul loop")
     parser.add_argument("--host-links", action="store_true", help="emulate mounts with links where no mount namespace is allowed")

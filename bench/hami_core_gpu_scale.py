@@ -11,8 +11,8 @@ allocates and binds them (no kubelet: a bound pod has ``spec.nodeName`` set).
 
 Reported (results to --out as JSON and printed):
 - creation rate of claims+pods; the scheduler's binding rate (pods/s, first to last bind);
-- time from the first pod created until every pod that will bind is bound (no bind for
-  --settle seconds ends the run);
+- time from the first pod created until every pod that will bind is bound (bind times from a
+  pod watch opened before the first pod; no bind for --settle seconds ends the run);
 - checks: no device holds more than 100 cores or its memory (summed from the claims'
   allocation results); no pod stays pending while some device still has room for its request
   (both cores and memory), which is what upstream's allocator (kubernetes/kubernetes#133705)
@@ -30,6 +30,7 @@ import json
 import random
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from kubernetes import client  # noqa: E402
+from kubernetes import client, watch  # noqa: E402
 
 from dra import DriverContext, quantity_to_int  # noqa: E402
 from dra.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build  # noqa: E402
@@ -101,21 +102,54 @@ def create_workload(api: client.ApiClient, ns: str, wanted: list[tuple[int, int]
     return time.monotonic() - t0
 
 
-def wait_bound(api: client.ApiClient, ns: str, total: int, settle: float, t_start: float) -> tuple[list[float], float]:
-    """Bind times (seconds after t_start) of every pod bound before no bind came for `settle` s."""
-    core: Any = client.CoreV1Api(api)
-    bound: dict[str, float] = {}
-    last_change = time.monotonic()
-    while True:
-        pods = core.list_namespaced_pod(ns, _preload_content=False)
-        now = time.monotonic()
-        for p in json.loads(pods.data)["items"]:
-            if p["spec"].get("nodeName") and p["metadata"]["name"] not in bound:
-                bound[p["metadata"]["name"]] = now - t_start
-                last_change = now
-        if len(bound) == total or now - last_change > settle:
-            return sorted(bound.values()), now - t_start
-        time.sleep(0.5)
+class BindWatch:
+    """Records when each pod is first seen bound (spec.nodeName set), from a watch started before
+    the pods are created, so bind times are the scheduler's, not a poller's."""
+
+    def __init__(self, api: client.ApiClient, ns: str, t_start: float) -> None:
+        self.api, self.ns, self.t_start = api, ns, t_start
+        self.bound: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        core: Any = client.CoreV1Api(self.api)
+        version = ""
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for ev in w.stream(core.list_namespaced_pod, self.ns, resource_version=version, timeout_seconds=30,
+                                   allow_watch_bookmarks=True):
+                    obj = ev["object"]
+                    if isinstance(obj, dict):  # BOOKMARK / ERROR events arrive undecoded
+                        version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                        continue
+                    version = obj.metadata.resource_version or version
+                    if ev["type"] in ("ADDED", "MODIFIED") and obj.spec and obj.spec.node_name:
+                        self.bound.setdefault(obj.metadata.name, time.monotonic() - self.t_start)
+                    if self._stop.is_set():
+                        break
+            except client.ApiException as e:
+                if e.status == 410:  # expired: start over from now (bind times already seen are kept)
+                    version = ""
+                elif not self._stop.is_set():
+                    raise
+            except Exception:
+                if self._stop.is_set():
+                    return  # the control plane is going away
+                log("pod watch broke; reopening")
+                time.sleep(0.5)
+
+    def wait(self, total: int, settle: float) -> tuple[list[float], float]:
+        """Until every pod is bound or none was bound for `settle` seconds."""
+        last, count = time.monotonic(), 0
+        while len(self.bound) < total and time.monotonic() - last < settle:
+            time.sleep(0.5)
+            if len(self.bound) != count:
+                count, last = len(self.bound), time.monotonic()
+        self._stop.set()
+        return sorted(self.bound.values()), time.monotonic() - self.t_start
 
 
 def check(api: client.ApiClient, ns: str, capacity: dict[str, dict[str, tuple[int, int]]],
@@ -177,9 +211,10 @@ def main() -> int:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
         wanted = shares(args.pods, args.seed)
         t_start = time.monotonic()
+        binds_watch = BindWatch(cp.api_client(), ns, t_start)
         create_s = create_workload(api, ns, wanted, args.workers)
         log(f"created {args.pods} claims + pods in {create_s:.1f} s")
-        binds, elapsed = wait_bound(api, ns, args.pods, args.settle, t_start)
+        binds, elapsed = binds_watch.wait(args.pods, args.settle)
         checks = check(api, ns, capacity, wanted)
         span = (binds[-1] - binds[0]) if len(binds) > 1 else 0.0
         result = {

@@ -1,9 +1,10 @@
 """dra: a framework for Kubernetes DRA drivers that share devices with enforced quotas.
 
 This module is the public face, everything a vendor driver uses: the `Driver` class, the value
-types it exchanges with the framework, its errors, `decode_config`, and `dra.testing` (test
-helpers and the conformance suite). Drivers import only `dra` and `dra.testing` (an import
-contract checks it); everything else in the package is the framework's own business.
+types it exchanges with the framework, its errors, `decode_config`, `dra.topology` (PCIe root
+and NUMA node from sysfs) and `dra.testing` (test helpers and the conformance suite). Drivers
+import only `dra`, `dra.topology` and `dra.testing` (an import contract checks it); everything
+else in the package is the framework's own business.
 
     import dra
 
@@ -47,7 +48,7 @@ from dra.driver import (
 )
 
 if TYPE_CHECKING:
-    from dra import testing
+    from dra import testing, topology
 
 __all__ = [
     "AllocatedDevice",
@@ -74,6 +75,7 @@ __all__ = [
     "hook_library",
     "quantity_to_int",
     "testing",
+    "topology",
 ]
 
 
@@ -89,8 +91,8 @@ def hook_library(stem: str) -> Path:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":  # loaded on first use: the daemon never pays for the test helpers
+    if name in ("testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
         import importlib
 
-        return importlib.import_module("dra.testing")
+        return importlib.import_module(f"dra.{name}")
     raise AttributeError(f"module 'dra' has no attribute {name!r}")

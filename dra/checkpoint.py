@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -34,7 +33,7 @@ from typing import Any, Literal
 
 from dra.driver import ContainerEdits, DeviceNode, Mount
 from dra.errors import DRAError
-from dra.fsutil import UID_RE, atomic_write, dir_syncer, fsync_dir, temp_files
+from dra.fsutil import UID_RE, atomic_write, dir_syncer, fsync_dir, lock_file, temp_files, unlock_file
 
 log = logging.getLogger(__name__)
 
@@ -203,19 +202,17 @@ class Checkpoint:
         record_path = self._file(uid)  # validates the UID before it becomes a file name
         lock_path = f"{self._locks}/{uid}.lock"
         while True:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = lock_file(lock_path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
+                same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
             except BaseException:
-                os.close(fd)
+                unlock_file(fd)
                 raise
             if same:
                 break
-            os.close(fd)
+            unlock_file(fd)
         try:
             yield
         finally:
@@ -224,7 +221,7 @@ class Checkpoint:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(lock_path)
             finally:
-                os.close(fd)  # closing releases the flock
+                unlock_file(fd)
 
     # records
     def get(self, uid: str) -> ClaimRecord | None:

@@ -1,8 +1,8 @@
 """The `dra` command: one entry point, one sub-command per concern.
 
-Each sub-command lives next to the code it drives (`dra.cluster.cli`, `dra.node.cli`, `dra.daemon`, `dra.demo`,
-`hookcore.cli`); this module only assembles them and turns `UserError` into a one-paragraph
-message and exit code 2. `main()` imports only the sub-command being run, so the long-lived
+Each sub-command lives next to the code it drives (`dra.cluster.cli`, `dra.node.cli`, `dra.daemon`,
+`dra.demo`, `hookcore.cli`, `dra.hookdir_cli`); this module only assembles them and turns
+`UserError` into a one-paragraph message and exit code 2. `main()` imports only the sub-command being run, so the long-lived
 `dra run` daemon does not carry the control-plane, PKI and hook modules in its memory.
 """
 
@@ -22,6 +22,7 @@ _PARTS: dict[str, tuple[str, str, str]] = {
     "cluster": ("dra.cluster.cli", "app", "group"),
     "node": ("dra.node.cli", "app", "group"),
     "hook": ("hookcore.cli", "app", "group"),
+    "hookdir": ("dra.hookdir_cli", "app", "group"),
     "run": ("dra.daemon", "register", "command"),
     "demo": ("dra.demo", "register", "command"),
     "webhook": ("dra.webhook.cli", "app", "group"),

@@ -139,22 +139,9 @@ def parse_settings(pairs: list[str] | None) -> dict[str, str]:
 
 def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     """A kubernetes ApiClient from `kubeconfig`, or from the pod's service account when None."""
-    from kubernetes import client, config
+    from dra import client
 
-    cfg = client.Configuration()
-    try:
-        if kubeconfig is not None:
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-        else:
-            config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException as exc:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
-        hint = "" if kubeconfig else " Outside a cluster, pass --kubeconfig."
-        raise UserError(f"Cannot configure the Kubernetes client from {where}: {exc}.{hint}") from exc
-    except OSError as exc:
-        raise UserError(f"Cannot read kubeconfig {kubeconfig}: {exc}") from exc
-    cfg.connection_pool_maxsize = pool_size  # concurrent claim GETs share the pool
-    return client.ApiClient(cfg)
+    return client.api_client(kubeconfig, pool_size)
 
 
 class Daemon:
@@ -254,6 +241,7 @@ class Daemon:
         removed = self.preparer.start()
         if removed:
             log.info("removed leftovers of earlier runs", extra={"paths": removed})
+        self.install_hook_libraries()
         try:
             self.publisher.start()
         except DeviceValidationError as exc:
@@ -262,6 +250,21 @@ class Daemon:
         if self.http is not None:
             self.http.start()
             log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
+
+    def install_hook_libraries(self) -> None:
+        """Put the driver's hook libraries into the node's current hook set (see Driver.hook_libraries)."""
+        from dra.hookdir import HookDirError
+
+        try:
+            libraries = list(self.driver.hook_libraries())
+        except FileNotFoundError as exc:  # e.g. dra.hook_library(stem) of a library not built
+            raise UserError(f"Driver {self.driver.name}: {exc}") from exc
+        for library in libraries:
+            try:
+                hset = self.preparer.hooks.hook_dir.install(Path(library))
+            except HookDirError as exc:
+                raise UserError(f"Driver {self.driver.name}: cannot install its hook library: {exc}") from exc
+            log.info("hook library in the current set", extra={"library": str(library), "set": hset.id})
 
     def stop(self) -> None:
         if self._stopped:

@@ -7,11 +7,12 @@ opaque-config decoding, the checkpoint, CDI files, ResourceSlice publishing, met
 enforcement (hook library install, per-claim ledger and config, preload).
 
 Life cycle: the framework instantiates the driver with no arguments, calls `setup` once with a
-`DriverContext` (node, pool, settings, fake profile, callbacks), then `devices`.
+`DriverContext` (node, pool, settings, fake profile, callbacks), installs `hook_libraries`,
+then calls `devices`.
 
 Rules for implementers (enforced by import contracts and tests):
-- import only `dra` (this interface) and `dra.testing`: no gRPC, no Kubernetes API calls, no
-  file writes (the framework writes CDI, state, ledgers and hook libraries);
+- import only `dra` (this interface), `dra.topology` and `dra.testing`: no gRPC, no Kubernetes
+  API calls, no file writes (the framework writes CDI, state, ledgers and hook libraries);
 - read configuration from `DriverContext.settings`, not from the environment;
 - `prepare` is deterministic for the same inputs and may be called again after a crash;
 - `unprepare` receives exactly what `prepare` returned (edits and state, from the checkpoint),
@@ -109,6 +110,11 @@ class AllocatedDevice:
     consumed_capacity: Mapping[str, int] = dataclasses.field(default_factory=dict)
     admin_access: bool = False
     config: Any = None
+
+    @property
+    def main_request(self) -> str:
+        """The request name kubelet matches containers by (``main`` of ``main/sub``)."""
+        return main_request(self.request)
 
     @property
     def key(self) -> str:
@@ -250,11 +256,14 @@ class DriverContext:
 
 def quantity_to_int(quantity: str) -> int:
     """A Kubernetes quantity ("16Gi", "100", "1.5k") in integer base units, rounded up."""
-    import math
+    from dra import client  # the API client's parser, loaded on first use
 
-    from kubernetes.utils import parse_quantity
+    return client.quantity_to_int(quantity)
 
-    return math.ceil(parse_quantity(quantity))
+
+def main_request(request: str) -> str:
+    """The request name kubelet matches containers by: ``main`` for a subrequest ``main/sub``."""
+    return request.split("/", 1)[0]
 
 
 class PrepareError(Exception):
@@ -304,6 +313,12 @@ class Driver(abc.ABC):
     def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
         """How the claim's share is enforced (hook library and quotas), or None (not enforced)."""
         return None
+
+    def hook_libraries(self) -> Sequence[Path]:
+        """The hook libraries `enforcement` will name. The daemon installs them at start, before
+        it publishes, so every driver's library is in the node's hook set before the first claim:
+        a heterogeneous claim's specs (one per driver) then mount the same set. Default: none."""
+        return ()
 
     def health(self) -> Iterator[list[HealthEvent]] | None:
         """An optional blocking iterator of full health snapshots; None when not supported

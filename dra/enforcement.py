@@ -80,6 +80,8 @@ class ClaimHooks:
         self.root = Path(state_dir) / "hooks"
         self.hook_dir = hook_dir
         self.default_preload = default_preload
+        self._plans: dict[tuple[Any, ...], ClaimHookPlan] = {}
+        self._root_made = False
 
     def claim_dir(self, uid: str) -> Path:
         if not UID_RE.match(uid):
@@ -89,13 +91,27 @@ class ClaimHooks:
     # -- prepare ---------------------------------------------------------------------------------
 
     def plan(self, enforcement: Enforcement) -> ClaimHookPlan:
-        """Validate the driver's enforcement with hookcore's writer and parser; EnforcementError."""
-        hk = _hookcore()
+        """Validate the driver's enforcement with hookcore's writer and parser; EnforcementError.
+
+        Deterministic in its inputs, so a verdict is remembered per (library version, quotas,
+        preload): claims of the same shape, the common case, pay for the parse once."""
         try:
-            stem = library_stem(enforcement.library)
-            self.hook_dir.digest(Path(enforcement.library))  # exists, is ELF
+            library_stem(enforcement.library)
+            digest = self.hook_dir.digest(Path(enforcement.library))  # exists, is ELF
         except HookDirError as e:
             raise EnforcementError(str(e)) from None
+        key = (str(enforcement.library), digest, tuple(enforcement.quotas), enforcement.preload)
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plan(enforcement)
+            if len(self._plans) >= 1024:
+                self._plans.clear()
+            self._plans[key] = got
+        return got
+
+    def _plan(self, enforcement: Enforcement) -> ClaimHookPlan:
+        hk = _hookcore()
+        stem = library_stem(enforcement.library)
         quotas = list(enforcement.quotas)
         if not quotas:
             raise EnforcementError("the enforcement lists no device quota; return None from enforcement() to leave"
@@ -114,7 +130,7 @@ class ClaimHooks:
             settings = dict(hk.claim_env(devices, f"{config_dir}/{LEDGER_FILE}"))
             text = hk.config_file_text(settings)
             # The library's own parser, on exactly the file it will read.
-            parsed = hk.parse_config(file_text=text, file_path=config_path, stem=stem)
+            parsed = hk.parse_config({}, file_text=text, file_path=config_path, stem=stem)
         except hk.HookConfigError as e:
             raise EnforcementError(f"the hook library rejects these settings: {e}") from None
         for i, q in enumerate(quotas):
@@ -131,20 +147,29 @@ class ClaimHooks:
         Called only while no container can use the claim (its record is ``preparing``), so an
         existing dir (an interrupted earlier attempt) is replaced."""
         final = self.claim_dir(uid)
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
-        tmp = self.root / f".{uid}.{secrets.token_hex(4)}.tmp"
-        tmp.mkdir(mode=0o755)
+        if not self._root_made:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
+            self._root_made = True
+        # Hot path (every enforced prepare): os calls on strings rather than pathlib.
+        tmp = f"{self.root}/.{uid}.{secrets.token_hex(4)}.tmp"
+        os.mkdir(tmp, 0o755)
         try:
-            (tmp / CONFIG_FILE).write_text(plan.config_text)
-            os.chmod(tmp / CONFIG_FILE, 0o644)
+            fd = os.open(f"{tmp}/{CONFIG_FILE}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, plan.config_text.encode())
+                os.fchmod(fd, 0o644)  # whatever the umask
+            finally:
+                os.close(fd)
             try:
                 # Any user of the claim's containers may charge the ledger: the dir is the claim's alone.
-                _hookcore().create_ledger(tmp / LEDGER_FILE, dict(plan.settings), mode=0o666, stem=plan.stem)
+                _hookcore().create_ledger(f"{tmp}/{LEDGER_FILE}", dict(plan.settings), mode=0o666, stem=plan.stem)
             except Exception as e:
                 raise EnforcementError(f"cannot create the claim's ledger in {tmp}: {e}") from e
-            if final.exists():
+            try:
+                os.rename(tmp, final)
+            except OSError:  # an interrupted earlier attempt left the dir: replace it
                 shutil.rmtree(final)
-            os.rename(tmp, final)
+                os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

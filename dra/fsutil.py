@@ -1,4 +1,5 @@
-"""File-system helpers with crash semantics: atomic replace, grouped directory fsync, temp files.
+"""File-system helpers with crash semantics: atomic replace, grouped directory fsync, temp files,
+and the one flock primitive (every lock of the framework is built on `lock_file`).
 
 Used by the checkpoint, the CDI specs and the hook directory. `atomic_write` leaves readers the
 old or the new content, never a mix; with ``durable`` the new content also survives power loss.
@@ -8,15 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import secrets
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from dra.faults import fault
 
-__all__ = ["UID_RE", "atomic_write", "dir_syncer", "fsync_dir", "temp_files"]
+__all__ = ["UID_RE", "LockTimeout", "atomic_write", "dir_syncer", "flocked", "fsync_dir", "lock_file", "temp_files",
+           "unlock_file"]
 
 UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -131,3 +136,51 @@ def temp_files(directory: Path, prefix: str = "") -> list[tuple[Path, str]]:
         if UID_RE.match(uid):
             out.append((p, uid))
     return out
+
+
+class LockTimeout(TimeoutError):
+    """A lock was not acquired within the timeout."""
+
+
+def lock_file(path: Path | str, *, shared: bool = False, timeout: float | None = None, mode: int = 0o600) -> int:
+    """Open `path` (created when missing) and flock it; returns the fd that holds the lock.
+
+    Each call locks its own open file description, so the lock excludes other processes AND
+    other threads of this process; it is not reentrant. The kernel drops it when the holder dies
+    (SIGKILL included). `timeout` None waits forever (without the GIL); else LockTimeout."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+    op = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    try:
+        if timeout is None:
+            fcntl.flock(fd, op)
+            return fd
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LockTimeout(f"lock {path} not acquired within {timeout:g} s") from None
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def unlock_file(fd: int) -> None:
+    """Release a lock taken by `lock_file` (closing the fd releases it)."""
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def flocked(path: Path | str, *, shared: bool = False, timeout: float | None = None, mode: int = 0o600) -> Iterator[int]:
+    """`lock_file` for a ``with`` block."""
+    fd = lock_file(path, shared=shared, timeout=timeout, mode=mode)
+    try:
+        yield fd
+    finally:
+        unlock_file(fd)

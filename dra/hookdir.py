@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import logging
 import os
@@ -38,7 +37,7 @@ from pathlib import Path
 
 from dra.errors import DRAError
 from dra.faults import fault
-from dra.fsutil import fsync_dir
+from dra.fsutil import flocked, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +122,8 @@ class HookDir:
     def lock(self, shared: bool = False) -> Iterator[None]:
         """The hook dir's flock: shared while a set is being referenced, exclusive to change sets."""
         self.ensure_dirs()
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        with flocked(self._lock_path, shared=shared, mode=0o644):
             yield
-        finally:
-            os.close(fd)
 
     # -- reading ---------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from dra.api import HOSTNAME_LABEL, ClaimSource, DeviceResult, NodeSelector, Opa
 from dra.cdi import CDISpecs, check_qualified, device_name
 from dra.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
 from dra.config import ConfigError, decode_config, encode_config
-from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError
+from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError, main_request
 from dra.enforcement import ClaimHookPlan, ClaimHooks, EnforcementError, merge_edits
 from dra.faults import fault
 from dra.hookdir import HookDir, HookSet
@@ -497,7 +497,7 @@ class ClaimPreparer:
 
 def _outcome(record: ClaimRecord) -> ClaimOutcome:
     return ClaimOutcome(devices=tuple(
-        PreparedResult(request_names=(d.request.split("/", 1)[0],), pool=d.pool, device=d.device,
+        PreparedResult(request_names=(main_request(d.request),), pool=d.pool, device=d.device,
                        cdi_device_ids=d.cdi_ids, share_id=d.share_id)
         for d in record.devices
     ))

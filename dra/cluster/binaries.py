@@ -14,7 +14,6 @@ reachable here (no release tarballs), and it is the same code the upstream relea
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra.errors import UserError
+from dra.fsutil import LockTimeout, lock_file, unlock_file
 
 DEFAULT_K8S_VERSION = "v1.34.4"
 # etcd minor used by Kubernetes 1.34 is 3.6; the newest 3.6 patch the proxy serves.
@@ -177,19 +177,19 @@ def build_lock(root: Path | None = None, progress: Callable[[str], None] = print
     directory = root or cache_root()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ".build.lock"
-    with path.open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another build in {directory} to finish (it holds {path})")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    try:
+        fd = lock_file(path, timeout=0, mode=0o644)
+    except LockTimeout:
+        progress(f"waiting for another build in {directory} to finish (it holds {path})")
+        fd = lock_file(path, mode=0o644)
+    try:
+        yield
+    finally:
+        unlock_file(fd)
 
 
-def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None, progress=print) -> BinarySet:
+def build(version: str = DEFAULT_K8S_VERSION, root: Path | None = None,
+          progress: Callable[[str], None] = print) -> BinarySet:
     """Build (or reuse) the binaries for `version`; returns where they are."""
     bins = binary_set(version, root)
     if bins.complete():
@@ -244,3 +244,54 @@ def _build_locked(bins: BinarySet, progress: Callable[[str], None]) -> BinarySet
     }
     (bins.directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return bins
+
+
+# --- Helm, for the chart tests -------------------------------------------------------------
+# Helm 4 (not 3): it is the maintained line (Helm 3 gets security fixes only since Helm 4.0), it
+# installs and upgrades with server-side apply by default, which is how the charts must behave
+# against a 1.34+ API server, and its client-go (v0.37) knows every resource.k8s.io version the
+# charts use. The binary's default `.Capabilities.KubeVersion` comes from that client-go.
+HELM_VERSION = "v4.3.2"
+_HELM_MODULE = "helm.sh/helm/v4"
+
+
+def helm_binary(version: str = HELM_VERSION, root: Path | None = None) -> Path:
+    """Where `build_helm` puts the helm binary of `version`."""
+    return (root or cache_root()) / f"helm-{version}" / "helm"
+
+
+def build_helm(version: str = HELM_VERSION, root: Path | None = None, progress: Callable[[str], None] = print) -> Path:
+    """Build (or reuse) helm `version` from the Go module proxy; returns the binary's path.
+
+    `go install module/cmd/helm@version` builds exactly the module's own go.mod (no build module
+    to keep in step), with the version stamped as Helm's Makefile does. The binary is installed
+    under a temporary directory and renamed into place, under the cache's build lock, so a killed
+    or concurrent build leaves no half file.
+    """
+    target = helm_binary(version, root)
+    if target.is_file() and os.access(target, os.X_OK):
+        return target
+    with build_lock(root, progress):
+        if target.is_file() and os.access(target, os.X_OK):  # built by the holder we waited for
+            return target
+        return _build_helm_locked(version, target, progress)
+
+
+def _build_helm_locked(version: str, target: Path, progress: Callable[[str], None]) -> Path:
+    go = _go()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log = target.parent / "build.log"
+    env = _go_env(target.parent)
+    env.pop("GOFLAGS", None)  # `go install pkg@version` refuses -mod=mod
+    staging = target.parent / ".gobin"
+    shutil.rmtree(staging, ignore_errors=True)
+    env["GOBIN"] = str(staging)
+    progress(f"building helm {version} (log: {log})")
+    started = time.monotonic()
+    ldflags = f"-s -w -X {_HELM_MODULE}/internal/version.version={version} -X {_HELM_MODULE}/internal/version.gitTreeState=clean"
+    _run([go, "install", "-trimpath", "-ldflags", ldflags, f"{_HELM_MODULE}/cmd/helm@{version}"], target.parent, log, env)
+    (staging / "helm").rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    manifest = {"helm": version, "build_seconds": round(time.monotonic() - started, 1)}
+    (target.parent / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return target

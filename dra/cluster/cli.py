@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, build, parse_version
+from dra.cluster.binaries import DEFAULT_K8S_VERSION, build, build_helm, parse_version
 from dra.cluster.controlplane import ControlPlane, Ports, default_dir
 
 app = typer.Typer(help="An embedded Kubernetes control plane (etcd, apiserver, scheduler, controller-manager).",
@@ -27,10 +27,11 @@ def _say(msg: str) -> None:
 
 @app.command("build")
 def build_cmd(k8s_version: VersionOpt = DEFAULT_K8S_VERSION) -> None:
-    """Build (or reuse) the pinned Kubernetes and etcd binaries in the cache."""
+    """Build (or reuse) the pinned Kubernetes and etcd binaries, and helm for the chart tests, in the cache."""
     parse_version(k8s_version)
     bins = build(k8s_version, progress=_say)
     typer.echo(f"binaries for Kubernetes {bins.k8s_version} (etcd {bins.etcd_version}) in {bins.directory}")
+    typer.echo(f"helm in {build_helm(progress=_say)}")
 
 
 @app.command("up")

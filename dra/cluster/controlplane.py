@@ -19,10 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +33,8 @@ import yaml
 
 from dra.cluster.binaries import DEFAULT_K8S_VERSION, BinarySet, binary_set, build
 from dra.cluster.certs import PKI, write_pki
+from dra.cluster.processes import Processes, ProcessRecord, save_state
+from dra.cluster.processes import pid_runs as _pid_runs
 from dra.errors import UserError
 
 FEATURE_GATES = (
@@ -78,13 +78,6 @@ class Ports:
 
 
 @dataclass
-class ProcessRecord:
-    pid: int
-    binary: str
-    log: str
-
-
-@dataclass
 class ClusterState:
     k8s_version: str
     ports: Ports
@@ -103,20 +96,7 @@ class ClusterState:
             return None
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
-
-
-def _pid_runs(rec: ProcessRecord) -> bool:
-    """True when `rec.pid` is alive and still runs the binary we started (not a reused PID)."""
-    try:
-        cmd = Path(f"/proc/{rec.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        stat = Path(f"/proc/{rec.pid}/stat").read_text()
-    except OSError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return cmd == rec.binary and state != "Z"
+        save_state(path, self)
 
 
 def _port_free(port: int) -> bool:
@@ -153,7 +133,7 @@ class ControlPlane:
         self._ports = ports
         self.bins = bins or binary_set(k8s_version)
         self.pki = PKI(self.directory / "pki")
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs = Processes(self.directory)
 
     # --- paths ---------------------------------------------------------------------------
     @property
@@ -288,7 +268,7 @@ class ControlPlane:
     def _get(self, path: str, timeout: float = 3.0) -> str:
         url = f"https://127.0.0.1:{self.ports.apiserver}{path}"
         with urllib.request.urlopen(url, context=self._ssl(), timeout=timeout) as resp:
-            return resp.read().decode()
+            return str(resp.read().decode())
 
     def _ready(self) -> bool:
         try:
@@ -307,31 +287,18 @@ class ControlPlane:
     def _etcd_healthy(ports: Ports) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{ports.etcd}/health", timeout=2) as resp:
-                return json.loads(resp.read()).get("health") == "true"
+                return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, urllib.error.URLError, ValueError):
             return False
 
     # --- processes -------------------------------------------------------------------------
     def _start(self, state: ClusterState, name: str, args: list[str]) -> None:
-        binary = str(self.bins.path(name))
-        log = self.log(name)
-        with log.open("ab") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {binary} {' '.join(args)}\n".encode())
-            try:
-                proc = subprocess.Popen([binary, *args], stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.directory)
-            except OSError as exc:
-                raise UserError(f"cannot start {name} ({binary}): {exc}; run `dra cluster build`.") from exc
-        self._children[name] = proc
-        state.processes[name] = ProcessRecord(proc.pid, binary, str(log))
+        state.processes[name] = self._procs.start(name, self.bins.path(name), args, self.log(name),
+                                                  fix="run `dra cluster build`.")
         state.save(self.state_file)
 
     def _alive(self, name: str, rec: ProcessRecord | None) -> bool:
-        """Our own children are judged by `poll()` (which also reaps them), others through /proc."""
-        child = self._children.get(name)
-        if child is not None and rec is not None and child.pid == rec.pid:
-            return child.poll() is None
-        return rec is not None and _pid_runs(rec)
+        return self._procs.alive(name, rec)
 
     def _wait(self, check: Callable[[], bool], timeout: float, name: str) -> None:
         deadline = time.monotonic() + timeout
@@ -346,23 +313,7 @@ class ControlPlane:
             time.sleep(0.2)
 
     def _stop(self, state: ClusterState) -> list[str]:
-        stopped = []
-        for name in reversed(COMPONENTS):
-            rec = state.processes.get(name)
-            if rec is None or not self._alive(name, rec):
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(rec.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while self._alive(name, rec) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if self._alive(name, rec):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(rec.pid, signal.SIGKILL)
-                while self._alive(name, rec):
-                    time.sleep(0.05)
-            stopped.append(name)
-        return stopped
+        return [name for name in reversed(COMPONENTS) if self._procs.stop(name, state.processes.get(name))]
 
     # --- configuration -----------------------------------------------------------------------
     def _gates(self) -> str:

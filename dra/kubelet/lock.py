@@ -22,17 +22,14 @@ removed (removing it would let two holders lock different inodes).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+from dra.fsutil import LockTimeout, lock_file, unlock_file
 
-class LockTimeout(TimeoutError):
-    """The lock was not acquired within the timeout."""
+__all__ = ["LockTimeout", "SerializeLock"]
 
 
 class SerializeLock:
@@ -49,7 +46,7 @@ class SerializeLock:
         try:
             yield
         finally:
-            self._unlock(fd)
+            unlock_file(fd)
 
     def __enter__(self) -> None:
         self._local.fd = self._lock(None)
@@ -58,34 +55,8 @@ class SerializeLock:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         fd, self._local.fd = self._local.fd, None
-        self._unlock(fd)
+        unlock_file(fd)
 
     def _lock(self, timeout: float | None) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            if timeout is None:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # releases the GIL while waiting
-                return fd
-            deadline = time.monotonic() + timeout
-            delay = 0.002
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise LockTimeout(f"lock {self.path} not acquired within {timeout:g} s") from None
-                    time.sleep(min(delay, left))
-                    delay = min(delay * 2, 0.05)
-        except BaseException:
-            os.close(fd)
-            raise
-
-    @staticmethod
-    def _unlock(fd: int) -> None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        return lock_file(self.path, timeout=timeout)

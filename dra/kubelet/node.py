@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from dra.driver import ClaimRef
+from dra.driver import ClaimRef, main_request
 from dra.kubelet._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from dra.kubelet.handler import ClaimHandler, ClaimOutcome, PreparedResult
 
@@ -35,7 +35,7 @@ def main_request_names(names: Sequence[str]) -> list[str]:
     """``["gpu/small", "gpu/big", "nic"]`` -> ``["gpu", "nic"]`` (order kept, no duplicates)."""
     out: list[str] = []
     for name in names:
-        main = name.split("/", 1)[0]
+        main = main_request(name)
         if main not in out:
             out.append(main)
     return out

@@ -268,7 +268,7 @@ def kubelet_config(layout: NodeLayout, *, ca_cert: Path, address: str, port: int
         "shutdownGracePeriod": "0s",
         "registerNode": True,
     }
-    return yaml.safe_dump(config, sort_keys=False)
+    return str(yaml.safe_dump(config, sort_keys=False))
 
 
 def kubeconfig(server: str, ca_cert: Path, cert: Path, key: Path, user: str) -> str:
@@ -280,4 +280,4 @@ def kubeconfig(server: str, ca_cert: Path, cert: Path, key: Path, user: str) -> 
         "contexts": [{"name": "dra", "context": {"cluster": "dra", "user": user}}],
         "current-context": "dra",
     }
-    return yaml.safe_dump(cfg, sort_keys=False)
+    return str(yaml.safe_dump(cfg, sort_keys=False))

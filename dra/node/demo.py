@@ -12,7 +12,6 @@ import contextlib
 import re
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -22,23 +21,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from dra.client import quantity_to_int
 from dra.cluster.controlplane import ControlPlane
+from dra.demo import _wait as _until
 from dra.errors import UserError
 from dra.node.images import WORKLOAD_IMAGE
 from dra.node.node import RealNode, unavailable_reason
 
 CLAIMS = {"training": ("70", "10Gi"), "notebook": ("30", "4Gi")}
 _REPORT = re.compile(r"^(quota_total_bytes|over_quota_alloc)=(\S+)$", re.M)
-
-
-def _until(what: str, fn: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise UserError(f"the real-node demo timed out after {timeout:.0f} s waiting for {what}.")
 
 
 def _allocation(resource: Any, ns: str, name: str) -> Any:
@@ -105,19 +96,25 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
             core.create_namespaced_pod(ns, pod_manifest(name, [name], node.name, image=WORKLOAD_IMAGE))
             # Read while the pod holds it: a claim no pod reserves any more is deallocated.
             results[name] = _until(f"claim {name} to be allocated", partial(_allocation, resource, ns, name))
-        table = Table("pod", "device (share)", "consumed", "the pod's log (its process)", "container env (CDI)")
+        table = Table("pod", "device (share)", "consumed", "what its process saw (pod log)", "quota", "hook (CDI mounts)")
         for column in table.columns:
             column.overflow = "fold"
+        failed = []
         for name in CLAIMS:
             phase = _until(f"pod {name} to finish", partial(_finished, core, ns, name))
             r = results[name]
             consumed = r.consumed_capacity or {}
-            log = core.read_namespaced_pod_log(name, ns)
-            env = [e for e in node.container_spec(ns, name)["process"]["env"]
-                   if e.startswith(("EXAMPLE_", "HOOKCORE_", "CUDA_", "LD_PRELOAD"))]
+            seen = dict(_REPORT.findall(core.read_namespaced_pod_log(name, ns)))
+            holds = (seen.get("quota_total_bytes") == str(quantity_to_int(consumed.get("memory", "0")))
+                     and seen.get("over_quota_alloc") == "refused")
+            if phase != "Succeeded" or not holds:
+                failed.append(name)
+            mounts = [m["destination"] for m in node.container_spec(ns, name).get("mounts", [])
+                      if m["destination"].startswith(("/usr/lib/hookcore", "/etc/ld.so.preload", "/run/hookcore"))]
             table.add_row(f"{name} ({phase})", f"{r.pool}/{r.device} ({(r.share_id or '-')[:8]})",
                           f"cores {consumed.get('cores')}, memory {consumed.get('memory')}",
-                          "\n".join(f"{k}={v}" for k, v in _REPORT.findall(log)) or log.strip(), "\n".join(env))
+                          "\n".join(f"{k}={v}" for k, v in seen.items()) or "(no report)",
+                          "[green]holds[/green]" if holds else "[red]not enforced[/red]", "\n".join(mounts) or "none")
         out.print(table)
 
         step("pods deleted: kubelet calls NodeUnprepareResources")
@@ -125,8 +122,13 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
             core.delete_namespaced_pod(name, ns)
         _until("the claims' CDI specs to be removed", lambda: not any(lay.cdi_dir.iterdir()), 60)
         out.print("    CDI specs left: none")
+        if failed:
+            out.print(f"[bold red]demo finished on a real node, but the quota did not hold for {', '.join(failed)}[/bold red]: "
+                      "read the pods' logs above.", highlight=False)
+            return 1
         out.print("[bold green]demo complete on a real node[/bold green]: upstream kubelet prepared both shares "
-                  "through the daemon, containerd applied their CDI edits, and each pod's process reported its quota.")
+                  "through the daemon, containerd applied their CDI edits, and each pod's process saw exactly its "
+                  "claim's memory and was refused past it.")
         return 0
     finally:
         daemon.stop()
@@ -134,7 +136,8 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
             out.print(f"kept: namespace {ns}, the node (stop it with `dra node down --dir {node.directory} --purge`)",
                       highlight=False)
         else:
-            for delete in (lambda: core.delete_namespace(ns), lambda: resource.delete_device_class(cls)):
+            deletes: list[Callable[[], object]] = [lambda: core.delete_namespace(ns), lambda: resource.delete_device_class(cls)]
+            for delete in deletes:
                 with contextlib.suppress(Exception):
                     delete()
             node.down(purge=True)

@@ -88,10 +88,12 @@ def build_pause(out: Path) -> BuiltImage:
     return BuiltImage(normalize_reference(PAUSE_IMAGE), archive, digest)
 
 
-def workload_source() -> tuple[Path, bool]:
-    """The workload's C source and whether it is the real one (False: the placeholder)."""
-    real = _hookcore_dir() / "workload" / "cuda_workload.c"
-    return (real, True) if real.is_file() else (_HERE / "workload_placeholder.c", False)
+def workload_source() -> Path:
+    """hookcore's CUDA workload program (reaches the driver as the CUDA runtime does)."""
+    source = _hookcore_dir() / "workload" / "cuda_workload.c"
+    if not source.is_file():
+        raise UserError(f"the workload program {source} is missing from this checkout; it goes into dra-workload:local.")
+    return source
 
 
 def build_workload(out: Path) -> BuiltImage:
@@ -100,7 +102,7 @@ def build_workload(out: Path) -> BuiltImage:
     if not stub.is_file():
         raise UserError(f"the stub CUDA driver {stub} is not built; run `make -C {hook}` "
                         "(pip install -e '.[dev]' builds it too).")
-    source, _real = workload_source()
+    source = workload_source()
     binary = out / "cuda_workload"
     _compile(["-O2", "-std=gnu11", "-Wall", "-o", str(binary), str(source), "-ldl"], f"workload program {source.name}")
     # The hook library is mounted by CDI, but it runs in this image's libc: carry its libraries too.

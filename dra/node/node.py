@@ -24,14 +24,15 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dra.cluster.binaries import DEFAULT_K8S_VERSION
 from dra.cluster.certs import issue_client_cert
-from dra.cluster.controlplane import ControlPlane, ProcessRecord, _pid_runs
+from dra.cluster.controlplane import ControlPlane
 from dra.cluster.controlplane import default_dir as default_cluster_dir
+from dra.cluster.processes import Processes, ProcessRecord, pid_runs, save_state
 from dra.errors import UserError
 from dra.node import config as cfg
 from dra.node.binaries import RUNC_HINT, NodeBinaries, build_node, find_runc, node_binaries
@@ -76,9 +77,7 @@ class NodeState:
             return None
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
+        save_state(path, self)
 
 
 @dataclass
@@ -149,7 +148,7 @@ class RealNode:
         self.name = cfg.validate_node_name(name or (existing.name if existing else DEFAULT_NODE_NAME))
         self.cluster_dir = (cluster_dir or (Path(existing.cluster_dir) if existing else default_cluster_dir())).resolve()
         self.settings = settings or cfg.MachineSettings.detect()
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs = Processes(self.directory)
 
     # --- views -----------------------------------------------------------------------------
     @property
@@ -213,7 +212,7 @@ class RealNode:
         if not bins.complete():
             build_node(cp.k8s_version, progress=progress)
         state = self.state
-        if state is not None and all(p in state.processes and _pid_runs(state.processes[p]) for p in PROCESSES):
+        if state is not None and all(p in state.processes and pid_runs(state.processes[p]) for p in PROCESSES):
             progress("already running")
             return self._wait_ready(state, timeout, progress)
         if state is not None:
@@ -258,7 +257,7 @@ class RealNode:
 
     def status(self) -> NodeStatus:
         state = self.state
-        running = {p: bool(state and p in state.processes and _pid_runs(state.processes[p])) for p in PROCESSES}
+        running = {p: bool(state and p in state.processes and pid_runs(state.processes[p])) for p in PROCESSES}
         registered, ready, message, taints = False, False, "no Node object", []
         with contextlib.suppress(Exception):
             node = self._read_node()
@@ -377,23 +376,11 @@ class RealNode:
 
     # --- processes -------------------------------------------------------------------------
     def _start(self, state: NodeState, name: str, binary: Path, args: list[str], env: dict[str, str] | None = None) -> None:
-        log = self.layout.log(name)
-        with log.open("ab") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {binary} {' '.join(args)}\n".encode())
-            try:
-                proc = subprocess.Popen([str(binary), *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=self.directory, env=env)
-            except OSError as exc:
-                raise UserError(f"cannot start {name} ({binary}): {exc}; run `dra node build`.") from exc
-        self._children[name] = proc
-        state.processes[name] = ProcessRecord(proc.pid, str(binary), str(log))
+        state.processes[name] = self._procs.start(name, binary, args, self.layout.log(name), env, fix="run `dra node build`.")
         state.save(self.layout.state_file)
 
     def _alive(self, name: str, rec: ProcessRecord | None) -> bool:
-        child = self._children.get(name)
-        if child is not None and rec is not None and child.pid == rec.pid:
-            return child.poll() is None
-        return rec is not None and _pid_runs(rec)
+        return self._procs.alive(name, rec)
 
     def _wait(self, state: NodeState, name: str, check: Callable[[], bool], timeout: float, what: str = "") -> None:
         deadline = time.monotonic() + timeout
@@ -410,20 +397,7 @@ class RealNode:
             time.sleep(0.3)
 
     def _stop_one(self, state: NodeState, name: str, grace: float = 15) -> bool:
-        rec = state.processes.get(name)
-        if rec is None or not self._alive(name, rec):
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(rec.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while self._alive(name, rec) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self._alive(name, rec):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(rec.pid, signal.SIGKILL)
-            while self._alive(name, rec):
-                time.sleep(0.05)
-        return True
+        return self._procs.stop(name, state.processes.get(name), grace)
 
     def _stop(self, state: NodeState) -> list[str]:
         """kubelet first (so it restarts nothing), then every pod, then containerd and its shims."""

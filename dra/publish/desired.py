@@ -18,8 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
+from dra.client import quantity_decimal
 from dra.driver import Capacity, Device, Version
 from dra.errors import DRAError
 
@@ -163,7 +162,7 @@ def _encode_attribute(key: str, value: object, fail: Any) -> dict[str, Any]:
 
 def _quantity(key: str, what: str, value: object, fail: Any) -> Decimal:
     try:
-        return Decimal(parse_quantity(value))
+        return quantity_decimal(value)
     except (ValueError, TypeError, ArithmeticError):
         raise fail(f"capacity {key!r}: {what} {value!r} is not a Kubernetes quantity (e.g. 100, 16Gi)") from None
 
@@ -270,6 +269,6 @@ def _q(value: object) -> Decimal | None:
     if value is None:
         return None
     try:
-        return Decimal(parse_quantity(value))
+        return quantity_decimal(value)
     except (ValueError, TypeError, ArithmeticError):
         return None

@@ -26,10 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import urllib3
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
+from dra.client import ApiClient, ApiException, ResourceV1Api, get_raw, iter_resp_lines
 from dra.driver import Device
 from dra.publish.desired import DesiredPool, DeviceValidationError, comparable_devices, desired_pool, slice_object
 from dra.publish.timing import Backoff, Clock, SystemClock
@@ -105,7 +103,7 @@ class Publisher:
 
     def __init__(
         self,
-        api_client: client.ApiClient,
+        api_client: ApiClient,
         driver_name: str,
         node_name: str,
         devices: Callable[[], Sequence[Device]],
@@ -116,7 +114,7 @@ class Publisher:
         on_sync: Callable[[SyncResult], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
-        self.api = client.ResourceV1Api(api_client)
+        self.api = ResourceV1Api(api_client)
         self.driver_name = driver_name
         self.node_name = node_name
         self.settings = settings or PublishSettings()
@@ -224,6 +222,8 @@ class Publisher:
     def sync_once(self) -> SyncResult:
         """One comparison and the writes it needs. Raises on API errors; callers retry."""
         if self._devices_dirty:
+            # Cleared before the read, so a devices_changed() during it is not lost; set again
+            # when the driver fails, so the next sync (after backoff) reads the devices again.
             self._devices_dirty = False
             try:
                 new = desired_pool(self.driver_name, self.node_name, self._devices())
@@ -231,6 +231,9 @@ class Publisher:
                 if self._desired is None:
                     raise
                 log.exception("new device list rejected; keeping the published one")
+            except BaseException:
+                self._devices_dirty = True
+                raise
             else:
                 self._desired = new
         desired = self._desired
@@ -386,19 +389,7 @@ class Publisher:
 
     def _read_node(self, name: str, _preload_content: bool, _request_timeout: float) -> Any:
         """GET the Node through the client's generic call: `CoreV1Api` alone costs ~20 MiB of RSS."""
-        api_client = self.api.api_client
-        request = api_client.param_serialize(
-            method="GET",
-            resource_path="/api/v1/nodes/{name}",
-            path_params={"name": name},
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        response = api_client.call_api(*request, _request_timeout=_request_timeout)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
-        return response
+        return get_raw(self.api.api_client, "/api/v1/nodes/{name}", {"name": name}, _request_timeout)
 
     # ---- the watcher -----------------------------------------------------------------------
 

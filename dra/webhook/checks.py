@@ -15,9 +15,8 @@ from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
 from dra import ConfigError, decode_config
+from dra.client import quantity_decimal
 from dra.webhook.translate import Inventory, NoInventory, describe_bytes
 from dra.webhook.vendors import Vendor, VendorMapping
 
@@ -96,7 +95,7 @@ def _capacity(where: str, v: Vendor, wanted: Mapping[str, Any], inventory: Inven
     if cores is not None:
         key, raw = cores
         try:
-            if parse_quantity(raw) > v.max_cores:
+            if quantity_decimal(raw) > v.max_cores:
                 out.append(f"{where}: capacity {key}={raw} is more than a {v.device_class} device has "
                            f"({v.max_cores}, percent of its compute); ask for at most {v.max_cores}")
         except (ValueError, TypeError):
@@ -106,7 +105,7 @@ def _capacity(where: str, v: Vendor, wanted: Mapping[str, Any], inventory: Inven
     if memory is not None and sizes:
         key, raw = memory
         try:
-            if parse_quantity(raw) > sizes[0]:
+            if quantity_decimal(raw) > sizes[0]:
                 out.append(f"{where}: capacity {key}={raw} is more than any published {v.device_class} device has "
                            f"(largest: {describe_bytes(sizes[0])}); ask for at most that")
         except (ValueError, TypeError):

@@ -28,17 +28,17 @@ _ConfigOpt = Annotated[Path | None, typer.Option("--config", help="vendor mappin
 
 
 def _client(kubeconfig: Path | None) -> Any:
-    from kubernetes import client, config
+    from dra import client
 
     if kubeconfig is not None:
-        return config.new_client_from_config(config_file=str(kubeconfig))
+        return client.new_client_from_config(config_file=str(kubeconfig))
     try:
-        config.load_incluster_config()
+        client.load_incluster_config()
         return client.ApiClient()
-    except config.ConfigException:
+    except client.ConfigException:
         try:
-            return config.new_client_from_config()
-        except (config.ConfigException, OSError) as e:
+            return client.new_client_from_config()
+        except (client.ConfigException, OSError) as e:
             raise UserError(f"no cluster to talk to: not in a pod and no kubeconfig ({e}); pass --kubeconfig") from None
 
 

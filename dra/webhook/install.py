@@ -97,13 +97,13 @@ def _ready(port: int) -> bool:
 
 
 def _api(kubeconfig: Path) -> Any:
-    from kubernetes import client, config
+    from dra import client
 
-    return client.AdmissionregistrationV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    return client.AdmissionregistrationV1Api(client.new_client_from_config(config_file=str(kubeconfig)))
 
 
 def _apply(api: Any, kind: str, body: dict[str, Any]) -> None:
-    from kubernetes.client.rest import ApiException
+    from dra.client import ApiException
 
     create = getattr(api, f"create_{kind}")
     read = getattr(api, f"read_{kind}")
@@ -191,7 +191,7 @@ def stop_server(directory: Path | None = None) -> bool:
 
 def down(kubeconfig: Path | None = None, directory: Path | None = None, name: str | None = None) -> list[str]:
     """Undo `up`: the two configurations, the process, the certificates and the state. Returns what was undone."""
-    from kubernetes.client.rest import ApiException
+    from dra.client import ApiException
 
     directory = (directory or default_dir()).resolve()
     state = State.load(directory)

@@ -14,10 +14,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client
-from kubernetes.utils import parse_quantity
-from kubernetes.watch.watch import iter_resp_lines
-
+from dra import client
+from dra.client import iter_resp_lines, quantity_decimal
 from dra.publish.timing import Backoff
 
 log = logging.getLogger(__name__)
@@ -34,7 +32,7 @@ def _parse_slice(obj: Mapping[str, Any]) -> _Slice:
         caps: dict[str, int] = {}
         for name, cap in (dev.get("capacity") or {}).items():
             try:
-                caps[name] = int(parse_quantity((cap or {}).get("value", "0")))
+                caps[name] = int(quantity_decimal((cap or {}).get("value", "0")))
             except (ValueError, TypeError):
                 continue
         devices.append(caps)

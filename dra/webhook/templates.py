@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from dra import client
+from dra.client import ApiException
 
 
 class TemplateError(Exception):

@@ -21,8 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from kubernetes.utils import parse_quantity
-
+from dra.client import quantity_decimal
 from dra.webhook import selectors as sel
 from dra.webhook.vendors import Vendor, VendorMapping
 
@@ -133,7 +132,7 @@ def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
 def _whole(where: str, resource: str, raw: Any) -> int | str:
     """A whole-number quantity, or the problem with it."""
     try:
-        q = parse_quantity(raw)
+        q = quantity_decimal(raw)
     except (ValueError, TypeError):
         return f"{where}: {resource}={raw!r} is not a Kubernetes quantity; write a whole number"
     if q != q.to_integral_value():
@@ -397,7 +396,7 @@ def pod_patch(pod: Mapping[str, Any], plan: PodPlan, templates: Mapping[Share, s
     new_claims = []
     per_container: dict[tuple[bool, int], list[str]] = {}
     for cs in plan.shares:
-        name = pod_claim_name(cs.share.vendor.name, cs.container, taken)  # type: ignore[arg-type]
+        name = pod_claim_name(cs.share.vendor.name, cs.container, taken)
         new_claims.append({"name": name, "resourceClaimTemplateName": templates[cs.share]})
         per_container.setdefault((cs.init, cs.index), []).append(name)
     ops: list[dict[str, Any]] = []

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.utils import parse_quantity
 
+from dra.client import quantity_decimal
 from dra.errors import UserError
 
 DEFAULT_PATH = Path(__file__).with_name("vendors.yaml")
@@ -161,7 +161,7 @@ def _vendor(o: _Obj) -> list[Vendor]:
     prefixes = tuple(o.items("ownedPrefixes"))
     unit_text = o.text("memoryUnit") or "1Mi"
     try:
-        unit = int(parse_quantity(unit_text))
+        unit = int(quantity_decimal(unit_text))
     except ValueError:
         raise o.error("memoryUnit", f"{unit_text!r} is not a Kubernetes quantity; write e.g. 1Mi") from None
     max_cores = o.integer("maxCores", 100)

@@ -167,5 +167,8 @@ class ExampleDriver(dra.Driver):
                   for i in self._visible(prepared)]
         return dra.Enforcement(self.library or dra.hook_library("vgpu"), quotas)
 
+    def hook_libraries(self) -> Sequence[Path]:
+        return [self.library or dra.hook_library("vgpu")] if self.enforce else []
+
     def unprepare(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> None:
         return None  # fake devices hold nothing to release

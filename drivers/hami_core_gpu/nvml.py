@@ -84,7 +84,7 @@ def call(fn: Callable[..., _T], *args: Any, target: str = "") -> _T:
 
 
 def not_supported(exc: NvmlError) -> bool:
-    return exc.code == pynvml.NVML_ERROR_NOT_SUPPORTED
+    return bool(exc.code == pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
 # One initialisation at a time in the process; NVML counts nvmlInit/nvmlShutdown pairs itself.

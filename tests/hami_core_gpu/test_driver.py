@@ -160,3 +160,44 @@ def test_bad_settings_name_the_key(raw: dict[str, str], error: str) -> None:
 def test_settings_parse() -> None:
     s = Settings.parse({"cdiMode": "self-contained", "deviceMemory": "96Gi", "healthProbeInterval": "2.5"})
     assert (s.cdi_mode, s.device_memory, s.health_probe_interval) == ("self-contained", 96 * GiB, 2.5)
+
+
+def as_gpu_node(d: HamiCoreGpuDriver, **settings: str) -> HamiCoreGpuDriver:
+    """The driver as on a GPU node: the same inventory, but no fake backend (toolkit IDs, device nodes)."""
+    d.fake = None
+    d.settings = dataclasses.replace(d.settings, **settings)
+    return d
+
+
+def test_toolkit_mode_composes_with_the_nvidia_toolkit_spec(driver) -> None:
+    d = as_gpu_node(driver(settings={"health": "off"}))
+    d.files = None
+    uuid = d.devices()[3].attributes["uuid"]
+    (p,) = d.prepare(CLAIM, [alloc("hami-gpu-3", memory=GiB, cores=10)])
+    assert p.cdi_devices == (f"nvidia.com/gpu={uuid}",) and p.edits.device_nodes == ()
+    assert d.claim_edits(CLAIM, [p]).mounts == ()  # the toolkit's spec brings the driver files
+
+
+def test_self_contained_mode_lists_the_device_nodes(driver, tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    for name in ("nvidia2", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / "dev" / name).touch()
+    d = as_gpu_node(driver(settings={"health": "off", "cdiMode": "self-contained"}), dev_root=tmp_path)
+    (p,) = d.prepare(CLAIM, [alloc("hami-gpu-2", memory=GiB, cores=10)])
+    assert p.cdi_devices == () and [(n.path, n.host_path) for n in p.edits.device_nodes] == [
+        ("/dev/nvidia2", str(tmp_path / "dev" / "nvidia2"))]
+    nodes = [n.path for n in d.claim_edits(CLAIM, [p]).device_nodes]
+    assert nodes == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    with pytest.raises(PrepareError, match=r"nvidia5 does not exist"):
+        d.prepare(CLAIM, [alloc("hami-gpu-5", memory=GiB, cores=10)])
+
+
+def test_enforcement_is_one_quota_per_visible_gpu(driver) -> None:
+    d = driver(settings={"health": "off"})
+    uuid = {x.name: x.attributes["uuid"] for x in d.devices()}
+    prepared = d.prepare(CLAIM, [alloc("hami-gpu-4", "a", memory=3 * GiB, cores=30),
+                                 alloc("hami-gpu-1", "b", GpuConfig(compute_limit=False, preload="env"), memory=GiB, cores=5)])
+    e = d.enforcement(CLAIM, prepared)
+    assert e.library.name == "libvgpu.so" and e.preload is not None and e.preload.value == "env"
+    assert [(q.uuid, q.memory, q.cores) for q in e.quotas] == [
+        (uuid["hami-gpu-4"], 3 * GiB, 30), (uuid["hami-gpu-1"], GiB, 100)]  # computeLimit false: no compute limit

@@ -22,7 +22,9 @@ def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: 
     out = buf.getvalue()
     assert "a real node: kubelet" in out and "registers with the real kubelet" in out
     assert out.count("(Succeeded)") == 2 and out.count("/gpu-0 (") == 2
-    assert out.count("quota_total_bytes=") == 2 and out.count("over_quota_alloc=") == 2
-    assert "EXAMPLE_MEMORY_LIMIT=4294967296" in out and "EXAMPLE_MEMORY_LIMIT=10737418240" in out
+    # Each pod's own process saw exactly its claim's memory (10Gi, 4Gi) and was refused past it.
+    assert "quota_total_bytes=10737418240" in out and "quota_total_bytes=4294967296" in out
+    assert out.count("over_quota_alloc=refused") == 2 and out.count("holds") == 2
+    assert out.count("/usr/lib/hookcore") == 2 and out.count("/etc/ld.so.preload") == 2
     assert "CDI specs left: none" in out
     assert "demo complete on a real node" in out

@@ -8,7 +8,6 @@ the node. Pods run the local `dra-workload:local` image (`imagePullPolicy: Never
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -163,19 +162,16 @@ def test_pod_with_a_claim_runs_with_the_cdi_edits_applied(
     assert wait_phase(api_client, namespace, "share", ("Succeeded", "Failed")) == "Succeeded"
     report = workload_report(api_client, namespace, "share")
     assert set(report) == {"quota_total_bytes", "over_quota_alloc"}, report
-    env = real_node.container_spec(namespace, "share")["process"]["env"]
-    # Written by the driver into the claim's CDI spec, put into the process by containerd.
+    spec = real_node.container_spec(namespace, "share")
+    env = spec["process"]["env"]
+    # Written by the driver and the framework into the claim's CDI spec, applied by containerd.
     assert f"EXAMPLE_MEMORY_LIMIT={4 * GI}" in env and "EXAMPLE_CORES_LIMIT=25" in env, env
+    uid = claim_uid(api_client, namespace, "share")
+    mounts = {m["destination"]: m["source"] for m in spec["mounts"]}
+    assert {"/usr/lib/hookcore", "/etc/ld.so.preload", "/run/hookcore/vgpu"} <= set(mounts), mounts
+    assert mounts["/run/hookcore/vgpu"] == str(daemon.state_dir / "hooks" / uid)
 
 
-# The framework's quota enforcement (issue 7) comes with dra/hookdir.py; until it is in this
-# checkout the container sees the stub device's whole memory, and the quota tests must fail.
-ENFORCED = importlib.util.find_spec("dra.hookdir") is not None
-needs_enforcement = pytest.mark.xfail(not ENFORCED, strict=True,
-                                      reason="framework quota enforcement (issue 7) not in this checkout yet")
-
-
-@needs_enforcement
 def test_container_sees_exactly_its_quota_and_is_refused_past_it(
     api_client: client.ApiClient, real_node: RealNode, daemon: DaemonProcess, device_class: str, namespace: str
 ) -> None:
@@ -192,6 +188,7 @@ def test_pod_deletion_unprepares_and_leaves_nothing(
     wait_phase(api_client, namespace, "held", ("Running",))
     uid = claim_uid(api_client, namespace, "held")
     assert cdi_files(real_node, uid) and state_of(daemon, uid)
+    assert (daemon.state_dir / "hooks" / uid / "ledger").is_file()  # the claim's ledger, while the pod runs
     delete_pod_and_wait_unprepared(api_client, real_node, daemon, namespace, "held", uid)
 
 
@@ -304,7 +301,6 @@ def gpu_daemon(cluster: ControlPlane, real_node: RealNode, daemon: DaemonProcess
         proc.stop()
 
 
-@needs_enforcement
 def test_hami_core_gpu_fake_share_is_enforced_on_the_real_node(
     cluster: ControlPlane, api_client: client.ApiClient, real_node: RealNode, gpu_daemon: DaemonProcess, namespace: str
 ) -> None:

@@ -134,3 +134,38 @@ def test_dra_run_passes_set_and_fake_and_reads_DRA_FAKE_DEVICES(monkeypatch: pyt
     assert r.exit_code == 0, r.output
     assert [(dict(s.driver_settings), s.fake) for s in seen] == [({"count": "4", "memory": "1Gi"}, "/tmp/devices.txt"),
                                                                   ({}, "two-gpus")]
+
+
+def test_the_daemon_installs_every_drivers_hook_library_at_start_so_heterogeneous_claims_share_one_set(
+        tmp_path: Path) -> None:
+    """Two daemons (two drivers) sharing a hook dir: after both started, a claim prepared by either
+    mounts the set holding both libraries (the Ascend engineer's finding, 09:31)."""
+    import shutil
+
+    other = tmp_path / "other" / "libvother.so"
+    other.parent.mkdir()
+    shutil.copy(dra.hook_library("vgpu"), other)
+    with other.open("ab") as f:
+        f.write(b"\0other")  # another library: other bytes, other name
+
+    class Other(ExampleDriver):
+        name = "other.example.com"
+        cdi_kind = "k8s.other.example.com/claim"
+
+        def hook_libraries(self) -> Sequence[Path]:
+            return [other]
+
+    hook_dir = tmp_path / "hook-dir"
+    daemons = []
+    for driver in (ExampleDriver(), Other()):
+        d = _daemon(tmp_path / driver.name, driver, hook_dir=hook_dir)
+        d.install_hook_libraries()
+        daemons.append(d)
+    from dra.hookdir import HookDir
+
+    cur = HookDir(hook_dir).current()
+    assert cur is not None and set(cur.members) == {"libvgpu.so", "libvother.so"}
+    with daemons[0].preparer.hooks.hook_dir.pinned(dra.hook_library("vgpu")) as hset:
+        assert hset == cur, "the example driver's next claim mounts the set with both libraries"
+    for d in daemons:
+        d.stop()

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 
+import pytest
 from kubernetes import client
 
 from dra.driver import Device
@@ -72,3 +73,31 @@ def test_failed_syncs_are_retried_with_exponential_backoff_up_to_the_ceiling() -
     assert delays[:8] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
     assert not publisher.ready
     assert publisher.counts["create"] == publisher.counts["update"] == 0
+
+
+def test_a_rescan_whose_device_read_fails_is_retried_not_lost() -> None:
+    """Review bug 1: the dirty flag was cleared before `devices()` ran, so a driver error lost
+    the rescan and the next syncs republished the old pool until the next SIGHUP."""
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{closed_port()}"
+    cfg.retries = False
+    answers: list[list[Device] | Exception] = [[Device(name="d0")], RuntimeError("NVML busy"),
+                                               [Device(name="d0"), Device(name="d1")]]
+
+    def devices() -> list[Device]:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    publisher = Publisher(client.ApiClient(cfg), "gpu.example.com", "node-1", devices,
+                          settings=PublishSettings(request_timeout=1.0))
+    with pytest.raises(Exception):  # noqa: B017 - the closed port: the read went first
+        publisher.sync_once()
+    publisher.devices_changed()
+    with pytest.raises(RuntimeError, match="NVML busy"):
+        publisher.sync_once()
+    with pytest.raises(Exception):  # noqa: B017 - the closed port again, after the retried read
+        publisher.sync_once()
+    assert publisher._desired is not None
+    assert [d["name"] for s in publisher._desired.slices for d in s] == ["d0", "d1"]

@@ -1,0 +1,126 @@
+{{/*
+What a node daemon may do, and nothing more:
+
+- RBAC (ClusterRole): ResourceSlices get/list/watch/create/update/delete (it publishes its
+  node's pool and removes stale slices), ResourceClaims get (prepare reads the allocation),
+  Nodes get (the slices' owner reference and label-selected allocations). No patch, no
+  DeviceClass or Namespace writes, no Secrets.
+- ValidatingAdmissionPolicy: RBAC cannot tell nodes apart, so a policy holds each daemon to
+  ResourceSlices of its own node and its own driver. The node comes from the service account
+  token's pod binding (`authentication.kubernetes.io/node-name`, ServiceAccountTokenPodNodeInfo,
+  on by default since 1.30); an UPDATE may neither move a slice away from another node nor onto
+  this one, a DELETE may remove only this node's slices.
+*/}}
+{{- define "dra-common.nodeRBAC" -}}
+{{- $name := include "dra-common.fullname" . -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "dra-common.labels" . | nindent 4 }}
+rules:
+  - apiGroups: ["resource.k8s.io"]
+    resources: ["resourceslices"]
+    verbs: ["get", "list", "watch", "create", "update", "delete"]
+  - apiGroups: ["resource.k8s.io"]
+    resources: ["resourceclaims"]
+    verbs: ["get"]
+  - apiGroups: [""]
+    resources: ["nodes"]
+    verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "dra-common.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "dra-common.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end -}}
+
+{{- define "dra-common.sliceNodePolicy" -}}
+{{- if .Values.sliceNodePolicy.enabled }}
+{{- $name := printf "%s-own-node-slices" (include "dra-common.fullname" . | trunc 47 | trimSuffix "-") -}}
+{{- $user := printf "system:serviceaccount:%s:%s" .Release.Namespace (include "dra-common.serviceAccountName" .) -}}
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "dra-common.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: ["resource.k8s.io"]
+        apiVersions: ["*"]
+        operations: ["CREATE", "UPDATE", "DELETE"]
+        resources: ["resourceslices"]
+  matchConditions:
+    - name: is-this-drivers-node-daemon
+      expression: {{ printf "request.userInfo.username == %q" $user | quote }}
+  variables:
+    - name: nodeName
+      expression: "request.userInfo.extra[?'authentication.kubernetes.io/node-name'][0].orValue('')"
+    - name: slice
+      expression: "request.operation == 'DELETE' ? oldObject : object"
+    - name: sliceNode
+      expression: "variables.slice.spec.?nodeName.orValue('')"
+    - name: previousNode
+      expression: "request.operation == 'UPDATE' ? oldObject.spec.?nodeName.orValue('') : variables.sliceNode"
+  validations:
+    - expression: "variables.nodeName != ''"
+      message: >-
+        this driver's node daemon must authenticate with a service account token bound to its pod
+        (authentication.kubernetes.io/node-name, ServiceAccountTokenPodNodeInfo); it has none, so it may not write ResourceSlices
+      reason: Forbidden
+    - expression: "variables.sliceNode == variables.nodeName && variables.previousNode == variables.nodeName"
+      messageExpression: >-
+        'the node daemon on node ' + variables.nodeName + ' may write only ResourceSlices of its own node, not ' +
+        (variables.sliceNode == '' ? 'a slice without spec.nodeName' : 'one of node ' + variables.sliceNode) +
+        (variables.previousNode != variables.sliceNode ? ' (the slice belonged to node ' + variables.previousNode + ')' : '')
+      reason: Forbidden
+    - expression: {{ printf "variables.slice.spec.driver == %q" .Values.driver.name | quote }}
+      messageExpression: {{ printf "'the node daemon of %s may not write ResourceSlices of driver ' + variables.slice.spec.driver" .Values.driver.name | quote }}
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "dra-common.labels" . | nindent 4 }}
+spec:
+  policyName: {{ $name }}
+  validationActions: [Deny]
+{{- end }}
+{{- end -}}
+
+{{- define "dra-common.deviceClasses" -}}
+{{- range $i, $class := .Values.deviceClasses }}
+{{- if $i }}
+---
+{{- end }}
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: {{ $class.name }}
+  labels:
+    {{- include "dra-common.labels" $ | nindent 4 }}
+spec:
+  selectors:
+    - cel:
+        expression: {{ $class.selector | quote }}
+  {{- with $class.extendedResourceName }}
+  extendedResourceName: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,257 @@
+"""Write the charts' generated files (run: python helm/generate.py; tests/charts checks them).
+
+- ``<chart>/values.schema.json``: the charts share most of their values (dra-common's templates
+  read them), so their schemas are built here from shared parts instead of copied by hand.
+  Every object refuses unknown keys, so a typo in a value fails `helm install` with the key's
+  path instead of being ignored.
+- ``dra-webhook/files/webhook-configurations.json``: the Mutating- and
+  ValidatingWebhookConfiguration as `dra.webhook.registration` builds them (rules, CEL match
+  conditions from the shipped vendor mapping, selectors), with placeholders the chart fills in
+  (``__NAME__``, ``__NAMESPACE__``, ``__SERVICE__``, ``__CA_BUNDLE__``). One builder, so the
+  chart and `dra webhook up` register the same webhooks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HELM_DIR = Path(__file__).resolve().parent
+
+ABS_PATH = {"type": "string", "pattern": "^/", "description": "an absolute path"}
+DNS_SUBDOMAIN = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253}
+LABEL_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+ANY_OBJECT = {"type": "object"}
+QUALIFIED_NAME_OR_EMPTY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+INT_OR_PERCENT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+%$"}]}
+# Feature gates the charts know how to check (dra-common's gateDefaults).
+GATES = ["DRAConsumableCapacity", "DRAExtendedResource", "DRADeviceTaints", "DRAPartitionableDevices"]
+
+
+def obj(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        out["required"] = required
+    out.update(extra)
+    return out
+
+
+FEATURE_GATES = obj({"check": {"type": "boolean"},
+                     "required": {"type": "array", "items": {"enum": GATES}, "uniqueItems": True}})
+
+
+def image() -> dict[str, Any]:
+    return obj({
+        "repository": {"type": "string", "minLength": 1},
+        "tag": {"type": "string", "pattern": r"^[\w][\w.-]{0,127}$|^$"},
+        "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
+        "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+    }, ["repository"])
+
+
+def common() -> dict[str, Any]:
+    return {
+        "image": image(),
+        "imagePullSecrets": {"type": "array", "items": obj({"name": {"type": "string", "minLength": 1}}, ["name"])},
+        "nameOverride": {"type": "string", "maxLength": 40},
+        "fullnameOverride": {"type": "string", "maxLength": 52},
+        "serviceAccount": obj({
+            "create": {"type": "boolean"},
+            "name": {"anyOf": [DNS_SUBDOMAIN, {"const": ""}]},
+            "annotations": LABEL_MAP,
+        }),
+    }
+
+
+def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The schema of a node-daemon chart (hami-core-gpu, ascend)."""
+    kubelet_plugin = obj({
+        "nodeSelector": LABEL_MAP,
+        "tolerations": {"type": "array", "items": ANY_OBJECT},
+        "affinity": ANY_OBJECT,
+        "priorityClassName": {"type": "string"},
+        "runtimeClassName": {"type": "string"},
+        "privileged": {"type": "boolean"},
+        "updateStrategy": obj({
+            "type": {"enum": ["RollingUpdate", "OnDelete"]},
+            "rollingUpdate": obj({"maxSurge": INT_OR_PERCENT, "maxUnavailable": INT_OR_PERCENT}),
+        }, ["type"]),
+        "terminationGracePeriodSeconds": {"type": "integer", "minimum": 1},
+        "resources": ANY_OBJECT,
+        "probes": obj({
+            "periodSeconds": {"type": "integer", "minimum": 1},
+            "timeoutSeconds": {"type": "integer", "minimum": 1},
+            "livenessFailureThreshold": {"type": "integer", "minimum": 1},
+            "startupFailureThreshold": {"type": "integer", "minimum": 1},
+        }, ["periodSeconds", "timeoutSeconds", "livenessFailureThreshold", "startupFailureThreshold"]),
+        "env": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                           "properties": {"name": {"type": "string", "minLength": 1}}}},
+        "podLabels": LABEL_MAP,
+        "podAnnotations": LABEL_MAP,
+        "extraVolumes": {"type": "array", "items": ANY_OBJECT},
+        "extraVolumeMounts": {"type": "array", "items": ANY_OBJECT},
+    }, ["updateStrategy", "probes", "terminationGracePeriodSeconds"])
+    daemon = obj({
+        "settings": settings,
+        "fake": {"type": "string", "description": "the driver's fake backend: a profile name or a file; empty: real devices"},
+        "preload": {"enum": ["file", "env"]},
+        "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "grpcWorkers": {"type": "integer", "minimum": 32},
+        "logFormat": {"enum": ["json", "text"]},
+        "logLevel": {"enum": ["debug", "info", "warning", "error"]},
+        "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
+    }, ["preload", "metricsPort", "grpcWorkers", "logFormat", "logLevel"])
+    device_class = obj({
+        "name": DNS_SUBDOMAIN,
+        "selector": {"type": "string", "minLength": 1, "description": "a CEL expression over `device`"},
+        "extendedResourceName": {"type": "string", "pattern": QUALIFIED_NAME_OR_EMPTY,
+                                 "description": "a qualified name such as nvidia.com/gpu, or empty"},
+    }, ["name", "selector"])
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": f"values of the {entry_point} chart",
+        **obj({
+            "global": ANY_OBJECT,
+            "dra-common": ANY_OBJECT,  # Helm adds a key per dependency, the library chart too
+            "driver": obj({"entryPoint": {"const": entry_point}, "name": {"const": driver_name}},
+                          ["entryPoint", "name"]),
+            **common(),
+            "daemon": daemon,
+            "paths": obj({k: ABS_PATH for k in ("kubeletPluginsDir", "kubeletRegistrarDir", "cdiDir", "hookDir")},
+                         ["kubeletPluginsDir", "kubeletRegistrarDir", "cdiDir", "hookDir"]),
+            "hook": obj({"install": {"type": "boolean"},
+                         "libraries": {"type": "array", "uniqueItems": True,
+                                       "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_]*$",
+                                                 "description": "the stem of lib<stem>.so, e.g. vgpu"}}}),
+            "kubeletPlugin": kubelet_plugin,
+            "deviceClasses": {"type": "array", "items": device_class},
+            "sliceNodePolicy": obj({"enabled": {"type": "boolean"}}),
+            "featureGates": FEATURE_GATES,
+        }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
+    }
+
+
+def webhook_schema() -> dict[str, Any]:
+    """The schema of the dra-webhook chart."""
+    port = {"type": "integer", "minimum": 1, "maximum": 65535}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "values of the dra-webhook chart",
+        **obj({
+            "global": ANY_OBJECT,
+            "dra-common": ANY_OBJECT,
+            **common(),
+            "replicas": {"type": "integer", "minimum": 1},
+            "webhook": obj({
+                "port": port,
+                "healthPort": port,
+                "failurePolicy": {"enum": ["Fail", "Ignore"]},
+                "excludeNamespaces": {"type": "array", "uniqueItems": True,
+                                      "items": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}},
+                "logFormat": {"enum": ["json", "text"]},
+                "logLevel": {"enum": ["debug", "info", "warning", "error"]},
+                "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
+            }, ["port", "healthPort", "failurePolicy"]),
+            "service": obj({"port": port}, ["port"]),
+            "certificates": obj({
+                "mode": {"enum": ["helm", "cert-manager", "secret"]},
+                "validityDays": {"type": "integer", "minimum": 31, "maximum": 36500},
+                "certManager": obj({
+                    "issuerRef": obj({"kind": {"enum": ["Issuer", "ClusterIssuer"]}, "name": {"type": "string", "minLength": 1},
+                                      "group": {"type": "string"}}),
+                    "duration": {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(h|m|s))+$"},
+                }),
+                "secret": obj({"name": {"anyOf": [DNS_SUBDOMAIN, {"const": ""}]},
+                               "caBundle": {"type": "string", "pattern": "^[A-Za-z0-9+/=]*$"}}),
+            }, ["mode"]),
+            "priorityClassName": {"type": "string"},
+            "nodeSelector": LABEL_MAP,
+            "tolerations": {"type": "array", "items": ANY_OBJECT},
+            "affinity": ANY_OBJECT,
+            "resources": ANY_OBJECT,
+            "podLabels": LABEL_MAP,
+            "podAnnotations": LABEL_MAP,
+            "podDisruptionBudget": obj({"enabled": {"type": "boolean"}, "minAvailable": INT_OR_PERCENT}),
+            "featureGates": FEATURE_GATES,
+        }, ["image", "webhook", "service", "certificates", "serviceAccount"]),
+    }
+
+
+def string_setting(**extra: Any) -> dict[str, Any]:
+    return {"type": "string", **extra}
+
+
+def gpu_settings() -> dict[str, Any]:
+    """`dra run hami-core-gpu --set` keys (drivers/hami_core_gpu/settings.py). YAML reads on/off
+    unquoted as booleans: the schema asks for the quoted strings."""
+    return obj({
+        "cdiMode": {"enum": ["toolkit", "self-contained"]},
+        "toolkitCdiKind": string_setting(pattern=r"^[a-z0-9.-]+/[a-z0-9_.-]+$"),
+        "driverRoot": ABS_PATH,
+        "devRoot": ABS_PATH,
+        "deviceMemory": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"),
+        "health": {"enum": ["on", "off"], "description": "quote it: unquoted on/off are YAML booleans"},
+        "healthProbeInterval": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?$"),
+        "sysfs": ABS_PATH,
+    })
+
+
+def ascend_settings() -> dict[str, Any]:
+    """`dra run ascend --set` keys (drivers/ascend/settings.py)."""
+    return obj({
+        "deviceNodes": {"enum": ["cdi", "runtime"]},
+        "driverRoot": ABS_PATH,
+        "devRoot": ABS_PATH,
+        "dcmiLibrary": ABS_PATH,
+        "health": {"enum": ["on", "off"], "description": "quote it: unquoted on/off are YAML booleans"},
+        "healthInterval": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?$"),
+        "sysfs": ABS_PATH,
+    })
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """Chart directory name -> its values.schema.json."""
+    return {
+        "hami-core-gpu": driver_schema("hami-core-gpu", "hami-core-gpu.project-hami.io", gpu_settings()),
+        "ascend": driver_schema("ascend", "ascend.project-hami.io", ascend_settings()),
+        "dra-webhook": webhook_schema(),
+    }
+
+
+def render(schema: Any) -> str:
+    return json.dumps(schema, indent=2) + "\n"
+
+
+WEBHOOK_CONFIGURATIONS = HELM_DIR / "dra-webhook" / "files" / "webhook-configurations.json"
+PLACEHOLDERS = {"name": "__NAME__", "namespace": "__NAMESPACE__", "service": "__SERVICE__", "ca_bundle": "__CA_BUNDLE__"}
+
+
+def webhook_configurations() -> list[dict[str, Any]]:
+    """The two configurations with placeholders, for the drivers this distribution installs."""
+    from dra.webhook import checks, registration, vendors
+
+    mutating, validating = registration.configurations(
+        vendors.load(None), PLACEHOLDERS["ca_bundle"], service=(PLACEHOLDERS["namespace"], PLACEHOLDERS["service"], 443),
+        namespace=PLACEHOLDERS["namespace"], name=PLACEHOLDERS["name"], drivers=sorted(checks.driver_classes()))
+    return [mutating, validating]
+
+
+def generated() -> dict[Path, str]:
+    """Every generated file and its content."""
+    files = {HELM_DIR / chart / "values.schema.json": render(schema) for chart, schema in schemas().items()}
+    files[WEBHOOK_CONFIGURATIONS] = render(webhook_configurations())
+    return files
+
+
+def main() -> int:
+    for path, text in generated().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path.relative_to(HELM_DIR.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

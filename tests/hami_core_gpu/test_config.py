@@ -1,0 +1,38 @@
+"""The opaque config GpuConfig, decoded strictly by the framework from the driver class alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dra
+from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
+from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+
+
+def params(**fields: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "GpuConfig", **fields}
+
+
+def test_a_config_decodes_to_its_fields() -> None:
+    assert dra.decode_config(HamiCoreGpuDriver, params(preload="env", computeLimit=False)) == GpuConfig("env", False)
+    assert dra.decode_config(HamiCoreGpuDriver, params()) == GpuConfig()
+
+
+@pytest.mark.parametrize("bad,error", [
+    (params(preload="mount"), "preload"),
+    (params(computeLimit="no"), "computeLimit"),
+    (params(computelimit=False), "did you mean 'computeLimit'"),
+    (params(memoryLimit="4Gi"), "unknown field"),
+    ({**params(), "kind": "GPUConfig"}, "kind"),
+    ({**params(), "apiVersion": "resource.nvidia.com/v1beta1"}, "apiVersion"),
+])
+def test_bad_configs_are_refused_naming_the_field(bad: dict[str, Any], error: str) -> None:
+    with pytest.raises(dra.ConfigError, match=error):
+        dra.decode_config(HamiCoreGpuDriver, bad)
+
+
+def test_validate_catches_what_the_types_cannot() -> None:
+    with pytest.raises(ValueError, match="preload must be one of"):
+        GpuConfig(preload="ld").validate()  # type: ignore[arg-type]  # the point: a value the type forbids

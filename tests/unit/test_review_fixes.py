@@ -1,0 +1,162 @@
+"""The bugs of the 2026-12 review (shared/research/review-2026-12.md), each pinned by a test that
+fails on the code it reviewed (efb32a3). The framework's own minimal driver: no vendor code."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dra
+from dra.cdi import CDISpecs
+from dra.checkpoint import Checkpoint
+from dra.prepare import ClaimPreparer
+from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    level: int = 1
+
+
+class Recorder(dra.Driver):
+    """Two devices; records what unprepare receives; fails where a test says."""
+
+    name = "rec.example.com"
+    cdi_kind = "k8s.rec.example.com/claim"
+    config_type = Cfg
+    config_api_version = "rec.example.com/v1"
+
+    def __init__(self) -> None:
+        self.fail_prepare: BaseException | None = None
+        self.fail_claim_edits: BaseException | None = None
+        self.env_name = "REC_DEVICE"
+        self.unprepared: list[list[dra.PreparedDevice]] = []
+
+    def devices(self) -> Sequence[dra.Device]:
+        return [dra.Device(name="d0"), dra.Device(name="d1")]
+
+    def prepare(self, claim: dra.ClaimRef, devices: Sequence[dra.AllocatedDevice]) -> Sequence[dra.PreparedDevice]:
+        if self.fail_prepare is not None:
+            raise self.fail_prepare
+        return [dra.PreparedDevice(d, dra.ContainerEdits(env={self.env_name: d.device}), state={"handle": f"h-{d.device}"})
+                for d in devices]
+
+    def claim_edits(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.ContainerEdits:
+        if self.fail_claim_edits is not None:
+            raise self.fail_claim_edits
+        return dra.ContainerEdits()
+
+    def unprepare(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> None:
+        self.unprepared.append(list(prepared))
+
+
+def rig(tmp_path: Path) -> tuple[ClaimPreparer, Recorder, dra.ClaimRef]:
+    driver, claims = Recorder(), RecordedClaims()
+    c = claims.add(claim_dict("c", results=[result("d0", driver=Recorder.name)],
+                              config=[opaque(Recorder.name, {"apiVersion": "rec.example.com/v1", "kind": "Cfg",
+                                                             "level": 3})]))
+    prep = ClaimPreparer(driver, claims, "node-a", Checkpoint(tmp_path / "state", boot_id="b"),
+                         CDISpecs(driver.cdi_kind, tmp_path / "cdi"))
+    return prep, driver, dra.ClaimRef(c.uid, c.namespace, c.name)
+
+
+def left_behind(prep: ClaimPreparer, ref: dra.ClaimRef) -> list[str]:
+    out = []
+    if prep.checkpoint.get(ref.uid) is not None:
+        out.append("checkpoint record")
+    if prep.cdi.spec_path(ref.uid).exists():
+        out.append("CDI spec")
+    return out
+
+
+@pytest.mark.parametrize("exc", [KeyError("gpu-9"), RuntimeError("NVML_ERROR_GPU_IS_LOST"), AttributeError("x")])
+def test_any_driver_exception_rolls_back_and_is_reported_as_the_drivers(tmp_path: Path, exc: Exception) -> None:
+    """Review bug 5: only PrepareError rolled back; anything else left a `preparing` record and
+    was blamed on "the driver framework"."""
+    prep, driver, ref = rig(tmp_path)
+    driver.fail_prepare = exc
+    error = prep.prepare_claims([ref])[ref.uid].error
+    assert "driver rec.example.com failed in prepare" in error and type(exc).__name__ in error
+    assert "bug in the driver" in error and "internal error in the driver framework" not in error
+    assert left_behind(prep, ref) == []
+    assert len(driver.unprepared) == 1, "the driver gets to undo what it may have done"
+
+
+def test_an_env_name_the_runtime_would_reject_rolls_back_with_a_clear_error(tmp_path: Path) -> None:
+    """Review bug 5 (second half): an invalid env name from the driver (cdi.py) also left a record."""
+    prep, driver, ref = rig(tmp_path)
+    driver.env_name = "NOT-VALID"
+    error = prep.prepare_claims([ref])[ref.uid].error
+    assert "cannot be written as a CDI spec" in error and "'NOT-VALID'" in error
+    assert left_behind(prep, ref) == []
+
+
+def test_rollback_gives_unprepare_what_prepare_returned(tmp_path: Path) -> None:
+    """Review bug 4: rollback passed empty edits and no state, contradicting the contract."""
+    prep, driver, ref = rig(tmp_path)
+    driver.fail_claim_edits = dra.PrepareError("no room for the hook")
+    assert "no room for the hook" in prep.prepare_claims([ref])[ref.uid].error
+    (undone,) = driver.unprepared
+    assert [(p.edits.env, dict(p.state)) for p in undone] == [({"REC_DEVICE": "d0"}, {"handle": "h-d0"})]
+
+
+def test_unprepare_gets_the_devices_config_back(tmp_path: Path) -> None:
+    """Review bug 4: `_undo` dropped `config`, so unprepare could not see what prepare was told."""
+    prep, driver, ref = rig(tmp_path)
+    assert prep.prepare_claims([ref])[ref.uid].error == ""
+    assert prep.unprepare_claims([ref]) == {ref.uid: ""}
+    (undone,) = driver.unprepared
+    assert [p.device.config for p in undone] == [Cfg(level=3)]
+    assert [(p.edits.env, dict(p.state)) for p in undone] == [({"REC_DEVICE": "d0"}, {"handle": "h-d0"})]
+
+
+def test_health_events_carry_no_pool_the_framework_names_it() -> None:
+    """Review bug 6: drivers had to guess the pool (the node name) for health."""
+    assert [f.name for f in dataclasses.fields(dra.HealthEvent)] == ["device", "healthy", "message"]
+
+
+def _sources() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "dra").rglob("*.py") if "_proto" not in p.parts}
+
+
+@pytest.mark.parametrize(("what", "pattern", "home"), [
+    ("flock", r"fcntl\.flock\(", "dra/fsutil.py"),
+    ("quantity parsing", r"\bparse_quantity\(", "dra/client.py"),
+    ("raw JSON GET with release_conn", r"release_conn", "dra/client.py"),
+    ("the client's generic call", r"\.param_serialize\(", "dra/client.py"),
+    ("the main-request rule", r"""request[\w.]*\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
+])
+def test_each_helper_has_one_implementation(what: str, pattern: str, home: str) -> None:
+    """Review: two flock implementations, the quantity parser twice, the raw GET three times,
+    the request-name rule four times."""
+    found = sorted(path for path, text in _sources().items() if re.search(pattern, text))
+    assert found == [home], f"{what} is implemented in {found}, want only {home}"
+
+
+def test_the_daemon_wires_the_node_label_reader(tmp_path: Path) -> None:
+    """Review bug 2: `node_labels` was never passed, so claims allocated by a label nodeSelector
+    were refused in production. The reader's own behaviour is tested against the API server in
+    tests/integration/test_prepare_path.py."""
+    from kubernetes import client
+
+    from dra.daemon import Daemon, DaemonSettings
+
+    settings = DaemonSettings(node_name="node-a", plugin_dir=tmp_path / "p", registrar_dir=tmp_path / "r",
+                              cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "s", metrics_port=-1,
+                              hook_dir=tmp_path / "hd")
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    d = Daemon(Recorder(), settings, api, api)
+    try:
+        read: Any = d.preparer._read_labels
+        assert read is not None, "the daemon's preparer has no node-label reader"
+        with pytest.raises(Exception, match=r"127\.0\.0\.1"):  # it does go to the API server for them
+            read()
+    finally:
+        d.stop()
