@@ -4,7 +4,7 @@
  * filled in), include this file, and put HK_SHIM_FIELDS into its hk_shim:
  *     #define HK_SHIM_REAL hk_real
  *     #include "preload/shim_table.h"
- *     const hk_shim hk_shim_cuda = {.name = "cuda", ..., HK_SHIM_FIELDS};
+ *     const hk_shim hk_shim_<dir> = {.name = "<dir>", ..., HK_SHIM_FIELDS};
  * The Makefile compiles every shim with -iquote <its directory>, so "hooks.def" is the shim's.
  * Interposers come first in the array (they are what dlsym and cuGetProcAddress hand out), the
  * functions the shim only calls after them.

@@ -43,6 +43,16 @@ def test_libvgpu_exports_exactly_dlsym_and_the_hook_table(hookcore_libs: HookLib
     assert exported(testing_lib) == want
 
 
+def test_every_other_hook_library_exports_exactly_its_shims_tables(hookcore_libs: HookLibs) -> None:
+    """Libraries added by a <shim>/hooklib.mk (libvnpu.so for Ascend): same rule as libvgpu.so."""
+    for mk in sorted((ROOT / "hookcore").glob("*/hooklib.mk")):
+        for stem, dirs in re.findall(r"^SHIMS_(\w+)\s*:?=\s*(.+)$", mk.read_text(), re.M):
+            lib = ROOT / "hookcore/build" / f"lib{stem}.so"
+            assert lib.exists(), lib
+            defs = [ROOT / "hookcore" / d / "hooks.def" for d in dirs.split()]
+            assert exported(lib) == {"dlsym"} | hook_names(*defs), lib
+
+
 def test_second_library_exports_its_own_table(demo: DemoLibs) -> None:
     assert exported(demo.libvdemo) == {"dlsym"} | hook_names(demo.shim_dir / "hooks.def")
 
