@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import dra
-from dra import quantity_to_int
-from drivers.hami_core_gpu import nvml, topology
+from dra import quantity_to_int, topology
+from drivers.hami_core_gpu import nvml
 
 MiB = 1 << 20
 

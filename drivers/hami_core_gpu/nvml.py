@@ -6,7 +6,7 @@ The same code runs on a GPU node (the driver's libnvidia-ml.so.1) and under the 
 Every NVML call goes through `call`: a failure is an `NvmlError` naming the call, the GPU and
 NVML's answer, never a silent default. The exceptions are queries whose NOT_SUPPORTED answer
 means "this GPU has no such thing" (MIG mode on a GPU without MIG); they say so explicitly.
-PCIe root and NUMA node are not NVML's: they come from sysfs (`topology.py`).
+PCIe root and NUMA node are not NVML's: they come from sysfs (`dra.topology`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from drivers.hami_core_gpu import topology
+from dra import topology
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
