@@ -1,10 +1,10 @@
-"""A CUDA workload for the stub driver: `python stub_workload.py [--launch SECONDS] [BYTES...]`.
+"""A CUDA workload for the stub driver: `python stub_workload.py [--launch S | --hold S] [BYTES...]`.
 
 Run with the hook preloaded and the stub libcuda on the library path, it initialises CUDA on
 device 0, reports what cuMemGetInfo says (``INFO free total``), allocates each size in turn
 (``ALLOC bytes result``, result 0 = success, 2 = out of memory), with ``--launch`` keeps the
 device busy with 200 us kernels for SECONDS (the stub's kernel time is its CUfunction value in
-microseconds; ``LAUNCHED n``), and holds its memory until stdin closes.
+microseconds; ``LAUNCHED n``), and holds its memory until stdin closes (``--hold``: for S seconds).
 It calls the driver API through ctypes (dlopen + dlsym, as Python frameworks do), so the hook sees
 what a real framework's calls would look like.
 """
@@ -29,8 +29,9 @@ def main() -> int:
     cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
     print(f"INFO {free.value} {total.value}", flush=True)
     args = sys.argv[1:]
-    launch = float(args.pop(1)) if args[:1] == ["--launch"] else 0.0
-    args = args[1:] if launch else args
+    launch = float(args[1]) if args[:1] == ["--launch"] else 0.0
+    hold = float(args[1]) if args[:1] == ["--hold"] else None
+    args = args[2:] if launch or hold is not None else args
     held = []
     for size in (int(a) for a in args):
         ptr = ctypes.c_uint64()
@@ -51,7 +52,12 @@ def main() -> int:
         cuda.cuCtxSynchronize()
         print(f"LAUNCHED {n}", flush=True)
     print("READY", flush=True)
-    sys.stdin.read()
+    if hold is not None:
+        import time
+
+        time.sleep(hold)
+    else:
+        sys.stdin.read()
     return 0
 
 
