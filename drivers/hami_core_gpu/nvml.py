@@ -64,7 +64,8 @@ class NvmlError(RuntimeError):
 def _hint(code: int) -> str:
     return {
         pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 is not on the library path: is the NVIDIA "
-        "driver installed on this node, and its library directory mounted into the driver's pod?",
+        "driver installed on this node, and its library directory mounted into the driver's pod? (without a GPU: "
+        "--fake h200x8)",
         pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "the NVIDIA kernel module is not loaded on this node",
         pynvml.NVML_ERROR_NO_PERMISSION: "the daemon needs access to /dev/nvidia* (run it privileged)",
         pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "the NVML library and the kernel module differ in version: "
