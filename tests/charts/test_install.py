@@ -104,6 +104,19 @@ def derived(name: str) -> bool:
     return name.startswith(DERIVED)
 
 
+def assert_nothing_left(kubectl: Tool, release: str, timeout: float = 120) -> None:
+    """No object of `release` anywhere once the garbage collector has removed what the chart's
+    objects owned (ReplicaSets, pods, ControllerRevisions)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    left = labelled_objects(kubectl, release)
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = labelled_objects(kubectl, release)
+    assert not left, f"release {release} left {left} behind {timeout:.0f} s after uninstall"
+
+
 def helm_release_secrets(kubectl: Tool, namespace: str, release: str) -> list[str]:
     return kubectl.run("get", "secrets", "-n", namespace, "-o", "name", "-l", f"owner=helm,name={release}").stdout.split()
 
@@ -190,8 +203,7 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
     finally:
         uninstalled = cluster_helm.run("uninstall", release, "-n", namespace, "--wait", check=False)
     assert uninstalled.returncode == 0, uninstalled.stderr
-    wait_for(lambda: labelled_objects(kubectl, release) == [], timeout=60,
-             what=f"no object of release {release} left (last: {labelled_objects(kubectl, release)})")
+    assert_nothing_left(kubectl, release)
     assert helm_release_secrets(kubectl, namespace, release) == []
     wait_for(lambda: not client.CoreV1Api(api_client).list_namespaced_pod(namespace).items, timeout=60,
              what="the daemon pods to be garbage-collected")

@@ -23,7 +23,7 @@ from cryptography import x509
 from kube_helpers import unique, wait_for
 from kubernetes import client
 from test_commands import parse
-from test_install import derived, helm_release_secrets, labelled_objects
+from test_install import assert_nothing_left, derived, helm_release_secrets, labelled_objects
 
 from dra.webhook import checks, registration, vendors
 
@@ -248,7 +248,7 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
     finally:
         uninstalled = cluster_helm.run("uninstall", release, "-n", namespace, "--wait", check=False)
     assert uninstalled.returncode == 0, uninstalled.stderr
-    wait_for(lambda: labelled_objects(kubectl, release) == [], timeout=60, what=f"no object of release {release} left")
+    assert_nothing_left(kubectl, release)
     assert helm_release_secrets(kubectl, namespace, release) == []
     client.CoreV1Api(api_client).delete_namespace(namespace)
 
