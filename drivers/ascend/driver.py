@@ -27,6 +27,7 @@ import atexit
 import dataclasses
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import dra
 from dra import (
@@ -165,6 +166,11 @@ class AscendDriver(Driver):
                      **{k: int(v) for k, v in dev.consumed_capacity.items()}}
             prepared.append(PreparedDevice(dev, ContainerEdits(device_nodes=nodes), state=state))
         return prepared
+
+    def hook_libraries(self) -> Sequence[Path]:
+        """libvnpu.so, installed by the daemon at start (before the first publish), so a
+        heterogeneous claim's GPU and NPU specs mount one hook set holding both libraries."""
+        return [dra.hook_library("vnpu")]
 
     def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement:
         """hookcore's libvnpu.so with one quota per visible NPU (runtime devices 0..n-1), each

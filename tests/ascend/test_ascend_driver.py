@@ -102,6 +102,7 @@ def test_enforcement_is_libvnpu_with_one_quota_per_visible_npu_keyed_by_physical
               alloc("npu-6-0", "c", memory=GiB, cores=10)]
     enf = d.enforcement(CLAIM, d.prepare(CLAIM, allocs))
     assert enf.library.name == "libvnpu.so" and enf.preload is None
+    assert list(d.hook_libraries()) == [enf.library]  # installed at daemon start, before the first publish
     assert list(enf.quotas) == [dra.Quota("davinci1", GiB, 60), dra.Quota("davinci6", 4 * GiB, 40)]
     cfg = NpuConfig(preload="env", compute_limit=False)
     enf = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("npu-2-0", "a", cfg, memory=GiB, cores=30)]))
