@@ -22,9 +22,10 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from dra.errors import UserError
 
-__all__ = ["AdmissionregistrationV1Api", "ApiClient", "ApiException", "ConfigException", "ResourceV1Api", "api_client",
-           "get_json", "get_raw", "iter_resp_lines", "load_incluster_config", "new_client_from_config",
-           "quantity_decimal", "quantity_to_int"]
+__all__ = [  # noqa: F822 (AdmissionregistrationV1Api comes lazily from __getattr__)
+    "AdmissionregistrationV1Api", "ApiClient", "ApiException", "ConfigException", "ResourceV1Api", "api_client",
+    "get_json", "get_raw", "iter_resp_lines", "load_incluster_config", "new_client_from_config",
+    "quantity_decimal", "quantity_to_int"]
 
 ApiClient = _client.ApiClient
 ResourceV1Api = _client.ResourceV1Api

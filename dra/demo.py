@@ -12,8 +12,12 @@ What it does, in order, each step by the real part:
    private mount namespace; the stub CUDA library, the real hook) and prints what it sees: its
    cuMemGetInfo total (= the claim's consumed memory) and the refusal of an allocation past it,
    also for a child started with an empty environment;
-6. unprepares, deletes what it created and stops the daemon; the control plane stays up, and
-   the demo says so and how to stop it.
+6. unprepares, deletes what it created and stops the daemon;
+7. one heterogeneous claim (`run_heterogeneous`): a GPU share and an NPU share in one
+   ResourceClaim on a node running both vendor drivers' daemons, allocated by kube-scheduler,
+   each result prepared by its own driver, and one workload per vendor started with both CDI
+   devices (one container) showing its own hook's quota; the control plane stays up, and the
+   demo says so and how to stop it.
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
         return run_scenario(cp, scenario, workload, keep)
     rc = _on_real_node(cp, driver_entry, keep, node_mode)
     if rc is not None:
+        rc = rc or run_heterogeneous(cp, keep=keep)
         _out.print(left_running(cp, keep, None), highlight=False)
         return rc
 
@@ -218,8 +223,9 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
                    highlight=False)
         _out.print("[bold green]demo complete[/bold green]: the scheduler shared one device between two claims, "
                    "the node daemon prepared each share, and each claim's process was held to its quota.")
+        rc = run_heterogeneous(cp, keep=keep)
         _out.print(left_running(cp, keep, work), highlight=False)
-        return 0
+        return rc
     finally:
         if harness is not None:
             harness.close()
@@ -243,6 +249,108 @@ def clean_up(deletes: list[Any], work: Path) -> None:
         except Exception:  # best-effort clean-up of demo objects
             pass
     shutil.rmtree(work, ignore_errors=True)
+
+
+# One claim, several drivers: (driver entry point, fake profile, cores, memory, workload program
+# in hookcore/build/workload) per request. The bundled drivers, named as in pyproject.toml.
+HETEROGENEOUS = (
+    ("hami-core-gpu", "h200x8", "50", "10Gi", "cuda_workload"),
+    ("ascend", "910b3x8", "30", "16Gi", "acl_workload"),
+)
+
+
+def run_heterogeneous(cp: ControlPlane, parts: tuple[tuple[str, str, str, str, str], ...] = HETEROGENEOUS,
+                      keep: bool = False) -> int:
+    """The demo's last part: one ResourceClaim with a request per driver (a GPU share and an NPU
+    share by default), on one node running every driver's daemon with its fake backend. The
+    scheduler allocates the whole claim; each daemon prepares only its own result; one process
+    per driver is started with *all* the claim's CDI devices, as one container gets them, and shows
+    that its own hook holds it to its own share. Skipped (saying why) where a part is missing."""
+    from kubernetes import client
+
+    from dra.daemon import installed_drivers
+    from dra.testing.claims import pod_manifest
+    from dra.testing.daemon import DaemonProcess
+    from dra.testing.kubelet import KubeletHarness
+    from dra.testing.runtime import run_with_cdi, runtime_unavailable
+    from dra.testing.stub import workload_program
+
+    _step("one claim, two vendors: " + " + ".join(f"{e} (cores {c}, memory {m})" for e, _, c, m, _ in parts))
+    missing = [e for e, *_ in parts if e not in installed_drivers()]
+    programs = {e: workload_program().parent / w for e, _, _, _, w in parts}
+    why = (f"drivers not installed: {missing}" if missing else runtime_unavailable()
+           or next((f"no workload program {p} (make -C hookcore libs)" for p in programs.values() if not p.is_file()), ""))
+    if why:
+        _out.print(f"    [yellow]skipped[/yellow]: {why}", highlight=False)
+        return 0
+    api = cp.api_client()
+    core: Any = client.CoreV1Api(api)
+    resource: Any = client.ResourceV1Api(api)
+    run_id = uuid.uuid4().hex[:6]
+    node, ns = f"demo-mixed-{run_id}", f"demo-mixed-{run_id}"
+    work = Path(tempfile.mkdtemp(prefix="dra-demo-mixed-", dir="/tmp"))
+    daemons: dict[str, DaemonProcess] = {}
+    harnesses: dict[str, KubeletHarness] = {}
+    classes: list[str] = []
+    try:
+        core.create_node({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+        res = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+        core.patch_node_status(node, {"status": {"capacity": res, "allocatable": res, "conditions": [
+            {"type": "Ready", "status": "True", "reason": "DemoNode", "message": "no kubelet: the demo plays it"}]}})
+        core.patch_node(node, {"spec": {"taints": None}})
+        core.create_namespace({"metadata": {"name": ns}})
+        for entry, fake, *_ in parts:  # one CDI dir and one hook dir for the node, as the charts set them up
+            d = DaemonProcess(entry, node, cp.kubeconfig, work / entry, kubelet_dirs={"cdi": work / "cdi"},
+                              args=["--fake", fake, "--set", "health=off", "--hook-dir", str(work / "hook-dir")])
+            daemons[entry] = d.start()
+            harnesses[entry] = KubeletHarness(d.registrar_dir)
+            harnesses[entry].watch()
+        requests, names = [], {}
+        for i, (entry, _, cores, memory, _) in enumerate(parts):
+            daemons[entry].wait_http("/readyz", timeout=60)
+            names[entry] = name = _wait(f"{entry} to register", lambda e=entry: harnesses[e].plugins(), 30)[0].name
+            cls = f"demo-{run_id}.{name}"
+            resource.create_device_class({"metadata": {"name": cls}, "spec": {"selectors": [
+                {"cel": {"expression": f'device.driver == "{name}"'}}]}})
+            classes.append(cls)
+            requests.append({"name": f"r{i}", "exactly": {"deviceClassName": cls,
+                                                         "capacity": {"requests": {"cores": cores, "memory": memory}}}})
+        resource.create_namespaced_resource_claim(ns, {"metadata": {"name": "mixed"}, "spec": {"devices": {"requests": requests}}})
+        core.create_namespaced_pod(ns, pod_manifest("mixed", ["mixed"], node))
+        claim = _wait("the claim to be allocated", lambda: (
+            (c := resource.read_namespaced_resource_claim("mixed", ns)).status and c.status.allocation and c), 90)
+        table = Table("request", "driver", "device", "consumed cores", "consumed memory")
+        for r in claim.status.allocation.devices.results:
+            table.add_row(r.request, r.driver, f"{r.pool}/{r.device}", str((r.consumed_capacity or {}).get("cores")),
+                          str((r.consumed_capacity or {}).get("memory")))
+        _out.print(table)
+        ref = ClaimRef(claim.metadata.uid, ns, "mixed")
+        ids: list[str] = []
+        for entry, *_ in parts:  # in prepare order: the last spec mounts the hook set holding every library
+            prepared = harnesses[entry].prepare([ref], driver=names[entry])[ref.uid]
+            if prepared.error:
+                raise UserError(f"{entry}: prepare of the mixed claim failed: {prepared.error}")
+            ids += [i for dev in prepared.devices for i in dev.cdi_device_ids]
+        out = Table("driver", "its workload, in the one container", "quota total", "allocation past it", "requested memory")
+        for entry, _, _, memory, _ in parts:
+            got = _workload_lines(run_with_cdi(work / "cdi", ids, [str(programs[entry])]).stdout)
+            out.add_row(entry, programs[entry].name, got.get("quota_total_bytes", got.get("error", "?")),
+                        got.get("over_quota_alloc", "?"), str(quantity_to_int(memory)))
+        _out.print(out)
+        for entry in harnesses:
+            harnesses[entry].unprepare([ref], driver=names[entry])
+        _out.print("[bold green]heterogeneous claim complete[/bold green]: one claim, allocated by kube-scheduler "
+                   "across two drivers, each share held by its own hook in one container.")
+        return 0
+    finally:
+        for h in harnesses.values():
+            h.close()
+        for d in daemons.values():
+            d.stop()
+        if not keep:
+            clean_up([lambda: core.delete_namespace(ns), lambda: core.delete_node(node),
+                      *[lambda c=c: resource.delete_device_class(c) for c in classes]], work)
+        api.close()
 
 
 def _daemon_died(work: Path) -> None:

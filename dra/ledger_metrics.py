@@ -11,6 +11,9 @@ process slot) and reports:
 - ``dra_claim_memory_peak_bytes``: the highest claim-wide usage admitted so far;
 - ``dra_claim_compute_limit_percent``: the claim's compute share (100: no compute limit);
 - ``dra_claim_processes``: processes of the claim using the device;
+- ``dra_claim_compute_seconds_total``: device time the compute limiter charged the claim (its
+  rate over a window is the share the claim got: 0.3 = 30% of the device);
+- ``dra_claim_compute_throttled_seconds_total``: time the claim's threads waited for their share;
 - ``dra_ledger_read_errors_total``: ledgers that could not be read (the log says which and why).
 
 Labels: ``driver``, ``namespace``, ``claim``, ``claim_uid``, ``index`` (the device as the
@@ -62,6 +65,7 @@ class LedgerCollector(Collector):
         self._claims = claims
         self._device_names = device_names
         self.read_errors = 0
+        self._names: dict[str, str] = {}
         self._reported: set[str] = set()  # ledgers whose error was logged (once each)
 
     def describe(self) -> Iterable[Any]:
@@ -84,8 +88,11 @@ class LedgerCollector(Collector):
         except Exception:
             log.exception("device names for ledger metrics")
             names = {}
+        self._names = names
+        claims_seen = []
         for claim in self._claims():
-            devices, live = self._read(claim)
+            devices, live, limiters = self._read(claim)
+            claims_seen.append((claim, devices, limiters))
             for dev in devices:
                 labels = [self.driver, claim.namespace, claim.name, claim.uid, str(dev.index), dev.uuid or "",
                           names.get(dev.uuid or "", "")]
@@ -97,28 +104,50 @@ class LedgerCollector(Collector):
                 compute.add_metric(labels, dev.sm_limit)
                 procs.add_metric(labels, sum(1 for h in holding if h))
         yield from families
+        yield from self._compute(claims_seen)
         errors = CounterMetricFamily("dra_ledger_read_errors", "Claim ledgers that could not be read.", labels=["driver"])
         errors.add_metric([self.driver], self.read_errors)
         yield errors
 
-    def _read(self, claim: ClaimName) -> tuple[list[Any], list[Any]]:
-        """The claim's devices and its live processes. Memory of a process that died is counted by
-        the ledger until the claim's next process reclaims it; this reader cannot reclaim (it
-        never writes), so it sums the live processes itself."""
+    def _compute(self, claims: list[tuple[ClaimName, list[Any], dict[int, Any]]]) -> Iterator[Any]:
+        """The limiter's counters of the devices whose compute limit a process has set up."""
+        charged = CounterMetricFamily("dra_claim_compute_seconds", "Device time charged to the claim by the compute limiter.",
+                                      labels=LABELS)
+        waited = CounterMetricFamily("dra_claim_compute_throttled_seconds",
+                                     "Time the claim's threads waited for their compute share.", labels=LABELS)
+        names = self._names
+        for claim, devices, usage in claims:
+            for dev in devices:
+                u = usage.get(dev.index)
+                if u is None or not u.active:
+                    continue
+                labels = [self.driver, claim.namespace, claim.name, claim.uid, str(dev.index), dev.uuid or "",
+                          names.get(dev.uuid or "", "")]
+                charged.add_metric(labels, u.charged_ns / 1e9)
+                waited.add_metric(labels, u.throttled_ns / 1e9)
+        yield charged
+        yield waited
+
+    def _read(self, claim: ClaimName) -> tuple[list[Any], list[Any], dict[int, Any]]:
+        """The claim's devices, its live processes and its devices' limiter usage. Memory of a
+        process that died is counted by the ledger until the claim's next process reclaims it;
+        this reader cannot reclaim (it never writes), so it sums the live processes itself."""
         path = self.hooks_root / claim.uid / LEDGER
         if not path.exists():
-            return [], []  # not enforced (or not prepared yet)
+            return [], [], {}  # not enforced (or not prepared yet)
         import hookcore
 
         try:
             with hookcore.Ledger(path) as ledger:
-                return ledger.devices(), [p for p in ledger.processes() if p.state == "live"]
+                devices = ledger.devices()
+                live = [p for p in ledger.processes() if p.state == "live"]
+                return devices, live, {d.index: ledger.limiter(d.index) for d in devices}
         except (OSError, ValueError) as exc:  # hookcore.LedgerError is an OSError
             self.read_errors += 1
             if str(path) not in self._reported:
                 self._reported.add(str(path))
                 log.warning("claim ledger unreadable", extra={"claim": claim.uid, "path": str(path), "error": str(exc)})
-            return [], []
+            return [], [], {}
 
 
 def device_names_by_uuid(devices: Iterable[Any]) -> dict[str, str]:

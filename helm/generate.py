@@ -148,6 +148,8 @@ def webhook_schema() -> dict[str, Any]:
                 "port": port,
                 "healthPort": port,
                 "failurePolicy": {"enum": ["Fail", "Ignore"]},
+                "excludeNamespaces": {"type": "array", "uniqueItems": True,
+                                      "items": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}},
                 "logFormat": {"enum": ["json", "text"]},
                 "logLevel": {"enum": ["debug", "info", "warning", "error"]},
                 "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},

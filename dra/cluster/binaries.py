@@ -260,8 +260,7 @@ def helm_binary(version: str = HELM_VERSION, root: Path | None = None) -> Path:
     return (root or cache_root()) / f"helm-{version}" / "helm"
 
 
-def build_helm(version: str = HELM_VERSION, root: Path | None = None,
-               progress: Callable[[str], None] = print) -> Path:
+def build_helm(version: str = HELM_VERSION, root: Path | None = None, progress: Callable[[str], None] = print) -> Path:
     """Build (or reuse) helm `version` from the Go module proxy; returns the binary's path.
 
     `go install module/cmd/helm@version` builds exactly the module's own go.mod (no build module

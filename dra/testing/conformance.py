@@ -129,6 +129,12 @@ class DriverConformance:
                              hooks=ClaimHooks(cp.state_dir, HookDir(root / "hook-dir")))
         return Node(root, driver, claims, prep)
 
+    def device_keys(self, driver: Driver) -> set[str]:
+        """The names a hook quota may key a device of this node by (lower case): its ``uuid``
+        attribute. A driver whose hook identifies devices otherwise (what a process in the
+        container can observe, e.g. a physical device number) overrides this."""
+        return {str(d.attributes.get("uuid", "")).lower() for d in driver.devices()}
+
     def add_claims(self, node: Node) -> list[ClaimRef]:
         """One claim holding every device (with a sample config when the driver takes one)."""
         config = [opaque(node.driver.name, encode_config(self.driver_class, c)) for c in self.configs()[:1]]
@@ -212,7 +218,7 @@ class DriverConformance:
         config = node.hooks_dir / refs[0].uid / "config"
         parsed = hookcore.parse_config(file_text=config.read_text(), file_path=str(config))
         assert parsed.configured(), "the hook config names no device"
-        uuids = {str(d.attributes.get("uuid", "")).lower() for d in node.driver.devices()}
+        uuids = self.device_keys(node.driver)
         for q in parsed.configured():
             assert q.uuid is None or q.uuid.lower() in uuids, f"quota for {q.uuid}, not a device of this node"
 

@@ -27,6 +27,7 @@ from pathlib import Path
 BUNDLED = {
     "example": "drivers.example.driver:ExampleDriver",
     "hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
+    "ascend": "drivers.ascend.driver:AscendDriver",
 }
 _REPO = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,9 @@ import atexit
 import dataclasses
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
+import dra
 from dra import (
     AllocatedDevice,
     ClaimRef,
@@ -36,9 +38,12 @@ from dra import (
     DeviceNode,
     Driver,
     DriverContext,
+    Enforcement,
     HealthEvent,
+    Preload,
     PreparedDevice,
     PrepareError,
+    Quota,
 )
 from drivers.ascend import dcmi, devices, edits, fake
 from drivers.ascend.config import API_VERSION, NpuConfig
@@ -162,12 +167,30 @@ class AscendDriver(Driver):
             prepared.append(PreparedDevice(dev, ContainerEdits(device_nodes=nodes), state=state))
         return prepared
 
+    def hook_libraries(self) -> Sequence[Path]:
+        """libvnpu.so, installed by the daemon at start (before the first publish), so a
+        heterogeneous claim's GPU and NPU specs mount one hook set holding both libraries."""
+        return [dra.hook_library("vnpu")]
+
+    def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement:
+        """hookcore's libvnpu.so with one quota per visible NPU (runtime devices 0..n-1), each
+        keyed by its physical ID, which the hook checks against what the runtime reports."""
+        allocated = [p.device for p in prepared]
+        config = self._config(allocated)
+        unlimited = {d.device for d in allocated if d.config is not None and not d.config.compute_limit}
+        names = {n.uuid: name for name, n in self._by_name.items()}
+        quotas = [Quota(edits.hook_key(v.phy_id), v.memory, 100 if names[v.uuid] in unlimited else v.cores)
+                  for v in self.visible(claim, allocated)]
+        preload = Preload(config.preload) if config.preload else None
+        return Enforcement(dra.hook_library("vnpu"), quotas, preload)
+
     def claim_edits(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> ContainerEdits:
         by_phy = {int(p.state["phyID"]): str(p.state["uuid"]) for p in prepared}
         phys = sorted(by_phy)
         env = edits.visible_devices_env(phys)
         if self.fake is not None:
             env.update(self.fake.container_env([by_phy[p] for p in phys]))
+            return ContainerEdits(env=env, mounts=self.fake.container_mounts())
         if self.host_files is None:
             return ContainerEdits(env=env)
         base = self.host_files.claim_edits()

@@ -49,6 +49,8 @@ MiB = 1 << 20
 MAX_NPUS = 32
 DEFAULT_DRIVER = "25.0.rc1.1"
 STUB_ENV = "HOOKCORE_STUB_NPUS"
+STUB_RUNTIME_LIBRARIES = ("libascendcl.so", "libruntime.so")
+CONTAINER_LIB_DIR = "/usr/lib"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +293,13 @@ class FakeBackend:
     def container_env(self, uuids: Iterable[str]) -> dict[str, str]:
         """What a workload of a claim needs to see these NPUs under the stub ACL runtime."""
         return {STUB_ENV: self.node.stub_devices(list(uuids))}
+
+    def container_mounts(self) -> tuple[dra.Mount, ...]:
+        """The fake's "CANN": the stub libascendcl.so and libruntime.so, mounted where the loader
+        looks by default (/usr/lib), so no LD_LIBRARY_PATH is needed (another driver's CDI device
+        in the same container may set that one)."""
+        return tuple(dra.Mount(os.path.realpath(self.stub.parent / name), f"{CONTAINER_LIB_DIR}/{name}")
+                     for name in STUB_RUNTIME_LIBRARIES)
 
     def set_health(self, uuid: str, health: int | str, errors: Sequence[int] = ()) -> None:
         """Change an NPU's health as DCMI will report it (0-3, or "lost")."""

@@ -21,7 +21,6 @@ no compute limit, also when the claim's config says ``computeLimit: false``).
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -81,7 +80,6 @@ class HamiCoreGpuDriver(Driver):
         sysfs = self.settings.sysfs
         if ctx.fake:
             self.fake = fake.FakeBackend(fake.load(ctx.fake, ctx.node_name), fake.stub_library())
-            atexit.register(self.fake.close)
             sysfs = self.fake.sysfs
         self.inventory = nvml.discover(sysfs, self.settings.device_memory)
         shared = devices.publishable(self.inventory)

@@ -32,6 +32,7 @@ Fake UUIDs are derived from the node name, so two fake nodes never share one.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import shutil
@@ -42,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import dra
-from dra import quantity_to_int
-from drivers.hami_core_gpu import nvml, topology
+from dra import quantity_to_int, topology
+from drivers.hami_core_gpu import nvml
 
 MiB = 1 << 20
 
@@ -297,9 +298,7 @@ class FakeBackend:
             )
         self.node = node
         self.stub_library = stub_library
-        self._dir = Path(tempfile.mkdtemp(prefix="hami-core-gpu-fake-"))
-        self.sysfs = self._dir / "sys"
-        topology.build_fake_sysfs(self.sysfs, [(g.pci_bus_id, g.pcie_root, g.numa_node) for g in node.gpus])
+        self.sysfs = fake_sysfs([(g.pci_bus_id, g.pcie_root, g.numa_node) for g in node.gpus])
         os.environ.update(node.stub_env())  # the stub reads its devices at nvmlInit
         nvml.load_library(stub_library)
 
@@ -308,4 +307,20 @@ class FakeBackend:
         return {"HOOKCORE_STUB_DEVICES": self.node.stub_devices(list(uuids))}
 
     def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        """Nothing to release: the fake sysfs is shared by every process faking the same layout."""
+
+
+def fake_sysfs(layout: list[tuple[str, str, int | None]]) -> Path:
+    """A sysfs for `layout` (bus id, PCIe root, NUMA node per GPU) under the temp dir, named after
+    its content: built once (in a scratch dir renamed into place), then reused by every process
+    that fakes the same board, so daemons and their short-lived children leave no dir each."""
+    digest = hashlib.sha256(repr(sorted(layout, key=str)).encode()).hexdigest()[:16]
+    root = Path(tempfile.gettempdir()) / f"hami-core-gpu-fake-sysfs-{digest}"
+    if not root.is_dir():
+        scratch = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+        topology.build_fake_sysfs(scratch, layout)
+        try:
+            os.rename(scratch, root)
+        except OSError:  # another process got there first: theirs is the same
+            shutil.rmtree(scratch, ignore_errors=True)
+    return root

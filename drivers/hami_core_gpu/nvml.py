@@ -6,7 +6,7 @@ The same code runs on a GPU node (the driver's libnvidia-ml.so.1) and under the 
 Every NVML call goes through `call`: a failure is an `NvmlError` naming the call, the GPU and
 NVML's answer, never a silent default. The exceptions are queries whose NOT_SUPPORTED answer
 means "this GPU has no such thing" (MIG mode on a GPU without MIG); they say so explicitly.
-PCIe root and NUMA node are not NVML's: they come from sysfs (`topology.py`).
+PCIe root and NUMA node are not NVML's: they come from sysfs (`dra.topology`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from drivers.hami_core_gpu import topology
+from dra import topology
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -64,7 +64,8 @@ class NvmlError(RuntimeError):
 def _hint(code: int) -> str:
     return {
         pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 is not on the library path: is the NVIDIA "
-        "driver installed on this node, and its library directory mounted into the driver's pod?",
+        "driver installed on this node, and its library directory mounted into the driver's pod? (without a GPU: "
+        "--fake h200x8)",
         pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "the NVIDIA kernel module is not loaded on this node",
         pynvml.NVML_ERROR_NO_PERMISSION: "the daemon needs access to /dev/nvidia* (run it privileged)",
         pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "the NVML library and the kernel module differ in version: "

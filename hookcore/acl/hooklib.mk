@@ -6,3 +6,10 @@
 HOOK_LIBS += vnpu
 SHIMS_vnpu := acl ascend_rt
 -include stub/ascend.mk
+
+# workload/acl_workload: the ACL counterpart of workload/cuda_workload (dlopens libascendcl.so).
+ACL_WORKLOAD := $(BUILD)/workload/acl_workload
+libs: $(ACL_WORKLOAD)
+$(ACL_WORKLOAD): workload/acl_workload.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) $(OPT) -o $@ $< -ldl

@@ -105,18 +105,7 @@ void hk_npu_meter_setup(void) {
 /* ---------------------------------------------------------------------------
  * Interposers. Fast path: state ready (or dormant) and no limiter -> straight to the runtime.
  * ------------------------------------------------------------------------- */
-#define ACL_GATED(real_fn, stream, sig, call)                                        \
-    do {                                                                             \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;        \
-        if (hk_npu_fast()) return HK_NPU_NESTED(call);                               \
-        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return ACL_ERROR_UNINITIALIZE; \
-        if (!hk_preload_limiter_on()) return HK_NPU_NESTED(call);                    \
-        void *s_ = (stream);                                                         \
-        hk_meter_batch *b_ = hk_meter_before(s_);                                    \
-        aclError r_ = HK_NPU_NESTED(call);                                           \
-        hk_meter_after(b_, s_, r_ == ACL_SUCCESS, (sig));                            \
-        return r_;                                                                   \
-    } while (0)
+#define ACL_GATED(real_fn, stream, sig, call) HK_NPU_GATED(real_fn, stream, sig, 0, ACL_ERROR_UNINITIALIZE, call)
 
 /* A synchronous call: its own batch on the default stream (see op_current). */
 #define ACL_GATED_SYNC(real_fn, sig, call)                                           \

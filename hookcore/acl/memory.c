@@ -11,30 +11,9 @@
 #endif
 #include "npu.h"
 
-static inline aclError acl_code(int rc) {
-    return rc == HK_ENOMEM ? ACL_ERROR_RT_MEMORY_ALLOCATION : ACL_ERROR_UNINITIALIZE;
-}
-
-#define ACL_ALLOC(real_fn, out, kind, call, undo)                           \
-    do {                                                                    \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        if (!(out) || size == 0) return HK_NPU_NESTED(call);                \
-        uint64_t charge = hk_npu_charge(size);                              \
-        int ldev, skip;                                                     \
-        int rc = hk_npu_admit(charge, &ldev, &skip);                        \
-        if (rc != HK_OK) return acl_code(rc);                               \
-        aclError r = HK_NPU_NESTED(call);                                   \
-        if (skip) return r;                                                 \
-        if (r != ACL_SUCCESS) {                                             \
-            hk_mem_release(ldev, charge);                                   \
-            return r;                                                       \
-        }                                                                   \
-        if (hk_npu_remember((uint64_t)(uintptr_t)*(out), (kind), ldev, charge)) { \
-            (void)HK_NPU_NESTED(undo);                                      \
-            return ACL_ERROR_RT_MEMORY_ALLOCATION;                          \
-        }                                                                   \
-        return ACL_SUCCESS;                                                 \
-    } while (0)
+#define ACL_ALLOC(real_fn, out, kind, call, undo) \
+    HK_NPU_ALLOC(real_fn, out, kind, 0, ACL_ERROR_UNINITIALIZE, call, undo)
+#define ACL_FREE(real_fn, key, kind, call) HK_NPU_FREE(real_fn, key, kind, 0, call)
 
 HK_EXPORT aclError aclrtMalloc(void **p, size_t size, aclrtMemMallocPolicy policy) {
     ACL_ALLOC(hk_acl.aclrtMalloc, p, HK_KIND_PTR, hk_acl.aclrtMalloc(p, size, policy), hk_acl.aclrtFree(*p));
@@ -63,14 +42,6 @@ HK_EXPORT aclError aclrtMallocPhysical(aclrtDrvMemHandle *h, size_t size, const 
     ACL_ALLOC(hk_acl.aclrtMallocPhysical, h, HK_KIND_VMM, hk_acl.aclrtMallocPhysical(h, size, prop, flags),
               hk_acl.aclrtFreePhysical(*h));
 }
-
-#define ACL_FREE(real_fn, key, kind, call)                                  \
-    do {                                                                    \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        aclError r = HK_NPU_NESTED(call);                                   \
-        if (r == ACL_SUCCESS && (key)) hk_npu_forget((uint64_t)(uintptr_t)(key), (kind)); \
-        return r;                                                           \
-    } while (0)
 
 HK_EXPORT aclError aclrtFree(void *p) { ACL_FREE(hk_acl.aclrtFree, p, HK_KIND_PTR, hk_acl.aclrtFree(p)); }
 

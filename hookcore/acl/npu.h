@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "../core/hookcore.h"
+#include "../core/meter.h"
 #include "../preload/preload.h"
 #include "acl_abi.h"
 
@@ -130,6 +131,42 @@ void hk_npu_meminfo(size_t *free_b, size_t *total_b);
 /* What an allocation of `size` bytes is charged: rounded up to 32 B, ACL's alignment. */
 static inline uint64_t hk_npu_charge(uint64_t size) { return (size + 31) / 32 * 32; }
 
+/* The body of an allocation interposer of either layer (`size` and `out` in scope): reserve the
+   charge, run the real call nested, give the charge back if it failed, else remember it. `pass`:
+   call straight through (an rt* call inside an ACL one); `failclosed`: the layer's error code
+   when the library refuses everything. Over quota: ACL_ERROR_RT_MEMORY_ALLOCATION. */
+#define HK_NPU_ALLOC(real_fn, out, kind, pass, failclosed, call, undo)                               \
+    do {                                                                                          \
+        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
+        if ((pass) || !(out) || size == 0) return HK_NPU_NESTED(call);                            \
+        uint64_t charge_ = hk_npu_charge(size);                                                   \
+        int ldev_, skip_;                                                                         \
+        int rc_ = hk_npu_admit(charge_, &ldev_, &skip_);                                          \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? ACL_ERROR_RT_MEMORY_ALLOCATION : (failclosed); \
+        int r_ = HK_NPU_NESTED(call);                                                             \
+        if (skip_) return r_;                                                                     \
+        if (r_ != 0) {                                                                            \
+            hk_mem_release(ldev_, charge_);                                                       \
+            return r_;                                                                            \
+        }                                                                                         \
+        if (hk_npu_remember((uint64_t)(uintptr_t)*(out), (kind), ldev_, charge_)) {               \
+            (void)HK_NPU_NESTED(undo);                                                            \
+            return ACL_ERROR_RT_MEMORY_ALLOCATION;                                                \
+        }                                                                                         \
+        return 0;                                                                                 \
+    } while (0)
+
+/* The body of a free interposer: the real free first, the charge released only when it
+   succeeded and the call was not inside another interposer (`pass`). */
+#define HK_NPU_FREE(real_fn, key, kind, pass, call)                                                  \
+    do {                                                                                          \
+        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
+        int pass_ = (pass);                                                                       \
+        int r_ = HK_NPU_NESTED(call);                                                             \
+        if (!pass_ && r_ == 0 && (key)) hk_npu_forget((uint64_t)(uintptr_t)(key), (kind));        \
+        return r_;                                                                                \
+    } while (0)
+
 /* ---------------------------------------------------------------------------
  * Compute (acl/launch.c): the meter's operations in CANN terms
  * ------------------------------------------------------------------------- */
@@ -140,5 +177,20 @@ static inline int hk_npu_fast(void) {
     int s = hk_atomic_load_relaxed(&hk_preload_xstate);
     return HK_LIKELY((s == HK_STATE_READY || s == HK_STATE_DORMANT) && !hk_preload_limiter_on());
 }
+
+/* The body of a submission interposer of either layer: straight through on the fast path or
+   when `pass`, else metered on `stream` (core/meter.h) with signature `sig`. */
+#define HK_NPU_GATED(real_fn, stream, sig, pass, failclosed, call)                                  \
+    do {                                                                                          \
+        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
+        if (hk_npu_fast() || (pass)) return HK_NPU_NESTED(call);                                  \
+        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return (failclosed);                       \
+        if (!hk_preload_limiter_on()) return HK_NPU_NESTED(call);                                 \
+        void *s_ = (stream);                                                                      \
+        hk_meter_batch *b_ = hk_meter_before(s_);                                                 \
+        int r_ = HK_NPU_NESTED(call);                                                             \
+        hk_meter_after(b_, s_, r_ == 0, (sig));                                                   \
+        return r_;                                                                                \
+    } while (0)
 
 #endif

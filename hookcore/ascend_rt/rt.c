@@ -13,30 +13,9 @@
 #include "../acl/npu.h"
 #include "../core/meter.h"
 
-static inline rtError_t rt_code(int rc) {
-    return rc == HK_ENOMEM ? ACL_ERROR_RT_MEMORY_ALLOCATION : ACL_ERROR_RT_INTERNAL_ERROR;
-}
-
-#define RT_ALLOC(real_fn, out, kind, call, undo)                            \
-    do {                                                                    \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        if (hk_npu_nested() || !(out) || size == 0) return call;            \
-        uint64_t charge = hk_npu_charge(size);                              \
-        int ldev, skip;                                                     \
-        int rc = hk_npu_admit(charge, &ldev, &skip);                        \
-        if (rc != HK_OK) return rt_code(rc);                                \
-        rtError_t r = call;                                                 \
-        if (skip) return r;                                                 \
-        if (r != 0) {                                                       \
-            hk_mem_release(ldev, charge);                                   \
-            return r;                                                       \
-        }                                                                   \
-        if (hk_npu_remember((uint64_t)(uintptr_t)*(out), (kind), ldev, charge)) { \
-            undo;                                                           \
-            return ACL_ERROR_RT_MEMORY_ALLOCATION;                          \
-        }                                                                   \
-        return 0;                                                           \
-    } while (0)
+#define RT_ALLOC(real_fn, out, kind, call, undo) \
+    HK_NPU_ALLOC(real_fn, out, kind, hk_npu_nested(), ACL_ERROR_RT_INTERNAL_ERROR, call, undo)
+#define RT_FREE(real_fn, key, kind, call) HK_NPU_FREE(real_fn, key, kind, hk_npu_nested(), call)
 
 HK_EXPORT rtError_t rtMalloc(void **p, uint64_t size, int type, const uint16_t module) {
     RT_ALLOC(hk_rt.rtMalloc, p, HK_KIND_PTR, hk_rt.rtMalloc(p, size, type, module), hk_rt.rtFree(*p));
@@ -55,14 +34,6 @@ HK_EXPORT rtError_t rtMallocPhysical(rtDrvMemHandle *h, size_t size, void *prop,
     RT_ALLOC(hk_rt.rtMallocPhysical, h, HK_KIND_VMM, hk_rt.rtMallocPhysical(h, size, prop, flags),
              hk_rt.rtFreePhysical(*h));
 }
-
-#define RT_FREE(real_fn, key, kind, call)                                   \
-    do {                                                                    \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        rtError_t r = call;                                                 \
-        if (!hk_npu_nested() && r == 0 && (key)) hk_npu_forget((uint64_t)(uintptr_t)(key), (kind)); \
-        return r;                                                           \
-    } while (0)
 
 HK_EXPORT rtError_t rtFree(void *p) { RT_FREE(hk_rt.rtFree, p, HK_KIND_PTR, hk_rt.rtFree(p)); }
 HK_EXPORT rtError_t rtsFree(void *p) { RT_FREE(hk_rt.rtsFree, p, HK_KIND_PTR, hk_rt.rtsFree(p)); }
@@ -86,18 +57,8 @@ HK_EXPORT rtError_t rtMemGetInfoEx(int type, size_t *free_b, size_t *total_b) {
 /* ---------------------------------------------------------------------------
  * Submissions
  * ------------------------------------------------------------------------- */
-#define RT_GATED(real_fn, stream, sig, call)                                         \
-    do {                                                                             \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;        \
-        if (hk_npu_fast() || hk_npu_nested()) return call;                           \
-        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return ACL_ERROR_RT_INTERNAL_ERROR; \
-        if (!hk_preload_limiter_on()) return call;                                   \
-        void *s_ = (stream);                                                         \
-        hk_meter_batch *b_ = hk_meter_before(s_);                                    \
-        rtError_t r_ = call;                                                         \
-        hk_meter_after(b_, s_, r_ == 0, (sig));                                      \
-        return r_;                                                                   \
-    } while (0)
+#define RT_GATED(real_fn, stream, sig, call) \
+    HK_NPU_GATED(real_fn, stream, sig, hk_npu_nested(), ACL_ERROR_RT_INTERNAL_ERROR, call)
 
 #define FSIG(f) ((uint64_t)(uintptr_t)(f) * 31 + blocks)
 

@@ -288,7 +288,7 @@ int hk_reclaim(void);
 
 /* The compute limiter's shared area of device `dev`: HK_LIMITER_BYTES bytes, 64-byte aligned,
    in the ledger (so shared by every process of the claim), zero when the ledger is created.
-   Layout is owned by the shim: put a version word at offset 0 and use only lock-free atomics.
+   Layout: core/limiter.h (a version word at offset 0, lock-free atomics only).
    NULL when failed closed or dev is invalid. Stays valid for the process lifetime. */
 void *hk_limiter_area(int dev);
 

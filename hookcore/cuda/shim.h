@@ -72,11 +72,7 @@ HK_COPIES(HK_COPY_PROTO)
 
 /* The real driver functions, one slot per hooks.def entry (filled by the preload registry). */
 typedef struct hk_real_table {
-#define HK_HOOK(name) __typeof__(&name) name;
-#define HK_AUX(name, ret, args) ret(*name) args;
-#include "hooks.def"
-#undef HK_HOOK
-#undef HK_AUX
+#include "preload/shim_real.h"
 } hk_real_table;
 
 extern hk_real_table hk_real HK_HIDDEN;

@@ -10,11 +10,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m);
 
 typedef struct hk_nvml_table {
-#define HK_HOOK(name) __typeof__(&name) name;
-#define HK_AUX(name, ret, args) ret(*name) args;
-#include "hooks.def"
-#undef HK_HOOK
-#undef HK_AUX
+#include "preload/shim_real.h"
 } hk_nvml_table;
 
 extern hk_nvml_table hk_nvml HK_HIDDEN;

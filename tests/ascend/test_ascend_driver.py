@@ -60,7 +60,7 @@ def test_setup_publishes_every_npu_with_hami_names_and_attributes(driver) -> Non
     assert [x.name for x in devs] == [f"npu-{i}-0" for i in range(8)]
     a = devs[3].attributes
     assert {k: a[k] for k in ("type", "index", "physicalID", "model", "productName", "brand", "chipName", "aiCores")} == {
-        "type": "HAMivNPUCore", "index": 3, "physicalID": 3, "model": "Ascend910B", "productName": "Ascend910B",
+        "type": "HAMivNPUCore", "index": 3, "physicalID": 3, "model": "Ascend910B", "productName": "Ascend910B3",
         "brand": "Huawei", "chipName": "910B3", "aiCores": 20,
     }
     assert str(a["uuid"]).startswith("NPU-") and a["resource.kubernetes.io/pciBusID"] == "0000:82:00.0"
@@ -90,7 +90,23 @@ def test_visible_npus_are_in_physical_order_with_shares_summed(driver) -> None:
     # the fake backend tells the workload's stub ACL which NPUs its container has, numbered from 0
     stub = [dict(kv.split("=") for kv in entry.split(",")) for entry in e.env["HOOKCORE_STUB_NPUS"].split(";")]
     assert [(s["uuid"], s["logic"], s["phy"]) for s in stub] == [(uuid["npu-2-0"], "0", "2"), (uuid["npu-5-0"], "1", "5")]
-    assert e.device_nodes == () and e.mounts == ()  # fake NPUs have no /dev/davinci*, no driver on disk
+    assert e.device_nodes == ()  # fake NPUs have no /dev/davinci*; their "CANN" is the stub ACL, at /usr/lib
+    assert {m.container_path: Path(m.host_path).name for m in e.mounts} == {
+        "/usr/lib/libascendcl.so": "libascendcl.so", "/usr/lib/libruntime.so": "libruntime.so"}
+    assert "LD_LIBRARY_PATH" not in e.env  # another driver's device in the same container may set it
+
+
+def test_enforcement_is_libvnpu_with_one_quota_per_visible_npu_keyed_by_physical_id(driver) -> None:
+    d = driver(settings={"health": "off"})
+    allocs = [alloc("npu-6-0", "a", memory=3 * GiB, cores=30), alloc("npu-1-0", "b", memory=GiB, cores=60),
+              alloc("npu-6-0", "c", memory=GiB, cores=10)]
+    enf = d.enforcement(CLAIM, d.prepare(CLAIM, allocs))
+    assert enf.library.name == "libvnpu.so" and enf.preload is None
+    assert list(d.hook_libraries()) == [enf.library]  # installed at daemon start, before the first publish
+    assert list(enf.quotas) == [dra.Quota("davinci1", GiB, 60), dra.Quota("davinci6", 4 * GiB, 40)]
+    cfg = NpuConfig(preload="env", compute_limit=False)
+    enf = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("npu-2-0", "a", cfg, memory=GiB, cores=30)]))
+    assert enf.preload is dra.Preload.ENV and list(enf.quotas) == [dra.Quota("davinci2", GiB, 100)]
 
 
 def test_a_result_without_consumed_capacity_holds_the_whole_npu(driver) -> None:

@@ -139,10 +139,11 @@ def _default(chart: str, *keys: str) -> Any:
     return node
 
 
+@pytest.mark.parametrize("chart", DRIVER_CHARTS)
 def test_the_hook_installer_accepts_the_charts_arguments_and_installs_into_the_daemons_hook_dir(
-        helm: Tool, monkeypatch: pytest.MonkeyPatch) -> None:
+        helm: Tool, monkeypatch: pytest.MonkeyPatch, chart: str) -> None:
     for name in ("defaults", "other-host-layout"):
-        _objects, spec = pod("hami-core-gpu", helm, chart_values("hami-core-gpu", name))
+        _objects, spec = pod(chart, helm, chart_values(chart, name))
         init = container(spec, "install-hooks", init=True)
         cli, params = parse(init, monkeypatch)
         assert cli == "dra hookdir install"

@@ -104,6 +104,19 @@ def derived(name: str) -> bool:
     return name.startswith(DERIVED)
 
 
+def assert_nothing_left(kubectl: Tool, release: str, timeout: float = 120) -> None:
+    """No object of `release` anywhere once the garbage collector has removed what the chart's
+    objects owned (ReplicaSets, pods, ControllerRevisions)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    left = labelled_objects(kubectl, release)
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = labelled_objects(kubectl, release)
+    assert not left, f"release {release} left {left} behind {timeout:.0f} s after uninstall"
+
+
 def helm_release_secrets(kubectl: Tool, namespace: str, release: str) -> list[str]:
     return kubectl.run("get", "secrets", "-n", namespace, "-o", "name", "-l", f"owner=helm,name={release}").stdout.split()
 
@@ -190,8 +203,7 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
     finally:
         uninstalled = cluster_helm.run("uninstall", release, "-n", namespace, "--wait", check=False)
     assert uninstalled.returncode == 0, uninstalled.stderr
-    wait_for(lambda: labelled_objects(kubectl, release) == [], timeout=60,
-             what=f"no object of release {release} left (last: {labelled_objects(kubectl, release)})")
+    assert_nothing_left(kubectl, release)
     assert helm_release_secrets(kubectl, namespace, release) == []
     wait_for(lambda: not client.CoreV1Api(api_client).list_namespaced_pod(namespace).items, timeout=60,
              what="the daemon pods to be garbage-collected")
@@ -202,16 +214,33 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
 # RBAC and the ResourceSlice node policy, as the API server applies them
 
 
-@pytest.fixture(scope="module")
-def gpu_release(cluster_helm: Tool, kubectl: Tool, api_client: client.ApiClient) -> Iterator[dict[str, str]]:
-    """The hami-core-gpu chart installed in its own namespace (isolated DeviceClass names)."""
+def install_release(cluster_helm: Tool, chart: str) -> dict[str, str]:
+    """`chart` installed in its own namespace (isolated DeviceClass names)."""
     release = unique("slices")
-    values = isolated("hami-core-gpu", {}, release)
-    cluster_helm.run("install", release, str(HELM_DIR / "hami-core-gpu"), "-n", release, "--create-namespace",
-                     *set_args(values))
-    yield {"release": release, "namespace": release, "sa": fullname(release, "hami-core-gpu")}
-    cluster_helm.run("uninstall", release, "-n", release, "--wait")
-    client.CoreV1Api(api_client).delete_namespace(release)
+    cluster_helm.run("install", release, str(HELM_DIR / chart), "-n", release, "--create-namespace",
+                     *set_args(isolated(chart, {}, release)))
+    return {"release": release, "namespace": release, "sa": fullname(release, chart), "chart": chart}
+
+
+@pytest.fixture(scope="module")
+def releases(cluster_helm: Tool, api_client: client.ApiClient) -> Iterator[dict[str, dict[str, str]]]:
+    """Each driver chart installed once for this module's tests (on first use)."""
+    made: dict[str, dict[str, str]] = {}
+    yield made
+    for rel in made.values():
+        cluster_helm.run("uninstall", rel["release"], "-n", rel["namespace"], "--wait")
+        client.CoreV1Api(api_client).delete_namespace(rel["namespace"])
+
+
+def release_of(releases: dict[str, dict[str, str]], cluster_helm: Tool, chart: str) -> dict[str, str]:
+    if chart not in releases:
+        releases[chart] = install_release(cluster_helm, chart)
+    return releases[chart]
+
+
+@pytest.fixture
+def gpu_release(releases: dict[str, dict[str, str]], cluster_helm: Tool) -> dict[str, str]:
+    return release_of(releases, cluster_helm, "hami-core-gpu")
 
 
 def service_account_user(rel: dict[str, str]) -> str:
@@ -352,23 +381,28 @@ def token_kubeconfig(cluster: ControlPlane, token: str, path: Path) -> Path:
     return path
 
 
+FAKE = {"hami-core-gpu": "h200x2", "ascend": "910b3x2"}
+
+
+@pytest.mark.parametrize("chart", DRIVER_CHARTS)
 def test_the_charts_daemon_command_publishes_its_node_as_the_charts_service_account(
-        cluster: ControlPlane, helm: Tool, kubectl: Tool, api_client: client.ApiClient, gpu_release: dict[str, str],
-        nodes: list[str]) -> None:
-    """The DaemonSet's own command line (fake GPUs, host paths in a temp dir), with the token its
-    pod would get: the RBAC and the policy let it publish its node's slices, and nothing fails."""
+        cluster: ControlPlane, helm: Tool, cluster_helm: Tool, kubectl: Tool, api_client: client.ApiClient,
+        releases: dict[str, dict[str, str]], nodes: list[str], chart: str) -> None:
+    """The DaemonSet's own command line (fake devices, host paths in a temp dir), with the token
+    its pod would get: the RBAC and the policy let it publish its node's slices, nothing fails."""
     from dra.testing.daemon import free_port
 
+    rel = release_of(releases, cluster_helm, chart)
     node = unique("node-d")
     make_node(api_client, node)
     nodes.append(node)
-    token, pod_uid = daemon_pod_token(kubectl, api_client, gpu_release, node)
+    token, pod_uid = daemon_pod_token(kubectl, api_client, rel, node)
     work = Path(tempfile.mkdtemp(prefix="dc", dir="/tmp"))  # short: unix socket paths stay < 108 bytes
     port = free_port()
     values = {"paths.kubeletPluginsDir": f"{work}/plugins", "paths.kubeletRegistrarDir": f"{work}/registry",
-              "paths.cdiDir": f"{work}/cdi", "paths.hookDir": f"{work}/hooks", "daemon.fake": "h200x2",
+              "paths.cdiDir": f"{work}/cdi", "paths.hookDir": f"{work}/hooks", "daemon.fake": FAKE[chart],
               "daemon.metricsPort": port, "daemon.settings": {"health": "off"}}
-    spec = one(render(helm, "hami-core-gpu", values=values), "DaemonSet")["spec"]["template"]["spec"]
+    spec = one(render(helm, chart, values=values), "DaemonSet")["spec"]["template"]["spec"]
     daemon = container(spec, "daemon")
     env = {**container_env(daemon), "NODE_NAME": node, "POD_UID": pod_uid}
     assert daemon["command"] == ["python3", "-m", "dra.daemon"]
@@ -384,7 +418,7 @@ def test_the_charts_daemon_command_publishes_its_node_as_the_charts_service_acco
             return got if got and sum(len(s.spec.devices or []) for s in got) == 2 else None
 
         slices = wait_for(published, timeout=90, what=f"the daemon's slices of node {node}")
-        assert {s.spec.driver for s in slices} == {DRIVER_NAME["hami-core-gpu"]}
+        assert {s.spec.driver for s in slices} == {DRIVER_NAME[chart]}
         # The liveness probe's endpoint answers on the port the chart declares.
         probe = daemon["livenessProbe"]["httpGet"]["path"]
         with urllib.request.urlopen(f"http://127.0.0.1:{daemon['ports'][0]['containerPort']}{probe}", timeout=5) as r:

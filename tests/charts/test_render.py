@@ -168,7 +168,8 @@ def test_an_init_container_installs_the_hook_library_with_the_daemons_installer(
     assert init["volumeMounts"] == [{"name": "hook-dir", "mountPath": "/var/lib/dra-hookcore"}]
     assert init["image"] == container(spec, "daemon")["image"], "the library installed must be the one the daemon ships"
     assert "initContainers" not in pod_spec(render(helm, "hami-core-gpu", values={"hook.install": False}))
-    assert "initContainers" not in pod_spec(render(helm, "ascend")), "no Ascend hook library yet"
+    ascend = container(pod_spec(render(helm, "ascend")), "install-hooks", init=True)
+    assert ascend["args"] == ["--hook-dir=/var/lib/dra-hookcore", "vnpu"]
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
@@ -314,3 +315,17 @@ def test_driver_charts_use_the_library_and_copy_no_template(chart: str) -> None:
         body = "\n".join(line for line in p.read_text().splitlines() if not line.lstrip().startswith("{{- /*"))
         assert body.strip().startswith('{{ include "dra-common.'), f"{p}: only an include of the library"
 
+
+
+@pytest.mark.parametrize("chart", [*DRIVER_CHARTS, "dra-webhook"])
+def test_a_packaged_chart_carries_the_library_and_renders_on_its_own(helm: Tool, chart: str, tmp_path: Any) -> None:
+    """`helm package` resolves the charts/dra-common link: the archive works without the checkout."""
+    import tarfile
+
+    helm.run("package", str(HELM_DIR / chart), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob(f"{chart}-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert f"{chart}/charts/dra-common/templates/_names.tpl" in names and f"{chart}/values.schema.json" in names
+    proc = helm.run("template", "r", str(archive), "--kube-version", "1.34.4")
+    assert "kind: ClusterRole" in proc.stdout

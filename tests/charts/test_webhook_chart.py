@@ -23,7 +23,7 @@ from cryptography import x509
 from kube_helpers import unique, wait_for
 from kubernetes import client
 from test_commands import parse
-from test_install import derived, helm_release_secrets, labelled_objects
+from test_install import assert_nothing_left, derived, helm_release_secrets, labelled_objects
 
 from dra.webhook import checks, registration, vendors
 
@@ -32,7 +32,8 @@ CERT_MANAGER = ["--api-versions", "cert-manager.io/v1"]
 
 VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
     "defaults": ({}, []),
-    "ignore-one-replica": ({"webhook.failurePolicy": "Ignore", "replicas": 1, "webhook.logLevel": "debug"}, []),
+    "ignore-one-replica": ({"webhook.failurePolicy": "Ignore", "replicas": 1, "webhook.logLevel": "debug",
+                            "webhook.excludeNamespaces": ["monitoring", "kube-system"]}, []),
     "cert-manager-self-signed": ({"certificates.mode": "cert-manager"}, CERT_MANAGER),
     "cert-manager-cluster-issuer": ({"certificates.mode": "cert-manager",
                                      "certificates.certManager.issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}},
@@ -68,7 +69,12 @@ def test_the_webhooks_are_the_ones_dra_webhook_registers(helm: Tool, name: str) 
         vendors.load(None), "CA", service=("hami-system", fullname("rel"), svc["spec"]["ports"][0]["port"]),
         namespace="hami-system", failure_policy=values.get("webhook.failurePolicy", "Fail"), name=fullname("rel"),
         drivers=sorted(checks.driver_classes()))
+    excluded = values.get("webhook.excludeNamespaces", [])
     for expected in want:
+        for w in expected["webhooks"]:  # the chart's extra exclusions join the builder's
+            for e in w["namespaceSelector"]["matchExpressions"]:
+                if e["key"] == "kubernetes.io/metadata.name":
+                    e["values"] = sorted({*e["values"], *excluded})
         got = one(objects, expected["kind"])
         assert got["metadata"]["name"] == expected["metadata"]["name"]
         assert normalized(got["webhooks"]) == normalized(expected["webhooks"])
@@ -181,6 +187,7 @@ BAD_VALUES: list[tuple[dict[str, Any], list[str], str]] = [
     ({"certificates.mode": "job"}, [], "at '/certificates/mode': value must be one of 'helm', 'cert-manager', 'secret'"),
     ({"certificates.validityDays": 7}, [], "at '/certificates/validityDays': minimum: got 7, want 31"),
     ({"replicas": 0}, [], "at '/replicas': minimum: got 0, want 1"),
+    ({"webhook.excludeNamespaces": ["Monitoring"]}, [], "at '/webhook/excludeNamespaces/0'"),
     ({"certificates.mode": "cert-manager"}, [], "the cluster does not serve cert-manager.io/v1: install cert-manager first"),
     ({"certificates.mode": "secret"}, [], "certificates.secret.name must name the kubernetes.io/tls Secret"),
     ({"certificates.mode": "secret", "certificates.secret.name": "x"}, [],
@@ -241,7 +248,7 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
     finally:
         uninstalled = cluster_helm.run("uninstall", release, "-n", namespace, "--wait", check=False)
     assert uninstalled.returncode == 0, uninstalled.stderr
-    wait_for(lambda: labelled_objects(kubectl, release) == [], timeout=60, what=f"no object of release {release} left")
+    assert_nothing_left(kubectl, release)
     assert helm_release_secrets(kubectl, namespace, release) == []
     client.CoreV1Api(api_client).delete_namespace(namespace)
 

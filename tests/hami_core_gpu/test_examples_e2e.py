@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from dra.testing.stub import workload_program
 
 DRIVER = "hami-core-gpu.project-hami.io"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hami-core-gpu"
+WORKLOAD = Path(__file__).resolve().parent / "stub_workload.py"
 MiB, GiB = 1 << 20, 1 << 30
 H200 = 143771 * MiB
 WHY = runtime_unavailable()
@@ -214,3 +217,32 @@ def test_claim_template_used_by_a_deployment(rig: Rig) -> None:
         assert results(claim)[0]["consumedCapacity"] == {"cores": "20", "memory": "10Gi"}
         prepare_and_run(rig, claim, [Share(10 * GiB, 20)])
 
+
+
+def test_the_daemon_reports_a_running_claims_memory_on_metrics(rig: Rig) -> None:
+    """While a workload of the claim holds 1 GiB, the daemon's /metrics shows it; after, not."""
+    (claim,) = allocate(rig, "cores-and-memory.yaml", 1).values()
+    meta = claim["metadata"]
+    out = rig.harness.prepare([ClaimRef(meta["uid"], meta["namespace"], meta["name"])], driver=DRIVER)[meta["uid"]]
+    ids = list(dict.fromkeys(i for d in out.devices for i in d.cdi_device_ids))
+    workload = [sys.executable, str(WORKLOAD), "--hold", "4", str(GiB)]
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_with_cdi, rig.daemon.cdi_dir, ids, workload)
+
+        def metric(name: str) -> float | None:
+            _, body = rig.daemon.get("/metrics")
+            for line in body.splitlines():
+                if line.startswith(name + "{") and f'claim_uid="{meta["uid"]}"' in line:
+                    return float(line.rsplit(" ", 1)[1])
+            return None
+
+        wait_for(lambda: metric("dra_claim_memory_used_bytes") == GiB or None, 30, interval=0.1,
+                 what="the held GiB on /metrics")
+        assert metric("dra_claim_processes") == 1
+        assert metric("dra_claim_memory_limit_bytes") == 3000 * MiB
+        assert metric("dra_claim_compute_limit_percent") == 30
+        proc = running.result(60)
+    assert f"ALLOC {GiB} 0" in proc.stdout, proc.stdout + proc.stderr
+    assert metric("dra_claim_memory_used_bytes") == 0 and metric("dra_claim_memory_peak_bytes") == GiB
+    text = rig.daemon.get("/metrics")[1]
+    assert f'device="{results(claim)[0]["device"]}"' in text and f'namespace="{rig.namespace}"' in text

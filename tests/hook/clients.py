@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Protocol
 
 
 class _Libs(Protocol):
-    stub_dir: Path
+    @property
+    def stub_dir(self) -> Path: ...
 
 
 def client_env(libs: _Libs, preload: Path | str | None, **env: str) -> dict[str, str]:
@@ -21,3 +23,13 @@ def client_env(libs: _Libs, preload: Path | str | None, **env: str) -> dict[str,
         e["LD_PRELOAD"] = str(preload)
     e.update(env)
     return e
+
+
+def build_rtld_next(out_dir: Path, src: Path) -> Path:
+    """tests/hook/c/rtld_next.c as liba.so, libb.so and the program `next` linked with both: it prints
+    "NEXT 2" when dlsym(RTLD_NEXT, ...) from liba finds libb's symbol (run with LD_LIBRARY_PATH=out_dir)."""
+    for part, lib in (("PART_A", "liba.so"), ("PART_B", "libb.so")):
+        subprocess.run(["cc", "-shared", "-fPIC", f"-D{part}", "-o", str(out_dir / lib), str(src), "-ldl"], check=True)
+    subprocess.run(["cc", "-DPART_MAIN", "-o", str(out_dir / "next"), str(src), f"-L{out_dir}", "-Wl,--no-as-needed",
+                    "-la", "-lb", "-ldl"], check=True)
+    return out_dir / "next"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.hook.clients import client_env
+from tests.hook.clients import build_rtld_next, client_env
 from tests.hook.conftest import BUILD, ROOT, make
 
 if TYPE_CHECKING:
@@ -48,12 +48,7 @@ def compile_client(out: Path, *flags: str) -> Path:
 def test_rtld_next_and_resolution_at_every_optimisation_level(hookcore_libs: HookLibs, client: Path,
                                                               tmp_path: Path, opt: str) -> None:
     lib = variant_lib(f"opt{opt}", f"OPT={opt}")
-    src = ROOT / "tests/hook/c/rtld_next.c"
-    for part, out in (("PART_A", "liba.so"), ("PART_B", "libb.so")):
-        subprocess.run(["cc", "-shared", "-fPIC", f"-D{part}", "-o", str(tmp_path / out), str(src), "-ldl"],
-                       check=True)
-    subprocess.run(["cc", "-DPART_MAIN", "-o", str(tmp_path / "next"), str(src), f"-L{tmp_path}",
-                    "-Wl,--no-as-needed", "-la", "-lb", "-ldl"], check=True)
+    build_rtld_next(tmp_path, ROOT / "tests/hook/c/rtld_next.c")
     proc = subprocess.run([str(tmp_path / "next")], env={"LD_LIBRARY_PATH": str(tmp_path), "LD_PRELOAD": str(lib)},
                           capture_output=True, text=True)
     assert proc.stdout.strip() == "NEXT 2", proc.stdout + proc.stderr
@@ -114,7 +109,7 @@ def test_eight_processes_under_sanitizer(sanitized: tuple[str, Path, Path], hook
         assert line.startswith("GOT "), line + p.stderr.read()
         got.append(int(line.split()[1]))
     for p in procs:
-        assert p.stdin is not None
+        assert p.stdin is not None and p.stdout is not None and p.stderr is not None
         p.stdin.close()
         out, err = p.stdout.read(), p.stderr.read()
         p.wait(timeout=60)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.hook.clients import client_env
+from tests.hook.clients import build_rtld_next, client_env
 
 if TYPE_CHECKING:
     from tests.hook.conftest import DemoLibs, HookLibs
@@ -41,6 +41,16 @@ def test_libvgpu_exports_exactly_dlsym_and_the_hook_table(hookcore_libs: HookLib
     assert len(want) > 30
     assert exported(hookcore_libs.libvgpu) == want
     assert exported(testing_lib) == want
+
+
+def test_every_other_hook_library_exports_exactly_its_shims_tables(hookcore_libs: HookLibs) -> None:
+    """Libraries added by a <shim>/hooklib.mk (libvnpu.so for Ascend): same rule as libvgpu.so."""
+    for mk in sorted((ROOT / "hookcore").glob("*/hooklib.mk")):
+        for stem, dirs in re.findall(r"^SHIMS_(\w+)\s*:?=\s*(.+)$", mk.read_text(), re.M):
+            lib = ROOT / "hookcore/build" / f"lib{stem}.so"
+            assert lib.exists(), lib
+            defs = [ROOT / "hookcore" / d / "hooks.def" for d in dirs.split()]
+            assert exported(lib) == {"dlsym"} | hook_names(*defs), lib
 
 
 def test_second_library_exports_its_own_table(demo: DemoLibs) -> None:
@@ -117,12 +127,7 @@ def test_environment_keys_reach_both_libraries_but_hami_names_only_libvgpu(
 
 
 def test_rtld_next_with_two_libraries(demo: DemoLibs, hookcore_libs: HookLibs, tmp_path: Path) -> None:
-    src = ROOT / "tests/hook/c/rtld_next.c"
-    for part, out in (("PART_A", "liba.so"), ("PART_B", "libb.so")):
-        subprocess.run(["cc", "-shared", "-fPIC", f"-D{part}", "-o", str(tmp_path / out), str(src), "-ldl"],
-                       check=True)
-    subprocess.run(["cc", "-DPART_MAIN", "-o", str(tmp_path / "next"), str(src), f"-L{tmp_path}",
-                    "-Wl,--no-as-needed", "-la", "-lb", "-ldl"], check=True)
+    build_rtld_next(tmp_path, ROOT / "tests/hook/c/rtld_next.c")
     env = {"LD_LIBRARY_PATH": str(tmp_path), "LD_PRELOAD": f"{hookcore_libs.libvgpu} {demo.libvdemo}"}
     proc = subprocess.run([str(tmp_path / "next")], env=env, capture_output=True, text=True)
     assert proc.stdout.strip() == "NEXT 2", proc.stdout + proc.stderr

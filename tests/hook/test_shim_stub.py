@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.hook.clients import client_env
+from tests.hook.clients import build_rtld_next, client_env
 
 if TYPE_CHECKING:
     from tests.hook.conftest import HookLibs
@@ -261,12 +261,7 @@ def test_limiter_is_claim_wide(run, client: Path) -> None:
 
 
 def test_rtld_next_keeps_its_meaning(hookcore_libs: HookLibs, tmp_path: Path) -> None:
-    src = ROOT / "tests/hook/c/rtld_next.c"
-    for part, out in (("PART_A", "liba.so"), ("PART_B", "libb.so")):
-        subprocess.run(["cc", "-shared", "-fPIC", f"-D{part}", "-o", str(tmp_path / out), str(src), "-ldl"],
-                       check=True)
-    subprocess.run(["cc", "-DPART_MAIN", "-o", str(tmp_path / "next"), str(src), f"-L{tmp_path}", "-Wl,--no-as-needed", "-la", "-lb",
-                    "-ldl"], check=True)
+    build_rtld_next(tmp_path, ROOT / "tests/hook/c/rtld_next.c")
     env = {"LD_LIBRARY_PATH": str(tmp_path), "PATH": os.environ.get("PATH", "")}
     native = subprocess.run([str(tmp_path / "next")], env=env, capture_output=True, text=True)
     hooked = subprocess.run([str(tmp_path / "next")], env={**env, "LD_PRELOAD": str(hookcore_libs.libvgpu)},

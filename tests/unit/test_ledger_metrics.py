@@ -42,22 +42,29 @@ def samples(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
     return out
 
 
-def test_quota_and_usage_of_a_running_workload(built: None, tmp_path: Path) -> None:
-    claim = Claim("5f0e8d0e-0000-4000-8000-00000000aaaa", "team-a", "train")
+def enforced_claim(tmp_path: Path, claim: Claim) -> tuple[CollectorRegistry, dict[str, str]]:
+    """The claim's ledger (256 MiB and 30% of the stub's device 0), a registry collecting it, and
+    the environment a workload of the claim runs with (the hook preloaded, the stub driver)."""
     ledger = tmp_path / "hooks" / claim.uid / "ledger"
     ledger.parent.mkdir(parents=True)
     env = hookcore.claim_env([hookcore.DeviceQuota(0, 256 * MiB, 30, UUID)], str(ledger))
     hookcore.create_ledger(ledger, env)
     registry = CollectorRegistry()
     registry.register(LedgerCollector("gpu.test", tmp_path / "hooks", lambda: [claim], lambda: {UUID: "gpu-0"}))
+    run_env = {**os.environ, **env, "LD_PRELOAD": str(hookcore.library_path()), "STUB_CUDA_DEVICES": "1",
+               "LD_LIBRARY_PATH": str(hookcore.stub_dir())}
+    return registry, run_env
+
+
+def test_quota_and_usage_of_a_running_workload(built: None, tmp_path: Path) -> None:
+    claim = Claim("5f0e8d0e-0000-4000-8000-00000000aaaa", "team-a", "train")
+    registry, run_env = enforced_claim(tmp_path, claim)
 
     before = samples(registry)
     assert before[("dra_claim_memory_limit_bytes", claim.uid)] == 256 * MiB
     assert before[("dra_claim_memory_used_bytes", claim.uid)] == 0
     assert before[("dra_claim_compute_limit_percent", claim.uid)] == 30
 
-    run_env = {**os.environ, **env, "LD_PRELOAD": str(hookcore.library_path()), "STUB_CUDA_DEVICES": "1",
-               "LD_LIBRARY_PATH": str(hookcore.stub_dir())}
     proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(64 * MiB), str(300 * MiB)], env=run_env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -87,3 +94,16 @@ def test_unreadable_ledgers_are_counted_not_fatal(tmp_path: Path) -> None:
     got = samples(registry)
     assert got[("dra_ledger_read_errors_total", "")] == 1
     assert not any(name.startswith("dra_claim_") for name, _ in got)
+
+
+def test_compute_time_charged_under_a_share(built: None, tmp_path: Path) -> None:
+    claim = Claim("5f0e8d0e-0000-4000-8000-00000000cccc", "team-b", "infer")
+    registry, run_env = enforced_claim(tmp_path, claim)
+    assert ("dra_claim_compute_seconds_total", claim.uid) not in samples(registry)  # no process set a limit yet
+    proc = subprocess.run([sys.executable, str(WORKLOAD), "--launch", "1.0"], env=run_env, input="",
+                          capture_output=True, text=True, timeout=60)
+    assert "LAUNCHED" in proc.stdout, proc.stdout + proc.stderr
+    got = samples(registry)
+    charged = got[("dra_claim_compute_seconds_total", claim.uid)]
+    assert 0.15 <= charged <= 0.45, charged  # about 30% of the one second it ran
+    assert got[("dra_claim_compute_throttled_seconds_total", claim.uid)] > 0.3  # it waited for the rest

@@ -6,9 +6,7 @@
 #include "demo.h"
 
 extern struct demo_real {
-#define HK_HOOK(n) __typeof__(&n) n;
-#include "hooks.def"
-#undef HK_HOOK
+#include "preload/shim_real.h"
 } demo_real HK_HIDDEN;
 
 HK_EXPORT int demoInit(void) {

@@ -3,25 +3,15 @@
 #include "demo.h"
 
 struct demo_real {
-#define HK_HOOK(n) __typeof__(&n) n;
-#include "hooks.def"
-#undef HK_HOOK
+#include "preload/shim_real.h"
 } demo_real HK_HIDDEN;
 
-static const hk_hook g_hooks[] = {
-#define HK_HOOK(n) {#n, (void *)&n, (void **)&demo_real.n},
-#include "hooks.def"
-#undef HK_HOOK
-};
-
-static hk_shim_rt g_rt;
+#define HK_SHIM_REAL demo_real
+#include "preload/shim_table.h"
 
 const hk_shim hk_shim_demo = {
     .name = "demo",
     .library = "libdemodrv.so.1",
     .prefix = "demo",
-    .hooks = g_hooks,
-    .nhooks = sizeof g_hooks / sizeof g_hooks[0],
-    .ntotal = sizeof g_hooks / sizeof g_hooks[0],
-    .rt = &g_rt,
+    HK_SHIM_FIELDS,
 };
