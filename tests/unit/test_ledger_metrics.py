@@ -18,7 +18,7 @@ from dra.ledger_metrics import LedgerCollector
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "tests" / "hami_core_gpu" / "stub_workload.py"
 MiB = 1 << 20
-UUID = "GPU-57554201-0000-4000-8000-000000000000"  # the legacy stub's device 0
+UUID = "GPU-57554201-0000-4000-8000-000000000000"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +51,8 @@ def enforced_claim(tmp_path: Path, claim: Claim) -> tuple[CollectorRegistry, dic
     hookcore.create_ledger(ledger, env)
     registry = CollectorRegistry()
     registry.register(LedgerCollector("gpu.test", tmp_path / "hooks", lambda: [claim], lambda: {UUID: "gpu-0"}))
-    run_env = {**os.environ, **env, "LD_PRELOAD": str(hookcore.library_path()), "STUB_CUDA_DEVICES": "1",
+    run_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("HOOKCORE_", "STUB_"))}, **env,
+               "LD_PRELOAD": str(hookcore.library_path()), "HOOKCORE_STUB_DEVICES": f"uuid={UUID},memory=16Gi",
                "LD_LIBRARY_PATH": str(hookcore.stub_dir())}
     return registry, run_env
 
