@@ -518,13 +518,19 @@ class Bench:
             native = r.get("plain")
         res["native_plain"] = native
         res["ref_mhz"] = ref
+        # As a claim's config would: the device named by UUID (the strict cap finds its clocks in NVML
+        # by it; without one it charges plain device time and says so) and the neutral per-device keys.
+        uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+                              capture_output=True, text=True).stdout.strip()
+        res["uuid"] = uuid
+        claim = {"HOOKCORE_DEVICE_UUID_0": uuid} if uuid else {}
         configs = [(f"strict-{sh}", sh, {"HOOKCORE_COMPUTE_MODE_0": "strict",
                                           **({"HOOKCORE_COMPUTE_REF_MHZ_0": str(int(ref))} if ref else {})})
                    for sh in (70, 50, 30)]
         configs.append(("strict-50-default-ref", 50, {"HOOKCORE_COMPUTE_MODE_0": "strict"}))
         for name, share, extra in configs:
             stop = self.clocks()
-            e = self.env(True, CUDA_DEVICE_SM_LIMIT=str(share), **extra)
+            e = self.env(True, HOOKCORE_COMPUTE_LIMIT_0=str(share), **claim, **extra)
             r = self.run("compute", {"loops": ["plain"], "secs": 2.5}, e)
             r.update(self.in_windows(stop(), r.get("windows", [])))
             err = r.pop("_stderr", "")
