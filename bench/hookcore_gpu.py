@@ -318,9 +318,11 @@ WORKERS = {"probe": w_probe, "memory": w_memory, "compute": w_compute, "launch":
 
 
 def git_rev() -> str:
-    """The hookcore commit measured: git if the tree is a checkout, else HK_BENCH_REV, else unknown."""
+    """The hookcore commit measured: HK_BENCH_REV when given (a copied tree may carry a stale .git), else git."""
+    if os.environ.get("HK_BENCH_REV"):
+        return os.environ["HK_BENCH_REV"]
     r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else os.environ.get("HK_BENCH_REV", "unknown")
+    return r.stdout.strip() if r.returncode == 0 else "unknown"
 
 
 class Bench:
