@@ -104,7 +104,7 @@ def left_running(cp: ControlPlane, keep: bool, work: Path | None) -> str:
     return "\n".join(lines)
 
 
-def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", keep: bool = False,
+def run_demo(directory: Path, k8s_version: str, driver_entry: str = "hami-core-gpu", keep: bool = False,
              workload: Path | None = None, node_mode: str = "auto") -> int:
     from kubernetes import client
 
@@ -121,13 +121,23 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "example", k
     from dra.demo_scenario import load_scenario, run_scenario
 
     scenario = load_scenario(driver_entry)  # examples/<driver>/demo.yaml: several fake nodes, the examples
-    if scenario is not None and node_mode != "real":
-        return run_scenario(cp, scenario, workload, keep)
-    rc = _on_real_node(cp, driver_entry, keep, node_mode)
-    if rc is not None:
+    if scenario is not None:
+        # The full tour: the driver's examples on fake nodes, the heterogeneous claim, then one
+        # claim's pods on a real kubelet + containerd node where one starts here.
+        rc = run_scenario(cp, scenario, workload, keep, epilogue=False)
         rc = rc or run_heterogeneous(cp, keep=keep)
+        if node_mode != "harness" and not rc:
+            from dra.node.demo import real_node_demo
+
+            rc = real_node_demo(cp, driver_entry, _out, _step, keep=keep, required=node_mode == "real",
+                                daemon_args=("--fake", scenario.fake)) or 0
         _out.print(left_running(cp, keep, None), highlight=False)
         return rc
+    on_node = _on_real_node(cp, driver_entry, keep, node_mode)
+    if on_node is not None:
+        on_node = on_node or run_heterogeneous(cp, keep=keep)
+        _out.print(left_running(cp, keep, None), highlight=False)
+        return on_node
 
     api = cp.api_client()
     # Bodies are plain manifests (dicts), as users write them; the typed client accepts them at run time.
@@ -372,7 +382,8 @@ def register(app: typer.Typer) -> None:
     def demo(
         k8s_version: Annotated[str, typer.Option("--k8s-version")] = DEFAULT_K8S_VERSION,
         directory: Annotated[Path | None, typer.Option("--dir", help="Cluster directory")] = None,
-        driver: Annotated[str, typer.Option(help="Driver entry point (fake backend)")] = "example",
+        driver: Annotated[str, typer.Option(
+            help="Driver entry point, run with its fake backend (example: the template driver alone)")] = "hami-core-gpu",
         keep: Annotated[bool, typer.Option(help="Keep the demo's objects and files")] = False,
         workload: Annotated[
             Path | None, typer.Option(help="Program started per claim (default: hookcore's cuda_workload)")

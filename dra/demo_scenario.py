@@ -101,7 +101,9 @@ class FakeNode:
     harness: Any  # dra.testing.kubelet.KubeletHarness
 
 
-def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = None, keep: bool = False) -> int:
+def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = None, keep: bool = False,
+                 epilogue: bool = True) -> int:
+    """Run the scenario; `epilogue` prints what is left running (off when more parts follow)."""
     from kubernetes import client
 
     from dra.demo import _out as out
@@ -236,7 +238,8 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
         out.print(f"    unprepare errors: {errors or 'none'}", highlight=False)
         out.print(f"[bold green]demo complete[/bold green]: {len(claims)} claims on {len(nodes)} nodes, "
                   "allocated by kube-scheduler, prepared by the node daemons, each workload held to its share.")
-        out.print(left_running(cp, keep, work), highlight=False)
+        if epilogue:
+            out.print(left_running(cp, keep, work), highlight=False)
         return 0
     finally:
         for n in nodes:

@@ -13,7 +13,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ def _finished(core: Any, ns: str, name: str) -> str | None:
 
 
 def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Callable[[str], None],
-                   keep: bool = False, required: bool = False) -> int | None:
-    """Run the claims on a real node; None (after saying why) where none can start here."""
+                   keep: bool = False, required: bool = False, daemon_args: Sequence[str] = ()) -> int | None:
+    """Run the claims on a real node; None (after saying why) where none can start here.
+    `daemon_args` go to `dra run` (e.g. ``--fake h200x8`` for a fake-backed driver)."""
     from kubernetes import client
 
     from dra.testing.claims import claim_manifest, pod_manifest
@@ -72,9 +73,9 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
     api = cp.api_client()
     core: Any = client.CoreV1Api(api)
     resource: Any = client.ResourceV1Api(api)
-    ns, cls = f"demo-{run_id}", f"demo-{run_id}.gpu.example.com"
+    ns, cls = f"demo-{run_id}", f"demo-{run_id}.{driver_entry}"
     lay = node.layout
-    daemon = DaemonProcess(driver_entry, node.name, cp.kubeconfig, work / "daemon",
+    daemon = DaemonProcess(driver_entry, node.name, cp.kubeconfig, work / "daemon", args=daemon_args,
                            kubelet_dirs={"registrar": lay.registry_dir, "plugins": lay.plugin_dir, "cdi": lay.cdi_dir})
     try:
         step(f"the node daemon `dra run {driver_entry}` registers with the real kubelet")

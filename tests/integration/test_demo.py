@@ -1,4 +1,4 @@
-"""The README's main job, `dra demo`, runs to the end on the session's control plane."""
+"""`dra demo --driver example` (the template driver alone) runs to the end on the session's control plane."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cluster
 def test_demo_shares_one_device_and_prepares_both_claims(cluster: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
     buf = io.StringIO()
     monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=200))
-    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, node_mode="harness") == 0
+    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="harness") == 0
     out = buf.getvalue()
     print(out)  # shown with pytest -s
     assert "published pool demo-node-" in out and "devices gpu-0, gpu-1" in out

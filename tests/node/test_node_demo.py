@@ -18,7 +18,7 @@ def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: 
     # `real_node` only to skip (or fail under CI) where no real node can start; the demo starts its own.
     buf = io.StringIO()
     monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=400))
-    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, node_mode="real") == 0
+    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="real") == 0
     out = buf.getvalue()
     assert "a real node: kubelet" in out and "registers with the real kubelet" in out
     assert out.count("(Succeeded)") == 2 and out.count("/gpu-0 (") == 2
@@ -28,3 +28,19 @@ def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: 
     assert out.count("/usr/lib/hookcore") == 2 and out.count("/etc/ld.so.preload") == 2
     assert "CDI specs left: none" in out
     assert "demo complete on a real node" in out
+
+
+def test_the_readmes_demo_is_the_full_tour(cluster: ControlPlane, real_node: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make demo` = `dra demo` with no options: hami-core-gpu's examples on two fake nodes, the
+    heterogeneous GPU + NPU claim, then a hami-core-gpu share on a real node, and what is left."""
+    buf = io.StringIO()
+    monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=400))
+    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, node_mode="real") == 0
+    out = buf.getvalue()
+    print(out)
+    tour = [out.index("demo complete: "), out.index("heterogeneous claim complete"),
+            out.index("demo complete on a real node"), out.index("left running: the embedded control plane")]
+    assert tour == sorted(tour), "the parts run in order, each to its end"
+    assert "on 2 nodes" in out and "registered hami-core-gpu.project-hami.io" in out
+    assert "quota_total_bytes=10737418240" in out and "quota_total_bytes=4294967296" in out
+    assert out.count("over_quota_alloc=refused") >= 2 and "not enforced" not in out
