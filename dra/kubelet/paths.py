@@ -3,15 +3,22 @@
 Layout (``<driver>`` is the DRA driver name, ``<uid>`` the pod UID with rolling updates)::
 
     <registrar_dir>/<driver>-reg.sock            registration socket (kubelet watches this dir)
-    <registrar_dir>/<driver>-<uid>-reg.sock      ... with rolling updates
+    <registrar_dir>/<driver>-<uid>-reg.sock      ... with rolling updates (shorter forms below)
     <plugins_dir>/<driver>/dra.sock              DRA service socket (announced in GetInfo)
-    <plugins_dir>/<driver>/dra-<uid>.sock        ... with rolling updates
+    <plugins_dir>/<driver>/dra-<uid>.sock        ... with rolling updates (shorter forms below)
+
+A rolling-update name that does not fit in a unix socket address (107 bytes) falls back, as
+upstream's kubelet-plugin helper does, to ``<driver>-<h8>-reg.sock`` with ``h8`` the hex of the
+first 8 bytes of sha256(uid), then to ``dra-<h16>-reg.sock`` with the first 16 bytes of
+sha256(driver NUL uid); the DRA socket likewise to ``dra-<h8>.sock``. kubelet finds the
+registration socket by watching the directory, so the name itself is free.
     <plugins_dir>/<driver>/serialize.lock        cross-process lock (dra.kubelet.lock)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 
@@ -44,7 +51,12 @@ class KubeletPaths:
         data_dir = Path(os.path.abspath(data_dir))
         registrar_dir = Path(os.path.abspath(self.registrar_dir))
         if pod_uid:
-            reg_name, dra_name = f"{driver_name}-{pod_uid}-reg.sock", f"dra-{pod_uid}.sock"
+            uid_hash = hashlib.sha256(pod_uid.encode()).hexdigest()
+            both_hash = hashlib.sha256(f"{driver_name}\0{pod_uid}".encode()).hexdigest()
+            reg_name = _first_fitting(registrar_dir, [f"{driver_name}-{pod_uid}-reg.sock",
+                                                      f"{driver_name}-{uid_hash[:16]}-reg.sock",
+                                                      f"dra-{both_hash[:32]}-reg.sock"])
+            dra_name = _first_fitting(data_dir, [f"dra-{pod_uid}.sock", f"dra-{uid_hash[:16]}.sock"])
         else:
             reg_name, dra_name = f"{driver_name}-reg.sock", "dra.sock"
         return PluginPaths(
@@ -54,6 +66,15 @@ class KubeletPaths:
             dra_socket=data_dir / dra_name,
             lock_file=data_dir / LOCK_FILE_NAME,
         )
+
+
+def _first_fitting(directory: Path, names: list[str]) -> str:
+    """The first name whose path in `directory` fits a unix socket address (else the last one,
+    which `check_socket_lengths` then reports)."""
+    for name in names:
+        if len(os.fsencode(directory / name)) <= MAX_SOCKET_PATH_BYTES:
+            return name
+    return names[-1]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,7 +62,8 @@ class KubeletPlugin:
         the argument) is None the health services are neither served nor advertised.
       paths: directory roots (kubelet's defaults when None); see `dra.kubelet.paths`.
       pod_uid: set it (downward API ``metadata.uid``) for rolling updates: sockets are then named
-        ``<driver>-<podUID>-reg.sock`` and ``dra-<podUID>.sock`` so an old and a new instance
+        ``<driver>-<podUID>-reg.sock`` and ``dra-<podUID>.sock`` (hashed when too long, see
+        `dra.kubelet.paths`) so an old and a new instance
         serve side by side (kubelet >= 1.33). Without it the names are ``<driver>-reg.sock`` and
         ``dra.sock``.
       max_workers: gRPC worker threads of the DRA server (>= 32; each open health stream holds one).

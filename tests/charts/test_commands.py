@@ -194,12 +194,10 @@ def test_the_schema_allows_exactly_the_drivers_settings(chart: str) -> None:
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
-@pytest.mark.xfail(strict=True, reason="framework bug (STATUS 08:50): with POD_UID the registration socket of "
-                   "hami-core-gpu.project-hami.io is 109 bytes > 107; dra/kubelet/paths.py needs upstream's hashed names")
 def test_the_charts_default_socket_paths_fit_a_unix_socket_address(helm: Tool, chart: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     _objects, spec = pod(chart, helm, {})
     _cli, params = parse(container(spec, "daemon"), monkeypatch)
     paths = KubeletPaths(registrar_dir=params["registrar_dir"], plugins_dir=params["plugin_dir"])
-    for name in DRIVER_CHARTS:  # both, so the xfail is strict whichever chart is being looked at
+    for name in DRIVER_CHARTS:
         paths.resolve(_default(name, "driver", "name"), params["pod_uid"]).check_socket_lengths()
