@@ -222,10 +222,29 @@ class DriverConformance:
         for q in parsed.configured():
             assert q.uuid is None or q.uuid.lower() in uuids, f"quota for {q.uuid}, not a device of this node"
 
-    @pytest.mark.parametrize("point", faults.POINTS)
+    def test_the_enforced_library_is_one_it_installs_at_start(self, tmp_path: Path) -> None:
+        """A heterogeneous claim's specs (one per driver) mount one hook set only if every
+        daemon installed its library before its first prepare: `hook_libraries()` must name it."""
+        node = self.node(tmp_path)
+        refs = self.add_claims(node)
+        out = node.preparer.prepare_claims(refs)
+        assert all(o.error == "" for o in out.values()), {u: o.error for u, o in out.items()}
+        rec = node.preparer.checkpoint.get(refs[0].uid)
+        assert rec is not None
+        if rec.enforcement is None:
+            pytest.skip("the driver enforces no quota (enforcement() returned None)")
+        installed = {Path(p).resolve() for p in node.driver.hook_libraries()}
+        assert Path(rec.enforcement["library"]).resolve() in installed, (
+            f"enforcement() names {rec.enforcement['library']}, hook_libraries() only {sorted(map(str, installed))}")
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """One crash test per fault point this suite names (pytest calls this on test classes)."""
+        if "point" in metafunc.fixturenames:
+            unknown = sorted(set(self.fault_points) - set(faults.POINTS))
+            assert not unknown, f"fault_points names points the framework does not have: {unknown}"
+            metafunc.parametrize("point", list(self.fault_points))
+
     def test_a_kill_at_each_fault_point_is_repaired(self, tmp_path: Path, point: str) -> None:
-        if point not in self.fault_points:
-            pytest.skip(f"{point} not in this suite's fault_points")
         refs = self.add_claims(self.node(tmp_path))
         killed = 0
         for op, then in (("prepare", "prepare"), ("unprepare", "unprepare"), ("prepare", "unprepare")):

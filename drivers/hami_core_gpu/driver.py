@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import dra
 from dra import (
@@ -179,6 +180,10 @@ class HamiCoreGpuDriver(Driver):
                   for v in self.visible(claim, allocated)]
         preload = Preload(config.preload) if config.preload else None
         return Enforcement(dra.hook_library("vgpu"), quotas, preload)
+
+    def hook_libraries(self) -> Sequence[Path]:
+        """libvgpu.so, installed by the daemon at start (so a heterogeneous claim's specs mount one set)."""
+        return [dra.hook_library("vgpu")]
 
     def claim_edits(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> ContainerEdits:
         uuids = list(dict.fromkeys(str(p.state["uuid"]) for p in prepared))
