@@ -228,21 +228,28 @@ def test_good_config_initialises(run) -> None:
 # Compute limiter on the stub's simulated engine (kernel duration = CUfunction value in us)
 
 
-def rate(run, *args: str, **env: str) -> float:
-    out = ok(run("launch", *args, **env))
+def rate(run, *args: str, preload: bool = True, **env: str) -> float:
+    out = ok(run("launch", *args, preload=preload, **env))
     return float(next(ln for ln in out.splitlines() if ln.startswith("RATE")).split()[1])
 
 
 @pytest.mark.parametrize("share", [30, 50, 70])
 @pytest.mark.parametrize("graph", ["0", "1"])
 def test_limiter_holds_the_share(run, share: int, graph: str) -> None:
-    native = 1000.0                                   # 1 ms kernels back to back
+    # 1 ms kernels back to back: 1000/s on an idle machine; measured side by side, without the
+    # hook, so a loaded CI machine (the stub's engine is a host thread) moves both alike.
+    native = rate(run, "1000", graph, "1.5", preload=False)
     got = rate(run, "1000", graph, "1.5", CUDA_DEVICE_SM_LIMIT=str(share))
-    assert abs(100 * got / native - share) <= 5, got
+    assert abs(100 * got / native - share) <= 5, (got, native)
 
 
 def test_limiter_off_costs_nothing_measurable(run) -> None:
-    assert rate(run, "1000", "0", "1.0", CUDA_DEVICE_MEMORY_LIMIT="1Gi") > 950
+    # Alternating runs with and without the hook; the best of each (noise only slows a run down).
+    native, hooked = [], []
+    for _ in range(2):
+        native.append(rate(run, "1000", "0", "1.0", preload=False))
+        hooked.append(rate(run, "1000", "0", "1.0", CUDA_DEVICE_MEMORY_LIMIT="1Gi"))
+    assert max(hooked) >= 0.97 * max(native), (hooked, native)
 
 
 def test_limiter_is_claim_wide(run, client: Path) -> None:
