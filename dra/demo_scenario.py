@@ -207,7 +207,12 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
         runs = Table("claim", "device", "consumed memory", "memory it sees", "allocation past it", "ledger peak (/metrics)")
         prepared: list[tuple[FakeNode, ClaimRef]] = []
         for name, c in sorted(claims.items()):
-            node = by_name[users.get(name, ("", c["status"]["allocation"]["devices"]["results"][0]["pool"]))[1]]
+            where = users.get(name, ("", c["status"]["allocation"]["devices"]["results"][0]["pool"]))[1]
+            if where not in by_name:
+                raise UserError(f"claim {ns}/{name} was allocated on node {where}, not on one of the demo's nodes"
+                                f" ({', '.join(by_name)}): another node of this cluster publishes"
+                                f" {scenario.driver_entry} devices; run the demo on a cluster of its own (--dir DIR)")
+            node = by_name[where]
             ref = ClaimRef(c["metadata"]["uid"], ns, name)
             answer = node.harness.prepare([ref])[ref.uid]
             if answer.error:

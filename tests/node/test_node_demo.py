@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import dra.demo
-from dra.cluster.controlplane import ControlPlane
+from dra.cluster.controlplane import ControlPlane, running
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
@@ -30,12 +31,15 @@ def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: 
     assert "demo complete on a real node" in out
 
 
-def test_the_readmes_demo_is_the_full_tour(cluster: ControlPlane, real_node: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_readmes_demo_is_the_full_tour(cluster: ControlPlane, real_node: object, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`make demo` = `dra demo` with no options: hami-core-gpu's examples on two fake nodes, the
-    heterogeneous GPU + NPU claim, then a hami-core-gpu share on a real node, and what is left."""
+    heterogeneous GPU + NPU claim, then a hami-core-gpu share on a real node, and what is left.
+    On a control plane of its own, as `make demo` has (the session's has other tests' nodes)."""
     buf = io.StringIO()
     monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=400))
-    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, node_mode="real") == 0
+    with running(tmp_path / "cluster", cluster.k8s_version) as own:  # free loopback ports; stopped after
+        assert dra.demo.run_demo(own.directory, own.k8s_version, node_mode="real") == 0
     out = buf.getvalue()
     print(out)
     tour = [out.index("demo complete: "), out.index("heterogeneous claim complete"),
