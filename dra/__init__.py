@@ -2,8 +2,9 @@
 
 This module is the public face, everything a vendor driver uses: the `Driver` class, the value
 types it exchanges with the framework, its errors, `decode_config`, `dra.topology` (PCIe root
-and NUMA node from sysfs) and `dra.testing` (test helpers and the conformance suite). Drivers
-import only `dra`, `dra.topology` and `dra.testing` (an import contract checks it); everything
+and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
+backends) and `dra.testing` (test helpers and the conformance suite). Drivers import only
+`dra`, `dra.topology`, `dra.fakes` and `dra.testing` (an import contract checks it); everything
 else in the package is the framework's own business.
 
     import dra
@@ -48,7 +49,7 @@ from dra.driver import (
 )
 
 if TYPE_CHECKING:
-    from dra import testing, topology
+    from dra import fakes, testing, topology
 
 __all__ = [
     "AllocatedDevice",
@@ -72,6 +73,7 @@ __all__ = [
     "Version",
     "decode_config",
     "encode_config",
+    "fakes",
     "hook_library",
     "quantity_to_int",
     "testing",
@@ -91,7 +93,7 @@ def hook_library(stem: str) -> Path:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
+    if name in ("fakes", "testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
         import importlib
 
         return importlib.import_module(f"dra.{name}")
