@@ -1,7 +1,8 @@
 """dra: a framework for Kubernetes DRA drivers that share devices with enforced quotas.
 
 This module is the public face, everything a vendor driver uses: the `Driver` class, the value
-types it exchanges with the framework, its errors, `decode_config`, `dra.topology` (PCIe root
+types it exchanges with the framework, its errors, `decode_config`, `share_capacity` (the
+``cores``/``memory`` capacities of a shared device), `dra.topology` (PCIe root
 and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
 backends) and `dra.testing` (test helpers and the conformance suite). Drivers import only
 `dra`, `dra.topology`, `dra.fakes` and `dra.testing` (an import contract checks it); everything
@@ -25,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dra.capacity import share_capacity, whole_mib
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
     AllocatedDevice,
@@ -76,8 +78,10 @@ __all__ = [
     "fakes",
     "hook_library",
     "quantity_to_int",
+    "share_capacity",
     "testing",
     "topology",
+    "whole_mib",
 ]
 
 
