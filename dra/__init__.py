@@ -4,9 +4,10 @@ This module is the public face, everything a vendor driver uses: the `Driver` cl
 types it exchanges with the framework, its errors, `decode_config`, `share_capacity` (the
 ``cores``/``memory`` capacities of a shared device), `dra.topology` (PCIe root
 and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
-backends) and `dra.testing` (test helpers and the conformance suite). Drivers import only
-`dra`, `dra.topology`, `dra.fakes` and `dra.testing` (an import contract checks it); everything
-else in the package is the framework's own business.
+backends), `dra.settings` (checks for ``--set key=value`` values) and `dra.testing` (test
+helpers and the conformance suite). Drivers import only `dra`, `dra.topology`, `dra.fakes`,
+`dra.settings` and `dra.testing` (an import contract checks it); everything else in the package
+is the framework's own business.
 
     import dra
 
@@ -51,7 +52,7 @@ from dra.driver import (
 )
 
 if TYPE_CHECKING:
-    from dra import fakes, testing, topology
+    from dra import fakes, settings, testing, topology
 
 __all__ = [
     "AllocatedDevice",
@@ -78,6 +79,7 @@ __all__ = [
     "fakes",
     "hook_library",
     "quantity_to_int",
+    "settings",
     "share_capacity",
     "testing",
     "topology",
@@ -97,7 +99,7 @@ def hook_library(stem: str) -> Path:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("fakes", "testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
+    if name in ("fakes", "settings", "testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
         import importlib
 
         return importlib.import_module(f"dra.{name}")
