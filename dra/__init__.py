@@ -1,10 +1,13 @@
 """dra: a framework for Kubernetes DRA drivers that share devices with enforced quotas.
 
 This module is the public face, everything a vendor driver uses: the `Driver` class, the value
-types it exchanges with the framework, its errors, `decode_config`, `dra.topology` (PCIe root
-and NUMA node from sysfs) and `dra.testing` (test helpers and the conformance suite). Drivers
-import only `dra`, `dra.topology` and `dra.testing` (an import contract checks it); everything
-else in the package is the framework's own business.
+types it exchanges with the framework, its errors, `decode_config`, `share_capacity` (the
+``cores``/``memory`` capacities of a shared device), `dra.topology` (PCIe root
+and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
+backends), `dra.settings` (checks for ``--set key=value`` values) and `dra.testing` (test
+helpers and the conformance suite). Drivers import only `dra`, `dra.topology`, `dra.fakes`,
+`dra.settings` and `dra.testing` (an import contract checks it); everything else in the package
+is the framework's own business.
 
     import dra
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dra.capacity import share_capacity, whole_mib
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
     AllocatedDevice,
@@ -48,7 +52,7 @@ from dra.driver import (
 )
 
 if TYPE_CHECKING:
-    from dra import testing, topology
+    from dra import fakes, settings, testing, topology
 
 __all__ = [
     "AllocatedDevice",
@@ -72,10 +76,14 @@ __all__ = [
     "Version",
     "decode_config",
     "encode_config",
+    "fakes",
     "hook_library",
     "quantity_to_int",
+    "settings",
+    "share_capacity",
     "testing",
     "topology",
+    "whole_mib",
 ]
 
 
@@ -91,7 +99,7 @@ def hook_library(stem: str) -> Path:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
+    if name in ("fakes", "settings", "testing", "topology"):  # loaded on first use: the daemon never pays for the test helpers
         import importlib
 
         return importlib.import_module(f"dra.{name}")

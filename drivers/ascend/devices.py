@@ -25,14 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dra import Capacity, Device, RequestPolicy, Taint
+from dra import Device, Taint, share_capacity, whole_mib
 from drivers.ascend.dcmi import Inventory, Npu
 
 DRIVER_NAME = "ascend.project-hami.io"
 DEVICE_TYPE = "HAMivNPUCore"
 BRAND = "Huawei"
-MiB = 1 << 20
-CORES = "100"
 
 
 def device_name(npu: Npu) -> str:
@@ -56,7 +54,7 @@ def family(npu: Npu) -> str:
 
 def usable_memory(npu: Npu) -> int:
     """Bytes published for `npu`: whole MiB, so the 1Mi step divides the range."""
-    return npu.memory - npu.memory % MiB
+    return whole_mib(npu.memory)
 
 
 def to_device(npu: Npu, inventory: Inventory, taints: Sequence[Taint] = ()) -> Device:
@@ -81,14 +79,10 @@ def to_device(npu: Npu, inventory: Inventory, taints: Sequence[Taint] = ()) -> D
         attributes["resource.kubernetes.io/pcieRoot"] = npu.pcie_root
     if npu.numa_node is not None:
         attributes["numaNode"] = npu.numa_node
-    memory = f"{usable_memory(npu) // MiB}Mi"
     return Device(
         name=device_name(npu),
         attributes=attributes,
-        capacity={
-            "cores": Capacity(CORES, RequestPolicy(default=CORES, min="1", max=CORES, step="1")),
-            "memory": Capacity(memory, RequestPolicy(default=memory, min="1Mi", max=memory, step="1Mi")),
-        },
+        capacity=share_capacity(npu.memory),
         allow_multiple_allocations=True,
         taints=tuple(taints),
     )

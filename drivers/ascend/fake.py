@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import dra
-from dra import topology
+from dra import fakes, topology
 from drivers.ascend import dcmi
 
 MiB = 1 << 20
@@ -73,14 +73,10 @@ MODELS: dict[str, Model] = {
     "910c": Model("910_9392", 65536, 24, 0xD803, chips_per_card=2),  # Atlas A3: two dies per module
     "310p3": Model("310P3", 24576, 8, 0xD500, hbm=False),
 }
-_PROFILE = re.compile(r"^(?P<model>[a-z0-9]+?)x(?P<count>[0-9]+)$")
 # An Atlas 800-like board: NPUs behind PCIe roots two by two, the first half on NUMA node 0.
 _BUSES = (0xC1, 0xC2, 0x81, 0x82, 0x01, 0x02, 0x41, 0x42)
 _ROOTS = (0xC0, 0xC0, 0x80, 0x80, 0x00, 0x00, 0x40, 0x40)
-
-
-class FakeDevicesError(ValueError):
-    """A fake-device profile or file that cannot be used; says what to change."""
+FakeDevicesError = fakes.FakeDevicesError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,13 +129,8 @@ def fake_uuid(node: str, position: int) -> str:
     return dcmi.die_uuid([int.from_bytes(digest[i : i + 4], "big") for i in range(0, 20, 4)])
 
 
-def _layout(position: int) -> tuple[str, str, int]:
-    domain, slot = divmod(position, len(_BUSES))
-    return f"{domain:04x}:{_BUSES[slot]:02x}:00.0", f"pci{domain:04x}:{_ROOTS[slot]:02x}", 0 if slot < 4 else 1
-
-
 def _from_model(model: Model, node: str, position: int) -> FakeNpu:
-    bus, root, numa = _layout(position)
+    bus, root, numa = fakes.pci_layout(position, _BUSES, _ROOTS)
     card, chip = divmod(position, model.chips_per_card)
     return FakeNpu(
         uuid=fake_uuid(node, position), logic_id=position, phy_id=position, card=card, chip=chip,
@@ -149,14 +140,8 @@ def _from_model(model: Model, node: str, position: int) -> FakeNpu:
 
 
 def profile(name: str, node: str) -> FakeNode:
-    m = _PROFILE.match(name)
-    if not m or m["model"] not in MODELS:
-        raise FakeDevicesError(
-            f"unknown fake-device profile {name!r}: give <model>x<count> with a model of {sorted(MODELS)} "
-            "(e.g. 910b3x8), or the path of a YAML file"
-        )
-    count = int(m["count"])
-    model = MODELS[m["model"]]
+    model_name, count = fakes.parse_profile(name, MODELS, example="910b3x8")
+    model = MODELS[model_name]
     if not 1 <= count <= MAX_NPUS or count % model.chips_per_card:
         raise FakeDevicesError(
             f"fake-device profile {name!r}: count must be 1..{MAX_NPUS}"
@@ -173,21 +158,9 @@ _NPU_KEYS = {
 
 def from_document(doc: Any, node: str, source: str = "fake-device file") -> FakeNode:
     """A `FakeNode` from a parsed YAML document (see the module docstring)."""
-    if not isinstance(doc, dict):
-        raise FakeDevicesError(f"{source}: expected a mapping with `npus:`, got {type(doc).__name__}")
-    unknown = set(doc) - {"npus", "driverVersion"}
-    if unknown:
-        raise FakeDevicesError(f"{source}: unknown keys {sorted(unknown)} (known: npus, driverVersion)")
-    entries = doc.get("npus")
-    if not isinstance(entries, list) or not entries:
-        raise FakeDevicesError(f"{source}: `npus:` must be a non-empty list")
-    if len(entries) > MAX_NPUS:
-        raise FakeDevicesError(f"{source}: at most {MAX_NPUS} NPUs, got {len(entries)}")
+    entries = fakes.document_entries(doc, source, "npus", ("driverVersion",), MAX_NPUS, "NPUs")
     npus = [_npu_entry(e, node, i, f"{source}: npus[{i}]") for i, e in enumerate(entries)]
-    for what in ("uuid", "pci_bus_id", "logic_id", "phy_id"):
-        values = [getattr(n, what) for n in npus]
-        if len(set(values)) != len(values):
-            raise FakeDevicesError(f"{source}: two NPUs share one {what}: {values}")
+    fakes.check_unique(npus, ("uuid", "pci_bus_id", "logic_id", "phy_id"), source, "NPUs")
     places = [(n.card, n.chip) for n in npus]
     if len(set(places)) != len(places):
         raise FakeDevicesError(f"{source}: two NPUs share one card and chip: {places}")
@@ -207,11 +180,7 @@ def _int(entry: dict[str, Any], key: str, where: str, lo: int, hi: int) -> int |
 
 
 def _npu_entry(entry: Any, node: str, position: int, where: str) -> FakeNpu:
-    if not isinstance(entry, dict):
-        raise FakeDevicesError(f"{where}: expected a mapping")
-    unknown = set(entry) - _NPU_KEYS
-    if unknown:
-        raise FakeDevicesError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_NPU_KEYS)})")
+    entry = fakes.entry_mapping(entry, where, _NPU_KEYS)
     model_name = None if entry.get("model") is None else str(entry["model"]).lower()
     if model_name is not None and model_name not in MODELS:
         raise FakeDevicesError(f"{where}: unknown model {model_name!r}; known: {sorted(MODELS)}")
@@ -231,19 +200,13 @@ def _npu_entry(entry: Any, node: str, position: int, where: str) -> FakeNpu:
         if value is not None:
             changes[attr] = value
     if "memory" in entry:
-        try:
-            changes["memory"] = dra.quantity_to_int(str(entry["memory"]))
-        except ValueError:
-            raise FakeDevicesError(f"{where}: memory {entry['memory']!r} is not a quantity (e.g. 64Gi)") from None
+        changes["memory"] = fakes.memory_quantity(entry, where, example="64Gi")
     npu = dataclasses.replace(base, **changes)
     if not re.fullmatch(r"NPU(-[0-9a-f]{8}){5}", npu.uuid):
         raise FakeDevicesError(f"{where}: uuid {npu.uuid!r} must look like NPU- and five groups of 8 lower-case hex digits")
     if not re.fullmatch(r"[0-9A-Za-z_]{1,31}", npu.chip_name):
         raise FakeDevicesError(f"{where}: chipName {npu.chip_name!r} must be letters, digits or _ (e.g. 910B3)")
-    if not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", npu.pci_bus_id):
-        raise FakeDevicesError(f"{where}: pciBusID {npu.pci_bus_id!r} must look like 0000:c1:00.0 (lower-case hex)")
-    if not re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", npu.pcie_root):
-        raise FakeDevicesError(f"{where}: pcieRoot {npu.pcie_root!r} must look like pci0000:c0")
+    fakes.check_pci_address(where, npu.pci_bus_id, npu.pcie_root, bus_example="0000:c1:00.0", root_example="pci0000:c0")
     if npu.memory < MiB:
         raise FakeDevicesError(f"{where}: memory must be at least 1Mi")
     if npu.serial is not None and not re.fullmatch(r"[0-9A-Za-z]{1,64}", npu.serial):
@@ -253,18 +216,7 @@ def _npu_entry(entry: Any, node: str, position: int, where: str) -> FakeNpu:
 
 def load(spec: str, node: str) -> FakeNode:
     """A profile name, or the path of a YAML file (anything with a `/` or a .yaml/.yml suffix)."""
-    if "/" in spec or spec.endswith((".yaml", ".yml")):
-        import yaml
-
-        path = Path(spec)
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise FakeDevicesError(f"cannot read fake-device file {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise FakeDevicesError(f"fake-device file {path} is not YAML: {exc}") from None
-        return from_document(doc, node, source=str(path))
-    return profile(spec, node)
+    return fakes.load(spec, node, profile, from_document)
 
 
 def stub_library() -> Path:

@@ -19,12 +19,11 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+import dra.settings
+
 DEVICE_NODE_MODES = ("cdi", "runtime")
 KNOWN = ("deviceNodes", "driverRoot", "devRoot", "dcmiLibrary", "health", "healthInterval", "sysfs")
-
-
-class SettingsError(ValueError):
-    """A --set value this driver cannot use; the message names the key and the fix."""
+SettingsError = dra.settings.SettingsError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,30 +38,16 @@ class Settings:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
-        unknown = sorted(set(raw) - set(KNOWN))
-        if unknown:
-            raise SettingsError(f"unknown setting {unknown[0]!r} for ascend; known: {', '.join(sorted(KNOWN))}")
+        dra.settings.check_known(raw, KNOWN, "ascend")
         out: dict[str, object] = {}
         if "deviceNodes" in raw:
-            if raw["deviceNodes"] not in DEVICE_NODE_MODES:
-                raise SettingsError(f"deviceNodes must be one of {list(DEVICE_NODE_MODES)}, not {raw['deviceNodes']!r}")
-            out["device_nodes"] = raw["deviceNodes"]
+            out["device_nodes"] = dra.settings.one_of("deviceNodes", raw["deviceNodes"], DEVICE_NODE_MODES)
         for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs"),
                           ("dcmiLibrary", "dcmi_library")):
             if key in raw:
-                if not raw[key].startswith("/"):
-                    raise SettingsError(f"{key} must be an absolute path, not {raw[key]!r}")
-                out[attr] = Path(raw[key])
+                out[attr] = dra.settings.absolute_path(key, raw[key])
         if "health" in raw:
-            if raw["health"] not in ("on", "off"):
-                raise SettingsError(f"health must be on or off, not {raw['health']!r}")
-            out["health"] = raw["health"] == "on"
+            out["health"] = dra.settings.on_off("health", raw["health"])
         if "healthInterval" in raw:
-            try:
-                interval = float(raw["healthInterval"])
-            except ValueError:
-                interval = -1.0
-            if not 0.01 <= interval <= 300:
-                raise SettingsError(f"healthInterval must be seconds in 0.01..300, not {raw['healthInterval']!r}")
-            out["health_interval"] = interval
+            out["health_interval"] = dra.settings.seconds("healthInterval", raw["healthInterval"])
         return cls(**out)  # type: ignore[arg-type]

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dra import Capacity, Device, RequestPolicy, Taint, Version
+from dra import Device, Taint, Version, share_capacity, whole_mib
 from drivers.hami_core_gpu.nvml import Gpu, Inventory
 
 DRIVER_NAME = "hami-core-gpu.project-hami.io"
 DEVICE_TYPE = "hami-gpu"
-MiB = 1 << 20
-CORES = "100"
 
 
 def device_name(gpu: Gpu) -> str:
@@ -35,7 +33,7 @@ def device_name(gpu: Gpu) -> str:
 
 def usable_memory(gpu: Gpu) -> int:
     """Bytes published for `gpu`: whole MiB, so the 1Mi step divides the range."""
-    return gpu.memory - gpu.memory % MiB
+    return whole_mib(gpu.memory)
 
 
 def to_device(gpu: Gpu, inventory: Inventory, taints: Sequence[Taint] = ()) -> Device:
@@ -57,14 +55,10 @@ def to_device(gpu: Gpu, inventory: Inventory, taints: Sequence[Taint] = ()) -> D
         attributes["resource.kubernetes.io/pcieRoot"] = gpu.pcie_root
     if gpu.numa_node is not None:
         attributes["numaNode"] = gpu.numa_node
-    memory = f"{usable_memory(gpu) // MiB}Mi"
     return Device(
         name=device_name(gpu),
         attributes=attributes,
-        capacity={
-            "cores": Capacity(CORES, RequestPolicy(default=CORES, min="1", max=CORES, step="1")),
-            "memory": Capacity(memory, RequestPolicy(default=memory, min="1Mi", max=memory, step="1Mi")),
-        },
+        capacity=share_capacity(gpu.memory),
         allow_multiple_allocations=True,
         taints=tuple(taints),
     )

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import dra
-from dra import quantity_to_int, topology
+from dra import fakes, topology
 from drivers.hami_core_gpu import nvml
 
 MiB = 1 << 20
@@ -79,11 +79,7 @@ _BUSES = (0x19, 0x2A, 0x4C, 0x5D, 0x9B, 0xAB, 0xCB, 0xDB)
 _ROOTS = (0x15, 0x15, 0x48, 0x48, 0x97, 0x97, 0xC7, 0xC7)
 _UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _STUB_VALUE = re.compile(r"[^,;=]{1,95}")  # what HOOKCORE_STUB_DEVICES can carry (hookcore/stub/stub_devices.h)
-_PROFILE = re.compile(r"^(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]+)$")
-
-
-class FakeDevicesError(ValueError):
-    """A fake-device profile or file that cannot be used; says what to change."""
+FakeDevicesError = fakes.FakeDevicesError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,13 +147,8 @@ def fake_uuid(node: str, position: int) -> str:
     return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"hami-core-gpu.fake/{node}/{position}"))
 
 
-def _layout(position: int) -> tuple[str, str, int]:
-    domain, slot = divmod(position, len(_BUSES))
-    return (f"{domain:04x}:{_BUSES[slot]:02x}:00.0", f"pci{domain:04x}:{_ROOTS[slot]:02x}", 0 if slot < 4 else 1)
-
-
 def _from_model(model: Model, node: str, position: int) -> FakeGpu:
-    bus, root, numa = _layout(position)
+    bus, root, numa = fakes.pci_layout(position, _BUSES, _ROOTS)
     return FakeGpu(
         uuid=fake_uuid(node, position), index=position, minor=position, product_name=model.product_name,
         memory=model.memory_mib * MiB, architecture=model.architecture, compute_capability=model.compute_capability,
@@ -167,16 +158,10 @@ def _from_model(model: Model, node: str, position: int) -> FakeGpu:
 
 
 def profile(name: str, node: str) -> FakeNode:
-    m = _PROFILE.match(name)
-    if not m or m["model"] not in MODELS:
-        raise FakeDevicesError(
-            f"unknown fake-device profile {name!r}: give <model>x<count> with a model of {sorted(MODELS)} "
-            "(e.g. h200x8), or the path of a YAML file"
-        )
-    count = int(m["count"])
+    model_name, count = fakes.parse_profile(name, MODELS, example="h200x8")
     if not 1 <= count <= MAX_GPUS:
         raise FakeDevicesError(f"fake-device profile {name!r}: count must be 1..{MAX_GPUS}")
-    model = MODELS[m["model"]]
+    model = MODELS[model_name]
     return FakeNode(tuple(_from_model(model, node, i) for i in range(count)))
 
 
@@ -188,21 +173,9 @@ _GPU_KEYS = {
 
 def from_document(doc: Any, node: str, source: str = "fake-device file") -> FakeNode:
     """A `FakeNode` from a parsed YAML document (see the module docstring)."""
-    if not isinstance(doc, dict):
-        raise FakeDevicesError(f"{source}: expected a mapping with `gpus:`, got {type(doc).__name__}")
-    unknown = set(doc) - {"gpus", "driverVersion", "cudaDriverVersion"}
-    if unknown:
-        raise FakeDevicesError(f"{source}: unknown keys {sorted(unknown)} (known: gpus, driverVersion, cudaDriverVersion)")
-    entries = doc.get("gpus")
-    if not isinstance(entries, list) or not entries:
-        raise FakeDevicesError(f"{source}: `gpus:` must be a non-empty list")
-    if len(entries) > MAX_GPUS:
-        raise FakeDevicesError(f"{source}: at most {MAX_GPUS} GPUs, got {len(entries)}")
+    entries = fakes.document_entries(doc, source, "gpus", ("driverVersion", "cudaDriverVersion"), MAX_GPUS, "GPUs")
     gpus = [_gpu_entry(e, node, i, f"{source}: gpus[{i}]") for i, e in enumerate(entries)]
-    for what in ("uuid", "pci_bus_id", "index", "minor"):
-        values = [getattr(g, what) for g in gpus]
-        if len(set(values)) != len(values):
-            raise FakeDevicesError(f"{source}: two GPUs share one {what}: {values}")
+    fakes.check_unique(gpus, ("uuid", "pci_bus_id", "index", "minor"), source, "GPUs")
     driver = str(doc.get("driverVersion", DEFAULT_DRIVER))
     cuda = str(doc.get("cudaDriverVersion", DEFAULT_CUDA))
     try:
@@ -214,11 +187,7 @@ def from_document(doc: Any, node: str, source: str = "fake-device file") -> Fake
 
 
 def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
-    if not isinstance(entry, dict):
-        raise FakeDevicesError(f"{where}: expected a mapping")
-    unknown = set(entry) - _GPU_KEYS
-    if unknown:
-        raise FakeDevicesError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_GPU_KEYS)})")
+    entry = fakes.entry_mapping(entry, where, _GPU_KEYS)
     model_name = entry.get("model")
     if model_name is not None and model_name not in MODELS:
         raise FakeDevicesError(f"{where}: unknown model {model_name!r}; known: {sorted(MODELS)}")
@@ -237,10 +206,7 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
                 raise FakeDevicesError(f"{where}: {key} must be an integer, got {entry[key]!r}")
             changes[attr] = entry[key]
     if "memory" in entry:
-        try:
-            changes["memory"] = quantity_to_int(str(entry["memory"]))
-        except ValueError:
-            raise FakeDevicesError(f"{where}: memory {entry['memory']!r} is not a quantity (e.g. 40Gi)") from None
+        changes["memory"] = fakes.memory_quantity(entry, where, example="40Gi")
     if "computeCapability" in entry:
         changes["compute_capability"] = str(entry["computeCapability"])
     if "migMode" in entry:
@@ -256,10 +222,7 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
         raise FakeDevicesError(f"{where}: uuid {gpu.uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
     if not _STUB_VALUE.fullmatch(gpu.product_name):
         raise FakeDevicesError(f"{where}: productName {gpu.product_name!r}: 1..95 characters, no ',', ';' or '='")
-    if not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", gpu.pci_bus_id):
-        raise FakeDevicesError(f"{where}: pciBusID {gpu.pci_bus_id!r} must look like 0000:3b:00.0 (lower-case hex)")
-    if not re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", gpu.pcie_root):
-        raise FakeDevicesError(f"{where}: pcieRoot {gpu.pcie_root!r} must look like pci0000:3a")
+    fakes.check_pci_address(where, gpu.pci_bus_id, gpu.pcie_root, bus_example="0000:3b:00.0", root_example="pci0000:3a")
     if not re.fullmatch(r"[0-9]+\.[0-9]+", gpu.compute_capability):
         raise FakeDevicesError(f"{where}: computeCapability {gpu.compute_capability!r} must look like 8.6")
     if gpu.memory <= 0:
@@ -269,18 +232,7 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
 
 def load(spec: str, node: str) -> FakeNode:
     """A profile name, or the path of a YAML file (anything with a `/` or a .yaml/.yml suffix)."""
-    if "/" in spec or spec.endswith((".yaml", ".yml")):
-        import yaml
-
-        path = Path(spec)
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise FakeDevicesError(f"cannot read fake-device file {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise FakeDevicesError(f"fake-device file {path} is not YAML: {exc}") from None
-        return from_document(doc, node, source=str(path))
-    return profile(spec, node)
+    return fakes.load(spec, node, profile, from_document)
 
 
 def stub_library() -> Path:

@@ -21,13 +21,11 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+import dra.settings
 from dra import quantity_to_int
 
 CDI_MODES = ("toolkit", "self-contained")
-
-
-class SettingsError(ValueError):
-    """A --set value this driver cannot use; the message names the key and the fix."""
+SettingsError = dra.settings.SettingsError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,14 +45,10 @@ class Settings:
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
             "healthProbeInterval", "sysfs",
         }
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise SettingsError(f"unknown setting {unknown[0]!r} for hami-core-gpu; known: {', '.join(sorted(known))}")
+        dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
         if "cdiMode" in raw:
-            if raw["cdiMode"] not in CDI_MODES:
-                raise SettingsError(f"cdiMode must be one of {list(CDI_MODES)}, not {raw['cdiMode']!r}")
-            out["cdi_mode"] = raw["cdiMode"]
+            out["cdi_mode"] = dra.settings.one_of("cdiMode", raw["cdiMode"], CDI_MODES)
         if "toolkitCdiKind" in raw:
             vendor, sep, klass = raw["toolkitCdiKind"].partition("/")
             if not sep or not vendor or not klass or "=" in klass:
@@ -62,9 +56,7 @@ class Settings:
             out["toolkit_cdi_kind"] = raw["toolkitCdiKind"]
         for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs")):
             if key in raw:
-                if not raw[key].startswith("/"):
-                    raise SettingsError(f"{key} must be an absolute path, not {raw[key]!r}")
-                out[attr] = Path(raw[key])
+                out[attr] = dra.settings.absolute_path(key, raw[key])
         if "deviceMemory" in raw:
             try:
                 memory = quantity_to_int(raw["deviceMemory"])
@@ -74,15 +66,7 @@ class Settings:
                 raise SettingsError(f"deviceMemory must be a positive quantity such as 96Gi, not {raw['deviceMemory']!r}")
             out["device_memory"] = memory
         if "health" in raw:
-            if raw["health"] not in ("on", "off"):
-                raise SettingsError(f"health must be on or off, not {raw['health']!r}")
-            out["health"] = raw["health"] == "on"
+            out["health"] = dra.settings.on_off("health", raw["health"])
         if "healthProbeInterval" in raw:
-            try:
-                interval = float(raw["healthProbeInterval"])
-            except ValueError:
-                interval = -1.0
-            if not 0.01 <= interval <= 300:
-                raise SettingsError(f"healthProbeInterval must be seconds in 0.01..300, not {raw['healthProbeInterval']!r}")
-            out["health_probe_interval"] = interval
+            out["health_probe_interval"] = dra.settings.seconds("healthProbeInterval", raw["healthProbeInterval"])
         return cls(**out)  # type: ignore[arg-type]

@@ -7,35 +7,26 @@ restored after the test, so the stub re-reads its NPUs at the next dcmi_init.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from driver_helpers import build_stub_libraries, isolated_env
 
-import hookcore
 from drivers.ascend import fake
 
-ROOT = Path(__file__).resolve().parents[2]
 STUB_ENV = ("HOOKCORE_STUB_NPUS", "HOOKCORE_STUB_DCMI_DRIVER", "HOOKCORE_STUB_DCMI_FAIL", "HOOKCORE_STUB_DCMI_STATE")
 
 
 @pytest.fixture(scope="session")
 def stub_dcmi() -> Path:
-    proc = subprocess.run(["make", "-C", str(ROOT / "hookcore"), "-s", "libs"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.fail(f"make -C hookcore libs failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
-    return hookcore.stub_dir() / "libdcmi.so"
+    return build_stub_libraries() / "libdcmi.so"
 
 
 @pytest.fixture
 def clean_stub_env() -> Iterator[None]:
-    saved = {k: os.environ.pop(k) for k in STUB_ENV if k in os.environ}
-    yield
-    for k in STUB_ENV:
-        os.environ.pop(k, None)
-    os.environ.update(saved)
+    with isolated_env(STUB_ENV):
+        yield
 
 
 @pytest.fixture

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_helpers import running_daemon, slice_devices
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra.cluster.controlplane import ControlPlane
-from dra.testing.daemon import DaemonProcess
-from dra.testing.kubelet import KubeletHarness
 
 pytestmark = pytest.mark.cluster
 DRIVER = "ascend.project-hami.io"
@@ -29,28 +28,13 @@ def fake_npu_node(cluster: ControlPlane, api_client: client.ApiClient, stub_dcmi
     with tempfile.TemporaryDirectory(prefix="dra-npu-", dir="/tmp") as work:
         state = Path(work) / "dcmi-state"
         state.write_text("")
-        daemon = DaemonProcess("ascend", node, cluster.kubeconfig, Path(work),
-                               args=["--fake", "910b3x8", "--set", "healthInterval=0.1"],
-                               env={"HOOKCORE_STUB_DCMI_STATE": str(state)})
-        daemon.start()
-        harness = KubeletHarness(daemon.registrar_dir)
-        harness.watch()
-        try:
-            daemon.wait_http("/readyz", timeout=60)
+        with running_daemon(cluster, "ascend", node, Path(work), ["--fake", "910b3x8", "--set", "healthInterval=0.1"],
+                            env={"HOOKCORE_STUB_DCMI_STATE": str(state)}) as (daemon, harness):
             yield {"node": node, "daemon": daemon, "harness": harness, "state": state}
-        finally:
-            harness.close()
-            daemon.stop()
-
-
-def slice_devices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
-    resource: Any = client.ResourceV1Api(api)
-    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-    return [d for s in slices if s.spec.driver == DRIVER for d in api.sanitize_for_serialization(s)["spec"]["devices"]]
 
 
 def test_the_fake_node_publishes_eight_910b3(api_client: client.ApiClient, fake_npu_node: dict[str, Any]) -> None:
-    devices = wait_for(lambda: slice_devices(api_client, fake_npu_node["node"]) or None, 30, what="the NPU slice")
+    devices = wait_for(lambda: slice_devices(api_client, fake_npu_node["node"], DRIVER) or None, 30, what="the NPU slice")
     assert sorted(d["name"] for d in devices) == [f"npu-{i}-0" for i in range(8)]
     d5 = next(d for d in devices if d["name"] == "npu-5-0")
     a = d5["attributes"]
@@ -66,7 +50,7 @@ def test_a_critical_alarm_taints_the_npu_and_reaches_kubelet_until_it_clears(
     api_client: client.ApiClient, fake_npu_node: dict[str, Any]
 ) -> None:
     node, state, harness = fake_npu_node["node"], fake_npu_node["state"], fake_npu_node["harness"]
-    devices = wait_for(lambda: slice_devices(api_client, node) or None, 30, what="the NPU slice")
+    devices = wait_for(lambda: slice_devices(api_client, node, DRIVER) or None, 30, what="the NPU slice")
     uuid = next(d for d in devices if d["name"] == "npu-3-0")["attributes"]["uuid"]["string"]
     harness.wait_for_plugin(DRIVER)
     with harness.watch_health(driver=DRIVER) as watch:
@@ -80,13 +64,13 @@ def test_a_critical_alarm_taints_the_npu_and_reaches_kubelet_until_it_clears(
             f.write(f"health {uuid} 3\nerrors {uuid} 80e01801\n")
 
         def tainted() -> list[dict[str, Any]] | None:
-            d = next(d for d in slice_devices(api_client, node) if d["name"] == "npu-3-0")
+            d = next(d for d in slice_devices(api_client, node, DRIVER) if d["name"] == "npu-3-0")
             return d.get("taints") or None
 
         taints = wait_for(tainted, 30, what="the health taint in the ResourceSlice")
         assert [(t["key"], t.get("value"), t["effect"]) for t in taints] == [(f"{DRIVER}/health", "critical", "NoSchedule")]
         wait_for(lambda: health_of("npu-3-0") == "Unhealthy" or None, 30, interval=0, what="Unhealthy in kubelet's stream")
-        assert not any(d.get("taints") for d in slice_devices(api_client, node) if d["name"] != "npu-3-0")
+        assert not any(d.get("taints") for d in slice_devices(api_client, node, DRIVER) if d["name"] != "npu-3-0")
         with state.open("a") as f:
             f.write(f"health {uuid} 0\nerrors {uuid}\n")
         wait_for(lambda: None if tainted() else True, 30, what="the taint lifted")

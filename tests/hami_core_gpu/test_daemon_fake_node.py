@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_helpers import running_daemon, slice_devices
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra.cluster.controlplane import ControlPlane
-from dra.testing.daemon import DaemonProcess
-from dra.testing.kubelet import KubeletHarness
 
 pytestmark = pytest.mark.cluster
 DRIVER = "hami-core-gpu.project-hami.io"
@@ -29,29 +28,17 @@ def fake_gpu_node(cluster: ControlPlane, api_client: client.ApiClient, stub_nvml
     with tempfile.TemporaryDirectory(prefix="dra-gpu-", dir="/tmp") as work:
         events = Path(work) / "nvml-events"
         events.write_text("")
-        daemon = DaemonProcess("hami-core-gpu", node, cluster.kubeconfig, Path(work),
-                               args=["--fake", "h200x8", "--set", "healthProbeInterval=0.1"],
-                               env={"HOOKCORE_STUB_NVML_EVENTS": str(events)})
-        daemon.start()
-        harness = KubeletHarness(daemon.registrar_dir)
-        harness.watch()
         try:
-            daemon.wait_http("/readyz", timeout=60)
-            yield {"node": node, "daemon": daemon, "harness": harness, "events": events}
+            with running_daemon(cluster, "hami-core-gpu", node, Path(work),
+                                ["--fake", "h200x8", "--set", "healthProbeInterval=0.1"],
+                                env={"HOOKCORE_STUB_NVML_EVENTS": str(events)}) as (daemon, harness):
+                yield {"node": node, "daemon": daemon, "harness": harness, "events": events}
         finally:
-            harness.close()
-            daemon.stop()
             client.CoreV1Api(api_client).delete_node(node)  # its slices go with it (owned by the Node)
 
 
-def slice_devices(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
-    resource: Any = client.ResourceV1Api(api)
-    slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-    return [d for s in slices if s.spec.driver == DRIVER for d in api.sanitize_for_serialization(s)["spec"]["devices"]]
-
-
 def test_the_fake_node_publishes_eight_h200s(api_client: client.ApiClient, fake_gpu_node: dict[str, Any]) -> None:
-    devices = wait_for(lambda: slice_devices(api_client, fake_gpu_node["node"]) or None, 30, what="the GPU slice")
+    devices = wait_for(lambda: slice_devices(api_client, fake_gpu_node["node"], DRIVER) or None, 30, what="the GPU slice")
     assert sorted(d["name"] for d in devices) == [f"hami-gpu-{i}" for i in range(8)]
     d0 = next(d for d in devices if d["name"] == "hami-gpu-0")
     a = d0["attributes"]
@@ -66,7 +53,7 @@ def test_an_xid_taints_the_device_and_reaches_kubelet_until_the_gpu_is_reset(
     api_client: client.ApiClient, fake_gpu_node: dict[str, Any]
 ) -> None:
     node, events, harness = fake_gpu_node["node"], fake_gpu_node["events"], fake_gpu_node["harness"]
-    devices = wait_for(lambda: slice_devices(api_client, node) or None, 30, what="the GPU slice")
+    devices = wait_for(lambda: slice_devices(api_client, node, DRIVER) or None, 30, what="the GPU slice")
     uuid = next(d for d in devices if d["name"] == "hami-gpu-3")["attributes"]["uuid"]["string"]
     harness.wait_for_plugin(DRIVER)
     with harness.watch_health(driver=DRIVER) as watch:
@@ -80,14 +67,14 @@ def test_an_xid_taints_the_device_and_reaches_kubelet_until_the_gpu_is_reset(
             f.write(f"xid {uuid} 48 1\n")  # double-bit ECC error; NVML: the GPU needs a reset
 
         def tainted() -> list[dict[str, Any]] | None:
-            d = next(d for d in slice_devices(api_client, node) if d["name"] == "hami-gpu-3")
+            d = next(d for d in slice_devices(api_client, node, DRIVER) if d["name"] == "hami-gpu-3")
             return d.get("taints") or None
 
         taints = wait_for(tainted, 30, what="the XID taint in the ResourceSlice")
         assert {(t["key"], t.get("value"), t["effect"]) for t in taints} == {
             (f"{DRIVER}/xid", "48", "NoSchedule"), (f"{DRIVER}/recovery-action", "gpu-reset", "NoSchedule")}
         wait_for(lambda: health_of("hami-gpu-3") == "Unhealthy" or None, 30, interval=0, what="Unhealthy in kubelet's stream")
-        others = [d for d in slice_devices(api_client, node) if d["name"] != "hami-gpu-3"]
+        others = [d for d in slice_devices(api_client, node, DRIVER) if d["name"] != "hami-gpu-3"]
         assert not any(d.get("taints") for d in others)
 
         with events.open("a") as f:

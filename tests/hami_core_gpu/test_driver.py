@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from driver_helpers import Recorder
 
 import hookcore
-from dra import AllocatedDevice, ClaimRef, DriverContext, HealthEvent, PrepareError
+from dra import AllocatedDevice, ClaimRef, PrepareError
 from drivers.hami_core_gpu import devices
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver, VisibleGpu
@@ -17,21 +18,6 @@ from drivers.hami_core_gpu.settings import Settings, SettingsError
 
 GiB = 1 << 30
 CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000c1a1", "default", "c")
-
-
-@dataclasses.dataclass
-class Recorder:
-    """What the driver calls back through its DriverContext."""
-
-    changed: int = 0
-    health: list[list[HealthEvent]] = dataclasses.field(default_factory=list)
-
-    def context(self, settings: Mapping[str, str], fake: str | None) -> DriverContext:
-        def changed() -> None:
-            self.changed += 1
-
-        return DriverContext(node_name="node-a", pool_name="node-a", settings=dict(settings), fake=fake,
-                             on_devices_changed=changed, on_health=lambda ev: self.health.append(list(ev)))
 
 
 @pytest.fixture

@@ -1,0 +1,117 @@
+"""Helpers for a driver's fake-device backend: the ``--fake PROFILE_OR_FILE`` grammar every
+bundled driver shares, so a profile or a YAML file is read, and its mistakes named, one way.
+
+A driver keeps its own models, entry keys and stub format; these do the parts that are the
+same for every vendor: telling a profile (``<model>x<count>``) from a file, reading the file,
+the top level of the document (one list of devices), per-entry key checks, an HGX/Atlas-like
+PCIe layout and the PCI address grammar. Every error is a `FakeDevicesError` that names the
+file (or profile) and what to change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dra.driver import quantity_to_int
+
+T = TypeVar("T")
+
+_PROFILE = re.compile(r"^(?P<model>[a-z0-9-]+?)x(?P<count>[0-9]+)$")
+_PCI_BUS_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+
+
+class FakeDevicesError(ValueError):
+    """A fake-device profile or file that cannot be used; says what to change."""
+
+
+def load(spec: str, node: str, profile: Callable[[str, str], T], from_document: Callable[[Any, str, str], T]) -> T:
+    """`profile(spec, node)` for a profile name, `from_document(doc, node, path)` for the path
+    of a YAML file (anything with a `/` or a .yaml/.yml suffix)."""
+    if "/" in spec or spec.endswith((".yaml", ".yml")):
+        import yaml
+
+        path = Path(spec)
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise FakeDevicesError(f"cannot read fake-device file {path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise FakeDevicesError(f"fake-device file {path} is not YAML: {exc}") from None
+        return from_document(doc, node, str(path))
+    return profile(spec, node)
+
+
+def parse_profile(name: str, models: Iterable[str], example: str) -> tuple[str, int]:
+    """(model, count) of a ``<model>x<count>`` profile whose model is one of `models`."""
+    known = sorted(models)
+    m = _PROFILE.match(name)
+    if not m or m["model"] not in known:
+        raise FakeDevicesError(
+            f"unknown fake-device profile {name!r}: give <model>x<count> with a model of {known} "
+            f"(e.g. {example}), or the path of a YAML file"
+        )
+    return m["model"], int(m["count"])
+
+
+def pci_layout(position: int, buses: Sequence[int], roots: Sequence[int]) -> tuple[str, str, int]:
+    """(PCI bus id, PCIe root, NUMA node) of the device at `position` on a board with one device
+    per bus in `buses` behind the root at the same index in `roots`, the first half on NUMA node 0;
+    boards past the first repeat it in the next PCI domain."""
+    domain, slot = divmod(position, len(buses))
+    return f"{domain:04x}:{buses[slot]:02x}:00.0", f"pci{domain:04x}:{roots[slot]:02x}", 0 if slot < len(buses) // 2 else 1
+
+
+def document_entries(doc: Any, source: str, key: str, others: Sequence[str], most: int, noun: str) -> list[Any]:
+    """The device list under `key` of a fake-device document whose other top-level keys may be
+    `others`; at most `most` entries (`noun` names them in errors, e.g. "GPUs")."""
+    if not isinstance(doc, dict):
+        raise FakeDevicesError(f"{source}: expected a mapping with `{key}:`, got {type(doc).__name__}")
+    known = (key, *others)
+    unknown = set(doc) - set(known)
+    if unknown:
+        raise FakeDevicesError(f"{source}: unknown keys {sorted(unknown)} (known: {', '.join(known)})")
+    entries = doc.get(key)
+    if not isinstance(entries, list) or not entries:
+        raise FakeDevicesError(f"{source}: `{key}:` must be a non-empty list")
+    if len(entries) > most:
+        raise FakeDevicesError(f"{source}: at most {most} {noun}, got {len(entries)}")
+    return entries
+
+
+def entry_mapping(entry: Any, where: str, known: Iterable[str]) -> dict[str, Any]:
+    """One device entry, a mapping of only `known` keys."""
+    if not isinstance(entry, dict):
+        raise FakeDevicesError(f"{where}: expected a mapping")
+    keys = set(known)
+    unknown = set(entry) - keys
+    if unknown:
+        raise FakeDevicesError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(keys)})")
+    return entry
+
+
+def check_unique(devices: Sequence[Any], attributes: Iterable[str], source: str, noun: str) -> None:
+    """No two of `devices` share a value of any of `attributes` (a UUID, a bus id, an index)."""
+    for what in attributes:
+        values = [getattr(d, what) for d in devices]
+        if len(set(values)) != len(values):
+            raise FakeDevicesError(f"{source}: two {noun} share one {what}: {values}")
+
+
+def memory_quantity(entry: Mapping[str, Any], where: str, example: str) -> int:
+    """The entry's ``memory`` (a quantity such as `example`) in bytes."""
+    try:
+        return quantity_to_int(str(entry["memory"]))
+    except ValueError:
+        raise FakeDevicesError(f"{where}: memory {entry['memory']!r} is not a quantity (e.g. {example})") from None
+
+
+def check_pci_address(where: str, bus_id: str, pcie_root: str, bus_example: str, root_example: str) -> None:
+    """`bus_id` and `pcie_root` as sysfs spells them (``0000:3b:00.0``, ``pci0000:3a``)."""
+    if not _PCI_BUS_ID.fullmatch(bus_id):
+        raise FakeDevicesError(f"{where}: pciBusID {bus_id!r} must look like {bus_example} (lower-case hex)")
+    if not _PCIE_ROOT.fullmatch(pcie_root):
+        raise FakeDevicesError(f"{where}: pcieRoot {pcie_root!r} must look like {root_example}")
