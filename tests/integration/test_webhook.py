@@ -82,10 +82,27 @@ def npu(name: str, model: str = "Ascend910B3", memory: str = "64Gi") -> Device:
                   capacity=d.capacity, allow_multiple_allocations=True)
 
 
+_NODES: list[str] = []  # every node this module made, deleted (with its owned slices) at the end
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _delete_nodes(api_client: client.ApiClient) -> Iterator[None]:
+    """Later tests share the session's control plane: leave no Node publishing GPUs behind."""
+    yield
+    core: Any = client.CoreV1Api(api_client)
+    resource: Any = client.ResourceV1Api(api_client)
+    for node in _NODES:
+        for s in resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
+            resource.delete_resource_slice(s.metadata.name)
+        core.delete_node(node)
+    _NODES.clear()
+
+
 def node_with(api: client.ApiClient, driver: str, devices: list[Device]) -> str:
     """A Node whose ResourceSlice for `driver` lists `devices` (encoded by the framework's publisher)."""
     node = unique("whn")
     create_node(api, node)
+    _NODES.append(node)
     core: Any = client.CoreV1Api(api)
     resource: Any = client.ResourceV1Api(api)
     uid = core.read_node(node).metadata.uid
