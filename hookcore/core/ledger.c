@@ -96,8 +96,10 @@ static int create_lock(int fd) {
     if (ofd_lock(fd, F_OFD_SETLK, F_WRLCK, 0) == 0) return 0;
     if (errno != EAGAIN && errno != EACCES) return -1;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    long waited_ms = (long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-    if (waited_ms >= hk__create_wait_ms) {
+    /* in nanoseconds: splitting into ms per field rounds a negative nsec difference toward zero
+       and gave up to 1 ms early */
+    long long waited_ns = (long long)(now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
+    if (waited_ns >= (long long)hk__create_wait_ms * 1000000LL) {
       errno = ETIMEDOUT;
       return -1;
     }
