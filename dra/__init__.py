@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dra.capacity import share_capacity, whole_mib
+from dra.capacity import DeviceShare, ShareConfig, claim_share_config, device_shares, share_capacity, whole_mib
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
     AllocatedDevice,
@@ -62,6 +62,7 @@ __all__ = [
     "ContainerEdits",
     "Device",
     "DeviceNode",
+    "DeviceShare",
     "Driver",
     "DriverContext",
     "Enforcement",
@@ -72,9 +73,12 @@ __all__ = [
     "PreparedDevice",
     "Quota",
     "RequestPolicy",
+    "ShareConfig",
     "Taint",
     "Version",
+    "claim_share_config",
     "decode_config",
+    "device_shares",
     "encode_config",
     "fakes",
     "hook_library",

@@ -2,11 +2,17 @@
 the device's compute time) and ``memory`` (bytes), both consumable by several claims.
 
 Every share costs at least 1 core and 1Mi; a request without capacity gets the whole device.
+Also what every quota-enforcing driver does with a claim's share the same way: sum its results
+per device (`device_shares`) and agree on one `ShareConfig` (`claim_share_config`).
 """
 
 from __future__ import annotations
 
-from dra.driver import Capacity, RequestPolicy
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Literal, TypeVar
+
+from dra.driver import AllocatedDevice, Capacity, PrepareError, RequestPolicy
 
 MiB = 1 << 20
 CORES = "100"
@@ -25,3 +31,69 @@ def share_capacity(memory: int) -> dict[str, Capacity]:
         "cores": Capacity(CORES, RequestPolicy(default=CORES, min="1", max=CORES, step="1")),
         "memory": Capacity(mib, RequestPolicy(default=mib, min="1Mi", max=mib, step="1Mi")),
     }
+
+
+PRELOAD_MODES = ("file", "env")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareConfig:
+    """The opaque-config fields of a shared device (subclass it as a driver's `config_type`)."""
+
+    preload: Literal["file", "env"] | None = None
+    """``file``: a read-only /etc/ld.so.preload (every process, also ones started with a clean
+    environment); ``env``: LD_PRELOAD (for images whose /etc cannot take a mount, at the cost of
+    processes that reset their environment); unset: the daemon's ``--preload`` default."""
+
+    compute_limit: bool = True
+    """False: no compute share on the claim's devices; the claim's ``cores`` are still what the
+    scheduler reserved."""
+
+    def validate(self) -> None:
+        if self.preload is not None and self.preload not in PRELOAD_MODES:
+            raise ValueError(f"preload must be one of {list(PRELOAD_MODES)} or unset, not {self.preload!r}")
+
+
+ConfigT = TypeVar("ConfigT", bound=ShareConfig)
+
+
+def claim_share_config(config_type: type[ConfigT], allocated: Sequence[AllocatedDevice]) -> ConfigT:
+    """The claim's one config: requests may carry their own, but the preload is per container
+    (two modes refuse the claim) and any request without a compute limit lifts it for all."""
+    configs = {dev.config for dev in allocated if dev.config is not None}
+    preloads = {c.preload for c in configs if c.preload is not None}
+    if len(preloads) > 1:
+        raise PrepareError(f"the claim's configs ask for different preload modes {sorted(preloads)}; "
+                           "one claim's containers load hookcore one way: use one preload value")
+    return config_type(preload=next(iter(preloads), None),
+                       compute_limit=all(c.compute_limit for c in configs) if configs else True)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceShare:
+    """One device's share in one claim: its results on that device summed."""
+
+    device: str
+    memory: int
+    """Bytes the scheduler reserved."""
+    cores: int
+    """Percent of the device's compute, at most 100 (100: no compute limit)."""
+
+
+def device_shares(allocated: Sequence[AllocatedDevice], usable_memory: Callable[[str], int],
+                  noun: str = "device") -> list[DeviceShare]:
+    """The claim's shares per device in allocation order (two requests can land on one device).
+
+    A result without consumedCapacity (admin access, an old scheduler) holds the whole device:
+    `usable_memory(name)` bytes and 100 cores; more memory than that refuses the claim, naming
+    the device (`noun` says what it is: "GPU", "NPU").
+    """
+    memory: dict[str, int] = {}
+    cores: dict[str, int] = {}
+    for dev in allocated:
+        memory[dev.device] = memory.get(dev.device, 0) + dev.consumed_capacity.get("memory", usable_memory(dev.device))
+        cores[dev.device] = cores.get(dev.device, 0) + dev.consumed_capacity.get("cores", 100)
+    for name, held in memory.items():
+        if held > (limit := usable_memory(name)):
+            raise PrepareError(f"device {name}: the claim holds {held} bytes, more than the {noun}'s {limit}")
+    return [DeviceShare(name, memory[name], min(cores[name], 100)) for name in memory]

@@ -16,23 +16,12 @@ memory quota is always enforced; it is what the scheduler accounted.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+
+import dra
 
 API_VERSION = "ascend.project-hami.io/v1alpha1"
-PRELOAD_MODES = ("file", "env")
 
 
 @dataclasses.dataclass(frozen=True)
-class NpuConfig:
-    preload: Literal["file", "env"] | None = None
-    """``file``: a read-only /etc/ld.so.preload (every process, also ones started with a clean
-    environment); ``env``: LD_PRELOAD (for images whose /etc cannot take a mount, at the cost of
-    processes that reset their environment); unset: the daemon's ``--preload`` default."""
-
-    compute_limit: bool = True
-    """False: no compute share on the claim's NPUs; the claim's ``cores`` are still what the
-    scheduler reserved."""
-
-    def validate(self) -> None:
-        if self.preload is not None and self.preload not in PRELOAD_MODES:
-            raise ValueError(f"preload must be one of {list(PRELOAD_MODES)} or unset, not {self.preload!r}")
+class NpuConfig(dra.ShareConfig):
+    """An NPU claim's config: `dra.ShareConfig`'s ``preload`` and ``computeLimit``, nothing more."""

@@ -129,29 +129,15 @@ class AscendDriver(Driver):
     # --- prepare -------------------------------------------------------------------------------
     def visible(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> list[VisibleNpu]:
         """The claim's NPUs in container order (physical ID ascending), shares of one NPU summed."""
-        memory: dict[str, int] = {}
-        cores: dict[str, int] = {}
         for dev in allocated:
-            npu = self._by_name.get(dev.device)
-            if npu is None:
+            if dev.device not in self._by_name:
                 raise PrepareError(
-                    f"claim {claim.namespace}/{claim.name}: device {dev.device} (pool {dev.pool}) is not an NPU of this "
-                    f"node; this node has {sorted(self._by_name) or 'none'}: was the claim allocated from a stale ResourceSlice?"
+                    f"device {dev.device} (pool {dev.pool}) is not an NPU of this node; this node has "
+                    f"{sorted(self._by_name) or 'none'}: was the claim allocated from a stale ResourceSlice?"
                 )
-            memory.setdefault(dev.device, 0)
-            cores.setdefault(dev.device, 0)
-            # A result without consumedCapacity (admin access, an old scheduler) holds the whole NPU.
-            memory[dev.device] += dev.consumed_capacity.get("memory", devices.usable_memory(npu))
-            cores[dev.device] += dev.consumed_capacity.get("cores", 100)
-        out = []
-        for name in sorted(memory, key=lambda n: self._by_name[n].phy_id):
-            npu = self._by_name[name]
-            limit = devices.usable_memory(npu)
-            if memory[name] > limit:
-                raise PrepareError(f"claim {claim.namespace}/{claim.name}: device {name}: the claim holds {memory[name]} "
-                                   f"bytes, more than the NPU's {limit}")
-            out.append(VisibleNpu(npu.uuid, npu.phy_id, memory[name], min(cores[name], 100)))
-        return out
+        shares = dra.device_shares(allocated, lambda name: devices.usable_memory(self._by_name[name]), "NPU")
+        return [VisibleNpu(npu.uuid, npu.phy_id, share.memory, share.cores)
+                for share, npu in sorted(((sh, self._by_name[sh.device]) for sh in shares), key=lambda p: p[1].phy_id)]
 
     def prepare(self, claim: ClaimRef, devices_: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
         self.visible(claim, devices_)  # refuse before anything is written
@@ -197,14 +183,7 @@ class AscendDriver(Driver):
         return dataclasses.replace(base, env={**base.env, **env})
 
     def _config(self, allocated: Sequence[AllocatedDevice]) -> NpuConfig:
-        """The claim's one config: requests may carry their own, but preload is per container."""
-        configs = {dev.config for dev in allocated if dev.config is not None}
-        preloads = {c.preload for c in configs if c.preload is not None}
-        if len(preloads) > 1:
-            raise PrepareError(f"the claim's configs ask for different preload modes {sorted(preloads)}; "
-                               "one claim's containers load hookcore one way: use one preload value")
-        return NpuConfig(preload=next(iter(preloads), None),
-                         compute_limit=all(c.compute_limit for c in configs) if configs else True)
+        return dra.claim_share_config(NpuConfig, allocated)
 
     def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
         return None  # the framework removes the claim's CDI spec, hook config and ledger

@@ -13,23 +13,13 @@ naming the field. The memory quota is always enforced; it is what the scheduler 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+
+import dra
 
 API_VERSION = "hami-core-gpu.project-hami.io/v1alpha1"
-PRELOAD_MODES = ("file", "env")
 
 
 @dataclasses.dataclass(frozen=True)
-class GpuConfig:
-    preload: Literal["file", "env"] | None = None
-    """``file``: a read-only /etc/ld.so.preload (every process, also ones started with a clean
-    environment); ``env``: LD_PRELOAD (for images whose /etc cannot take a mount, at the cost of
-    processes that reset their environment); unset: the daemon's ``--preload`` default."""
-
-    compute_limit: bool = True
-    """False: no compute share for the claim's GPUs (HAMi's ``CUDA_DISABLE_CONTROL`` for compute);
-    the claim's ``cores`` are still what the scheduler reserved."""
-
-    def validate(self) -> None:
-        if self.preload is not None and self.preload not in PRELOAD_MODES:
-            raise ValueError(f"preload must be one of {list(PRELOAD_MODES)} or unset, not {self.preload!r}")
+class GpuConfig(dra.ShareConfig):
+    """A GPU claim's config: `dra.ShareConfig`'s ``preload`` and ``computeLimit`` (``false`` is HAMi's
+    ``CUDA_DISABLE_CONTROL`` for compute)."""

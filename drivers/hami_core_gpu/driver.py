@@ -129,30 +129,15 @@ class HamiCoreGpuDriver(Driver):
     # --- prepare -------------------------------------------------------------------------------
     def visible(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> list[VisibleGpu]:
         """The claim's GPUs in allocation order, shares of one GPU summed."""
-        order: list[str] = []
-        memory: dict[str, int] = {}
-        cores: dict[str, int] = {}
         for dev in allocated:
-            gpu = self._by_name.get(dev.device)
-            if gpu is None:
+            if dev.device not in self._by_name:
                 raise PrepareError(
                     f"device {dev.device} (pool {dev.pool}) is not a shared GPU of this node; this node has "
                     f"{sorted(self._by_name) or 'none'}: was the claim allocated from a stale ResourceSlice?"
                 )
-            if dev.device not in memory:
-                order.append(dev.device)
-                memory[dev.device] = cores[dev.device] = 0
-            # A result without consumedCapacity (admin access, an old scheduler) holds the whole GPU.
-            memory[dev.device] += dev.consumed_capacity.get("memory", devices.usable_memory(gpu))
-            cores[dev.device] += dev.consumed_capacity.get("cores", 100)
-        out = []
-        for name in order:
-            gpu = self._by_name[name]
-            limit = devices.usable_memory(gpu)
-            if memory[name] > limit:
-                raise PrepareError(f"device {name}: the claim holds {memory[name]} bytes, more than the GPU's {limit}")
-            out.append(VisibleGpu(gpu.uuid, gpu.minor, memory[name], min(cores[name], 100)))
-        return out
+        shares = dra.device_shares(allocated, lambda name: devices.usable_memory(self._by_name[name]), "GPU")
+        return [VisibleGpu(self._by_name[sh.device].uuid, self._by_name[sh.device].minor, sh.memory, sh.cores)
+                for sh in shares]
 
     def prepare(self, claim: ClaimRef, devices_: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
         self.visible(claim, devices_)  # refuse before anything is written
@@ -196,14 +181,7 @@ class HamiCoreGpuDriver(Driver):
         return dataclasses.replace(base, env={**base.env, **env})
 
     def _config(self, allocated: Sequence[AllocatedDevice]) -> GpuConfig:
-        """The claim's one config: requests may carry their own, but preload is per container."""
-        configs = {dev.config for dev in allocated if dev.config is not None}
-        preloads = {c.preload for c in configs if c.preload is not None}
-        if len(preloads) > 1:
-            raise PrepareError(f"the claim's configs ask for different preload modes {sorted(preloads)}; "
-                               "one claim's containers load hookcore one way: use one preload value")
-        return GpuConfig(preload=next(iter(preloads), None),
-                         compute_limit=all(c.compute_limit for c in configs) if configs else True)
+        return dra.claim_share_config(GpuConfig, allocated)
 
     def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
         return None  # the framework removes the claim's CDI spec, hook config and ledger
