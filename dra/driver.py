@@ -199,6 +199,13 @@ class Quota:
     uuid: str
     memory: int | None = None
     cores: int = 100
+    strict: bool = False
+    """Hold throughput, not device time, to `cores` (a *strict cap*, below 100 only): each batch is
+    charged its cost at the device's full-load clock, so an idle device's boost gives nothing
+    extra. Costs bandwidth-bound work its boost too (hookcore/README.md, "the strict cap")."""
+    full_load_mhz: int | None = None
+    """Strict only: the device's sustained clock under full load, MHz (None: the hook library's
+    default, which may not know it and then charges device time)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,7 +123,14 @@ class ClaimHooks:
             if not 1 <= q.cores <= 100:
                 raise EnforcementError(f"quota {i} (device {q.uuid}): cores must be a percentage in 1..100,"
                                        f" not {q.cores}")
-        devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None) for i, q in enumerate(quotas)]
+            if q.strict and q.cores >= 100:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): a strict cap needs cores below 100, not"
+                                       f" {q.cores}; drop strict for a claim without a compute limit")
+            if q.full_load_mhz is not None and not (q.strict and q.full_load_mhz > 0):
+                raise EnforcementError(f"quota {i} (device {q.uuid}): full_load_mhz={q.full_load_mhz} needs a strict"
+                                       " cap and a positive clock in MHz")
+        devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None, "strict" if q.strict else "share",
+                                  q.full_load_mhz) for i, q in enumerate(quotas)]
         try:
             config_path = str(hk.container_config_path(enforcement.library))
             config_dir = os.path.dirname(config_path)
@@ -135,9 +142,12 @@ class ClaimHooks:
             raise EnforcementError(f"the hook library rejects these settings: {e}") from None
         for i, q in enumerate(quotas):
             got = parsed.devices[i]
-            if got.memory_limit != q.memory or got.sm_limit != q.cores:
+            mode = "strict" if q.strict else "share"
+            if (got.memory_limit != q.memory or got.sm_limit != q.cores or got.compute_mode != mode
+                    or got.ref_mhz != q.full_load_mhz):
                 raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
-                                       f" cores={got.sm_limit}, not memory={q.memory} cores={q.cores}")
+                                       f" cores={got.sm_limit} {got.compute_mode}, not memory={q.memory}"
+                                       f" cores={q.cores} {mode}")
         return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload, settings,
                              text, config_dir)
 

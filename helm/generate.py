@@ -195,6 +195,8 @@ def gpu_settings() -> dict[str, Any]:
         "health": {"enum": ["on", "off"], "description": "quote it: unquoted on/off are YAML booleans"},
         "healthProbeInterval": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?$"),
         "sysfs": ABS_PATH,
+        "fullLoadClockMhz": string_setting(pattern=r"^[1-9][0-9]{0,4}$",
+                                           description="strict-cap claims' full-load SM clock in MHz, quoted"),
     })
 
 

@@ -4,6 +4,8 @@
     kind: GpuConfig
     preload: env          # how hookcore is loaded: file (/etc/ld.so.preload, the default) or env
     computeLimit: false   # no compute share: the claim's processes time-slice the GPU freely
+    computeMode: strict   # cores = a share of full-load throughput, not of GPU time (below 100 cores)
+    fullLoadClockMhz: 1500  # strict: the GPU's sustained SM clock under full load (default: the daemon's)
 
 Decoded strictly by the framework (`dra.decode_config`): unknown fields, wrong types or a
 wrong apiVersion/kind fail the claim (and, with the webhook, the `kubectl apply`) with a message
@@ -13,13 +15,36 @@ naming the field. The memory quota is always enforced; it is what the scheduler 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import dra
 
 API_VERSION = "hami-core-gpu.project-hami.io/v1alpha1"
+MAX_MHZ = 99999  # what hookcore's parser takes
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuConfig(dra.ShareConfig):
     """A GPU claim's config: `dra.ShareConfig`'s ``preload`` and ``computeLimit`` (``false`` is HAMi's
-    ``CUDA_DISABLE_CONTROL`` for compute)."""
+    ``CUDA_DISABLE_CONTROL`` for compute), and the compute mode."""
+
+    compute_mode: Literal["share", "strict"] | None = None
+    """``share`` (unset): ``cores`` percent of GPU time (an idle GPU boosts its clock, so a compute-bound
+    loop gets more than that of full-load throughput); ``strict``: ``cores`` percent of full-load
+    throughput (each batch charged at the full-load clock; bandwidth-bound work then gets less:
+    hookcore/README.md, "Two meanings of 30%"). Applies to shares below 100 cores."""
+
+    full_load_clock_mhz: int | None = None
+    """Strict only: the GPU's sustained SM clock under full load in MHz (H200: ~1500); unset: the
+    daemon's ``fullLoadClockMhz`` setting, else the hook's default (NVML's default application
+    clock, which on some GPUs is the boost clock: then strict changes nothing)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.compute_mode not in (None, "share", "strict"):
+            raise ValueError(f"computeMode must be share or strict, not {self.compute_mode!r}")
+        if self.full_load_clock_mhz is not None:
+            if self.compute_mode != "strict":
+                raise ValueError("fullLoadClockMhz applies to computeMode: strict only")
+            if not 1 <= self.full_load_clock_mhz <= MAX_MHZ:
+                raise ValueError(f"fullLoadClockMhz must be 1..{MAX_MHZ} MHz, not {self.full_load_clock_mhz}")

@@ -161,8 +161,13 @@ class HamiCoreGpuDriver(Driver):
         config = self._config(allocated)
         unlimited = {d.device for d in allocated if d.config is not None and not d.config.compute_limit}
         names = {g.uuid: n for n, g in self._by_name.items()}
-        quotas = [Quota(v.uuid, v.memory, 100 if names[v.uuid] in unlimited else v.cores)
-                  for v in self.visible(claim, allocated)]
+        strict = config.compute_mode == "strict"
+        mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if strict else None
+        quotas = []
+        for v in self.visible(claim, allocated):
+            cores = 100 if names[v.uuid] in unlimited else v.cores
+            capped = strict and cores < 100  # nothing to cap on a whole GPU
+            quotas.append(Quota(v.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz if capped else None))
         preload = Preload(config.preload) if config.preload else None
         return Enforcement(dra.hook_library("vgpu"), quotas, preload)
 
@@ -181,7 +186,17 @@ class HamiCoreGpuDriver(Driver):
         return dataclasses.replace(base, env={**base.env, **env})
 
     def _config(self, allocated: Sequence[AllocatedDevice]) -> GpuConfig:
-        return dra.claim_share_config(GpuConfig, allocated)
+        """The claim's one config; its requests' configs must agree on the compute mode too."""
+        configs = {dev.config for dev in allocated if isinstance(dev.config, GpuConfig)}
+        modes = {c.compute_mode for c in configs if c.compute_mode is not None}
+        clocks = {c.full_load_clock_mhz for c in configs if c.full_load_clock_mhz is not None}
+        if len(modes) > 1 or len(clocks) > 1:
+            raise PrepareError(f"the claim's configs ask for different compute modes {sorted(modes)} or full-load "
+                               f"clocks {sorted(clocks)}; one claim is held one way: use one computeMode (and "
+                               "fullLoadClockMhz)")
+        mode, mhz = next(iter(modes), None), next(iter(clocks), None)
+        return dataclasses.replace(dra.claim_share_config(GpuConfig, allocated), compute_mode=mode,
+                                   full_load_clock_mhz=mhz)
 
     def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
         return None  # the framework removes the claim's CDI spec, hook config and ledger

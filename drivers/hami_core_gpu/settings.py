@@ -11,6 +11,8 @@
 - ``health`` (``on``): ``off``: no NVML event monitor (no taints, no health stream).
 - ``healthProbeInterval`` (``5``): seconds between recovery-action probes.
 - ``sysfs`` (``/sys``): where sysfs is mounted (PCIe root, NUMA node).
+- ``fullLoadClockMhz`` (unset): the sustained SM clock under full load of this node's GPUs, for
+  claims with ``computeMode: strict`` that give none (H200: ~1500; ``bench/hookcore_gpu.py`` measures it).
 
 Unknown keys and bad values stop the daemon at start with a message naming the key.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import dra.settings
 from dra import quantity_to_int
+from drivers.hami_core_gpu.config import MAX_MHZ
 
 CDI_MODES = ("toolkit", "self-contained")
 SettingsError = dra.settings.SettingsError
@@ -38,12 +41,13 @@ class Settings:
     health: bool = True
     health_probe_interval: float = 5.0
     sysfs: Path = Path("/sys")
+    full_load_clock_mhz: int | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
         known = {
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs",
+            "healthProbeInterval", "sysfs", "fullLoadClockMhz",
         }
         dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
@@ -69,4 +73,9 @@ class Settings:
             out["health"] = dra.settings.on_off("health", raw["health"])
         if "healthProbeInterval" in raw:
             out["health_probe_interval"] = dra.settings.seconds("healthProbeInterval", raw["healthProbeInterval"])
+        if "fullLoadClockMhz" in raw:
+            value = raw["fullLoadClockMhz"]
+            if not (value.isdigit() and 1 <= int(value) <= MAX_MHZ):
+                raise SettingsError(f"fullLoadClockMhz must be a clock in MHz, 1..{MAX_MHZ}, not {value!r}")
+            out["full_load_clock_mhz"] = int(value)
         return cls(**out)  # type: ignore[arg-type]

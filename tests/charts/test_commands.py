@@ -173,7 +173,7 @@ def _camel(field: str) -> str:
 
 
 SAMPLES = {"driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys", "dcmiLibrary": "/usr/local/dcmi/libdcmi.so",
-           "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5"}
+           "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5", "fullLoadClockMhz": "1500"}
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

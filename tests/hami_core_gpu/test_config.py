@@ -18,6 +18,8 @@ def params(**fields: Any) -> dict[str, Any]:
 def test_a_config_decodes_to_its_fields() -> None:
     assert dra.decode_config(HamiCoreGpuDriver, params(preload="env", computeLimit=False)) == GpuConfig("env", False)
     assert dra.decode_config(HamiCoreGpuDriver, params()) == GpuConfig()
+    assert dra.decode_config(HamiCoreGpuDriver, params(computeMode="strict", fullLoadClockMhz=1500)) == GpuConfig(
+        compute_mode="strict", full_load_clock_mhz=1500)
 
 
 @pytest.mark.parametrize("bad,error", [
@@ -26,6 +28,10 @@ def test_a_config_decodes_to_its_fields() -> None:
     (params(computelimit=False), "did you mean 'computeLimit'"),
     (params(memoryLimit="4Gi"), "unknown field"),
     ({**params(), "kind": "GPUConfig"}, "kind"),
+    (params(computeMode="throughput"), "computeMode"),
+    (params(fullLoadClockMhz=1500), "fullLoadClockMhz applies to computeMode: strict only"),
+    (params(computeMode="strict", fullLoadClockMhz=0), r"fullLoadClockMhz must be 1..99999 MHz, not 0"),
+    (params(computeMode="strict", fullLoadClockMhz="1500"), "fullLoadClockMhz"),
     ({**params(), "apiVersion": "resource.nvidia.com/v1beta1"}, "apiVersion"),
 ])
 def test_bad_configs_are_refused_naming_the_field(bad: dict[str, Any], error: str) -> None:

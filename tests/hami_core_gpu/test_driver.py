@@ -137,6 +137,8 @@ def test_health_changes_republish_and_reach_the_health_stream(driver, tmp_path: 
     ({"driverRoot": "run/nvidia"}, "driverRoot must be an absolute path"),
     ({"toolkitCdiKind": "nvidia.com"}, "toolkitCdiKind must look like vendor.com/class"),
     ({"health": "yes"}, "health must be on or off"),
+    ({"fullLoadClockMhz": "1.5GHz"}, "fullLoadClockMhz must be a clock in MHz, 1..99999"),
+    ({"fullLoadClockMhz": "0"}, "fullLoadClockMhz must be a clock in MHz"),
 ])
 def test_bad_settings_name_the_key(raw: dict[str, str], error: str) -> None:
     with pytest.raises(SettingsError, match=error):
@@ -187,3 +189,27 @@ def test_enforcement_is_one_quota_per_visible_gpu(driver) -> None:
     assert e.library.name == "libvgpu.so" and e.preload is not None and e.preload.value == "env"
     assert [(q.uuid, q.memory, q.cores) for q in e.quotas] == [
         (uuid["hami-gpu-4"], 3 * GiB, 30), (uuid["hami-gpu-1"], GiB, 100)]  # computeLimit false: no compute limit
+
+
+def test_a_strict_claim_is_capped_at_the_full_load_clock_of_its_config_or_the_daemon(driver) -> None:
+    d = driver(settings={"health": "off", "fullLoadClockMhz": "1500"})
+    uuid = {x.name: x.attributes["uuid"] for x in d.devices()}
+    strict = GpuConfig(compute_mode="strict")
+    prepared = d.prepare(CLAIM, [alloc("hami-gpu-0", "a", strict, memory=GiB, cores=30),
+                                 alloc("hami-gpu-1", "b", None, memory=GiB, cores=100)])
+    e = d.enforcement(CLAIM, prepared)
+    # the whole GPU has nothing to cap; the share is held to 30% of throughput at 1500 MHz
+    assert [(q.uuid, q.cores, q.strict, q.full_load_mhz) for q in e.quotas] == [
+        (uuid["hami-gpu-0"], 30, True, 1500), (uuid["hami-gpu-1"], 100, False, None)]
+    own = GpuConfig(compute_mode="strict", full_load_clock_mhz=1410)
+    (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", config=own, memory=GiB, cores=50)])).quotas
+    assert (q.strict, q.full_load_mhz) == (True, 1410)
+    (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=50)])).quotas
+    assert (q.strict, q.full_load_mhz) == (False, None)  # the default: a share of GPU time
+
+
+def test_conflicting_compute_modes_in_one_claim_are_refused(driver) -> None:
+    d = driver(settings={"health": "off"})
+    with pytest.raises(PrepareError, match=r"different compute modes \['share', 'strict'\]"):
+        d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(compute_mode="strict"), memory=GiB, cores=10),
+                          alloc("hami-gpu-1", "b", GpuConfig(compute_mode="share"), memory=GiB, cores=10)])

@@ -117,6 +117,9 @@ def test_the_daemon_default_preload_applies_when_the_driver_does_not_say(tmp_pat
     ([], "lists no device quota"),
     ([dra.Quota(UUID0, memory=GiB), dra.Quota(UUID0.lower(), memory=GiB)], "same device as"),  # the hook's parser
     ([dra.Quota("not a uuid!", memory=GiB)], "hook library rejects"),
+    ([dra.Quota(UUID0, memory=GiB, strict=True)], "a strict cap needs cores below 100, not 100"),
+    ([dra.Quota(UUID0, cores=30, full_load_mhz=1500)], "full_load_mhz=1500 needs a strict cap"),
+    ([dra.Quota(UUID0, cores=30, strict=True, full_load_mhz=100000)], "hook library rejects"),  # the hook's parser
 ])
 def test_a_share_the_hook_would_reject_is_a_per_claim_error_that_leaves_nothing(
         tmp_path: Path, quotas: list[dra.Quota], words: str) -> None:
@@ -203,3 +206,15 @@ def test_claim_hooks_plan_refuses_a_library_named_otherwise(tmp_path: Path) -> N
     other.write_bytes(b"\x7fELF")
     with pytest.raises(EnforcementError, match=r"lib<stem>\.so"):
         ClaimHooks(tmp_path, HookDir(tmp_path / "hd")).plan(dra.Enforcement(other, [dra.Quota(UUID0)]))
+
+
+def test_a_strict_cap_reaches_the_hook_config_with_its_full_load_clock(tmp_path: Path) -> None:
+    prep, claims = rig(tmp_path, Quotas([dra.Quota(UUID0, memory=GiB, cores=30, strict=True, full_load_mhz=1500),
+                                         dra.Quota(UUID1, memory=GiB, cores=50, strict=True)]))
+    ref = add(claims, "a", result("gpu-0", request="x", share_id="s1", memory="1Gi"),
+              result("gpu-1", request="y", share_id="s2", memory="1Gi"))
+    (out,) = prep.prepare_claims([ref]).values()
+    assert out.error == ""
+    parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
+    assert [(d.uuid, d.sm_limit, d.compute_mode, d.ref_mhz) for d in parsed.configured()] == [
+        (UUID0, 30, "strict", 1500), (UUID1, 50, "strict", None)]
