@@ -28,6 +28,9 @@ Steps, each through the real driver and framework code:
    2 GiB more (a clean ``torch.OutOfMemoryError``), then a bf16 matmul loop for --seconds,
    against the same loop natively in a process without the edits: the compute share.
 
+``--strict MHZ`` makes the claim's config ask for a strict cap (``computeMode: strict``,
+``fullLoadClockMhz: MHZ``): the share is then of full-load throughput, not of GPU time.
+
 ``--fake h200x1`` runs steps 1-4 against the stub NVML and stub libcuda (no GPU, no torch): the
 workload is then hookcore's stub ``cuda_workload``; this is how the script is tested off the GPU.
 
@@ -100,8 +103,9 @@ def slice_json(driver: Any, node: str) -> dict[str, Any]:
     return slice_object(pool, 0, 1, NODE_UID, name=f"{node}-{driver.name}-0")
 
 
-def prepare(driver: Any, node: str, work: Path) -> tuple[dict[str, Any], list[str], Any]:
-    """The recorded claim, retargeted at this node's first GPU, prepared by the framework."""
+def prepare(driver: Any, node: str, work: Path, strict_mhz: int | None = None) -> tuple[dict[str, Any], list[str], Any]:
+    """The recorded claim, retargeted at this node's first GPU, prepared by the framework; with
+    `strict_mhz` its config asks for a strict cap at that full-load clock."""
     import dra
     from dra.cdi import CDISpecs
     from dra.checkpoint import Checkpoint
@@ -115,6 +119,10 @@ def prepare(driver: Any, node: str, work: Path) -> tuple[dict[str, Any], list[st
     for r in claim["status"]["allocation"]["devices"]["results"]:
         r["pool"], r["device"] = node, device
     claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] = [node]
+    if strict_mhz is not None:
+        for config in (claim["spec"]["devices"]["config"], claim["status"]["allocation"]["devices"]["config"]):
+            for c in config:
+                c["opaque"]["parameters"].update(computeMode="strict", fullLoadClockMhz=strict_mhz)
     claims = RecordedClaims()
     claims.add(claim)
     checkpoint = Checkpoint(work / "state", boot_id="bench")
@@ -210,6 +218,8 @@ def main() -> int:
     parser.add_argument("--node", default="gpu-node", help="the node (and pool) name the slice and claim use")
     parser.add_argument("--fake", help="a fake-device profile (stub NVML/CUDA, no GPU): tests this script off the GPU")
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each matmul loop")
+    parser.add_argument("--strict", type=int, metavar="MHZ",
+                        help="the claim asks for a strict cap (computeMode: strict) at this full-load SM clock")
     parser.add_argument("--host-links", action="store_true", help="emulate mounts with links where no mount namespace is allowed")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -233,7 +243,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="hami-gpu-bench-") as tmp:
         work = Path(tmp)
-        claim, ids, _preparer = prepare(driver, args.node, work)
+        claim, ids, _preparer = prepare(driver, args.node, work, args.strict)
         spec_files = sorted((work / "cdi").glob("*"))
         spec = json.loads(spec_files[0].read_text()) if spec_files[0].suffix == ".json" else None
         if spec is None:
@@ -242,7 +252,9 @@ def main() -> int:
             spec = yaml.safe_load(spec_files[0].read_text())
         (args.out / "cdi-spec.json").write_text(json.dumps(spec, indent=2) + "\n")
         results["prepare"] = {"cdi_device_ids": ids,
-                              "consumed": claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]}
+                              "consumed": claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"],
+                              "config": claim["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"],
+                              "hook_config": next((work / "state" / "hooks").glob("*/config")).read_text()}
         log(f"prepared: CDI devices {ids}")
 
         if args.fake:
@@ -270,7 +282,8 @@ def main() -> int:
         mem = w["limited"].get("mem_get_info", [0, 0])
         ok = ok and mem[1] == 4 * GiB and str(w["limited"].get("alloc_2GiB_more", "")).startswith("OutOfMemoryError")
         print(f"mem_get_info total {mem[1] / GiB:.2f} GiB; +2 GiB -> {w['limited'].get('alloc_2GiB_more')}; "
-              f"compute share {w['compute_share_of_native']} of native (claim: 30 cores)")
+              f"compute share {w['compute_share_of_native']} of native (claim: 30 cores"
+              f"{f', strict cap at {args.strict} MHz' if args.strict else ''})")
     shutil.rmtree(args.out / "tmp", ignore_errors=True)
     return 0 if ok else 1
 

@@ -22,6 +22,8 @@ Sections:
             clock), and at 50% with the library's default reference
   copy      copy-bound loop: 1 GiB device-to-device copy_ (memcpy, no kernel) at 30/50% and
             metered-unthrottled (99%), vs native
+  strictcopy the copy loop under a strict cap at 50/30% (what the strict cap costs bandwidth-bound work;
+            not in the default list: --sections ...,strictcopy)
   infer     launch-bound small-kernel inference loop (16 x Linear(512)+ReLU, batch 1) at 30/50/99%
   tenants   two processes (two claims) running the matmul loop at once: native, 50/50, 30/70
   launch    launch-bound loop (1-element add_, 1000 per sync), native vs preload (no SM limit)
@@ -547,14 +549,16 @@ class Bench:
             self.say(f"strict {name}: {r}")
         self.results["sections"]["strict"] = res
 
-    def _loop_section(self, worker: str, name: str, shares: tuple[int, ...]) -> None:
+    def _loop_section(self, worker: str, name: str, shares: tuple[int, ...], extra: dict | None = None) -> None:
         """native, then each share, one process each; share of native throughput + charged duty."""
         res: dict = {}
         r = self.run(worker, {"secs": 3.0}, self.env(False))
         r.pop("_stderr", None)
         res["native"] = r
+        if extra:
+            res["extra_env"] = extra
         for sh in shares:
-            r = self.run(worker, {"secs": 3.0}, self.env(True, CUDA_DEVICE_SM_LIMIT=str(sh)))
+            r = self.run(worker, {"secs": 3.0}, self.env(True, CUDA_DEVICE_SM_LIMIT=str(sh), **(extra or {})))
             err = r.pop("_stderr", "")
             if "error" in r:
                 r["stderr"] = err[-1500:]
@@ -566,6 +570,16 @@ class Bench:
 
     def s_copy(self) -> None:
         self._loop_section("copy", "copy", (99, 50, 30))
+
+    def s_strictcopy(self) -> None:
+        """What a strict cap costs a bandwidth-bound loop: the copy loop at 50/30% strict (full-load
+        clock as in the strict section), beside the copy section's default share."""
+        c = self.results["sections"].get("compute", {})
+        ref = int(c.get("native", {}).get("sm_mhz") or 1500)
+        uuid = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+                              capture_output=True, text=True).stdout.strip()
+        self._loop_section("copy", "strictcopy", (50, 30), {"HOOKCORE_DEVICE_UUID_0": uuid, "HOOKCORE_COMPUTE_MODE_0":
+                                                            "strict", "HOOKCORE_COMPUTE_REF_MHZ_0": str(ref)})
 
     def s_infer(self) -> None:
         self._loop_section("infer", "infer", (99, 50, 30))

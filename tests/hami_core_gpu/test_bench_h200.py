@@ -36,6 +36,17 @@ def test_the_bench_pipeline_runs_on_fake_gpus(tmp_path: Path, stub_nvml: Path) -
     assert out["quota_total_bytes"] == str(4 << 30) and out["over_quota_alloc"] == "refused"
 
 
+@pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")
+def test_a_strict_claim_reaches_the_hook_config(tmp_path: Path, stub_nvml: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--fake", "h200x1", "--strict", "1500", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    prepared = json.loads((tmp_path / "results.json").read_text())["prepare"]
+    assert prepared["config"]["computeMode"] == "strict"
+    lines = set(prepared["hook_config"].splitlines())
+    assert {"HOOKCORE_COMPUTE_LIMIT_0=30", "HOOKCORE_COMPUTE_MODE_0=strict", "HOOKCORE_COMPUTE_REF_MHZ_0=1500"} <= lines
+
+
 def test_the_torch_workload_is_valid_python() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import hami_core_gpu_h200
