@@ -21,7 +21,7 @@ def test_the_scenario_applies_every_example_from_1_35_and_the_safe_ones_on_1_34(
     listed = {e.file.name for e in scenario.examples}
     assert listed == {p.name for p in EXAMPLES.glob("*.yaml")} - {"deviceclass.yaml", "demo.yaml"}
     old, left = scenario.for_version("v1.34.4")
-    assert len(left) == 6
+    assert len(left) == 7
     assert [e.file.name for e in old] == ["two-pods-one-gpu.yaml", "cores-and-memory.yaml"]
     new, none = scenario.for_version("v1.37.2")
     assert len(new) == len(scenario.examples) and not none

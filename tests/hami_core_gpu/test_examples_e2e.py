@@ -209,6 +209,14 @@ def test_memory_only_has_no_compute_limit(rig: Rig) -> None:
     prepare_and_run(rig, claim, [Share(8 * GiB, 100)])  # computeLimit: false -> no compute limit in the hook
 
 
+def test_a_strict_cap_reaches_the_hook(rig: Rig) -> None:
+    (claim,) = allocate(rig, "strict-cap.yaml", 1).values()
+    assert results(claim)[0]["consumedCapacity"] == {"cores": "30", "memory": "8Gi"}
+    prepare_and_run(rig, claim, [Share(8 * GiB, 30)])
+    config = (rig.daemon.state_dir / "hooks" / claim["metadata"]["uid"] / "config").read_text().splitlines()
+    assert {"HOOKCORE_COMPUTE_MODE_0=strict", "HOOKCORE_COMPUTE_REF_MHZ_0=1500"} <= set(config)
+
+
 def test_claim_template_used_by_a_deployment(rig: Rig) -> None:
     claims = allocate(rig, "claim-template-deployment.yaml", 3)
     owners = {c["metadata"]["ownerReferences"][0]["kind"] for c in claims.values()}
