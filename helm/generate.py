@@ -108,6 +108,10 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
         "selector": {"type": "string", "minLength": 1, "description": "a CEL expression over `device`"},
         "extendedResourceName": {"type": "string", "pattern": QUALIFIED_NAME_OR_EMPTY,
                                  "description": "a qualified name such as nvidia.com/gpu, or empty"},
+        "parameters": {"type": "object", "required": ["apiVersion", "kind"],
+                       "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}},
+                       "description": "the driver's opaque config for every claim of this class (GpuConfig, "
+                                      "NpuConfig); a claim's own config for a request replaces it"},
     }, ["name", "selector"])
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",

@@ -48,11 +48,21 @@ DEFAULT_NODE_LABEL = {"hami-core-gpu": {"gpu": "on"}, "ascend": {"ascend": "on"}
 DRIVER_NAME = {"hami-core-gpu": "hami-core-gpu.project-hami.io", "ascend": "ascend.project-hami.io"}
 
 
+# A second DeviceClass carrying the driver's config for its claims, per chart.
+CONFIG_CLASS = {
+    "hami-core-gpu": {"apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig",
+                      "computeMode": "strict", "fullLoadClockMhz": 1500},
+    "ascend": {"apiVersion": "ascend.project-hami.io/v1alpha1", "kind": "NpuConfig", "preload": "env"},
+}
+
+
 def chart_values(chart: str, name: str) -> dict[str, Any]:
     """A value set for `chart`; lists are set whole (`--set list[0].x` would drop the rest of the element)."""
     values = dict(VALUE_SETS[name])
     if values.get("deviceClasses") == "EXTENDED":
-        values["deviceClasses"] = with_extended_resource(chart, "example.com/device")
+        classes = with_extended_resource(chart, "example.com/device")
+        values["deviceClasses"] = [*classes, {**classes[0], "name": f"configured.{classes[0]['name']}",
+                                              "extendedResourceName": "", "parameters": CONFIG_CLASS[chart]}]
     return values
 
 
@@ -182,6 +192,30 @@ def test_device_classes_with_an_optional_extended_resource(helm: Tool, chart: st
     assert ext["spec"]["extendedResourceName"] == "example.com/npu"
 
 
+DRIVER_CLASS = {"hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
+                "ascend": "drivers.ascend.driver:AscendDriver"}
+
+
+@pytest.mark.parametrize("chart", DRIVER_CHARTS)
+def test_a_device_class_can_carry_the_drivers_config_for_its_claims(helm: Tool, chart: str) -> None:
+    """An admin's second class whose claims get the driver's config (a strict cap, an env preload):
+    rendered as the class's opaque config, and the driver's own decoder (prepare's and the
+    webhook's) accepts it."""
+    import importlib
+
+    import dra
+
+    objects = render(helm, chart, values=chart_values(chart, "fake-devices-and-extended-resource"))
+    plain, configured = (o for o in objects if o["kind"] == "DeviceClass")
+    assert "config" not in plain["spec"]
+    (config,) = configured["spec"]["config"]
+    assert config["opaque"] == {"driver": DRIVER_NAME[chart], "parameters": CONFIG_CLASS[chart]}
+    module, cls = DRIVER_CLASS[chart].split(":")
+    decoded = dra.decode_config(getattr(importlib.import_module(module), cls), config["opaque"]["parameters"])
+    assert decoded.preload == CONFIG_CLASS[chart].get("preload")
+    assert getattr(decoded, "compute_mode", None) == CONFIG_CLASS[chart].get("computeMode")
+
+
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
 def test_the_chart_device_class_is_the_examples_one(helm: Tool, chart: str) -> None:
     """Users who apply examples/<driver>/deviceclass.yaml and users of the chart get one class."""
@@ -237,6 +271,8 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"driver.name": "gpu.nvidia.com"}, "at '/driver/name': value must be 'hami-core-gpu.project-hami.io'"),
     ({"deviceClasses": with_extended_resource("hami-core-gpu", "gpu")}, "at '/deviceClasses/0/extendedResourceName'"),
     ({"deviceClasses": [{"name": "gpu"}]}, "at '/deviceClasses/0': missing property 'selector'"),
+    ({"deviceClasses": [{"name": "gpu", "selector": "true", "parameters": {"computeMode": "strict"}}]},
+     "at '/deviceClasses/0/parameters': missing properties 'apiVersion', 'kind'"),
     ({"hook.libraries": ["libvgpu.so"]}, "at '/hook/libraries/0'"),
     ({"daemon.extraArgs": ["-v"]}, "at '/daemon/extraArgs/0'"),
     ({"featureGates.required": ["DRAMagic"]}, "at '/featureGates/required/0'"),

@@ -122,5 +122,12 @@ spec:
   {{- with $class.extendedResourceName }}
   extendedResourceName: {{ . }}
   {{- end }}
+  {{- with $class.parameters }}
+  config:
+    - opaque:
+        driver: {{ $.Values.driver.name }}
+        parameters:
+          {{- toYaml . | nindent 10 }}
+  {{- end }}
 {{- end }}
 {{- end -}}
