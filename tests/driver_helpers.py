@@ -1,18 +1,20 @@
 """Helpers the tests of each vendor driver share: the stub libraries built once, the stub's
 environment kept from leaking between tests, a `DriverContext` that records the driver's
-callbacks, and a driver daemon on a fake node with kubelet played by the harness."""
+callbacks, drivers set up on fake devices, a driver daemon on a fake node with kubelet played by
+the harness, and an example applied until kube-scheduler has allocated it."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import subprocess
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
+from kube_helpers import wait_for
 from kubernetes import client
 
 import hookcore
@@ -58,6 +60,63 @@ class Recorder:
 
         return DriverContext(node_name="node-a", pool_name="node-a", settings=dict(settings), fake=fake,
                              on_devices_changed=changed, on_health=lambda ev: self.health.append(list(ev)))
+
+
+class FakeDriver(Protocol):
+    def setup(self, ctx: DriverContext) -> None: ...
+    def close(self) -> None: ...
+
+
+DriverT = TypeVar("DriverT", bound=FakeDriver)
+
+
+def fake_drivers(cls: type[DriverT], default_fake: str) -> Iterator[Callable[..., DriverT]]:
+    """A fixture's body: `make(fake, settings, recorder)` sets up a `cls` on fake devices (profile
+    `default_fake` unless told); every driver made is closed after the test."""
+    made: list[DriverT] = []
+
+    def make(fake: str | None = default_fake, settings: Mapping[str, str] | None = None,
+             recorder: Recorder | None = None) -> DriverT:
+        d = cls()
+        d.setup((recorder or Recorder()).context(settings or {}, fake))
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+
+
+class ExampleRig(Protocol):
+    """A test namespace and a fake node on the control plane (each driver's e2e rig)."""
+
+    namespace: str
+    node: str
+
+    def kubectl(self, *args: str) -> Any: ...
+    def claims(self) -> list[dict[str, Any]]: ...
+    def pods(self) -> list[dict[str, Any]]: ...
+
+
+def allocate_example(rig: ExampleRig, example: Path, want_claims: int) -> dict[str, dict[str, Any]]:
+    """Apply `example` unchanged; wait until `want_claims` claims are allocated and their pods bound
+    to the rig's node (claims by name)."""
+    rig.kubectl("apply", "-n", rig.namespace, "-f", str(example))
+
+    def done() -> dict[str, dict[str, Any]] | None:
+        claims = {c["metadata"]["name"]: c for c in rig.claims() if (c.get("status") or {}).get("allocation")}
+        bound = [p for p in rig.pods() if p["spec"].get("nodeName")]
+        return claims if len(claims) == want_claims and len(bound) >= want_claims and all(
+            p["spec"]["nodeName"] == rig.node for p in bound) else None
+
+    try:
+        got: dict[str, dict[str, Any]] = wait_for(done, 90, what=f"{want_claims} claims of {example.name} allocated"
+                                                                  " and their pods bound")
+        return got
+    except AssertionError:
+        why = {p["metadata"]["name"]: [c.get("message") for c in p.get("status", {}).get("conditions", [])]
+               for p in rig.pods()}
+        raise AssertionError(f"{example.name}: not allocated; pods: {why}") from None
 
 
 @contextmanager

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from driver_helpers import Recorder
+from driver_helpers import Recorder, fake_drivers
 
 import dra
 from dra import AllocatedDevice, ClaimRef, HealthEvent, PrepareError
@@ -22,18 +22,7 @@ CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000a5c1", "default", "c")
 
 @pytest.fixture
 def driver(stub_dcmi: Path, clean_stub_env: None) -> Iterator[Callable[..., AscendDriver]]:
-    made: list[AscendDriver] = []
-
-    def make(fake: str | None = "910b3x8", settings: Mapping[str, str] | None = None,
-             recorder: Recorder | None = None) -> AscendDriver:
-        d = AscendDriver()
-        d.setup((recorder or Recorder()).context(settings or {}, fake))
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.close()
+    yield from fake_drivers(AscendDriver, "910b3x8")
 
 
 def alloc(device: str, share: str | None = "s1", config: NpuConfig | None = None, **capacity: int) -> AllocatedDevice:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_helpers import allocate_example
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
@@ -71,21 +72,7 @@ class Rig:
         return {d["name"]: d for s in slices if s["spec"]["driver"] == driver for d in s["spec"].get("devices", [])}
 
     def allocate(self, example: Path, want_claims: int) -> dict[str, dict[str, Any]]:
-        """Apply `example` unchanged; wait until its claims are allocated and their pods bound here."""
-        self.kubectl("apply", "-n", self.namespace, "-f", str(example))
-
-        def done() -> dict[str, dict[str, Any]] | None:
-            claims = {c["metadata"]["name"]: c for c in self.claims() if (c.get("status") or {}).get("allocation")}
-            bound = [p for p in self.pods() if p["spec"].get("nodeName")]
-            return claims if len(claims) == want_claims and len(bound) >= want_claims and all(
-                p["spec"]["nodeName"] == self.node for p in bound) else None
-
-        try:
-            return wait_for(done, 90, what=f"{want_claims} claims of {example.name} allocated and their pods bound")
-        except AssertionError:
-            why = {p["metadata"]["name"]: [c.get("message") for c in p.get("status", {}).get("conditions", [])]
-                   for p in self.pods()}
-            raise AssertionError(f"{example.name}: not allocated; pods: {why}") from None
+        return allocate_example(self, example, want_claims)
 
     def prepare(self, claim: dict[str, Any], driver: str) -> list[str]:
         """NodePrepareResources of `claim` by `driver`'s daemon: its CDI device IDs."""

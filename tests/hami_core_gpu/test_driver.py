@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from driver_helpers import Recorder
+from driver_helpers import Recorder, fake_drivers
 
 import hookcore
 from dra import AllocatedDevice, ClaimRef, PrepareError
@@ -22,18 +22,7 @@ CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000c1a1", "default", "c")
 
 @pytest.fixture
 def driver(fake_node) -> Iterator[Callable[..., HamiCoreGpuDriver]]:
-    made: list[HamiCoreGpuDriver] = []
-
-    def make(fake: str | None = "h200x8", settings: Mapping[str, str] | None = None,
-             recorder: Recorder | None = None) -> HamiCoreGpuDriver:
-        d = HamiCoreGpuDriver()
-        d.setup((recorder or Recorder()).context(settings or {}, fake))
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.close()
+    yield from fake_drivers(HamiCoreGpuDriver, "h200x8")
 
 
 def alloc(device: str, share: str | None = "s1", config: GpuConfig | None = None, **capacity: int) -> AllocatedDevice:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_helpers import allocate_example
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
@@ -116,21 +117,7 @@ class Share:
 
 
 def allocate(rig: Rig, example: str, want_claims: int) -> dict[str, dict[str, Any]]:
-    """Apply `example` unchanged; wait until `want_claims` claims are allocated and their pods bound."""
-    rig.kubectl("apply", "-n", rig.namespace, "-f", str(EXAMPLES / example))
-
-    def done() -> dict[str, dict[str, Any]] | None:
-        claims = {c["metadata"]["name"]: c for c in rig.claims() if (c.get("status") or {}).get("allocation")}
-        bound = [p for p in rig.pods() if p["spec"].get("nodeName")]
-        return claims if len(claims) == want_claims and len(bound) >= want_claims and all(
-            p["spec"]["nodeName"] == rig.node for p in bound) else None
-
-    try:
-        return wait_for(done, 90, what=f"{want_claims} claims of {example} allocated and their pods bound")
-    except AssertionError:
-        why = {p["metadata"]["name"]: [c.get("message") for c in p.get("status", {}).get("conditions", [])]
-               for p in rig.pods()}
-        raise AssertionError(f"{example}: not allocated; pods: {why}") from None
+    return allocate_example(rig, EXAMPLES / example, want_claims)
 
 
 def results(claim: dict[str, Any]) -> list[dict[str, Any]]:
