@@ -17,19 +17,27 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-# The bundled drivers, as pyproject.toml registers them.
-BUNDLED = {
-    "example": "drivers.example.driver:ExampleDriver",
-    "hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
-    "ascend": "drivers.ascend.driver:AscendDriver",
-}
 _REPO = Path(__file__).resolve().parents[2]
+
+
+def _bundled() -> dict[str, str]:
+    """The drivers of this checkout, read from its pyproject.toml's ``dra.drivers`` entry points
+    (none outside a checkout: an installed package has registered its own)."""
+    try:
+        with (_REPO / "pyproject.toml").open("rb") as f:
+            return dict(tomllib.load(f)["project"]["entry-points"]["dra.drivers"])
+    except FileNotFoundError:
+        return {}
+
+
+BUNDLED = _bundled()
 
 
 def free_port() -> int:
