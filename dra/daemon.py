@@ -38,7 +38,9 @@ from dra import logging as dra_logging
 from dra.driver import Driver, DriverContext
 from dra.errors import UserError
 from dra.metrics import HealthServer, MeteredHandler, Metrics
-from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult
+from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
+from dra.publish.fence import warn_if_unfenced
+from dra.publish.layout import parse_layout
 
 log = logging.getLogger("dra.daemon")
 
@@ -217,6 +219,7 @@ class Daemon:
                     " Pick another --metrics-port (0: any free port; -1: none)."
                 ) from exc
         self._stopped = False
+        self._fence_checked = False
 
     def _health_source(self) -> Any:
         """The driver's own health iterator, else the snapshots it pushes through its context."""
@@ -224,6 +227,10 @@ class Daemon:
 
     def _published(self, result: SyncResult) -> None:
         self.metrics.published(result.devices, result.slices, result.generation)
+        version = self.publisher.server_version
+        if not self._fence_checked and version is not None and needs_fence(version):
+            self._fence_checked = True  # once per start: the warning is for the operator, not a loop
+            warn_if_unfenced(self.publisher.api.api_client, self.driver.name, version)
 
     def liveness(self) -> str:
         return self.plugin.check()
@@ -373,6 +380,9 @@ def register(app: typer.Typer) -> None:
         preload: Annotated[
             str, typer.Option("--preload", help="Default hook preload of enforced claims: file (/etc/ld.so.preload) or env.")
         ] = DaemonSettings.preload,
+        slice_layout: Annotated[
+            str, typer.Option("--slice-layout", help="auto (from the API server's version), per-device or packed.")
+        ] = "auto",
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
@@ -401,6 +411,7 @@ def register(app: typer.Typer) -> None:
             fake=fake or None,
             hook_dir=hook_dir,
             preload=preload,
+            publish=PublishSettings(layout=parse_layout(slice_layout)),
         )
         run(driver, settings)
 

@@ -132,6 +132,8 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"type": "array", "items": device_class},
             "sliceNodePolicy": obj({"enabled": {"type": "boolean"}}),
+            "schedulerFence": obj({"enabled": {"type": "boolean"},
+                                   "distinctAttribute": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"}}),
             "featureGates": FEATURE_GATES,
         }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
     }

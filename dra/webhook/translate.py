@@ -317,15 +317,22 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
     if share.cores is not None:
         capacity[v.capacity_cores] = str(share.cores)
 
+    # One request per device (count 1 each, distinct by UUID), never one request of count N:
+    # kube-scheduler 1.34 crashes on count > 1 with the per-device slice layout
+    # (kubernetes#133705, dra/publish/layout.py) and before 1.37 does not hold distinctAttribute
+    # within one request (kubernetes#140438); across requests every pair is compared.
+    per_device = share.count > 1 and bool(v.uuid_attribute)
+    count = 1 if per_device else share.count
+
     def exact(selectors: Sequence[str], cap: Mapping[str, str]) -> dict[str, Any]:
-        body: dict[str, Any] = {"deviceClassName": v.device_class, "allocationMode": "ExactCount", "count": share.count}
+        body: dict[str, Any] = {"deviceClassName": v.device_class, "allocationMode": "ExactCount", "count": count}
         if selectors:
             body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
         if cap:
             body["capacity"] = {"requests": dict(cap)}
         return body
 
-    request: dict[str, Any] = {"name": v.request_name}
+    request: dict[str, Any] = {}
     if share.memory_percent is None:
         request["exactly"] = exact(share.selectors, capacity)
     else:
@@ -336,12 +343,13 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
             fits = sel.memory_equals_selector(sel.capacity(v.driver, v.capacity_memory), _quantity(size))
             subs.append({"name": f"size-{i}", **exact([*share.selectors, fits], {**capacity, v.capacity_memory: _quantity(part)})})
         request["firstAvailable"] = subs
-    devices: dict[str, Any] = {"requests": [request]}
+    names = [f"{v.request_name}-{i}" for i in range(share.count)] if per_device else [v.request_name]
+    devices: dict[str, Any] = {"requests": [{"name": name, **request} for name in names]}
     constraints = []
-    if share.count > 1 and v.uuid_attribute:
-        constraints.append({"requests": [v.request_name], "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
+    if per_device and v.uuid_attribute:
+        constraints.append({"requests": names, "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
     if share.same_numa and v.numa_attribute:
-        constraints.append({"requests": [v.request_name], "matchAttribute": _qualified(v.driver, v.numa_attribute)})
+        constraints.append({"requests": names, "matchAttribute": _qualified(v.driver, v.numa_attribute)})
     if constraints:
         devices["constraints"] = constraints
     return {"spec": {"devices": devices}}
