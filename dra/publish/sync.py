@@ -186,6 +186,11 @@ class Publisher:
         """True once the pool has been published (and stays true: a later outage is not unreadiness)."""
         return self._published.is_set()
 
+    @property
+    def layout(self) -> SliceLayout | None:
+        """The slice layout of the last sync (None before the first)."""
+        return self._desired.layout if self._desired is not None and self.last_result is not None else None
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._published.wait(timeout)
 
