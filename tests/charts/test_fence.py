@@ -25,6 +25,8 @@ from dra.cluster.controlplane import ControlPlane
 from dra.publish import needs_fence
 from dra.publish.fence import DRIVER_ANNOTATION, FENCE_LABEL, fence_policies
 
+pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
+
 GPU_CLASS = "hami-core-gpu.project-hami.io"
 
 
@@ -158,7 +160,7 @@ def test_requests_for_several_devices_are_refused_on_1_34_with_the_way_out(
     assert fence_policies(api_client, "hami-core-gpu.project-hami.io")  # what the daemon's start check finds
     # Policies take effect once the API server's informer has them: wait for the first refusal.
     message = wait_for(lambda: create(api_client, ns, FENCED["count-two"]), 30, what="the fence in force")
-    assert message.startswith("ResourceClaim count-two: request gpus asks for more than one device"), message
+    assert "denied request: ResourceClaim count-two: request gpus asks for more than one device" in message, message
     assert "kubernetes#133705" in message and "crashes the scheduler" in message
     assert "one request per device" in message and f"distinctAttribute {GPU_CLASS}/uuid" in message
     for name, obj in FENCED.items():

@@ -12,6 +12,8 @@ from kubernetes import client
 from dra.cluster.controlplane import ControlPlane
 from dra.demo_scenario import expected_pods, load_scenario, run_scenario
 
+pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hami-core-gpu"
 
 

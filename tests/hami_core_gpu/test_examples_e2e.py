@@ -37,7 +37,7 @@ WORKLOAD = Path(__file__).resolve().parent / "stub_workload.py"
 MiB, GiB = 1 << 20, 1 << 30
 H200 = 143771 * MiB
 WHY = runtime_unavailable()
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")]
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler, pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")]
 
 
 @dataclass

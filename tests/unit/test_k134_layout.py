@@ -11,6 +11,8 @@ from dra.errors import UserError
 from dra.publish import SliceLayout, desired_pool, layout_for, needs_fence, parse_server_version
 from dra.publish.layout import parse_layout
 
+pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
+
 
 def gpus(n: int) -> list[Device]:
     cap = {"cores": Capacity("100", RequestPolicy(default="100", min="1", max="100"))}
@@ -64,3 +66,12 @@ def test_the_layout_setting_is_checked() -> None:
     assert parse_layout("per-device") is SliceLayout.PER_DEVICE
     with pytest.raises(UserError, match="auto, per-device, packed"):
         parse_layout("one-per-slice")
+
+
+def test_the_version_matrix_takes_the_newest_release_of_each_minor_from_1_34() -> None:
+    from dra.cluster.binaries import newest_patches
+
+    listed = ["v1.33.9", "v1.34.0", "v1.34.10", "v1.34.4", "v1.35.4", "v1.36.1", "v1.36.3", "v1.37.2",
+              "v1.38.0-beta.0", "v1.38.0-rc.1", "v2.0.0", "latest"]
+    assert newest_patches(listed) == ["v1.34.10", "v1.35.4", "v1.36.3", "v1.37.2"]  # numbers, not strings
+    assert newest_patches([]) == []

@@ -15,6 +15,8 @@ from dra.webhook import translate, vendors
 from dra.webhook.inventory import StaticInventory
 from dra.webhook.translate import plan_pod, pod_patch, template_object, template_spec
 
+pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
+
 MAPPING = vendors.load()
 GPU = "hami-core-gpu.project-hami.io"
 NPU = "ascend.project-hami.io"
