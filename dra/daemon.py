@@ -95,6 +95,10 @@ class DaemonSettings:
     """How an enforced claim's containers load the hook when the driver does not say: ``file``
     (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
 
+    allow_claim_loosening: bool = False
+    """Honour a claim's own opaque config where it loosens enforcement below its DeviceClass's
+    (`dra.loosening`); off: such claims fail, naming the field."""
+
 
 def installed_drivers() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -154,7 +158,7 @@ class Daemon:
         from dra.cdi import CDISpecs
         from dra.checkpoint import Checkpoint
         from dra.driver import Preload
-        from dra.enforcement import ClaimHooks
+        from dra.enforcement import ClaimHooks, LedgerGuard
         from dra.hookdir import HookDir
         from dra.kubelet import KubeletPlugin
         from dra.kubelet.health import HealthFeed
@@ -194,7 +198,10 @@ class Daemon:
             # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
             node_labels=node_labels_reader(claims_client, settings.node_name),
             hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
+            allow_claim_loosening=settings.allow_claim_loosening,
         )
+        oversized = self.metrics.ledger_oversized.labels(name)
+        self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())
         from dra.ledger_metrics import LedgerCollector, device_names_by_uuid
 
         self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
@@ -254,6 +261,7 @@ class Daemon:
         except DeviceValidationError as exc:
             raise UserError(f"Driver {self.driver.name} reported a device the API would reject: {exc}") from exc
         self.plugin.start()
+        self.ledger_guard.start()
         if self.http is not None:
             self.http.start()
             log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
@@ -281,6 +289,7 @@ class Daemon:
         self.health_feed.close()
         self.publisher.stop()
         self.preparer.close()
+        self.ledger_guard.stop()
         if self.http is not None:
             self.http.stop()
 
@@ -383,6 +392,10 @@ def register(app: typer.Typer) -> None:
         slice_layout: Annotated[
             str, typer.Option("--slice-layout", help="auto (from the API server's version), per-device or packed.")
         ] = "auto",
+        allow_claim_loosening: Annotated[bool, typer.Option(
+            "--allow-claim-loosening",
+            help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...).")
+        ] = False,
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
@@ -412,6 +425,7 @@ def register(app: typer.Typer) -> None:
             hook_dir=hook_dir,
             preload=preload,
             publish=PublishSettings(layout=parse_layout(slice_layout)),
+            allow_claim_loosening=allow_claim_loosening,
         )
         run(driver, settings)
 

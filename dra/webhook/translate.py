@@ -19,6 +19,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Protocol
 
 from dra.client import quantity_decimal
@@ -129,16 +130,47 @@ def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
             f"its namespace to opt out if another device plugin serves it")
 
 
+MAX_QUANTITY = 10**18
+"""The largest count, memory or percent the webhook reads (an exabyte in bytes): checked on the
+text and the exponent before any conversion, since ``int()`` of a valid quantity such as
+``1e999999999`` would run for minutes."""
+MAX_QUANTITY_CHARS = 64
+LIMIT_TEXT = f"the webhook's limit of 10^18 (and {MAX_QUANTITY_CHARS} characters)"
+
+
+class QuantityTooLarge(ValueError):
+    """A quantity past `MAX_QUANTITY` (or longer than `MAX_QUANTITY_CHARS`)."""
+
+
+def bounded_quantity(raw: Any) -> Decimal:
+    """`raw` as an exact Decimal within ±`MAX_QUANTITY`, checked before any conversion that costs
+    more than its text: QuantityTooLarge, or ValueError/TypeError when it is no quantity."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise TypeError(f"{raw!r} is not a quantity")
+    text = str(raw)
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityTooLarge(f"{text[:MAX_QUANTITY_CHARS]}... is beyond {LIMIT_TEXT}")
+    try:
+        q = quantity_decimal(text)
+    except ArithmeticError:  # an exponent past Decimal's own range
+        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}") from None
+    if not q.is_finite() or q.adjusted() > 18 or abs(q) > MAX_QUANTITY:
+        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}")
+    return q
+
+
 def _whole(where: str, resource: str, raw: Any) -> int | str:
     """A whole-number quantity, or the problem with it."""
     try:
-        q = quantity_decimal(raw)
+        q = bounded_quantity(raw)
+    except QuantityTooLarge as e:
+        return f"{where}: {resource}={e}; write a whole number of at most 10^18"
     except (ValueError, TypeError):
         return f"{where}: {resource}={raw!r} is not a Kubernetes quantity; write a whole number"
-    if q != q.to_integral_value():
-        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
     if q < 0:
         return f"{where}: {resource}={raw} is negative"
+    if q != q.to_integral_value():
+        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
     return int(q)
 
 
