@@ -80,10 +80,11 @@ def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     return _client.ApiClient(cfg)
 
 
-def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float) -> Any:
+def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float,
+            query: list[tuple[str, str]] | None = None) -> Any:
     """GET `path` (e.g. ``/api/v1/nodes/{name}``) through the client's generic call; the read
     urllib3 response (connection back in the pool). Raises ApiException on a non-2xx status."""
-    request = api.param_serialize(method="GET", resource_path=path, path_params=path_params,
+    request = api.param_serialize(method="GET", resource_path=path, path_params=path_params, query_params=query or [],
                                   header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
     response = api.call_api(*request, _request_timeout=timeout)
     try:
