@@ -381,7 +381,7 @@ class Watchdog:
                 window.append((now, sum(utils)))
                 while window and window[0][0] < now - self.settings.share_window:
                     window.popleft()
-                full = window[0][0] <= now - self.settings.share_window + self.settings.interval * 1.5
+                full = window[0][0] <= now - self.settings.share_window + self.settings.interval / 2
                 mean = sum(u for _t, u in window) / len(window)
                 over_pp = mean - share - self.settings.share_tolerance
                 self.m_over_share.labels(*labels).set(max(0.0, over_pp))

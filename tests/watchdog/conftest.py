@@ -84,7 +84,8 @@ class Rig:
         self.root = root
         self.state = root / "state"
         self.driver = HamiCoreGpuDriver()
-        self.driver.setup(DriverContext(node_name="node-a", pool_name="node-a", fake="h200x8"))
+        self.driver.setup(DriverContext(node_name="node-a", pool_name="node-a", settings={"health": "off"},
+                                        fake="h200x8"))
         self.checkpoint = Checkpoint(self.state)
         self.hook_dir = HookDir(root / "hookdir")
         self.library = dra.hook_library("vgpu")
@@ -190,14 +191,19 @@ class Rig:
         self.driver.close()
 
 
+@pytest.fixture(scope="session")
+def stub_nvml() -> Path:
+    return build_stub_libraries() / "libnvidia-ml.so.1"
+
+
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+def rig(stub_nvml: Path) -> Iterator[Rig]:
     why = _unavailable()
     if why:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the watchdog rig needs root: {why}")
         pytest.skip(why)
-    stub = build_stub_libraries() / "libnvidia-ml.so.1"
+    stub = stub_nvml
     with isolated_env(STUB_ENV):
         with tempfile.TemporaryDirectory(prefix="dra-wd-", dir="/tmp") as work:
             r = Rig(Path(work), stub)
