@@ -46,16 +46,19 @@ def _unavailable() -> str:
     return why
 
 
-@pytest.fixture(scope="session")
-def static_sleeper(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A statically linked program that waits: what no preload can reach."""
-    d = tmp_path_factory.mktemp("static")
+def static_program(d: Path) -> Path:
+    """A statically linked program that waits (in `d`): what no preload can reach."""
     (d / "sleeper.c").write_text("#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
     proc = subprocess.run(["gcc", "-static", "-O1", "-o", str(d / "sleeper"), str(d / "sleeper.c")],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        pytest.fail(f"gcc -static failed (libc6-dev has libc.a): {proc.stderr}")
+        raise RuntimeError(f"gcc -static failed (libc6-dev has libc.a): {proc.stderr}")
     return d / "sleeper"
+
+
+@pytest.fixture(scope="session")
+def static_sleeper(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return static_program(tmp_path_factory.mktemp("static"))
 
 
 @dataclasses.dataclass
