@@ -523,9 +523,11 @@ def _mib(n: float) -> int:
 
 
 class ApiEvents:
-    """Posts each verdict as a Warning Event on its pods (the Node for a host process), from a
-    thread of its own so that a slow API server never delays a poll. Pods are named from the
-    claim's ``status.reservedFor`` or, for a pod in no claim, from the node's pod list."""
+    """Posts each verdict as a Warning Event on its pods, from a thread of its own so that a slow
+    API server never delays a poll. Pods are named from the claim's ``status.reservedFor`` (the
+    daemon may read claims); a process in no claim of this driver, a host process or another
+    pod's (named by UID in the message), gets its Event on the Node: reading every pod of the
+    cluster to name it is a permission the daemon is not given."""
 
     def __init__(self, api: Any, driver: str, node: str, timeout: float = 5.0) -> None:
         self.api = api
@@ -594,11 +596,4 @@ class ApiEvents:
             for ref in (doc.get("status") or {}).get("reservedFor") or ():
                 if ref.get("resource") == "pods" and ref.get("uid") and ref.get("name"):
                     self._pods[str(ref["uid"])] = (claim.namespace, str(ref["name"]))
-        if uid not in self._pods:
-            doc = client.get_json(self.api, "/api/v1/pods", {}, self.timeout,
-                                  query=[("fieldSelector", f"spec.nodeName={self.node}")]) or {}
-            for item in doc.get("items") or ():
-                meta = item.get("metadata") or {}
-                if meta.get("uid") and meta.get("name"):
-                    self._pods[str(meta["uid"])] = (str(meta.get("namespace", "")), str(meta["name"]))
         return self._pods.get(uid)
