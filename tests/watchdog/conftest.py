@@ -121,11 +121,12 @@ class Rig:
         return self.now
 
     def claim(self, device: str = "hami-gpu-0", memory: int = 4 * GiB, cores: int = 30,
-              action: str | None = None) -> Claim:
-        """A prepared claim of one share of `device`, with its hook dir, as prepare leaves it."""
+              action: str | None = None, hook_cores: int | None = None) -> Claim:
+        """A prepared claim of one share of `device`, with its hook dir, as prepare leaves it
+        (`hook_cores`: what the hook enforces, when the config changes it, e.g. computeLimit: false)."""
         uid = str(uuidlib.uuid4())
         gpu_uuid, _ = self.gpu(device)
-        plan = self.hooks.plan(Enforcement(self.library, [Quota(gpu_uuid, memory, cores)]))
+        plan = self.hooks.plan(Enforcement(self.library, [Quota(gpu_uuid, memory, hook_cores or cores)]))
         self.hooks.create(uid, plan)
         config = {"apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig"}
         if action:

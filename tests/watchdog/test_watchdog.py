@@ -141,6 +141,20 @@ def test_no_share_verdict_without_a_compute_limit_or_without_utilization(rig: Ri
         rig.now += 1
 
 
+def test_the_ledgers_quota_wins_over_the_allocation(rig: Rig) -> None:
+    """A claim whose config lifts its compute limit (computeLimit: false) is enforced at 100
+    cores by the hook although 20 were allocated: no over-share verdict for it."""
+    c = rig.claim(cores=20, hook_cores=100)
+    pid = rig.start(c, ["sleep", "300"])
+    rig.on_gpu(pid, c.device, GiB, 90)
+    wd = rig.watchdog(share_window=2)
+    for _ in range(4):
+        assert wd.poll() == []
+        rig.now += 1
+    view = wd._claims[c.uid]
+    assert view.cores == {c.device: 100} and view.memory == {c.device: 4 * GiB}
+
+
 def test_taint_marks_the_device_until_the_claim_ends(rig: Rig, static_sleeper: Path) -> None:
     c = rig.claim(device="hami-gpu-5")
     static = rig.start(c, [str(static_sleeper)])
