@@ -216,9 +216,11 @@ class Daemon:
         if settings.watchdog is not None and type(driver).processes is not Driver.processes:
             from dra.watchdog import ApiEvents, Watchdog
 
+            claims_dir = self.preparer.checkpoint.claims_dir
             self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",
                                      ApiEvents(claims_client, name, settings.node_name), self.metrics.registry,
-                                     settings.watchdog, on_taints=self.publisher.devices_changed)
+                                     settings.watchdog, on_taints=self.publisher.devices_changed,
+                                     records_stamp=lambda: os.stat(claims_dir).st_mtime_ns)
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
             where = f"{settings.metrics_address}:{settings.metrics_port}"

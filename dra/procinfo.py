@@ -49,7 +49,8 @@ def start_time(proc: Path, pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (clock ticks after boot): with the PID, names a process
     uniquely over time (a recycled PID has another start time). None: gone."""
     try:
-        raw = (proc / str(pid) / "stat").read_bytes()
+        with open(f"{proc}/{pid}/stat", "rb") as f:  # every process, every poll: no pathlib
+            raw = f.read()
     except OSError:
         return None
     end = raw.rfind(b")")  # comm may hold spaces and parentheses

@@ -53,6 +53,7 @@ ACTIONS = ("report", "kill", "taint")
 VERDICTS = ("unheld", "over-quota", "over-share")
 REASONS = {"unheld": "ProcessUnheld", "over-quota": "MemoryOverQuota", "over-share": "ComputeOverShare"}
 CONFIG_KEY = "watchdogAction"
+RECORDS_MAX_AGE = 5.0
 GiB = 1 << 30
 
 
@@ -174,8 +175,15 @@ class Watchdog:
 
     def __init__(self, driver: Driver, records: Callable[[], Iterable[ClaimRecord]], hooks_root: Path,
                  events: EventSink, registry: CollectorRegistry, settings: WatchdogSettings | None = None,
-                 on_taints: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_taints: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.monotonic,
+                 records_stamp: Callable[[], object] | None = None) -> None:
+        """`records_stamp`: a value that changes when the records may have (the checkpoint dir's
+        mtime): records are then re-read only on a change, a claim unknown to a process's mounts,
+        or every `RECORDS_MAX_AGE` seconds."""
         self.driver = driver
+        self._records_stamp = records_stamp
+        self._stamp: object = None
+        self._records_at = 0.0
         self.settings = settings or WatchdogSettings()
         self._records = records
         self.hooks_root = Path(hooks_root)
@@ -280,7 +288,16 @@ class Watchdog:
         self.m_poll.labels(self.driver.name).set(time.perf_counter() - t0)
         return done
 
-    def _refresh_claims(self) -> dict[str, ClaimView]:
+    def _refresh_claims(self, force: bool = False) -> dict[str, ClaimView]:
+        if self._records_stamp is not None and not force:
+            try:
+                stamp = self._records_stamp()
+            except OSError:
+                stamp = None
+            if stamp is not None and stamp == self._stamp and time.monotonic() - self._records_at < RECORDS_MAX_AGE:
+                return self._claims
+            self._stamp = stamp
+        self._records_at = time.monotonic()
         out: dict[str, ClaimView] = {}
         for rec in self._records():
             if rec.uid in self._claims and self._record_stamp.get(rec.uid) == rec.updated_at:
@@ -326,6 +343,8 @@ class Watchdog:
             self._warn_once("unreadable", "a device process's /proc entries are unreadable: the daemon needs the "
                             "host PID namespace (hostPID) and CAP_SYS_PTRACE", pid=p.pid)
             return None
+        if any(u not in claims and (self.hooks_root / u).is_dir() for u in w.claims):
+            claims = self._refresh_claims(force=True)  # a claim prepared since the records were read
         mine = [claims[u] for u in sorted(w.claims) if u in claims]
         claim = next((c for c in mine if p.device in c.devices), mine[0] if mine else None)
         held: bool | None = None

@@ -112,8 +112,10 @@ class Rig:
         def taints() -> None:
             self.taint_calls += 1
 
+        claims_dir = self.checkpoint.claims_dir  # as the daemon wires it
         return Watchdog(self.driver, self.checkpoint.records, self.state / "hooks", self.events, self.registry,
-                        WatchdogSettings(**settings), on_taints=taints, clock=self.clock)
+                        WatchdogSettings(**settings), on_taints=taints, clock=self.clock,
+                        records_stamp=lambda: os.stat(claims_dir).st_mtime_ns)
 
     now = 1000.0
 

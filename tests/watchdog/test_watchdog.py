@@ -219,3 +219,18 @@ def test_detection_time_of_the_running_thread(rig: Rig, static_sleeper: Path) ->
         wd.stop()
     assert [v.pid for v in rig.events.got] == [static]
     assert took < 2.0, took
+
+
+def test_a_claim_prepared_after_the_records_were_read_is_found(rig: Rig, static_sleeper: Path) -> None:
+    """Records are cached while their stamp holds; a process whose mounts name a claim with a hook
+    dir but no cached record makes the watchdog read them again (it is not 'in no claim')."""
+    wd = rig.watchdog()
+    wd._records_stamp = lambda: "never changes"
+    assert wd.poll() == []
+    c = rig.claim()
+    held = rig.start(c, ["sleep", "300"])
+    static = rig.start(c, [str(static_sleeper)])
+    rig.on_gpu(held, c.device, GiB)
+    rig.on_gpu(static, c.device, GiB)
+    got = wd.poll()
+    assert [(v.kind, v.pid, v.claim.uid if v.claim else None) for v in got] == [("unheld", static, c.uid)]
