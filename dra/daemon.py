@@ -7,6 +7,7 @@ It wires the parts together and owns nothing else:
       ├── ClaimPreparer    kubelet's prepare/unprepare: claim checks, checkpoint, CDI specs
       │     └── MeteredHandler (counts and latencies)
       ├── KubeletPlugin    registration + DRA gRPC sockets that kubelet dials
+      ├── Watchdog         every process on the devices checked against its claim (`dra.watchdog`)
       └── HealthServer     /healthz (sockets answer), /readyz (published and registered), /metrics
 
 Start order: local state repaired first (orphaned CDI specs), then publishing (in the
@@ -41,6 +42,8 @@ from dra.metrics import HealthServer, MeteredHandler, Metrics
 from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
 from dra.publish.fence import warn_if_unfenced
 from dra.publish.layout import parse_layout
+from dra.watchdog import ACTIONS as WATCHDOG_ACTIONS
+from dra.watchdog import WatchdogSettings
 
 log = logging.getLogger("dra.daemon")
 
@@ -98,6 +101,8 @@ class DaemonSettings:
     allow_claim_loosening: bool = False
     """Honour a claim's own opaque config where it loosens enforcement below its DeviceClass's
     (`dra.loosening`); off: such claims fail, naming the field."""
+    watchdog: WatchdogSettings | None = dataclasses.field(default_factory=WatchdogSettings)
+    """The process watchdog (drivers that list their devices' processes); None: off."""
 
 
 def installed_drivers() -> dict[str, Any]:
@@ -169,11 +174,12 @@ class Daemon:
         self.settings = settings
         name = driver.name
         self.metrics = Metrics(name)
+        self.watchdog: Any = None
         self.publisher = Publisher(
             publish_client,
             name,
             settings.node_name,
-            driver.devices,
+            self._devices,
             settings=settings.publish,
             on_sync=self._published,
             on_error=lambda _exc: self.metrics.error("publish"),
@@ -215,6 +221,14 @@ class Daemon:
             max_workers=settings.grpc_workers,
             pool_name=self.context.pool_name,
         )
+        if settings.watchdog is not None and type(driver).processes is not Driver.processes:
+            from dra.watchdog import ApiEvents, Watchdog
+
+            claims_dir = self.preparer.checkpoint.claims_dir
+            self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",
+                                     ApiEvents(claims_client, name, settings.node_name), self.metrics.registry,
+                                     settings.watchdog, on_taints=self.publisher.devices_changed,
+                                     records_stamp=lambda: os.stat(claims_dir).st_mtime_ns)
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
             where = f"{settings.metrics_address}:{settings.metrics_port}"
@@ -227,6 +241,17 @@ class Daemon:
                 ) from exc
         self._stopped = False
         self._fence_checked = False
+
+    def _devices(self) -> Any:
+        """The driver's devices, with the watchdog's taints added."""
+        devices = self.driver.devices()
+        if self.watchdog is None:
+            return devices
+        out = []
+        for d in devices:
+            extra = self.watchdog.taints(d.name)
+            out.append(dataclasses.replace(d, taints=(*d.taints, *extra)) if extra else d)
+        return out
 
     def _health_source(self) -> Any:
         """The driver's own health iterator, else the snapshots it pushes through its context."""
@@ -262,6 +287,8 @@ class Daemon:
             raise UserError(f"Driver {self.driver.name} reported a device the API would reject: {exc}") from exc
         self.plugin.start()
         self.ledger_guard.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
         if self.http is not None:
             self.http.start()
             log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
@@ -287,6 +314,9 @@ class Daemon:
         self._stopped = True
         self.plugin.stop()  # first: kubelet must stop sending calls before the handler goes away
         self.health_feed.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog.close()
         self.publisher.stop()
         self.preparer.close()
         self.ledger_guard.stop()
@@ -396,6 +426,22 @@ def register(app: typer.Typer) -> None:
             "--allow-claim-loosening",
             help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...).")
         ] = False,
+        watchdog: Annotated[
+            str, typer.Option("--watchdog", help="Process watchdog action: report, kill, taint, or off.")
+        ] = "report",
+        watchdog_interval: Annotated[
+            float, typer.Option("--watchdog-interval", help="Seconds between the watchdog's polls.")
+        ] = WatchdogSettings.interval,
+        watchdog_context_overhead: Annotated[
+            str, typer.Option("--watchdog-context-overhead",
+                              help="Memory per process a claim may hold beyond its quota (its context), e.g. 1Gi.")
+        ] = "1Gi",
+        watchdog_share_window: Annotated[
+            float, typer.Option("--watchdog-share-window", help="Seconds over which compute use is averaged.")
+        ] = WatchdogSettings.share_window,
+        watchdog_share_tolerance: Annotated[
+            float, typer.Option("--watchdog-share-tolerance", help="Percentage points of compute beyond the share.")
+        ] = WatchdogSettings.share_tolerance,
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
@@ -406,6 +452,19 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--preload must be 'file' or 'env', not {preload!r}")
         if not node_name:
             raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
+        watchdog_settings = None
+        if watchdog != "off":
+            if watchdog not in WATCHDOG_ACTIONS:
+                raise UserError(f"--watchdog must be one of {', '.join(WATCHDOG_ACTIONS)} or off, not {watchdog!r}")
+            try:
+                from dra.client import quantity_to_int
+
+                overhead = quantity_to_int(watchdog_context_overhead)
+                watchdog_settings = WatchdogSettings(watchdog, watchdog_interval, overhead, watchdog_share_window,
+                                                     watchdog_share_tolerance)
+            except (ValueError, ArithmeticError) as exc:
+                raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-context-overhead 1Gi)"
+                                ) from exc
         dra_logging.setup(log_format, log_level)
         # The client's connection retries log a warning each; the publisher reports outages itself.
         logging.getLogger("urllib3").setLevel(logging.ERROR)
@@ -426,6 +485,7 @@ def register(app: typer.Typer) -> None:
             preload=preload,
             publish=PublishSettings(layout=parse_layout(slice_layout)),
             allow_claim_loosening=allow_claim_loosening,
+            watchdog=watchdog_settings,
         )
         run(driver, settings)
 

@@ -172,6 +172,23 @@ class HealthEvent:
     message: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceProcess:
+    """One process using a device, as the device's management library sees it from the host:
+    what the framework's watchdog checks against the claims (`Driver.processes`)."""
+
+    device: str
+    """The published device name."""
+    uuid: str
+    """The physical device, as `Quota.uuid` names it."""
+    pid: int
+    """The host PID (the daemon runs in the host PID namespace)."""
+    memory: int
+    """Bytes of device memory the process holds, its context included."""
+    utilization: float | None = None
+    """Percent of the device's compute the process used since the last poll; None: not reported."""
+
+
 # --- enforcement: how a share is held to its quota -----------------------------------------------
 
 
@@ -327,6 +344,11 @@ class Driver(abc.ABC):
         it publishes, so every driver's library is in the node's hook set before the first claim:
         a heterogeneous claim's specs (one per driver) then mount the same set. Default: none."""
         return ()
+
+    def processes(self) -> Sequence[DeviceProcess] | None:
+        """Every process on this node's devices now (the watchdog polls it each second from one
+        thread; keep it cheap), or None: the driver cannot list them and the watchdog stays off."""
+        return None
 
     def health(self) -> Iterator[list[HealthEvent]] | None:
         """An optional blocking iterator of full health snapshots; None when not supported

@@ -33,6 +33,7 @@ from dra import (
     ContainerEdits,
     Device,
     DeviceNode,
+    DeviceProcess,
     Driver,
     DriverContext,
     Enforcement,
@@ -45,6 +46,7 @@ from dra import (
 from drivers.hami_core_gpu import devices, edits, fake, nvml
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
 from drivers.hami_core_gpu.health import HealthMonitor
+from drivers.hami_core_gpu.processes import ProcessReader
 from drivers.hami_core_gpu.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class HamiCoreGpuDriver(Driver):
         self.monitor: HealthMonitor | None = None
         self.files: edits.DriverFiles | None = None
         self._by_name: dict[str, nvml.Gpu] = {}
+        self._processes: ProcessReader | None = None
 
     # --- start ---------------------------------------------------------------------------------
     def setup(self, ctx: DriverContext) -> None:
@@ -104,6 +107,8 @@ class HamiCoreGpuDriver(Driver):
         """Stop the health monitor and drop the fake backend's files (tests; the daemon exits)."""
         if self.monitor is not None:
             self.monitor.stop()
+        if self._processes is not None:
+            self._processes.close()
         if self.fake is not None:
             self.fake.close()
 
@@ -119,6 +124,12 @@ class HamiCoreGpuDriver(Driver):
             return []
         names = {g.uuid: n for n, g in self._by_name.items()}
         return [HealthEvent(names[u], healthy, message) for u, healthy, message in self.monitor.snapshot()]
+
+    def processes(self) -> Sequence[DeviceProcess]:
+        """Every process on the shared GPUs, from NVML (`processes.py`), for the watchdog."""
+        if self._processes is None:
+            self._processes = ProcessReader([(n, g.uuid) for n, g in self._by_name.items()])
+        return self._processes.read()
 
     # --- publish -------------------------------------------------------------------------------
     def devices(self) -> Sequence[Device]:

@@ -260,6 +260,14 @@ static nvmlReturn_t enter(const char *call, nvmlDevice_t d) {
 #define ENTER(dev) do { nvmlReturn_t r_ = enter(__func__, (dev)); if (r_ != NVML_SUCCESS) return r_; } while (0)
 #define ENTER_SYS() ENTER(NULL)
 
+/* For the stub's other files (nvml_stub_procs.c): `enter`, and the device's NVML index. */
+nvmlReturn_t stub_nvml_enter(const char *call, nvmlDevice_t d, unsigned *index);
+nvmlReturn_t stub_nvml_enter(const char *call, nvmlDevice_t d, unsigned *index) {
+    nvmlReturn_t r = enter(call, d);
+    if (r == NVML_SUCCESS && d && index) *index = d->index;
+    return r;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Init, errors, system
  * ------------------------------------------------------------------------------------------- */
