@@ -6,6 +6,10 @@ Pure functions, no I/O. One pool per node, named after the node. Devices are sor
 use advanced features). The same devices always give the same slices, which is what lets the
 sync loop make no API write when nothing changed.
 
+Devices that draw on shared counters (partitionable devices) are published in one slice per
+counter set, with that set in the slice's `sharedCounters` (the resource.k8s.io/v1 layout of
+Kubernetes 1.34, where a device's counter set must be in its own slice).
+
 Every device is validated here, before it can reach the API server, so that a bad device is
 reported by name with what was expected rather than as a rejected slice.
 """
@@ -19,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from dra.client import quantity_decimal
-from dra.driver import Capacity, Device, Version
+from dra.driver import Capacity, CounterSet, Device, Version
 from dra.errors import DRAError
 
 API_VERSION = "resource.k8s.io/v1"
@@ -29,6 +33,7 @@ MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_LENGTH = 64
 MAX_VALID_VALUES = 10
 MAX_TAINTS_PER_DEVICE = 4  # 1.34; 1.35 raised it to 16
+MAX_COUNTERS_PER_SLICE = 32  # 1.34: all counters of all sets of one slice
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -53,6 +58,11 @@ class DesiredPool:
     driver: str
     node_name: str
     slices: tuple[tuple[dict[str, Any], ...], ...]
+    counters: tuple[tuple[dict[str, Any], ...], ...] = ()
+    """Per slice, its `sharedCounters` (API JSON); shorter than `slices` when the last have none."""
+
+    def shared_counters(self, index: int) -> tuple[dict[str, Any], ...]:
+        return self.counters[index] if index < len(self.counters) else ()
 
     @property
     def pool_name(self) -> str:
@@ -82,11 +92,56 @@ def desired_pool(driver: str, node_name: str, devices: Iterable[Device]) -> Desi
             raise DeviceValidationError(f"device {device.name!r} is listed twice; device names must be unique")
         seen.add(device.name)
         encoded.append(encode_device(device))
-    advanced = any(d.taints for d in ordered)
+    # Partitionable devices: one slice per counter set (its devices and the set).
+    sets: dict[str, CounterSet] = {}
+    members: dict[str, list[dict[str, Any]]] = {}
+    plain = []
+    for device, enc in zip(ordered, encoded, strict=True):
+        if not device.consumes_counters:
+            plain.append(enc)
+            continue
+        names = {c.counter_set.name for c in device.consumes_counters}
+        if len(names) != 1:
+            raise DeviceValidationError(f"device {device.name!r}: draws on counter sets {sorted(names)}; one set per"
+                                        " device (it is published in that set's slice)")
+        for c in device.consumes_counters:
+            if sets.setdefault(c.counter_set.name, c.counter_set) != c.counter_set:
+                raise DeviceValidationError(f"counter set {c.counter_set.name!r} is given with different counters by"
+                                            f" device {device.name!r}")
+            unknown = set(c.counters) - set(c.counter_set.counters)
+            if unknown:
+                raise DeviceValidationError(f"device {device.name!r}: consumes counters {sorted(unknown)} that counter"
+                                            f" set {c.counter_set.name!r} does not have")
+        members.setdefault(names.pop(), []).append(enc)
+    advanced = any(d.taints or d.consumes_counters for d in ordered)
     size = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
-    chunks = tuple(tuple(encoded[i : i + size]) for i in range(0, len(encoded), size))
+    chunks = [tuple(members[n]) for n in sorted(members, key=natural_key)]
+    counters = [(encode_counter_set(sets[n]),) for n in sorted(members, key=natural_key)]
+    for n, chunk in zip(sorted(members, key=natural_key), chunks, strict=True):
+        if len(chunk) > size:
+            raise DeviceValidationError(f"counter set {n!r}: {len(chunk)} devices draw on it; at most {size} fit its slice")
+    chunks += [tuple(plain[i : i + size]) for i in range(0, len(plain), size)]
     # An empty pool is still a pool: one slice without devices tells the scheduler so.
-    return DesiredPool(driver=driver, node_name=node_name, slices=chunks or ((),))
+    return DesiredPool(driver=driver, node_name=node_name, slices=tuple(chunks) or ((),), counters=tuple(counters))
+
+
+def encode_counter_set(counter_set: CounterSet) -> dict[str, Any]:
+    """A `CounterSet` as resource.k8s.io/v1 JSON; raises DeviceValidationError naming it."""
+    if not _DNS_LABEL.match(counter_set.name):
+        raise DeviceValidationError(f"counter set {counter_set.name!r}: the name must be a DNS label")
+    if not counter_set.counters or len(counter_set.counters) > MAX_COUNTERS_PER_SLICE:
+        raise DeviceValidationError(f"counter set {counter_set.name!r}: needs 1..{MAX_COUNTERS_PER_SLICE} counters")
+    counters = {}
+    for key in sorted(counter_set.counters):
+        if not _DNS_LABEL.match(key):
+            raise DeviceValidationError(f"counter set {counter_set.name!r}: counter {key!r} must be a DNS label")
+        try:
+            quantity_decimal(counter_set.counters[key])
+        except (ValueError, TypeError, ArithmeticError):
+            raise DeviceValidationError(f"counter set {counter_set.name!r}: counter {key!r}:"
+                                        f" {counter_set.counters[key]!r} is not a quantity") from None
+        counters[key] = {"value": counter_set.counters[key]}
+    return {"name": counter_set.name, "counters": counters}
 
 
 def encode_device(device: Device) -> dict[str, Any]:
@@ -130,6 +185,18 @@ def encode_device(device: Device) -> dict[str, Any]:
                 entry["value"] = taint.value
             taints.append(entry)
         out["taints"] = taints
+    if device.consumes_counters:
+        consumption = []
+        for c in device.consumes_counters:
+            amounts = {}
+            for key in sorted(c.counters):
+                try:
+                    quantity_decimal(c.counters[key])
+                except (ValueError, TypeError, ArithmeticError):
+                    raise fail(f"consumes counter {key!r}: {c.counters[key]!r} is not a quantity") from None
+                amounts[key] = {"value": c.counters[key]}
+            consumption.append({"counterSet": c.counter_set.name, "counters": amounts})
+        out["consumesCounters"] = consumption
     return out
 
 
@@ -232,8 +299,18 @@ def slice_object(pool: DesiredPool, index: int, generation: int, node_uid: str, 
             "nodeName": pool.node_name,
             "pool": {"name": pool.pool_name, "generation": generation, "resourceSliceCount": len(pool.slices)},
             "devices": list(pool.slices[index]),
+            **({"sharedCounters": list(pool.shared_counters(index))} if pool.shared_counters(index) else {}),
         },
     }
+
+
+def comparable_slice(devices: Sequence[Mapping[str, Any]], shared_counters: Sequence[Mapping[str, Any]] = ()
+                     ) -> tuple[Any, ...]:
+    """`comparable_devices` plus the slice's shared counters (quantities canonical)."""
+    sets = tuple(sorted((c.get("name"), tuple(sorted((k, _q((v or {}).get("value")))
+                                                      for k, v in (c.get("counters") or {}).items())))
+                        for c in shared_counters))
+    return (comparable_devices(devices), sets)
 
 
 def comparable_devices(devices: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:

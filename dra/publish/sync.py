@@ -29,7 +29,14 @@ import urllib3
 
 from dra.client import ApiClient, ApiException, ResourceV1Api, get_raw, iter_resp_lines
 from dra.driver import Device
-from dra.publish.desired import DesiredPool, DeviceValidationError, comparable_devices, desired_pool, slice_object
+from dra.publish.desired import (
+    DesiredPool,
+    DeviceValidationError,
+    comparable_devices,
+    comparable_slice,
+    desired_pool,
+    slice_object,
+)
 from dra.publish.timing import Backoff, Clock, SystemClock
 
 log = logging.getLogger("dra.publish")
@@ -250,7 +257,8 @@ class Publisher:
         generation = max((s["spec"]["pool"]["generation"] for s in ours), default=0)
         current = [s for s in ours if s["spec"]["pool"]["generation"] == generation]
         obsolete = [s for s in ours if s["spec"]["pool"]["generation"] < generation]
-        wanted = [self._accepted.get(key, key) for key in (comparable_devices(d) for d in desired.slices)]
+        wanted = [(self._accepted.get(key, key), comparable_slice((), desired.shared_counters(i))[1])
+                  for i, key in enumerate(comparable_devices(d) for d in desired.slices)]
 
         result = SyncResult(generation=generation, slices=len(desired.slices), devices=desired.device_count)
         deleted = 0
@@ -300,7 +308,8 @@ class Publisher:
         for s in current:
             if s["spec"]["pool"].get("resourceSliceCount") != count or not self._owned(s):
                 return False
-        have = collections.Counter(comparable_devices(s["spec"].get("devices") or ()) for s in current)
+        have = collections.Counter(comparable_slice(s["spec"].get("devices") or (), s["spec"].get("sharedCounters") or ())
+                                   for s in current)
         return have == collections.Counter(wanted)
 
     def _owned(self, s: dict[str, Any]) -> bool:
@@ -320,7 +329,7 @@ class Publisher:
             return devices
 
         def same_content(i: int, s: dict[str, Any]) -> bool:
-            return bool(comparable_devices(devices_of(s)) == wanted[i])
+            return bool(comparable_slice(devices_of(s), s["spec"].get("sharedCounters") or ()) == wanted[i])
 
         def same_names(i: int, s: dict[str, Any]) -> bool:
             return frozenset(d["name"] for d in devices_of(s)) == names[i]

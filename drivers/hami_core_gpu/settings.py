@@ -14,6 +14,10 @@
 - ``fullLoadClockMhz`` (unset): the sustained SM clock under full load of this node's GPUs, for
   claims with ``computeMode: strict`` that give none (H200: ~1500; ``bench/hookcore_gpu.py`` measures it).
 
+- ``mig`` (``static``): what a GPU in MIG mode is published as: ``static``, its existing MIG
+  devices; ``dynamic``, its profiles at every placement (partitionable devices; instances made at
+  prepare); ``off``, nothing (`mig.py`). GPUs with MIG off are shared by the hook in every mode.
+
 Unknown keys and bad values stop the daemon at start with a message naming the key.
 """
 
@@ -42,15 +46,18 @@ class Settings:
     health_probe_interval: float = 5.0
     sysfs: Path = Path("/sys")
     full_load_clock_mhz: int | None = None
+    mig: str = "static"
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
         known = {
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs", "fullLoadClockMhz",
+            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig",
         }
         dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
+        if "mig" in raw:
+            out["mig"] = dra.settings.one_of("mig", raw["mig"], ("off", "static", "dynamic"))
         if "cdiMode" in raw:
             out["cdi_mode"] = dra.settings.one_of("cdiMode", raw["cdiMode"], CDI_MODES)
         if "toolkitCdiKind" in raw:
