@@ -20,6 +20,11 @@ MIG UUIDs, the toolkit's ``nvidia.com/gpu=MIG-...``); the hardware isolates them
 loaded, and a config asking for hook settings (preload, computeMode) is refused there. One claim
 holds MIG devices or hook shares, not both.
 
+MPS (`mps.py`): a claim whose config says ``sharing: mps`` runs as a client of its GPU's MPS
+server (one control daemon per GPU, restarted when it stops answering, the GPU reported unhealthy
+meanwhile); its containers get the pipe and log dirs and the limits ``cores`` (SM percentage)
+and ``memory`` (pinned device memory); hookcore keeps the memory quota, its compute limit is off.
+
 Prepare: every allocation result of a claim must name a GPU of this node. Shares of one GPU in
 one claim (two requests landing on one device) are summed into one visible device. The claim's
 containers see its GPUs by UUID in allocation order (`edits.py`), and the framework enforces one
@@ -45,12 +50,13 @@ from dra import (
     DriverContext,
     Enforcement,
     HealthEvent,
+    Mount,
     Preload,
     PreparedDevice,
     PrepareError,
     Quota,
 )
-from drivers.hami_core_gpu import devices, edits, fake, mig, nvml
+from drivers.hami_core_gpu import devices, edits, fake, mig, mps, nvml
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
 from drivers.hami_core_gpu.health import HealthMonitor
 from drivers.hami_core_gpu.settings import Settings
@@ -82,6 +88,7 @@ class HamiCoreGpuDriver(Driver):
         self.files: edits.DriverFiles | None = None
         self._by_name: dict[str, nvml.Gpu] = {}
         self._mig_devices: list[Device] = []
+        self.mps: mps.MpsDaemons | None = None
         self._mig_static: dict[str, mig.MigDevice] = {}
         self._mig_dynamic: dict[str, tuple[nvml.Gpu, mig.Profile, int]] = {}
 
@@ -104,6 +111,12 @@ class HamiCoreGpuDriver(Driver):
             self.files = edits.DriverFiles.find(self.fake.stub_library.parent)
         elif self.settings.cdi_mode == "self-contained":
             self.files = edits.DriverFiles.find(self.settings.driver_root)
+        root = self.settings.mps_root
+        if self.fake is not None and "mpsRoot" not in ctx.settings:
+            root = self.fake.mps_root
+        program = self.settings.mps_control or (str(self.fake.mps_control) if self.fake else "nvidia-cuda-mps-control")
+        self.mps = mps.MpsDaemons(root, program, self._health_changed)
+        self.mps.start([g.uuid for g in shared])
         if self.settings.health and shared:
             self.monitor = HealthMonitor([g.uuid for g in shared], self._health_changed,
                                          probe_interval=self.settings.health_probe_interval)
@@ -156,6 +169,8 @@ class HamiCoreGpuDriver(Driver):
         """Stop the health monitor and drop the fake backend's files (tests; the daemon exits)."""
         if self.monitor is not None:
             self.monitor.stop()
+        if self.mps is not None:
+            self.mps.close()
         if self.fake is not None:
             self.fake.close()
 
@@ -166,11 +181,20 @@ class HamiCoreGpuDriver(Driver):
         self.context.report_health(self.health_events())
 
     def health_events(self) -> list[HealthEvent]:
-        """Every shared GPU's health now (healthy None: not monitored)."""
-        if self.monitor is None:
+        """Every shared GPU's health now (healthy None: not monitored); a GPU whose MPS control
+        daemon is being restarted is unhealthy."""
+        nvml_view = {u: (healthy, message) for u, healthy, message in self.monitor.snapshot()} if self.monitor else {}
+        mps_down = {g.uuid for g in self._by_name.values() if self.mps is not None and self.mps.healthy(g.uuid) is False}
+        if self.monitor is None and not (self.mps is not None and self.mps.status()):
             return []
-        names = {g.uuid: n for n, g in self._by_name.items()}
-        return [HealthEvent(names[u], healthy, message) for u, healthy, message in self.monitor.snapshot()]
+        out = []
+        for name, gpu in sorted(self._by_name.items(), key=lambda kv: kv[1].minor):
+            u = gpu.uuid
+            healthy, message = nvml_view.get(u, (None, ""))
+            if u in mps_down:
+                healthy, message = False, "MPS control daemon not answering; restarting it"
+            out.append(HealthEvent(name, healthy, message))
+        return out
 
     # --- publish -------------------------------------------------------------------------------
     def devices(self) -> Sequence[Device]:
@@ -233,8 +257,17 @@ class HamiCoreGpuDriver(Driver):
     def prepare(self, claim: ClaimRef, devices_: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
         if self._is_mig(devices_):
             return self._prepare_mig(devices_)
-        self.visible(claim, devices_)  # refuse before anything is written
-        self._config(devices_)
+        visible = self.visible(claim, devices_)  # refuse before anything is written
+        use_mps = self._config(devices_).sharing == "mps"
+        if use_mps:
+            if len(visible) != 1:
+                raise PrepareError(f"sharing: mps needs the claim on one GPU (a process talks to one MPS server); it"
+                                   f" has {len(visible)}: {[d.device for d in devices_]}; ask for one device")
+            assert self.mps is not None
+            try:
+                self.mps.add_claim(visible[0].uuid, claim.uid)
+            except (OSError, RuntimeError) as exc:
+                raise PrepareError(f"device {devices_[0].device}: MPS: {exc}") from exc
         prepared = []
         for dev in devices_:
             gpu = self._by_name[dev.device]
@@ -242,6 +275,8 @@ class HamiCoreGpuDriver(Driver):
             if self.settings.cdi_mode == "self-contained" and self.fake is None:
                 nodes = (edits.self_contained_device_node(gpu.minor, self.settings.dev_root),)
             state = {"uuid": gpu.uuid, "minor": gpu.minor, **{k: int(v) for k, v in dev.consumed_capacity.items()}}
+            if use_mps:
+                state["mps"] = True
             toolkit: tuple[str, ...] = ()
             if self.settings.cdi_mode == "toolkit" and self.fake is None:
                 toolkit = tuple(edits.toolkit_device_ids(self.settings.toolkit_cdi_kind, [gpu.uuid]))
@@ -256,6 +291,8 @@ class HamiCoreGpuDriver(Driver):
         config = self._config(allocated)
         unlimited = {d.device for d in allocated if d.config is not None and not d.config.compute_limit}
         names = {g.uuid: n for n, g in self._by_name.items()}
+        if config.sharing == "mps":  # MPS caps the SMs; the hook keeps the memory quota only
+            unlimited = {d.device for d in allocated}
         strict = config.compute_mode == "strict"
         mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if strict else None
         quotas = []
@@ -276,10 +313,15 @@ class HamiCoreGpuDriver(Driver):
         if self.fake is not None:
             migs = [self._mig_of(p) for p in prepared if p.state.get("mig")]
             env.update(self.fake.container_env(uuids, migs))
+        mounts: tuple[Mount, ...] = ()
+        if any(p.state.get("mps") for p in prepared) and self.mps is not None:
+            (v,) = self.visible(claim, [p.device for p in prepared])
+            env.update(mps.container_env(v.cores, v.memory))
+            mounts = mps.container_mounts(self.mps, v.uuid)
         if self.files is None:
-            return ContainerEdits(env=env)
+            return ContainerEdits(env=env, mounts=mounts)
         base = edits.self_contained_claim_edits(self.files, None if self.fake else self.settings.dev_root)
-        return dataclasses.replace(base, env={**base.env, **env})
+        return dataclasses.replace(base, env={**base.env, **env}, mounts=(*base.mounts, *mounts))
 
     def _config(self, allocated: Sequence[AllocatedDevice]) -> GpuConfig:
         """The claim's one config; its requests' configs must agree on the compute mode too."""
@@ -290,9 +332,13 @@ class HamiCoreGpuDriver(Driver):
             raise PrepareError(f"the claim's configs ask for different compute modes {sorted(modes)} or full-load "
                                f"clocks {sorted(clocks)}; one claim is held one way: use one computeMode (and "
                                "fullLoadClockMhz)")
+        sharing = {c.sharing for c in configs}
+        if len(sharing) > 1:
+            raise PrepareError(f"the claim's requests ask for different sharing {sorted(map(str, sharing))}; one"
+                               " claim's containers are MPS clients or not: give every request sharing: mps")
         mode, mhz = next(iter(modes), None), next(iter(clocks), None)
         return dataclasses.replace(dra.claim_share_config(GpuConfig, allocated), compute_mode=mode,
-                                   full_load_clock_mhz=mhz)
+                                   full_load_clock_mhz=mhz, sharing=next(iter(sharing), None))
 
     def _mig_of(self, p: PreparedDevice) -> mig.MigDevice:
         """The MIG device a prepared device's state describes."""
@@ -307,6 +353,9 @@ class HamiCoreGpuDriver(Driver):
         """Destroy the claim's dynamic MIG instances (found by device name: a record still
         "preparing" has no state); the framework removes its CDI spec, hook config and ledger."""
         for p in prepared:
+            if p.device.device in self._by_name and self.mps is not None:
+                # also for a record still "preparing" (no state): the claim's MPS record goes by GPU
+                self.mps.remove_claim(self._by_name[p.device.device].uuid, claim.uid)
             if p.device.device in self._mig_dynamic:
                 gpu, profile, start = self._mig_dynamic[p.device.device]
                 if mig.destroy(gpu.uuid, profile, start):

@@ -271,6 +271,16 @@ class FakeBackend:
         self.mig_state = Path(os.environ.setdefault("HOOKCORE_STUB_NVML_MIG", str(default)))
         nvml.load_library(stub_library)
 
+    @property
+    def mps_control(self) -> Path:
+        """The FAKE nvidia-cuda-mps-control (records the commands it gets; no MPS server)."""
+        return Path(__file__).resolve().parent / "fake_mps" / "nvidia-cuda-mps-control"
+
+    @property
+    def mps_root(self) -> Path:
+        """Where the fake node's MPS daemons keep their dirs (a restart of the daemon finds them)."""
+        return self.mig_state.with_name(self.mig_state.name.replace(".state", "") + "-mps")
+
     def seed_static_mig(self, found: Mapping[str, mig.MigGpu]) -> bool:
         """Cut every MIG GPU that has no instance into `STATIC_LAYOUT`, through NVML (as mig-parted
         would); True when anything was made (then discover again)."""
