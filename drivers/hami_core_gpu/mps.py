@@ -11,7 +11,7 @@ not share a fault domain).
 
 Per GPU, under ``mpsRoot`` (``/run/hami-core-gpu/mps``): ``<uuid>/pipe`` and ``<uuid>/log`` (the
 daemon's ``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_LOG_DIRECTORY``, mounted into the claim's
-containers at ``/tmp/nvidia-mps`` and ``/var/log/nvidia-mps``), and ``<uuid>/claims/<claim uid>``,
+containers at ``/run/nvidia-mps`` and ``/var/log/nvidia-mps``), and ``<uuid>/claims/<claim uid>``,
 one empty directory per prepared MPS claim: the record that survives a restart of this daemon.
 A GPU with claims there gets its control daemon (``nvidia-cuda-mps-control -f``, a child of
 this daemon, with ``CUDA_VISIBLE_DEVICES`` = the GPU) started at start or first prepare, and
@@ -44,7 +44,7 @@ from dra import Mount
 
 log = logging.getLogger(__name__)
 
-CONTAINER_PIPE = "/tmp/nvidia-mps"
+CONTAINER_PIPE = "/run/nvidia-mps"
 CONTAINER_LOG = "/var/log/nvidia-mps"
 RW = ("rw", "nosuid", "nodev", "bind")
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the NUL

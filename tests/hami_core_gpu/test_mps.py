@@ -73,11 +73,11 @@ def test_an_mps_claim_gets_the_pipe_dir_and_both_limits(node: Node) -> None:
     uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-3"]
     prepared = d.prepare(claim(1), [share("hami-gpu-3", 30, 10 * GiB)])
     edits = d.claim_edits(claim(1), prepared)
-    assert edits.env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert edits.env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia-mps"
     assert edits.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert edits.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
     mounts = {m.container_path: m.host_path for m in edits.mounts}
-    assert mounts["/tmp/nvidia-mps"] == str(node.root / uuid / "pipe")
+    assert mounts["/run/nvidia-mps"] == str(node.root / uuid / "pipe")
     assert mounts["/var/log/nvidia-mps"] == str(node.root / uuid / "log")
     (quota,) = d.enforcement(claim(1), prepared).quotas  # the hook keeps memory, MPS caps the SMs
     assert (quota.uuid, quota.memory, quota.cores) == (uuid, 10 * GiB, 100)
