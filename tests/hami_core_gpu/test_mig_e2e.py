@@ -30,6 +30,7 @@ from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 from dra.testing.runtime import run_with_cdi, runtime_unavailable
 from dra.testing.stub import workload_program
+from dra.webhook import install
 
 MIG_MPS = EXAMPLES / "mig-mps"
 MiB = 1 << 20
@@ -204,3 +205,67 @@ def test_an_mps_claim_carries_the_pipe_dir_and_both_limits(rig_for: Callable[...
         assert seen.stdout.strip() == "ok", "the container does not see the MPS control socket: " + seen.stderr
         assert rig.harness.unprepare([ref(claim)], driver=DRIVER)[claim["metadata"]["uid"]] == ""
         wait_for(lambda: not (Path(mps_root) / uuid).exists() or None, 30, what="the MPS daemon quit")
+
+
+# --- HAMi pods through the webhook ------------------------------------------------------------------
+
+
+@pytest.fixture
+def webhook(cluster: ControlPlane, tmp_path: Path) -> Iterator[None]:
+    """`dra webhook up` for this test only (the API server sends it every pod with HAMi resources)."""
+    install.up(cluster.kubeconfig, tmp_path / "webhook", name=unique("dra-webhook-mig"))
+    yield
+    install.down(cluster.kubeconfig, tmp_path / "webhook")
+
+
+def hami_pod(rig: MigRig, name: str, limits: dict[str, str], annotations: dict[str, str]) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+           "spec": {"containers": [{"name": "cuda", "image": "busybox", "resources": {"limits": limits}}]}}
+    client.CoreV1Api(rig.api).create_namespaced_pod(rig.namespace, pod)
+
+
+def allocated_claim(rig: MigRig) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        got = [c for c in rig.claims() if (c.get("status") or {}).get("allocation")]
+        return got[0] if got and all(p["spec"].get("nodeName") == rig.node for p in rig.pods()) else None
+
+    claim: dict[str, Any] = wait_for(done, 90, what="the webhook's claim allocated and its pod bound")
+    return claim
+
+
+def test_a_hami_pod_in_mig_mode_gets_a_mig_device(rig_for: Callable[..., MigRig], webhook: None) -> None:
+    rig = rig_for("--fake", "h200x8-mig")
+    hami_pod(rig, "hami-mig", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}, {"nvidia.com/vgpu-mode": "mig"})
+    claim = allocated_claim(rig)
+    (r,) = results(claim)
+    device = rig.slice_devices()[r["device"]]
+    assert device["attributes"]["type"] == {"string": "mig"}
+    memory = int(device["capacity"]["memory"]["value"])
+    assert memory >= 30000 * MiB
+    run_device(rig, prepare(rig, claim), 0, memory)
+
+
+def test_a_hami_pod_with_a_mig_profile_resource_gets_that_profile(rig_for: Callable[..., MigRig],
+                                                                  webhook: None) -> None:
+    rig = rig_for("--fake", "h200x8-mig", "--set", "mig=dynamic")
+    hami_pod(rig, "hami-mig-2g", {"nvidia.com/mig-2g.35gb": "1"}, {})
+    claim = allocated_claim(rig)
+    (r,) = results(claim)
+    assert "-mig-2g35gb-" in r["device"]
+    run_device(rig, prepare(rig, claim), 0, H200_MIB * 2 // 8 * MiB)
+    assert [m[2] for m in rig.lines("gi+")] == ["14"]  # a 2g.35gb instance was made for it
+
+
+def test_a_hami_pod_in_mps_mode_becomes_an_mps_client(rig_for: Callable[..., MigRig], webhook: None) -> None:
+    with tempfile.TemporaryDirectory(prefix="mps", dir="/tmp") as mps_root:
+        rig = rig_for("--fake", "h200x8", "--set", f"mpsRoot={mps_root}")
+        rig.kubectl("apply", "-f", str(EXAMPLES / "deviceclass.yaml"))
+        hami_pod(rig, "hami-mps", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"},
+                 {"nvidia.com/vgpu-mode": "mps"})
+        claim = allocated_claim(rig)
+        ids = prepare(rig, claim)
+        env = spec_env(cdi_spec(rig, claim["metadata"]["uid"]))
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3000M"
+        run_device(rig, ids, 0, 3000 * MiB)
+        assert rig.harness.unprepare([ref(claim)], driver=DRIVER)[claim["metadata"]["uid"]] == ""
