@@ -7,8 +7,9 @@ use advanced features). The same devices always give the same slices, which is w
 sync loop make no API write when nothing changed.
 
 Devices that draw on shared counters (partitionable devices) are published in one slice per
-counter set, with that set in the slice's `sharedCounters` (the resource.k8s.io/v1 layout of
-Kubernetes 1.34, where a device's counter set must be in its own slice).
+counter set, with that set in the slice's `sharedCounters` (Kubernetes 1.34, where a device's
+counter set must be in its slice); with `separate_counters` (1.35 and later, where a slice holds
+devices or counter sets, not both) the sets come first, at most 8 per slice, then the devices.
 
 Every device is validated here, before it can reach the API server, so that a bad device is
 reported by name with what was expected rather than as a rejected slice.
@@ -33,7 +34,8 @@ MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_LENGTH = 64
 MAX_VALID_VALUES = 10
 MAX_TAINTS_PER_DEVICE = 4  # 1.34; 1.35 raised it to 16
-MAX_COUNTERS_PER_SLICE = 32  # 1.34: all counters of all sets of one slice
+MAX_COUNTERS_PER_SLICE = 32  # 1.34: all counters of all sets of one slice (1.35+: of one set)
+MAX_COUNTER_SETS_PER_SLICE = 8  # 1.35+
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -78,7 +80,7 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", name))
 
 
-def desired_pool(driver: str, node_name: str, devices: Iterable[Device]) -> DesiredPool:
+def desired_pool(driver: str, node_name: str, devices: Iterable[Device], separate_counters: bool = False) -> DesiredPool:
     """Validate `devices` and cut them into slices; raise DeviceValidationError on the first bad one."""
     if not _DNS_SUBDOMAIN.match(driver) or len(driver) > 63:
         raise DeviceValidationError(f"driver name {driver!r} must be a lowercase DNS subdomain of at most 63 chars")
@@ -115,11 +117,21 @@ def desired_pool(driver: str, node_name: str, devices: Iterable[Device]) -> Desi
         members.setdefault(names.pop(), []).append(enc)
     advanced = any(d.taints or d.consumes_counters for d in ordered)
     size = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
-    chunks = [tuple(members[n]) for n in sorted(members, key=natural_key)]
-    counters = [(encode_counter_set(sets[n]),) for n in sorted(members, key=natural_key)]
-    for n, chunk in zip(sorted(members, key=natural_key), chunks, strict=True):
-        if len(chunk) > size:
-            raise DeviceValidationError(f"counter set {n!r}: {len(chunk)} devices draw on it; at most {size} fit its slice")
+    set_names = sorted(members, key=natural_key)
+    encoded_sets = [encode_counter_set(sets[n]) for n in set_names]
+    if separate_counters:
+        counters = [tuple(encoded_sets[i : i + MAX_COUNTER_SETS_PER_SLICE])
+                    for i in range(0, len(encoded_sets), MAX_COUNTER_SETS_PER_SLICE)]
+        chunks: list[tuple[dict[str, Any], ...]] = [() for _ in counters]
+        drawing = [d for n in set_names for d in members[n]]
+        chunks += [tuple(drawing[i : i + size]) for i in range(0, len(drawing), size)]
+    else:
+        chunks = [tuple(members[n]) for n in set_names]
+        counters = [(c,) for c in encoded_sets]
+        for n, chunk in zip(set_names, chunks, strict=True):
+            if len(chunk) > size:
+                raise DeviceValidationError(f"counter set {n!r}: {len(chunk)} devices draw on it; at most {size} fit"
+                                            " its slice")
     chunks += [tuple(plain[i : i + size]) for i in range(0, len(plain), size)]
     # An empty pool is still a pool: one slice without devices tells the scheduler so.
     return DesiredPool(driver=driver, node_name=node_name, slices=tuple(chunks) or ((),), counters=tuple(counters))

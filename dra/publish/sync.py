@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import json
 import logging
+import re
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from typing import Any
 
 import urllib3
 
-from dra.client import ApiClient, ApiException, ResourceV1Api, get_raw, iter_resp_lines
+from dra.client import ApiClient, ApiException, ResourceV1Api, get_json, get_raw, iter_resp_lines
 from dra.driver import Device
 from dra.publish.desired import (
     DesiredPool,
@@ -136,6 +137,7 @@ class Publisher:
         self._node_uid: str | None = None
         self._generation = 0  # highest pool generation seen or written: never goes back, even after a wipe
         self._known_versions: set[str] = set()  # resourceVersions this publisher has seen or written
+        self._separate_counters: bool | None = None  # counter sets in slices of their own (server >= 1.35)
         self._accepted: dict[Any, Any] = {}  # desired device list -> what the server stored (dropped fields)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -233,7 +235,8 @@ class Publisher:
             # when the driver fails, so the next sync (after backoff) reads the devices again.
             self._devices_dirty = False
             try:
-                new = desired_pool(self.driver_name, self.node_name, self._devices())
+                new = desired_pool(self.driver_name, self.node_name, self._devices(),
+                                   separate_counters=bool(self._separate_counters))
             except DeviceValidationError:
                 if self._desired is None:
                     raise
@@ -245,6 +248,12 @@ class Publisher:
                 self._desired = new
         desired = self._desired
         assert desired is not None, "start() computes the first desired pool"
+        if desired.counters and self._separate_counters is None:
+            # Where counter sets go depends on the server (1.34: in their devices' slice; 1.35+: apart).
+            self._separate_counters = self._server_at_least(1, 35)
+            if self._separate_counters:
+                desired = self._desired = desired_pool(self.driver_name, self.node_name, self._devices(),
+                                                       separate_counters=True)
 
         if self._node_uid is None:
             self._node_uid = self._fetch_node_uid()
@@ -288,6 +297,14 @@ class Publisher:
         if self._on_sync is not None:
             self._on_sync(result)
         return result
+
+    def _server_at_least(self, major: int, minor: int) -> bool:
+        version = get_json(self.api.api_client, "/version", {}, self.settings.request_timeout) or {}
+        self.counts["get"] += 1
+        got = re.match(r"(\d+)\D*(\d+)?", f"{version.get('major', '')} {version.get('minor', '')}")
+        if got is None or got[2] is None:
+            raise ValueError(f"the API server's /version is not a version: {version}")
+        return (int(got[1]), int(got[2])) >= (major, minor)
 
     def _fetch_node_uid(self) -> str:
         try:

@@ -168,3 +168,14 @@ def test_a_bad_mig_setting_is_refused_naming_the_key() -> None:
 
     with pytest.raises(SettingsError, match="mig"):
         Settings.parse({"mig": "sometimes"})
+
+
+def test_from_1_35_counter_sets_get_slices_of_their_own(driver: MakeDriver) -> None:
+    d = driver("dynamic")
+    pool = desired_pool(d.name, "node-a", d.devices(), separate_counters=True)
+    # 8 counter sets: one slice of sets (at most 8 per slice), then the 144 devices, at most 64 per slice
+    assert [len(s) for s in pool.slices] == [0, 64, 64, 16]
+    assert [len(pool.shared_counters(i)) for i in range(len(pool.slices))] == [8, 0, 0, 0]
+    first = slice_object(pool, 0, 1, "uid")["spec"]
+    assert first["devices"] == [] and len(first["sharedCounters"]) == 8
+    assert "sharedCounters" not in slice_object(pool, 1, 1, "uid")["spec"]
