@@ -128,6 +128,14 @@ def load_driver(name: str) -> Driver:
     return driver
 
 
+def recorded_devices(checkpoint: Any, driver: str) -> set[str] | None:
+    """`DriverContext.recorded_devices`: None while any record cannot be read (it may name devices)."""
+    records = checkpoint.records()
+    if len(records) != len(checkpoint.uids()):
+        return None
+    return {d.device for r in records for d in r.devices if d.driver == driver}
+
+
 def setup_driver(driver: Driver, ctx: DriverContext) -> None:
     """`driver.setup(ctx)`, with a failure reported as the driver's (UserError: exit 2)."""
     try:
@@ -185,6 +193,8 @@ class Daemon:
             on_error=lambda _exc: self.metrics.error("publish"),
         )
         self.health_feed = HealthFeed()
+        state_dir = settings.state_dir or settings.plugin_dir / name / "state"
+        checkpoint = Checkpoint(state_dir)
         self.context = DriverContext(
             node_name=settings.node_name,
             pool_name=settings.node_name,  # the pool the Publisher writes (one pool per node)
@@ -192,14 +202,14 @@ class Daemon:
             fake=settings.fake,
             on_devices_changed=self.publisher.devices_changed,
             on_health=self.health_feed.push,
+            on_recorded_devices=lambda: recorded_devices(checkpoint, name),
         )
         setup_driver(driver, self.context)
-        state_dir = settings.state_dir or settings.plugin_dir / name / "state"
         self.preparer = ClaimPreparer(
             driver,
             ApiClaimSource(claims_client),
             settings.node_name,
-            Checkpoint(state_dir),
+            checkpoint,
             CDISpecs(driver.cdi_kind, settings.cdi_dir),
             # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
             node_labels=node_labels_reader(claims_client, settings.node_name),

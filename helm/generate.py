@@ -217,6 +217,9 @@ def gpu_settings() -> dict[str, Any]:
         "sysfs": ABS_PATH,
         "fullLoadClockMhz": string_setting(pattern=r"^[1-9][0-9]{0,4}$",
                                            description="strict-cap claims' full-load SM clock in MHz, quoted"),
+        "mig": {"enum": ["off", "static", "dynamic"], "description": "what GPUs in MIG mode are published as"},
+        "mpsRoot": ABS_PATH,
+        "mpsControl": string_setting(minLength=1),
     })
 
 
