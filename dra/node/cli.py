@@ -58,6 +58,20 @@ def build_cmd(k8s_version: Annotated[str, typer.Option("--k8s-version")] = DEFAU
                f"crictl {bins.crictl}, CNI plugins {bins.cni_dir}; runc {runc or 'NOT INSTALLED (make node-deps)'}")
 
 
+@app.command("image")
+def image_cmd(
+    dist: Annotated[Path | None, typer.Option("--dist", help="Where the archive goes (default: the checkout's dist/)")] = None,
+    base: Annotated[str | None, typer.Option(
+        "--base", help="A registry base instead of the Debian one made here (e.g. python:3.11-slim)")] = None,
+) -> None:
+    """Build the Dockerfile with buildah into an OCI archive (`make image`); print name, digest, size."""
+    from dra.node.project_image import build_image
+
+    info = build_image(dist=dist, base=base, progress=_say)
+    typer.echo(f"image {info.reference}\ndigest {info.digest}\narchive {info.archive} ({info.archive_bytes / 1e6:.1f} MB; "
+               f"{info.image_bytes / 1e6:.1f} MB unpacked)\nbuilt in {info.build_seconds:.0f} s on {info.base}")
+
+
 @app.command("up")
 def up_cmd(
     name: NameOpt = None,
