@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dra.cluster.binaries import DEFAULT_K8S_VERSION, parse_version
+from dra.errors import UserError
 from dra.node.binaries import build_node, find_runc
 from dra.node.config import MachineSettings
 from dra.node.node import DEFAULT_NODE_NAME, NodeStatus, RealNode
@@ -107,6 +108,21 @@ def status_cmd(name: NameOpt = None, directory: DirOpt = None) -> None:
     _print_status(node, st)
     if not st.healthy:
         raise typer.Exit(1)
+
+
+@app.command("values")
+def values_cmd(
+    chart: Annotated[str, typer.Argument(help="The chart: hami-core-gpu, ascend or dra-webhook")] = "hami-core-gpu",
+    name: NameOpt = None,
+    directory: DirOpt = None,
+) -> None:
+    """Print a Helm values file for this node: `helm install NAME helm/NAME -f <(dra node values)`."""
+    import yaml
+
+    node = RealNode(directory, name)
+    if node.state is None:
+        raise UserError(f"no node in {node.directory} (run `dra node up` first)")
+    typer.echo(yaml.safe_dump(node.helm_values(chart), sort_keys=False), nl=False)
 
 
 @app.command("down")
