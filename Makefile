@@ -39,7 +39,7 @@ demo: install node-deps
 	$(PY) -m dra.cli node build
 	$(PY) -m dra.cli demo
 
-test: install node-deps
+test: install node-deps image-deps
 	$(PY) -m dra.cli cluster build --k8s-version $(K8S_VERSION)
 	$(PY) -m dra.cli node build --k8s-version $(K8S_VERSION)
 	DRA_TEST_K8S_VERSION=$(K8S_VERSION) $(PY) -m pytest
