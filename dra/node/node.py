@@ -74,6 +74,7 @@ class NodeState:
     proxy_ports: list[int] = field(default_factory=list)
     # The project image (`make image`) imported into containerd, "" when none was.
     image: str = ""
+    image_digest: str = ""
 
     @property
     def process_names(self) -> tuple[str, ...]:
@@ -234,6 +235,10 @@ class RealNode:
         if (state is not None and state.service_network == service_network
                 and all(p in state.processes and pid_runs(state.processes[p]) for p in state.process_names)):
             progress("already running")
+            project = project_image() if service_network else None
+            if project is not None and project.digest != state.image_digest:
+                progress(f"importing {project.reference} ({project.digest[:19]}, rebuilt by `make image`)")
+                self._import_project_image(state, bins, project)
             return self._wait_ready(state, timeout, progress)
         if state is not None:
             # One of them died (a crash, a kill): restart them all but keep the pods. containerd
@@ -245,20 +250,21 @@ class RealNode:
             progress("starting containerd")
             self._start_containerd(state, runc, bins)
             progress("importing the pause and workload images")
-            images = build_images(self.layout.images)
+            import_images(bins.containerd("ctr"), self.layout.containerd_socket, build_images(self.layout.images))
             project = project_image() if service_network else None
             if project is not None:
                 progress(f"importing {project.reference} ({project.archive})")
-                images.append(project)
-            import_images(bins.containerd("ctr"), self.layout.containerd_socket, images)
-            state.image = project.reference if project else ""
-            state.save(self.layout.state_file)
-            if service_network:
-                progress("starting kube-proxy (iptables mode): the Service network")
-                self._start_kube_proxy(state, bins)
+                self._import_project_image(state, bins, project)
             progress(f"starting kubelet {cp.k8s_version} as node {self.name}")
             self._start(state, "kubelet", bins.kubelet, self._kubelet_args(state))
-            return self._wait_ready(state, timeout, progress)
+            if service_network:
+                # After kubelet: kube-proxy waits for its Node object (the node's addresses).
+                progress("starting kube-proxy (iptables mode): the Service network")
+                self._start_kube_proxy(state, bins)
+            status = self._wait_ready(state, timeout, progress)
+            if service_network:
+                self._wait_kube_proxy_synced(state)
+            return status
         except UserError:
             self._stop(state)
             raise
@@ -354,9 +360,16 @@ class RealNode:
                 f"--cert-dir={lay.kubelet_root / 'pki'}", f"--hostname-override={self.name}", f"--node-ip={state.node_ip}",
                 "--v=2"]
 
+    def _import_project_image(self, state: NodeState, bins: NodeBinaries, image: BuiltImage) -> None:
+        import_images(bins.containerd("ctr"), self.layout.containerd_socket, [image])
+        state.image, state.image_digest = image.reference, image.digest
+        state.save(self.layout.state_file)
+
     def _start_kube_proxy(self, state: NodeState, bins: NodeBinaries) -> None:
         env = {**os.environ, "PATH": f"{os.environ.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"}
         self._start(state, "kube-proxy", bins.kube_proxy, [f"--config={self.layout.kube_proxy_config}", "--v=2"], env)
+
+    def _wait_kube_proxy_synced(self, state: NodeState) -> None:
         url = f"http://127.0.0.1:{state.proxy_ports[0]}/healthz"
 
         def synced() -> bool:
@@ -385,8 +398,10 @@ class RealNode:
                            "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
         stubs = str(lay.fake_stub_dir)
         values["kubeletPlugin"] = {
-            "nodeSelector": {"kubernetes.io/hostname": self.name},
-            "env": [*_chart_default_env(chart), {"name": STUB_DIR_ENV, "value": stubs}],
+            # Helm merges maps: the chart's own selector keys (gpu: "on") are removed with null.
+            "nodeSelector": {**dict.fromkeys(_chart_plugin_default(chart, "nodeSelector") or {}),
+                             "kubernetes.io/hostname": self.name},
+            "env": [*(_chart_plugin_default(chart, "env") or []), {"name": STUB_DIR_ENV, "value": stubs}],
             "extraVolumes": [{"name": "fake-stubs", "hostPath": {"path": stubs, "type": "DirectoryOrCreate"}}],
             "extraVolumeMounts": [{"name": "fake-stubs", "mountPath": stubs}],
         }
@@ -529,8 +544,9 @@ class RealNode:
             subprocess.run(["umount", "-l", point], capture_output=True)
 
 
-def _chart_default_env(chart: str) -> list[dict[str, Any]]:
-    """The chart's own `kubeletPlugin.env` (a values list replaces it whole), from this checkout."""
+def _chart_plugin_default(chart: str, key: str) -> Any:
+    """The chart's own `kubeletPlugin.<key>` from this checkout (a values list replaces the
+    chart's whole; a map merges into it), None where unknown."""
     import yaml
 
     from dra.node.project_image import project_root
@@ -538,8 +554,8 @@ def _chart_default_env(chart: str) -> list[dict[str, Any]]:
     try:
         values = yaml.safe_load((project_root() / "helm" / chart / "values.yaml").read_text())
     except (OSError, UserError, yaml.YAMLError):
-        return []
-    return list((values.get("kubeletPlugin") or {}).get("env") or [])
+        return None
+    return (values.get("kubeletPlugin") or {}).get(key)
 
 
 def project_image() -> BuiltImage | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import configparser
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -161,6 +162,26 @@ def host_pip_cert() -> str | None:
     return None
 
 
+def _name_for_containerd(source: Path, reference: str, dest: Path) -> None:
+    """`dest`: `source` with the full name in `io.containerd.image.name` on the index's manifest
+    (buildah writes only `org.opencontainers.image.ref.name`, which containerd's importer may
+    read as a tag); every other member byte for byte. Written to a temp name, then renamed."""
+    tmp = dest.with_name(dest.name + ".named")
+    with tarfile.open(source) as src, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as out:
+        for member in src:
+            data = src.extractfile(member) if member.isfile() else None
+            if member.name == "index.json" and data is not None:
+                index = json.loads(data.read())
+                for m in index["manifests"]:
+                    m.setdefault("annotations", {})["io.containerd.image.name"] = reference
+                raw = json.dumps(index, separators=(",", ":")).encode()
+                member.size = len(raw)
+                out.addfile(member, io.BytesIO(raw))
+            else:
+                out.addfile(member, data)
+    tmp.rename(dest)
+
+
 def _manifest_digest(archive: Path) -> tuple[str, int]:
     """The manifest digest the archive's index names, and the image's size unpacked (its layers' tars)."""
     with tarfile.open(archive) as tar:
@@ -214,7 +235,8 @@ def build_image(root: Path | None = None, dist: Path | None = None, base: str | 
         tmp = archive.with_name(archive.name + ".tmp")
         tmp.unlink(missing_ok=True)
         _run([*buildah, "push", "-q", reference, f"oci-archive:{tmp}:{reference}"], log, "buildah push (the OCI archive)")
-        tmp.rename(archive)
+        _name_for_containerd(tmp, reference, archive)
+        tmp.unlink()
     digest, image_bytes = _manifest_digest(archive)
     info = ImageInfo(reference=reference, digest=digest, archive=str(archive), archive_bytes=archive.stat().st_size,
                      image_bytes=image_bytes, build_seconds=round(time.monotonic() - started, 1), base=base)
