@@ -97,14 +97,15 @@ def _buildah(store: Path) -> list[str]:
     return [_tool("buildah"), "--storage-driver", "vfs", "--root", str(store / "root"), "--runroot", str(store / "run")]
 
 
-def _run(cmd: list[str], log: Path, what: str) -> str:
+def _run(cmd: list[str], log: Path, what: str, stdout_to_log: bool = False) -> str:
+    """Run `cmd`, its stderr (and with `stdout_to_log` its stdout) streamed into `log` as it goes
+    (a build takes minutes); its stdout returned otherwise."""
     with log.open("ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    with log.open("a") as out:
-        out.write(proc.stdout + proc.stderr)
+        out.flush()
+        proc = subprocess.run(cmd, stdout=out if stdout_to_log else subprocess.PIPE, stderr=out, text=True)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
         raise UserError(f"{what} failed (exit {proc.returncode}); full log {log}:\n{tail}")
     return proc.stdout
 
@@ -123,7 +124,7 @@ def base_tarball(progress: Callable[[str], None]) -> Path:
     _run([_tool("mmdebstrap"), "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
           "--aptopt=Acquire::Retries \"3\"",
           *(f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")),
-          SUITE, str(tmp), *sources], target.parent / "mmdebstrap.log", "mmdebstrap")
+          SUITE, str(tmp), *sources], target.parent / "mmdebstrap.log", "mmdebstrap", stdout_to_log=True)
     tmp.rename(target)
     return target
 
@@ -229,7 +230,7 @@ def build_image(root: Path | None = None, dist: Path | None = None, base: str | 
         if os.environ.get("PIP_INDEX_URL"):
             args += ["--build-arg", f"PIP_INDEX_URL={os.environ['PIP_INDEX_URL']}"]
         progress(f"building {reference} from {root / 'Dockerfile'} on {base} with buildah (log: {log})")
-        _run([*buildah, *args, str(root)], log, "buildah bud (the Dockerfile)")
+        _run([*buildah, *args, str(root)], log, "buildah bud (the Dockerfile)", stdout_to_log=True)
         dist.mkdir(parents=True, exist_ok=True)
         archive = dist / f"dra-hami-{version}.oci.tar"
         tmp = archive.with_name(archive.name + ".tmp")

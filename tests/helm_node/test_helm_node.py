@@ -30,8 +30,9 @@ from tests.charts.chart_helpers import HELM_DIR, Tool
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 NS = "dra-system"
-GPU_CHART, WEBHOOK_CHART = "hami-core-gpu", "dra-webhook"
-GPU_DRIVER = "hami-core-gpu.project-hami.io"
+GPU_CHART, NPU_CHART, WEBHOOK_CHART = "hami-core-gpu", "ascend", "dra-webhook"
+GPU_DRIVER, NPU_DRIVER = "hami-core-gpu.project-hami.io", "ascend.project-hami.io"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GI = 1 << 30
 
 
@@ -151,6 +152,17 @@ def gpu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
 
 
 @pytest.fixture(scope="module")
+def npu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    node_helm.run("install", NPU_CHART, str(HELM_DIR / NPU_CHART), "-n", NS, "--create-namespace",
+                  "-f", values_file(chart_node, tmp_path_factory.mktemp("values"), NPU_CHART),
+                  "--set", "daemon.fake=910b3x8", timeout=300)
+    (pod,) = wait_ready_pods(api, NPU_CHART, 1)
+    yield pod
+    node_helm.run("uninstall", NPU_CHART, "-n", NS, "--ignore-not-found", "--wait", timeout=180, check=False)
+
+
+@pytest.fixture(scope="module")
 def webhook_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient, gpu_release: dict[str, Any],
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any]]:
     node_helm.run("install", WEBHOOK_CHART, str(HELM_DIR / WEBHOOK_CHART), "-n", NS,
@@ -206,6 +218,30 @@ def test_hami_pod_is_converted_by_the_webhook_pod_and_prepared_by_the_daemon_pod
     core.delete_namespace(ns)
 
 
+def test_heterogeneous_claim_is_prepared_by_both_daemon_pods(
+    gpu_release: dict[str, Any], npu_release: Any, chart_node: RealNode, api: client.ApiClient
+) -> None:
+    """examples/heterogeneous: one claim, a GPU and an NPU share, each prepared by its own chart's pod."""
+    wait_for(lambda: node_slices(api, chart_node.name, NPU_DRIVER), 30, 0.5, "the NPU daemon's ResourceSlices")
+    claim, pod = yaml.safe_load_all((EXAMPLES / "heterogeneous" / "gpu-and-npu.yaml").read_text())
+    container = pod["spec"]["containers"][0]
+    container.update(image=PAUSE_IMAGE, imagePullPolicy="Never")  # the example's CUDA+CANN image is not here
+    container.pop("command", None)
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": chart_node.name}
+    ns = make_namespace(api)
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    resource.create_namespaced_resource_claim(ns, claim)
+    core.create_namespaced_pod(ns, pod)
+    wait_phase(api, ns, pod["metadata"]["name"], ("Running",))
+    uid = str(resource.read_namespaced_resource_claim(claim["metadata"]["name"], ns).metadata.uid)
+    specs = [yaml.safe_load(p.read_text())["kind"] for p in cdi_specs_naming(chart_node, uid)]
+    assert len(specs) == 2 and {d for d in (GPU_DRIVER, NPU_DRIVER) for k in specs if f".{d}/" in k} == {GPU_DRIVER, NPU_DRIVER}, \
+        f"one CDI spec of each driver for claim {uid}: {specs}"
+    core.delete_namespaced_pod(pod["metadata"]["name"], ns)
+    wait_for(lambda: not cdi_specs_naming(chart_node, uid), 60, 0.3, "both daemon pods to unprepare the claim")
+    core.delete_namespace(ns)
+
+
 def test_helm_upgrade_replaces_the_daemon_while_a_workload_runs_and_the_new_one_unprepares_it(
     gpu_release: dict[str, Any], chart_node: RealNode, node_helm: Tool, api: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -232,14 +268,18 @@ def test_helm_upgrade_replaces_the_daemon_while_a_workload_runs_and_the_new_one_
     core.delete_namespace(ns)
 
 
-def test_helm_uninstall_leaves_nothing_of_ours_within_60_s(
-    gpu_release: dict[str, Any], webhook_release: list[Any], chart_node: RealNode, node_helm: Tool, api: client.ApiClient
+def test_helm_uninstall_of_all_three_leaves_nothing_of_ours_within_60_s(
+    gpu_release: dict[str, Any], npu_release: Any, webhook_release: list[Any], chart_node: RealNode, node_helm: Tool,
+    api: client.ApiClient
 ) -> None:
-    for release in (WEBHOOK_CHART, GPU_CHART):
-        node_helm.run("uninstall", release, "-n", NS, "--wait", timeout=180)
     started = time.monotonic()
-    wait_for(lambda: not (leftovers(api, GPU_CHART, GPU_DRIVER) + leftovers(api, WEBHOOK_CHART, None)), 60, 0.5,
-             "nothing of either release left in the API")
-    print(f"helm uninstall to nothing left: {time.monotonic() - started:.1f} s after --wait")
+    for release in (WEBHOOK_CHART, NPU_CHART, GPU_CHART):
+        node_helm.run("uninstall", release, "-n", NS, "--wait", timeout=180)
+
+    def left() -> list[str]:
+        return leftovers(api, GPU_CHART, GPU_DRIVER) + leftovers(api, NPU_CHART, NPU_DRIVER) + leftovers(api, WEBHOOK_CHART, None)
+
+    wait_for(lambda: not left(), 60, 0.5, "nothing of the three releases left in the API")
+    print(f"helm uninstall of three releases to nothing left: {time.monotonic() - started:.1f} s")
     lay = chart_node.layout
-    assert files_under(lay.registry_dir, lay.plugin_dir / GPU_DRIVER, lay.cdi_dir) == []
+    assert files_under(lay.registry_dir, lay.plugin_dir / GPU_DRIVER, lay.plugin_dir / NPU_DRIVER, lay.cdi_dir) == []
