@@ -64,12 +64,17 @@ def chart_node(pod_cluster: ControlPlane, image: ImageInfo) -> Iterator[RealNode
     # Short and under /tmp: unix socket paths (containerd, plugins) must fit in 107 bytes.
     directory = Path(tempfile.mkdtemp(prefix="dra-hn-", dir="/tmp"))
     node = RealNode(directory, f"helm-{uuid.uuid4().hex[:6]}", pod_cluster.directory)
-    os.environ["DRA_IMAGE_INFO"] = str(Path(image.archive).with_suffix("").with_suffix(".json"))
+    before = os.environ.get("DRA_IMAGE_INFO")
+    os.environ["DRA_IMAGE_INFO"] = str(Path(image.archive).with_suffix("").with_suffix(".json"))  # the one just built
     try:
         node.up(progress=lambda m: print(m, file=sys.stderr))
         yield node
     finally:
         node.down(purge=True)
+        if before is None:
+            os.environ.pop("DRA_IMAGE_INFO", None)
+        else:
+            os.environ["DRA_IMAGE_INFO"] = before
 
 
 @pytest.fixture(scope="session")
