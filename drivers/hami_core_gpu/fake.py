@@ -251,7 +251,7 @@ def load(spec: str, node: str) -> FakeNode:
 
 def stub_library() -> Path:
     """hookcore's stub libnvidia-ml.so.1, built beside the hook library."""
-    return dra.hook_library("vgpu").parent / "stub" / "libnvidia-ml.so.1"
+    return fakes.stub_dir(dra.hook_library("vgpu").parent / "stub") / "libnvidia-ml.so.1"
 
 
 class FakeBackend:
