@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_helpers import DRIVER_CHARTS, Tool, render
+from chart_helpers import DRIVER_CHARTS, Tool, render, render_error
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
@@ -62,6 +62,13 @@ def test_the_fence_covers_every_class_and_extended_resource_of_the_release(helm:
     assert json.loads(variables["classes"]) == [GPU_CLASS, "strict.project-hami.io"]
     assert json.loads(variables["names"]) == [f"deviceclass.resource.kubernetes.io/{GPU_CLASS}", "nvidia.com/gpu",
                                               "deviceclass.resource.kubernetes.io/strict.project-hami.io"]
+
+
+@pytest.mark.parametrize("bad", ["uuid' + request.userInfo.username + '", "", "a" * 33, "x/uuid"])
+def test_the_distinct_attribute_named_in_the_message_is_an_identifier(helm: Tool, bad: str) -> None:
+    """It is written into a CEL string literal: the schema refuses anything but a C identifier."""
+    error = render_error(helm, "hami-core-gpu", values={"schedulerFence.distinctAttribute": bad})
+    assert "/schedulerFence/distinctAttribute" in error, error
 
 
 # --- live --------------------------------------------------------------------------------------
