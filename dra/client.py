@@ -80,10 +80,12 @@ def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     return _client.ApiClient(cfg)
 
 
-def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float) -> Any:
-    """GET `path` (e.g. ``/api/v1/nodes/{name}``) through the client's generic call; the read
-    urllib3 response (connection back in the pool). Raises ApiException on a non-2xx status."""
-    request = api.param_serialize(method="GET", resource_path=path, path_params=path_params,
+def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float,
+            query: list[tuple[str, str]] | None = None) -> Any:
+    """GET `path` (e.g. ``/api/v1/nodes/{name}``, `query` e.g. a labelSelector) through the client's
+    generic call; the read urllib3 response (connection back in the pool). Raises ApiException on
+    a non-2xx status."""
+    request = api.param_serialize(method="GET", resource_path=path, path_params=path_params, query_params=query,
                                   header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
     response = api.call_api(*request, _request_timeout=timeout)
     try:
@@ -97,10 +99,11 @@ def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float) ->
     return response
 
 
-def get_json(api: Any, path: str, path_params: dict[str, str], timeout: float) -> dict[str, Any] | None:
+def get_json(api: Any, path: str, path_params: dict[str, str], timeout: float,
+             query: list[tuple[str, str]] | None = None) -> dict[str, Any] | None:
     """The JSON object at `path`, or None when the server answers 404."""
     try:
-        response = get_raw(api, path, path_params, timeout)
+        response = get_raw(api, path, path_params, timeout, query)
     except ApiException as e:
         if e.status == 404:
             return None
