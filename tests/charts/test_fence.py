@@ -181,6 +181,11 @@ def test_requests_for_several_devices_are_refused_on_1_34_with_the_way_out(
     for name, obj in ADMITTED.items():
         for form in (obj, as_template(obj)):
             assert create(api_client, ns, form) is None, (form["kind"], name)
+    # Written through resource.k8s.io/v1beta2 (served here): converted to v1 and refused alike.
+    beta: Any = client.ResourceV1beta2Api(api_client)
+    with pytest.raises(client.ApiException) as refused:
+        beta.create_namespaced_resource_claim(ns, {**FENCED["count-two"], "apiVersion": "resource.k8s.io/v1beta2"}, dry_run="All")
+    assert refused.value.status in (400, 403, 422) and "kubernetes#133705" in (refused.value.body or ""), refused.value.body
     implicit = f"deviceclass.resource.kubernetes.io/{GPU_CLASS}"
     got = create(api_client, ns, pod("two-gpus", {implicit: "2"}))
     assert got is not None and "container main asks for more than one of" in got and "kubernetes#133705" in got, got
