@@ -10,11 +10,10 @@ only a node's first device is shareable.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from dra.client import ApiException, get_raw
+from dra.client import ApiException, get_json
 
 log = logging.getLogger("dra.publish")
 
@@ -26,8 +25,8 @@ _POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 
 def fence_policies(api_client: Any, driver: str, timeout: float = 10.0) -> list[str]:
     """Names of the fence policies for `driver` (raises ApiException, e.g. 403 without RBAC)."""
-    response = get_raw(api_client, _POLICIES, {}, timeout, query=[("labelSelector", f"{FENCE_LABEL}={FENCE_VALUE}")])
-    items = (json.loads(response.data or b"{}") or {}).get("items") or []
+    listing = get_json(api_client, _POLICIES, {}, timeout, [("labelSelector", f"{FENCE_LABEL}={FENCE_VALUE}")]) or {}
+    items = listing.get("items") or []
     return sorted(
         p["metadata"]["name"] for p in items
         if ((p.get("metadata") or {}).get("annotations") or {}).get(DRIVER_ANNOTATION) == driver

@@ -31,6 +31,7 @@ ANNOTATION_DOMAIN = "dra.project-hami.io"
 SHAPE_ANNOTATION = f"{ANNOTATION_DOMAIN}/request"
 CONVERTED_ANNOTATION = f"{ANNOTATION_DOMAIN}/converted"
 MAX_SUBREQUESTS = 8  # firstAvailable entries per request (resource.k8s.io/v1)
+MAX_REQUESTS = 32  # requests per claim (resource.k8s.io/v1): one per device, see template_spec
 
 
 class Inventory(Protocol):
@@ -232,6 +233,10 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
         if given:
             plan.problems.append(f"{where}: {r.count}=0 asks for no device, but {', '.join(given)} is set; "
                                  f"remove {', '.join(given)} or ask for at least one device")
+        return None
+    if count > MAX_REQUESTS:
+        plan.problems.append(f"{where}: {r.count}={count} asks for {count} devices; a claim holds at most {MAX_REQUESTS}"
+                             f" requests and each device is a request of its own: ask for at most {MAX_REQUESTS}")
         return None
 
     memory = None

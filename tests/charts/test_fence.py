@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_helpers import DRIVER_CHARTS, Tool, render
-from kube_helpers import unique, wait_for
+from chart_helpers import DRIVER_CHARTS, Tool, render, render_error
+from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra.cluster.binaries import parse_version
 from dra.cluster.controlplane import ControlPlane
 from dra.publish import needs_fence
 from dra.publish.fence import DRIVER_ANNOTATION, FENCE_LABEL, fence_policies
+from dra.testing.daemon import DaemonProcess
 
 pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
 
@@ -59,6 +62,13 @@ def test_the_fence_covers_every_class_and_extended_resource_of_the_release(helm:
     assert json.loads(variables["classes"]) == [GPU_CLASS, "strict.project-hami.io"]
     assert json.loads(variables["names"]) == [f"deviceclass.resource.kubernetes.io/{GPU_CLASS}", "nvidia.com/gpu",
                                               "deviceclass.resource.kubernetes.io/strict.project-hami.io"]
+
+
+@pytest.mark.parametrize("bad", ["uuid' + request.userInfo.username + '", "", "a" * 33, "x/uuid"])
+def test_the_distinct_attribute_named_in_the_message_is_an_identifier(helm: Tool, bad: str) -> None:
+    """It is written into a CEL string literal: the schema refuses anything but a C identifier."""
+    error = render_error(helm, "hami-core-gpu", values={"schedulerFence.distinctAttribute": bad})
+    assert "/schedulerFence/distinctAttribute" in error, error
 
 
 # --- live --------------------------------------------------------------------------------------
@@ -171,6 +181,11 @@ def test_requests_for_several_devices_are_refused_on_1_34_with_the_way_out(
     for name, obj in ADMITTED.items():
         for form in (obj, as_template(obj)):
             assert create(api_client, ns, form) is None, (form["kind"], name)
+    # Written through resource.k8s.io/v1beta2 (served here): converted to v1 and refused alike.
+    beta: Any = client.ResourceV1beta2Api(api_client)
+    with pytest.raises(client.ApiException) as refused:
+        beta.create_namespaced_resource_claim(ns, {**FENCED["count-two"], "apiVersion": "resource.k8s.io/v1beta2"}, dry_run="All")
+    assert refused.value.status in (400, 403, 422) and "kubernetes#133705" in (refused.value.body or ""), refused.value.body
     implicit = f"deviceclass.resource.kubernetes.io/{GPU_CLASS}"
     got = create(api_client, ns, pod("two-gpus", {implicit: "2"}))
     assert got is not None and "container main asks for more than one of" in got and "kubernetes#133705" in got, got
@@ -180,3 +195,49 @@ def test_requests_for_several_devices_are_refused_on_1_34_with_the_way_out(
     health = cluster.health()
     assert health.healthy, health
     assert cluster.state is not None and cluster.state.processes["kube-scheduler"].pid == scheduler_pid
+
+
+def daemon_log(cluster: ControlPlane, api_client: client.ApiClient) -> str:
+    """The log of the example driver's daemon (gpu.example.com) once it has published and checked."""
+    node = unique("fence-node")
+    create_node(api_client, node)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dra-fd-", dir="/tmp") as work:
+            daemon = DaemonProcess("example", node, cluster.kubeconfig, Path(work), args=["--set", "count=2"]).start()
+            try:
+                # No kubelet registers it here: the log tells when it has published and checked.
+                return wait_for(lambda: (log := daemon.log()) and any(
+                    m in log for m in (" W dra.publish", "fence of kubernetes#133705 found", "packed slices")) and log, 60,
+                                what="the daemon's fence check")
+            finally:
+                daemon.stop()
+    finally:
+        client.CoreV1Api(api_client).delete_node(node)
+
+
+@pytest.mark.cluster
+def test_a_daemon_on_1_34_warns_once_when_no_fence_guards_its_driver(
+    cluster: ControlPlane, helm: Tool, kubectl: Tool, api_client: client.ApiClient
+) -> None:
+    minor, _ = parse_version(cluster.k8s_version)
+    log = daemon_log(cluster, api_client)
+    warnings = [line for line in log.splitlines() if "kubernetes#133705" in line and " W dra." in line]
+    if not needs_fence((1, minor)):
+        assert warnings == [] and "publishing packed slices" in log, log
+        return
+    assert len(warnings) == 1, log
+    assert "no ValidatingAdmissionPolicy labelled dra.project-hami.io/fence=kubernetes-133705" in warnings[0]
+    # The chart's fence, its policies annotated for the example driver (the chart's schema pins
+    # its own driver name): found, no warning.
+    objects = fence_objects(render(helm, "hami-core-gpu", release=unique("fd"), extra=["--kube-version", cluster.k8s_version]))
+    for o in objects:
+        if o["kind"] == "ValidatingAdmissionPolicy":
+            o["metadata"]["annotations"][DRIVER_ANNOTATION] = "gpu.example.com"
+    manifest = "\n---\n".join(json.dumps(o) for o in objects)
+    kubectl.run("apply", "-f", "-", stdin=manifest)
+    try:
+        log = daemon_log(cluster, api_client)
+        assert "admission fence of kubernetes#133705 found" in log, log
+        assert not [line for line in log.splitlines() if "kubernetes#133705" in line and " W dra." in line], log
+    finally:
+        kubectl.run("delete", "--ignore-not-found", "-f", "-", stdin=manifest)

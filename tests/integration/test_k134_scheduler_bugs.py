@@ -187,3 +187,98 @@ def test_a_negative_consumed_capacity_is_stored_by_the_api_server_and_refused_by
         assert not answer.devices
     finally:
         core.delete_namespace(ns)
+
+
+# --- counters with multi-allocatable devices (kubernetes#134100, #139034) ------------------------
+# Partitionable devices draw on a shared counter set; with allowMultipleAllocations as well the
+# allocator mishandled the counters: #134100 (fixed in 1.35, #134103) refused a second share of a
+# device whose counters the first share had drawn, #139034 (fixed in 1.36 by #139040, in 1.37)
+# forgot in later scheduling cycles the counters that shared allocations draw, so a device that
+# excludes another could be allocated beside it. The framework publishes no counters (a `Device`
+# has none): shareable devices are bounded by their consumable capacity alone, which the last
+# test shows working on every version.
+FIXED_134100, FIXED_139034 = 35, 36
+
+
+def counter_slices(r: Rig, minor: int) -> None:
+    """Counter set `mem` of 4; `small` draws 3, `big` draws 4: they exclude each other. Written as
+    an admin would, in the layout the version validates (1.35+: counters and devices in separate
+    slices of one pool)."""
+    def dev(name: str, draws: int) -> dict[str, Any]:
+        return {"name": name, "allowMultipleAllocations": True, "attributes": {"size": {"string": name}},
+                "capacity": {"cores": {"value": "100", "requestPolicy": {"default": "100", "validRange": {"min": "1", "max": "100"}}}},
+                "consumesCounters": [{"counterSet": "mem", "counters": {"units": {"value": str(draws)}}}]}
+    counters = [{"name": "mem", "counters": {"units": {"value": "4"}}}]
+    devices = [dev("small", 3), dev("big", 4)]
+    shapes = [{"sharedCounters": counters}, {"devices": devices}] if minor >= 35 else [{"sharedCounters": counters, "devices": devices}]
+    node_uid = r.core.read_node(r.node).metadata.uid
+    for spec in shapes:
+        r.resource.create_resource_slice({"metadata": {"generateName": f"{r.node}-counters-", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": r.node, "uid": node_uid, "controller": True}]},
+            "spec": {"driver": r.driver, "nodeName": r.node, "pool": {"name": f"{r.node}-counters", "generation": 1,
+                                                                     "resourceSliceCount": len(shapes)}, **spec}})
+
+
+def share_of(r: Rig, name: str, size: str) -> dict[str, Any]:
+    """A request for 10 cores of the device whose `size` attribute is `size` (small or big)."""
+    req = r.request(name, cores="10")
+    req["exactly"]["selectors"] = [{"cel": {"expression": f"device.attributes['{r.driver}'].size == '{size}'"}}]
+    return req
+
+
+def unschedulable(r: Rig, pod: str, timeout: float = 60) -> str:
+    def read() -> str | None:
+        for cond in (r.core.read_namespaced_pod(pod, r.ns).status.conditions or []):
+            if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
+                return str(cond.message)
+        return None
+    return wait_for(read, timeout, what=f"pod {pod} reported unschedulable")
+
+
+def test_a_second_share_of_a_counter_drawing_device_in_one_claim_fails_before_1_35(
+    cluster: ControlPlane, rig: Callable[..., Rig]
+) -> None:
+    """kubernetes#134100: two requests of one claim, each a share of `small`: the first draws 3 of
+    the 4 counter units; before 1.35 the second is refused for the counters though it would
+    share the same device (which draws its counters once)."""
+    r = rig([], SliceLayout.PACKED)
+    minor = minor_of(cluster)
+    counter_slices(r, minor)
+    r.claim("two-shares", [share_of(r, "a", "small"), share_of(r, "b", "small")])
+    if minor < FIXED_134100:
+        assert "cannot allocate all claims" in unschedulable(r, "two-shares")
+    else:
+        assert r.allocated("two-shares") == ["small", "small"]
+
+
+def test_a_shared_allocation_keeps_its_counters_in_later_cycles_from_1_36(
+    cluster: ControlPlane, rig: Callable[..., Rig]
+) -> None:
+    """kubernetes#139034: a share of `small` is allocated; in a later scheduling cycle a share of
+    `big` (which needs all 4 units, 3 of them drawn by `small`) must be refused; before 1.36 the
+    allocator rebuilt the counters without shared allocations and allocated both."""
+    r = rig([], SliceLayout.PACKED)
+    minor = minor_of(cluster)
+    counter_slices(r, minor)
+    r.claim("small", [share_of(r, "s", "small")])
+    assert r.allocated("small") == ["small"]
+    r.claim("big", [share_of(r, "b", "big")])
+    if minor < FIXED_139034:
+        assert r.allocated("big") == ["big"]  # 3 + 4 units drawn from a set of 4: the bug
+    else:
+        assert "cannot allocate all claims" in unschedulable(r, "big")
+
+
+def test_shares_bounded_by_capacity_alone_work_on_every_version(cluster: ControlPlane, rig: Callable[..., Rig]) -> None:
+    """Our form: no counters; two requests of one claim and a second claim share one device up to
+    its 100 cores, and the share past them waits."""
+    r = rig(shared(1))
+    assert not any("sharedCounters" in s["spec"] or any("consumesCounters" in d for d in s["spec"].get("devices", []))
+                   for s in json.loads(r.resource.list_resource_slice(field_selector=f"spec.nodeName={r.node}",
+                                                                     _preload_content=False).data)["items"])
+    r.claim("two", [r.request("a", cores="40"), r.request("b", cores="40")])
+    assert r.allocated("two") == ["dev-0", "dev-0"]
+    r.claim("fits", [r.request("c", cores="20")])
+    assert r.allocated("fits") == ["dev-0"]
+    r.claim("over", [r.request("d", cores="1")])
+    assert "cannot allocate all claims" in unschedulable(r, "over")

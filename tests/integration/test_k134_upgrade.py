@@ -27,7 +27,9 @@ from dra.driver import ClaimRef
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 
-pytestmark = [pytest.mark.cluster, pytest.mark.scheduler, pytest.mark.slow]
+# The timeout covers building v1.37.2 on first use (11 minutes on two cores; .ci/run builds it
+# in the background while the suite runs, so this test may wait for that build's lock).
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler, pytest.mark.slow, pytest.mark.timeout(1800)]
 OLD, NEW = "v1.34.4", "v1.37.2"
 DRIVER = "gpu.example.com"
 

@@ -231,6 +231,14 @@ def test_several_devices_are_one_request_each_and_distinct() -> None:
     assert devices["constraints"] == [{"requests": names, "distinctAttribute": f"{GPU}/uuid"}]
 
 
+def test_more_devices_than_a_claim_has_requests_is_a_problem_not_a_huge_claim() -> None:
+    assert len(template_spec(one_share(pod({"nvidia.com/gpu": "32"})))["spec"]["devices"]["requests"]) == 32
+    plan = plan_pod(pod({"nvidia.com/gpu": "33"}), MAPPING, SIZES)
+    assert not plan.shares and "nvidia.com/gpu=33 asks for 33 devices; a claim holds at most 32" in plan.problems[0]
+    plan = plan_pod(pod({"nvidia.com/gpu": "1000000000000"}), MAPPING, SIZES)
+    assert not plan.shares and plan.problems, "a hostile count must not become a trillion requests"
+
+
 def test_memory_percentage_is_one_alternative_per_published_size() -> None:
     s = one_share(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "25", "nvidia.com/gpucores": "10"}))
     (req,) = template_spec(s, SIZES)["spec"]["devices"]["requests"]
