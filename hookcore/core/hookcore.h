@@ -333,6 +333,17 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
                    char *err, size_t errlen);
 void hk_ledger_close(hk_ledger *l);   /* releases the slot lock (the slot is reclaimed lazily) */
 
+/* Read a ledger the caller must not trust (the node daemon reading a tenant-writable file): the
+   path's last component is never followed (a symlink is refused), nothing but a regular file of
+   exactly the ledger's size is opened at all (a FIFO, device, directory, or a file grown or
+   shrunk is refused without being opened for reading: it is looked at through an O_PATH
+   descriptor first), and its bytes are copied into private memory with pread, so a file that
+   shrinks later cannot fault the reader (no mapping). The handle answers hk_ledger_device /
+   _process / _limiter_area from that copy; liveness is still asked of the file's slot locks.
+   Blocking: one open, fstat, pread of 268 KiB; no lock is waited for. HK_OK or HK_EFAILCLOSED /
+   HK_EIO with a message. */
+int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen);
+
 int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes);   /* as hk_mem_reserve */
 void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes);  /* as hk_mem_release */
 uint64_t hk_ledger_used(const hk_ledger *l, int dev);            /* claim-wide */

@@ -91,6 +91,7 @@ struct hk_ledger {
   int fd;                        /* -1 for a private ledger or after fork */
   unsigned flags;                /* HK_OPEN_* */
   int private_mem;               /* 1: anonymous memory, no file, no locks */
+  int snapshot;                  /* 1: a private copy read from the file (hk_ledger_open_snapshot) */
   int lost;                      /* 1: my slot was taken from me (descriptor closed behind my back) */
   size_t size;
   unsigned char *base;

@@ -438,8 +438,91 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
   return HK_OK;
 }
 
+int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (out == NULL || path == NULL) {
+    hk__errf(err, errlen, "hk_ledger_open_snapshot: NULL argument");
+    return HK_EINVAL;
+  }
+  *out = NULL;
+  if (strlen(path) >= HK_PATH_MAX) {
+    hk__errf(err, errlen, "ledger path too long");
+    return HK_EINVAL;
+  }
+  int pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (pfd < 0) {
+    hk__errf(err, errlen, "cannot open ledger %s: %s%s", path, strerror(errno),
+             errno == ELOOP ? " (a symbolic link: refused)" : "");
+    return HK_EIO;
+  }
+  struct stat st;
+  memset(&st, 0, sizeof st);
+  if (fstat(pfd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != HK_LEDGER_SIZE) {
+    hk__errf(err, errlen, "%s is not a hookcore ledger: %s (size %lld, expected a regular file of %u bytes)", path,
+             S_ISREG(st.st_mode) ? "wrong size" : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+             "not a regular file", (long long)st.st_size, HK_LEDGER_SIZE);
+    close(pfd);
+    return HK_EFAILCLOSED;
+  }
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+  int fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);   /* the same inode, now regular */
+  close(pfd);
+  if (fd < 0) {
+    hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
+    return HK_EIO;
+  }
+  hk_ledger *l = calloc(1, sizeof *l);
+  unsigned char *buf = malloc(HK_LEDGER_SIZE);
+  if (l == NULL || buf == NULL) {
+    free(l);
+    free(buf);
+    close(fd);
+    hk__errf(err, errlen, "out of host memory");
+    return HK_EIO;
+  }
+  size_t got = 0;
+  while (got < HK_LEDGER_SIZE) {
+    ssize_t r = pread(fd, buf + got, HK_LEDGER_SIZE - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (got != HK_LEDGER_SIZE) {
+    hk__errf(err, errlen, "ledger %s shrank while being read (%zu of %u bytes)", path, got, HK_LEDGER_SIZE);
+    free(buf);
+    free(l);
+    close(fd);
+    return HK_EFAILCLOSED;
+  }
+  l->fd = fd;
+  l->my_index = -1;
+  l->flags = HK_OPEN_READONLY;
+  l->snapshot = 1;
+  l->base = buf;
+  l->size = HK_LEDGER_SIZE;
+  l->hdr = (hk__hdr *)l->base;
+  l->dev = (hk__dev *)(l->base + HK_OFF_DEVICES);
+  l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
+  snprintf(l->path, sizeof l->path, "%s", path);
+  int rc = check_header(l, err, errlen);
+  if (rc != HK_OK) {
+    hk_ledger_close(l);
+    return rc;
+  }
+  set_limits(l, NULL);
+  *out = l;
+  return HK_OK;
+}
+
 void hk_ledger_close(hk_ledger *l) {
   if (l == NULL) return;
+  if (l->snapshot) {
+    free(l->base);
+    if (l->fd >= 0) close(l->fd);
+    free(l);
+    return;
+  }
   if (l->me != NULL && !l->private_mem && l->fd >= 0) {
     /* Still holding the slot lock: hand the slot back (a kill here just leaves it for reclaim). */
     uint64_t w = hk_atomic_load_seq_cst(&l->me->xowner);

@@ -105,3 +105,36 @@ def test_shared_and_retained_vmm_memory_stays_charged(hostile: Path, hookcore_li
     assert out["IMPORT"] == [f"0 AFTER {OOM}"]     # released original, live import: still charged
     assert out["RETAIN"] == [f"0 AFTER {OOM}"]     # retained and released twice, still mapped
     assert out["UNMAPPED"] == ["0"]                # unmapped: the charge is back
+
+
+# --------------------------------------------------------------------------------------------
+# The same tenant under ThreadSanitizer and ASan/UBSan: library and program built with the sanitizer.
+
+CASES = [(("dlroutes", "2G"), {}), (("ctxloop", "8"), {"HOOKCORE_CONTEXT_MEMORY_0": "300Mi"}), (("heap", "2G"), {}),
+         (("graph", "300M"), {}), (("pools", "600M"), {}), (("vmm", "400M"), {}),
+         (("legacy", "grid", "200", "0.3"), {"HOOKCORE_COMPUTE_LIMIT_0": "30"})]
+
+
+@pytest.fixture(scope="module", params=["asan", "tsan"])
+def sanitized_hostile(request: pytest.FixtureRequest, hookcore_libs: HookLibs,  # noqa: F811
+                      tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from tests.hook.test_build_variants import SANITIZERS, variant_lib
+
+    san, flags = SANITIZERS[request.param]
+    lib = variant_lib(f"san-{request.param}", f"SAN={san}")
+    prog = cc(tmp_path_factory.mktemp(request.param) / "hostile", "-g", *flags, str(ROOT / "tests/hook/c/hostile.c"),
+              "-ldl")
+    return lib, prog
+
+
+@pytest.mark.parametrize(("args", "env"), CASES, ids=[c[0][0] for c in CASES])
+def test_the_tenant_under_sanitizers(sanitized_hostile: tuple[Path, Path], hookcore_libs: HookLibs,  # noqa: F811
+                                     tmp_path: Path, args: tuple[str, ...], env: dict[str, str]) -> None:
+    from tests.hook.test_build_variants import SAN_ENV, no_reports
+
+    lib, prog = sanitized_hostile
+    e = client_env(hookcore_libs, lib, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(tmp_path / "ledger"),
+                   **SAN_ENV, **env)
+    proc = subprocess.run([str(prog), *args], env=e, capture_output=True, text=True, timeout=240)
+    no_reports(proc.stdout, proc.stderr)
+    assert proc.returncode == 0 and "SETUP 0" in proc.stdout, proc.stdout + proc.stderr[-3000:]
