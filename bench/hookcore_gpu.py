@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -759,6 +760,14 @@ class Bench:
                  for e in envs]
         pids, errors = [], []
         deadline = time.time() + timeout
+
+        def reap() -> None:   # a worker that never reaches HOLDING must not hang the run
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+
+        timer = threading.Timer(timeout, reap)
+        timer.start()
         for p in procs:
             assert p.stdout is not None
             while time.time() < deadline:
@@ -779,6 +788,7 @@ class Bench:
             except BrokenPipeError:
                 pass
             results.append(self.collect(p, timeout=60, keep=1500))
+        timer.cancel()
         per = [smi.get(pid) for pid in pids]
         return {"workers": results, "smi_mib": per, "smi_total_mib": sum(x for x in per if x) if per else None,
                 "errors": errors}
