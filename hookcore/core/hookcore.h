@@ -334,7 +334,7 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
 void hk_ledger_close(hk_ledger *l);   /* releases the slot lock (the slot is reclaimed lazily) */
 
 /* Read a ledger the caller must not trust (the node daemon reading a tenant-writable file): the
-   path's last component is never followed (a symlink is refused), nothing but a regular file of
+   path's last component is never followed (O_PATH|O_NOFOLLOW: a symlink is looked at, refused), nothing but a regular file of
    exactly the ledger's size is opened at all (a FIFO, device, directory, or a file grown or
    shrunk is refused without being opened for reading: it is looked at through an O_PATH
    descriptor first), and its bytes are copied into private memory with pread, so a file that

@@ -451,8 +451,7 @@ int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t
   }
   int pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (pfd < 0) {
-    hk__errf(err, errlen, "cannot open ledger %s: %s%s", path, strerror(errno),
-             errno == ELOOP ? " (a symbolic link: refused)" : "");
+    hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
     return HK_EIO;
   }
   struct stat st;
@@ -460,7 +459,7 @@ int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t
   if (fstat(pfd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != HK_LEDGER_SIZE) {
     hk__errf(err, errlen, "%s is not a hookcore ledger: %s (size %lld, expected a regular file of %u bytes)", path,
              S_ISREG(st.st_mode) ? "wrong size" : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
-             "not a regular file", (long long)st.st_size, HK_LEDGER_SIZE);
+             S_ISLNK(st.st_mode) ? "a symbolic link, not followed" : "not a regular file", (long long)st.st_size, HK_LEDGER_SIZE);
     close(pfd);
     return HK_EFAILCLOSED;
   }
