@@ -46,7 +46,15 @@ void hk_limiter_attach(hk_limiter *lim, void *area, uint32_t share_percent) {
         }
         sched_yield();
     }
-    if (hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;  /* foreign layout */
+    if (hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) {
+        /* Written out of shape (by a tenant: the area is in its writable ledger). A limit must not
+           turn into none: this process keeps to its share with a bucket of its own. */
+        hk_atomic_store_relaxed(&lim->own.xshare, share_percent);
+        hk_atomic_store_relaxed(&lim->own.xtokens_ns, 0);
+        hk_atomic_store_relaxed(&lim->own.xlast_refill_ns, hk_limiter_now_ns());
+        hk_atomic_store_release(&lim->own.xversion, HK_LIMITER_VERSION);
+        s = &lim->own;
+    }
     lim->shared = s;
 }
 

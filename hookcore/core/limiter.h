@@ -49,6 +49,7 @@ typedef struct hk_limiter {
     int strict;                             /* charge full-load cost (see above) */
     _Atomic int64_t xlocal_tokens_ns;       /* this process's own bucket */
     _Atomic int64_t xlocal_last_ns;
+    hk_limiter_shared own;                  /* stands in for a shared area written out of shape */
 } hk_limiter;
 
 /* What a reader (the wrapper, metrics, bench) may show of a device's bucket. */

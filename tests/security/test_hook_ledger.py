@@ -171,3 +171,25 @@ def test_written_tokens_do_not_lift_the_compute_share(hostile: Path, hookcore_li
     # 1 ms kernels: the stub's engine completes at most 1000 a second (load only lowers that), so
     # 30% is at most 300 a second; unmetered, the tenant ran at the native rate
     assert got <= 350 < base, (got, base)
+
+
+def test_a_limiter_area_written_out_of_shape_still_limits(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    """The limiter's version word overwritten before the claim's process starts: on 165651d the
+    process took it for a foreign layout and ran without a limit."""
+    import hookcore
+
+    ledger = tmp_path / "ledger"
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi",
+                     HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_LEDGER=str(ledger))
+    hookcore.create_ledger(ledger, {k: v for k, v in env.items() if k.startswith("HOOKCORE_")})
+    with ledger.open("r+b") as f:
+        f.seek(DEV0_TOKENS - 8)   # the limiter area's version word
+        f.write(b"\xde\xad\xbe\xef")
+    native = subprocess.run([str(hostile), "legacy", "async", "1000", "1.5"], env=client_env(hookcore_libs, None),
+                            capture_output=True, text=True, timeout=60)
+    base = float(native.stdout.split("RATE ")[1])
+    proc = subprocess.run([str(hostile), "legacy", "async", "1000", "1.5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    got = float(proc.stdout.split("RATE ")[1])
+    assert got <= 350 < base, (got, base)   # at most 30% of the stub engine's 1000 kernels a second
