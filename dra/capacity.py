@@ -53,9 +53,15 @@ class ShareConfig:
     """False: no compute share on the claim's devices; the claim's ``cores`` are still what the
     scheduler reserved."""
 
+    watchdog_action: Literal["report", "kill", "taint"] | None = None
+    """What the node daemon's watchdog does about this claim's unheld, over-quota or over-share
+    processes (`dra.watchdog`); unset: the daemon's ``--watchdog`` action."""
+
     def validate(self) -> None:
         if self.preload is not None and self.preload not in PRELOAD_MODES:
             raise ValueError(f"preload must be one of {list(PRELOAD_MODES)} or unset, not {self.preload!r}")
+        if self.watchdog_action not in (None, "report", "kill", "taint"):
+            raise ValueError(f"watchdogAction must be report, kill or taint, not {self.watchdog_action!r}")
 
 
 ConfigT = TypeVar("ConfigT", bound=ShareConfig)

@@ -226,6 +226,11 @@ class ClaimPreparer:
             raise ClaimError(f"{what}: has no devices of driver {self.driver.name} (its results are for"
                              f" {', '.join(others) or 'no driver'}); kubelet sends a claim only to the drivers of"
                              " its results, so the claim changed since kubelet read it; kubelet retries")
+        negative = [f"{r.pool}/{r.device} {k}={v}" for r in mine for k, v in r.consumed_capacity.items() if v < 0]
+        if negative:  # the API server stores them (kubernetes#140563); a negative share would lift the quota
+            raise ClaimError(f"{what}: its allocation consumes a negative capacity ({', '.join(negative)}); no scheduler"
+                             " writes that: the claim's status was edited by hand or by a faulty controller; delete"
+                             " the claim (or its pod) so that kube-scheduler allocates it anew")
         configs = self._configs(ref, claim, mine)
         devices = tuple(
             AllocatedDevice(request=r.request, pool=r.pool, device=r.device, share_id=r.share_id,

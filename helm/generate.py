@@ -106,6 +106,8 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
         "logFormat": {"enum": ["json", "text"]},
         "logLevel": {"enum": ["debug", "info", "warning", "error"]},
         "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
+        "watchdog": obj({"action": {"enum": ["report", "kill", "taint", "off"],
+                                    "description": "the process watchdog (dra/watchdog.py); on: hostPID, SYS_PTRACE, KILL"}}),
     }, ["preload", "metricsPort", "metricsBind", "grpcWorkers", "logFormat", "logLevel"])
     device_class = obj({
         "name": DNS_SUBDOMAIN,
@@ -137,6 +139,8 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"type": "array", "items": device_class},
             "sliceNodePolicy": obj({"enabled": {"type": "boolean"}}),
+            "schedulerFence": obj({"enabled": {"type": "boolean"},
+                                   "distinctAttribute": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"}}),
             "networkPolicy": obj({"enabled": {"type": "boolean"}, "metricsFrom": PEERS}, ["enabled"]),
             "featureGates": FEATURE_GATES,
         }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
@@ -213,6 +217,9 @@ def gpu_settings() -> dict[str, Any]:
         "sysfs": ABS_PATH,
         "fullLoadClockMhz": string_setting(pattern=r"^[1-9][0-9]{0,4}$",
                                            description="strict-cap claims' full-load SM clock in MHz, quoted"),
+        "mig": {"enum": ["off", "static", "dynamic"], "description": "what GPUs in MIG mode are published as"},
+        "mpsRoot": ABS_PATH,
+        "mpsControl": string_setting(minLength=1),
     })
 
 

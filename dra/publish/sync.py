@@ -29,7 +29,15 @@ import urllib3
 
 from dra.client import ApiClient, ApiException, ResourceV1Api, get_raw, iter_resp_lines
 from dra.driver import Device
-from dra.publish.desired import DesiredPool, DeviceValidationError, comparable_devices, desired_pool, slice_object
+from dra.publish.desired import (
+    DesiredPool,
+    DeviceValidationError,
+    comparable_devices,
+    comparable_slice,
+    desired_pool,
+    slice_object,
+)
+from dra.publish.layout import SliceLayout, layout_for, parse_server_version
 from dra.publish.timing import Backoff, Clock, SystemClock
 
 log = logging.getLogger("dra.publish")
@@ -59,6 +67,10 @@ class PublishSettings:
 
     watch_timeout: int = 290
     """Server-side timeout of one watch request, in seconds; the watcher then resumes."""
+
+    layout: SliceLayout | None = None
+    """How devices are cut into slices; None: from the API server's version (`dra.publish.layout`),
+    read again after every outage, so an upgraded control plane gets its layout."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +137,12 @@ class Publisher:
         self._on_error = on_error
         self._selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
         self._desired: DesiredPool | None = None
+        self._device_list: tuple[Device, ...] = ()  # the last device list that passed validation
         self._devices_dirty = True
+        self._layout: SliceLayout | None = self.settings.layout
+        self._version_dirty = True  # read the API server's version before the next sync
+        self.server_version: tuple[int, int] | None = None
+        """(major, minor) of the API server, as last read (None with a fixed layout)."""
         self._node_uid: str | None = None
         self._generation = 0  # highest pool generation seen or written: never goes back, even after a wipe
         self._known_versions: set[str] = set()  # resourceVersions this publisher has seen or written
@@ -143,7 +160,8 @@ class Publisher:
 
     def start(self) -> None:
         """Validate the devices now (raising DeviceValidationError) and start the threads."""
-        self._desired = desired_pool(self.driver_name, self.node_name, self._devices())
+        self._device_list = tuple(self._devices())
+        self._desired = desired_pool(self.driver_name, self.node_name, self._device_list, self._layout or SliceLayout.PACKED)
         self._devices_dirty = False
         self._stop.clear()
         self._wake.set()
@@ -175,6 +193,11 @@ class Publisher:
         """True once the pool has been published (and stays true: a later outage is not unreadiness)."""
         return self._published.is_set()
 
+    @property
+    def layout(self) -> SliceLayout | None:
+        """The slice layout of the last sync (None before the first)."""
+        return self._desired.layout if self._desired is not None and self.last_result is not None else None
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._published.wait(timeout)
 
@@ -196,6 +219,8 @@ class Publisher:
                 delay = self.settings.resync_period
             except (_Conflict, NodeNotFound, ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                 self._failed(exc)
+                if not isinstance(exc, _Conflict | NodeNotFound):
+                    self._version_dirty = True  # an outage may be an upgrade: read the version again
                 delay = self.backoff.next_delay()
                 status = getattr(exc, "status", None)
                 if isinstance(exc, _Conflict) or status == 409:
@@ -226,7 +251,9 @@ class Publisher:
             # when the driver fails, so the next sync (after backoff) reads the devices again.
             self._devices_dirty = False
             try:
-                new = desired_pool(self.driver_name, self.node_name, self._devices())
+                devices = tuple(self._devices())
+                new = desired_pool(self.driver_name, self.node_name, devices, self._layout or SliceLayout.PACKED,
+                                   separate_counters=self._separate_counters())
             except DeviceValidationError:
                 if self._desired is None:
                     raise
@@ -235,9 +262,14 @@ class Publisher:
                 self._devices_dirty = True
                 raise
             else:
-                self._desired = new
+                self._desired, self._device_list = new, devices
+        assert self._desired is not None, "start() computes the first desired pool"
+        layout = self._resolve_layout()
+        separate = self._separate_counters()
+        if self._desired.layout is not layout or (self._desired.counters and self._desired.separate_counters != separate):
+            self._desired = desired_pool(self.driver_name, self.node_name, self._device_list, layout,
+                                         separate_counters=separate)
         desired = self._desired
-        assert desired is not None, "start() computes the first desired pool"
 
         if self._node_uid is None:
             self._node_uid = self._fetch_node_uid()
@@ -250,7 +282,8 @@ class Publisher:
         generation = max((s["spec"]["pool"]["generation"] for s in ours), default=0)
         current = [s for s in ours if s["spec"]["pool"]["generation"] == generation]
         obsolete = [s for s in ours if s["spec"]["pool"]["generation"] < generation]
-        wanted = [self._accepted.get(key, key) for key in (comparable_devices(d) for d in desired.slices)]
+        wanted = [(self._accepted.get(key, key), comparable_slice((), desired.shared_counters(i))[1])
+                  for i, key in enumerate(comparable_devices(d) for d in desired.slices)]
 
         result = SyncResult(generation=generation, slices=len(desired.slices), devices=desired.device_count)
         deleted = 0
@@ -281,6 +314,42 @@ class Publisher:
             self._on_sync(result)
         return result
 
+    def _separate_counters(self) -> bool:
+        """Whether counter sets go in slices of their own: from 1.35 a slice holds devices or
+        counter sets, not both; on 1.34 a device's set must be in its slice."""
+        return self.server_version is not None and self.server_version >= (1, 35)
+
+    def _resolve_layout(self) -> SliceLayout:
+        """The fixed layout, or the one for the API server's version (read when marked dirty; also
+        with a fixed layout when the pool has counter sets, whose place depends on the version)."""
+        fixed = self.settings.layout
+        if fixed is not None and not (self._desired is not None and self._desired.counters):
+            return fixed
+        if self._layout is None or self.server_version is None or self._version_dirty:
+            self._version_dirty = False
+            try:
+                info = self._call("version", self._read_version)
+                version = parse_server_version(info)
+            except BaseException:
+                self._version_dirty = True
+                raise
+            layout = fixed or layout_for(version)
+            if layout is not self._layout and fixed is None:
+                log.info(
+                    "Kubernetes %d.%d: publishing %s slices%s",
+                    *version,
+                    layout.value,
+                    " (kube-scheduler < 1.35 shares only a slice's first device: kubernetes#133705)"
+                    if layout is SliceLayout.PER_DEVICE
+                    else "",
+                    extra={"node": self.node_name, "driver": self.driver_name},
+                )
+            self._layout, self.server_version = layout, version
+        return self._layout
+
+    def _read_version(self, _preload_content: bool, _request_timeout: float) -> Any:
+        return get_raw(self.api.api_client, "/version", {}, _request_timeout)
+
     def _fetch_node_uid(self) -> str:
         try:
             node = self._call("get", self._read_node, self.node_name)
@@ -300,7 +369,8 @@ class Publisher:
         for s in current:
             if s["spec"]["pool"].get("resourceSliceCount") != count or not self._owned(s):
                 return False
-        have = collections.Counter(comparable_devices(s["spec"].get("devices") or ()) for s in current)
+        have = collections.Counter(comparable_slice(s["spec"].get("devices") or (), s["spec"].get("sharedCounters") or ())
+                                   for s in current)
         return have == collections.Counter(wanted)
 
     def _owned(self, s: dict[str, Any]) -> bool:
@@ -320,7 +390,7 @@ class Publisher:
             return devices
 
         def same_content(i: int, s: dict[str, Any]) -> bool:
-            return bool(comparable_devices(devices_of(s)) == wanted[i])
+            return bool(comparable_slice(devices_of(s), s["spec"].get("sharedCounters") or ()) == wanted[i])
 
         def same_names(i: int, s: dict[str, Any]) -> bool:
             return frozenset(d["name"] for d in devices_of(s)) == names[i]
@@ -414,6 +484,7 @@ class Publisher:
                 if self._stop.is_set():  # stop() ran before the stream was published to it
                     return
                 if reconnected:
+                    self._version_dirty = True  # the server may have been upgraded meanwhile
                     self.resync()  # events may have been missed while disconnected
                     reconnected = False
                 for line in iter_resp_lines(response):

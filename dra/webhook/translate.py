@@ -60,6 +60,8 @@ class Share:
     selectors: tuple[str, ...] = ()
     same_numa: bool = False
     described: str = ""  # the original resources, for humans
+    device_class: str | None = None  # another mode's DeviceClass (vendor's when None)
+    whole: bool = False  # devices allocated whole (MIG): memory is a minimum size, no capacity requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +107,15 @@ def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventor
         if not ours:
             continue
         plan.stripped[(init, index)] = tuple(ours)
-        unknown = [r for r in ours if mapping.vendor_of(r) is None]
+        profiled = [r for r in ours if mapping.vendor_of(r) is None and mapping.profile_vendor(r) is not None]
+        unknown = [r for r in ours if mapping.vendor_of(r) is None and r not in profiled]
         plan.problems += [_unknown(where, r, mapping) for r in unknown]
         if unknown:
             continue
+        for r in profiled:
+            share = _profile_share(where, r, mapping, limits, requests, plan)
+            if share is not None:
+                plan.shares.append(ContainerShare(name, init, index, share))
         by_vendor: dict[str, Vendor] = {}
         for r in ours:
             v = mapping.vendor_of(r)
@@ -119,6 +126,24 @@ def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventor
             if share is not None:
                 plan.shares.append(ContainerShare(name, init, index, share))
     return plan
+
+
+def _profile_share(where: str, resource: str, mapping: VendorMapping, limits: Mapping[str, Any],
+                   requests: Mapping[str, Any], plan: PodPlan) -> Share | None:
+    """``nvidia.com/mig-1g.18gb: 2``: two whole devices of that profile."""
+    v = mapping.profile_vendor(resource)
+    assert v is not None and v.profiles is not None
+    raw = limits.get(resource, requests.get(resource))
+    count = _whole(where, resource, raw)
+    if isinstance(count, str):
+        plan.problems.append(count)
+        return None
+    if count == 0:
+        return None
+    profile = resource[len(v.profiles.prefix):]
+    selector = sel.equals_selector(sel.attribute(v.driver, v.profiles.attribute), profile)
+    return Share(v, count, selectors=(selector,), described=f"{resource}={raw}",
+                 device_class=v.profiles.device_class, whole=True)
 
 
 def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
@@ -231,14 +256,27 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
     elif memory is not None or (percent is not None and percent < 100):
         cores = v.default_cores
 
-    # Modes: the only one served is v.mode.value.
+    # Modes: v.mode.value on the vendor's class, v.mode.others each on its own class.
     sharing = memory is not None or percent is not None or cores is not None
+    device_class, whole = None, False
     if v.mode is not None:
         raw_mode = annotations.get(v.mode.annotation)
         modes = tuple(m.strip() for m in raw_mode.split(",")) if raw_mode is not None else ()
-        if raw_mode is not None and v.mode.value not in modes:
+        other = next((o for o in v.mode.others if o.value in modes), None)
+        if raw_mode is not None and v.mode.value not in modes and other is None:
+            served = ", ".join(repr(m) for m in v.mode.served)
             plan.problems.append(f"{where}: annotation {v.mode.annotation}={raw_mode!r} asks for a mode the DRA "
-                                 f"drivers do not serve; only {v.mode.value!r} is (set it or remove the annotation)")
+                                 f"drivers do not serve; served: {served} (set one or remove the annotation)")
+        elif other is not None and v.mode.value not in modes:
+            device_class, whole = other.device_class, other.whole
+            if whole and r.cores and (r.cores in limits or r.cores in requests):
+                plan.warnings.append(f"{where}: {r.cores} does not apply in mode {other.value!r} (a whole device's "
+                                     f"compute is its own) and was removed")
+            if whole:
+                cores = None
+                if percent is not None:
+                    plan.problems.append(f"{where}: {r.memory_percentage} cannot pick a device in mode "
+                                         f"{other.value!r}; give {r.memory} (the smallest device size that fits)")
         elif raw_mode is None and v.mode.required_for_sharing and sharing:
             plan.problems.append(f"{where}: a share of a device ({described}) needs the annotation "
                                  f"{v.mode.annotation}: {v.mode.value} (template-based splitting is not served); add "
@@ -272,7 +310,11 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
         return None
     if percent == 100:
         percent = None
-    return Share(v, count, memory, percent, cores, tuple(selectors), same_numa, described)
+    if whole and memory is not None:  # a device at least that large, taken whole
+        cap = sel.capacity(v.driver, v.capacity_memory)
+        selectors.append(f"{cap}.compareTo(quantity({sel.cel_string(_quantity(memory))})) >= 0")
+        memory = None
+    return Share(v, count, memory, percent, cores, tuple(selectors), same_numa, described, device_class, whole)
 
 
 def _selectors(where: str, v: Vendor, annotations: Mapping[str, str], plan: PodPlan) -> list[str]:
@@ -349,15 +391,23 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
     if share.cores is not None:
         capacity[v.capacity_cores] = str(share.cores)
 
+    # One request per device (count 1 each, distinct by UUID), never one request of count N:
+    # kube-scheduler 1.34 crashes on count > 1 with the per-device slice layout
+    # (kubernetes#133705, dra/publish/layout.py) and before 1.37 does not hold distinctAttribute
+    # within one request (kubernetes#140438); across requests every pair is compared.
+    per_device = share.count > 1 and bool(v.uuid_attribute)
+    count = 1 if per_device else share.count
+
     def exact(selectors: Sequence[str], cap: Mapping[str, str]) -> dict[str, Any]:
-        body: dict[str, Any] = {"deviceClassName": v.device_class, "allocationMode": "ExactCount", "count": share.count}
+        body: dict[str, Any] = {"deviceClassName": share.device_class or v.device_class, "allocationMode": "ExactCount",
+                                "count": count}
         if selectors:
             body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
         if cap:
             body["capacity"] = {"requests": dict(cap)}
         return body
 
-    request: dict[str, Any] = {"name": v.request_name}
+    request: dict[str, Any] = {}
     if share.memory_percent is None:
         request["exactly"] = exact(share.selectors, capacity)
     else:
@@ -368,12 +418,13 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
             fits = sel.memory_equals_selector(sel.capacity(v.driver, v.capacity_memory), _quantity(size))
             subs.append({"name": f"size-{i}", **exact([*share.selectors, fits], {**capacity, v.capacity_memory: _quantity(part)})})
         request["firstAvailable"] = subs
-    devices: dict[str, Any] = {"requests": [request]}
+    names = [f"{v.request_name}-{i}" for i in range(share.count)] if per_device else [v.request_name]
+    devices: dict[str, Any] = {"requests": [{"name": name, **request} for name in names]}
     constraints = []
-    if share.count > 1 and v.uuid_attribute:
-        constraints.append({"requests": [v.request_name], "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
+    if per_device and v.uuid_attribute and not share.whole:  # whole devices are distinct anyway
+        constraints.append({"requests": names, "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
     if share.same_numa and v.numa_attribute:
-        constraints.append({"requests": [v.request_name], "matchAttribute": _qualified(v.driver, v.numa_attribute)})
+        constraints.append({"requests": names, "matchAttribute": _qualified(v.driver, v.numa_attribute)})
     if constraints:
         devices["constraints"] = constraints
     return {"spec": {"devices": devices}}

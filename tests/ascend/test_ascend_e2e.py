@@ -39,7 +39,7 @@ EXAMPLES = ROOT / "examples"
 ACL_WORKLOAD = ROOT / "hookcore" / "build" / "workload" / "acl_workload"
 MiB, GiB = 1 << 20, 1 << 30
 WHY = runtime_unavailable()
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")]
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler, pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")]
 
 
 @dataclass

@@ -40,6 +40,9 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- if $v.daemon.fake }}
 - {{ printf "--fake=%s" $v.daemon.fake | quote }}
 {{- end }}
+{{- with ($v.daemon.watchdog | default dict).action }}
+- {{ printf "--watchdog=%s" . | quote }}
+{{- end }}
 {{- range $v.daemon.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -48,7 +51,9 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- define "dra-common.daemonset" -}}
 {{- $v := .Values -}}
 {{- $kp := $v.kubeletPlugin -}}
+{{- $watchdog := not (has (($v.daemon.watchdog | default dict).action | default "off") (list "off")) -}}
 {{- $security := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged) -}}
+{{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "SYS_PTRACE" "KILL") list $watchdog)) -}}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -88,6 +93,9 @@ spec:
       {{- end }}
       {{- with $kp.runtimeClassName }}
       runtimeClassName: {{ . }}
+      {{- end }}
+      {{- if $watchdog }}
+      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (README, "The watchdog")
       {{- end }}
       enableServiceLinks: false
       terminationGracePeriodSeconds: {{ $kp.terminationGracePeriodSeconds }}
@@ -173,7 +181,7 @@ spec:
             periodSeconds: {{ $kp.probes.periodSeconds }}
             timeoutSeconds: {{ $kp.probes.timeoutSeconds }}
           securityContext:
-            {{- $security | nindent 12 }}
+            {{- $daemonSecurity | nindent 12 }}
           resources:
             {{- toYaml $kp.resources | nindent 12 }}
           volumeMounts:
