@@ -24,7 +24,7 @@ from dra.webhook.translate import Inventory, NoInventory, QuantityTooLarge, boun
 from dra.webhook.vendors import Vendor, VendorMapping
 
 log = logging.getLogger(__name__)
-DAEMON_DEFAULTS = {"preload": "file"}  # what an unset field means on a node daemon with the charts' defaults
+DAEMON_DEFAULTS = {"preload": "file", "watchdogAction": "report"}  # unset fields on a daemon with the charts' defaults
 
 
 def driver_classes() -> dict[str, type]:

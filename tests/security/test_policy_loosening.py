@@ -92,6 +92,8 @@ CLAIM_LOOSENS = [
      "computeMode=share is weaker than the DeviceClass's strict"),
     ("computeMode unset", [opaque(GPU, cfg(computeMode="strict"), "FromClass"), opaque(GPU, cfg(preload="file"))],
      "computeMode=unset is weaker than the DeviceClass's strict"),
+    ("watchdogAction", [opaque(GPU, cfg(watchdogAction="kill"), "FromClass"), opaque(GPU, cfg(watchdogAction="report"))],
+     "watchdogAction=report is weaker than the DeviceClass's kill"),
     ("fullLoadClockMhz", [opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=1500), "FromClass"),
                           opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=3000))],
      "fullLoadClockMhz=3000 is weaker than the DeviceClass's 1500"),
