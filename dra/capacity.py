@@ -41,8 +41,8 @@ PRELOAD_MODES = ("file", "env")
 class ShareConfig:
     """The opaque-config fields of a shared device (subclass it as a driver's `config_type`).
 
-    Both loosen enforcement (`dra.strength`): a claim's own config may set them weaker than its
-    DeviceClass's only where the admin allowed it (`dra.loosening`)."""
+    Each loosens enforcement when set weaker (`dra.strength`): a claim's own config may set it
+    weaker than its DeviceClass's only where the admin allowed it (`dra.loosening`)."""
 
     preload: Literal["file", "env"] | None = dataclasses.field(default=None, metadata=strength("env", None, "file"))
     """``file``: a read-only /etc/ld.so.preload (every process, also ones started with a clean
@@ -53,7 +53,8 @@ class ShareConfig:
     """False: no compute share on the claim's devices; the claim's ``cores`` are still what the
     scheduler reserved."""
 
-    watchdog_action: Literal["report", "kill", "taint"] | None = None
+    watchdog_action: Literal["report", "kill", "taint"] | None = dataclasses.field(
+        default=None, metadata=strength("report", None, "taint", "kill"))
     """What the node daemon's watchdog does about this claim's unheld, over-quota or over-share
     processes (`dra.watchdog`); unset: the daemon's ``--watchdog`` action."""
 

@@ -215,6 +215,7 @@ class Daemon:
             node_labels=node_labels_reader(claims_client, settings.node_name),
             hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
             allow_claim_loosening=settings.allow_claim_loosening,
+            config_defaults={"watchdogAction": settings.watchdog.action if settings.watchdog else "report"},
         )
         oversized = self.metrics.ledger_oversized.labels(name)
         self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())

@@ -97,6 +97,7 @@ class ClaimPreparer:
         max_parallel: int = 16,
         hooks: ClaimHooks | None = None,
         allow_claim_loosening: bool = False,
+        config_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         """`node_labels`: the Node's labels, for allocations whose nodeSelector tests labels
         (pools with a nodeSelector instead of a nodeName); a mapping, or a function that reads
@@ -109,7 +110,9 @@ class ClaimPreparer:
         ``--hook-dir``); default: both under the checkpoint's state dir.
 
         `allow_claim_loosening`: honour a claim's own config where it sets a field weaker than
-        its DeviceClass's (`dra.loosening`); off: such a claim fails, naming the field."""
+        its DeviceClass's (`dra.loosening`); off: such a claim fails, naming the field.
+        `config_defaults`: what an unset config field means on this node, by JSON name (e.g. the
+        daemon's ``watchdogAction``), for that comparison."""
         self.driver = driver
         self.source = claim_source
         self.node_name = node_name
@@ -117,6 +120,7 @@ class ClaimPreparer:
         self.cdi = cdi
         self.lock: LockFactory = lock or checkpoint.lock
         self.allow_claim_loosening = allow_claim_loosening
+        self.config_defaults = dict(config_defaults or {})
         self.hooks = hooks or ClaimHooks(checkpoint.state_dir, HookDir(checkpoint.state_dir / "hook-dir"))
         self._static_labels: dict[str, str] = {HOSTNAME_LABEL: node_name}
         self._read_labels: Callable[[], Mapping[str, str]] | None = None
@@ -283,7 +287,8 @@ class ClaimPreparer:
                         claim_entry = (c, cfg)
             if claim_entry is not None and not self.allow_claim_loosening:
                 c, cfg = claim_entry
-                found = loosened(cfg, baseline, unset={"preload": self.hooks.default_preload.value})
+                found = loosened(cfg, baseline, unset={"preload": self.hooks.default_preload.value,
+                                                       **self.config_defaults})
                 if found:
                     raise ClaimError(f"{_describe_claim(ref)}: opaque config #{c.index} (FromClaim) of driver"
                                      f" {self.driver.name}, for request {r.request!r}: {describe_loosening(found)}")

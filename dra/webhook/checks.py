@@ -24,6 +24,7 @@ from dra.webhook.translate import Inventory, NoInventory, QuantityTooLarge, boun
 from dra.webhook.vendors import Vendor, VendorMapping
 
 log = logging.getLogger(__name__)
+DAEMON_DEFAULTS = {"preload": "file", "watchdogAction": "report"}  # unset fields on a daemon with the charts' defaults
 
 
 def driver_classes() -> dict[str, type]:
@@ -115,7 +116,7 @@ def _loosening(spec: Mapping[str, Any], decoded: list[tuple[int, str, tuple[str,
                         baseline = decode_config(drivers[driver], opaque.get("parameters"))
                     except ConfigError:
                         continue  # prepare names a broken class config itself
-            found = loosened(cfg, baseline)
+            found = loosened(cfg, baseline, unset=DAEMON_DEFAULTS)
             if found:
                 out.append(f"config[{index}] for driver {driver}, request {name!r} (class {class_name}):"
                            f" {describe_loosening(found)}")

@@ -145,6 +145,7 @@ class _Server(HTTPServer):
     (a caller opening connections without end gets them closed, and costs no thread)."""
 
     allow_reuse_address = True
+    request_queue_size = 128  # the kernel's accept queue (socketserver's 5 drops a burst's SYNs)
 
     def __init__(self, address: tuple[str, int], endpoints: dict[str, Callable[[Any], Any]],
                  ready: Callable[[], bool], certificates: Certificates | None, metrics: WebhookMetrics) -> None:
