@@ -95,8 +95,8 @@ def helm_demo(k8s_version: str, out: Console, step: Callable[[str], None], keep:
         step("a pod written for HAMi (nvidia.com/gpu 1, gpumem 4096, gpucores 30), image " + WORKLOAD_IMAGE)
         core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami-gpu"}, "spec": {
             "restartPolicy": "Never", "containers": [{"name": "cuda", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-                                                      "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096,
-                                                                               "nvidia.com/gpucores": 30}}}]}})
+                                                      "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096",
+                                                                               "nvidia.com/gpucores": "30"}}}]}})
         stored = core.read_namespaced_pod("hami-gpu", "default")
         template = stored.spec.resource_claims[0].resource_claim_template_name if stored.spec.resource_claims else None
         out.print(f"    converted by the webhook's pod: claim template {template}", highlight=False)

@@ -206,7 +206,7 @@ def test_hami_pod_is_converted_by_the_webhook_pod_and_prepared_by_the_daemon_pod
     core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami"}, "spec": {
         "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
         "containers": [{"name": "cuda", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "resources": {"limits": {
-            "nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 30}}}]}})
+            "nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30"}}}]}})
     stored = core.read_namespaced_pod("hami", ns)
     # Converted at admission by the webhook's pod, which the API server reached through its Service.
     assert stored.spec.resource_claims and stored.spec.resource_claims[0].resource_claim_template_name, stored.spec
