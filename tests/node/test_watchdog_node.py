@@ -136,6 +136,15 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
     assert f"process {static_pid}" in got[0].message and got[0].type == "Warning"
     assert got[0].involved_object.uid == static_pod
     assert events(api_client, namespace, "held", "ProcessUnheld") == []  # the hook holds it
+    # What the chart's daemon (no CAP_SYS_PTRACE, no maps) relies on: the hook registered the
+    # container's process in its claim's ledger under the PID it has in the pod's PID namespace.
+    import hookcore
+
+    with hookcore.Ledger(watched["daemon"].state_dir / "hooks" / held_claim / "ledger") as ledger:
+        slots = {(p.pid, p.start_time) for p in ledger.processes() if p.state == "live"}
+    ns_pid = procinfo.ns_pid(Path("/proc"), held_pid)
+    assert ns_pid is not None and ns_pid != held_pid  # the pod has its own PID namespace
+    assert (ns_pid, procinfo.start_time(Path("/proc"), held_pid)) in slots
     print(f"watchdog: ProcessUnheld Event on the unheld pod {took:.2f} s after it appeared on the GPU")
 
     # The same escape in a claim whose config says kill: only that pod's process dies.

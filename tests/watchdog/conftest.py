@@ -145,7 +145,8 @@ class Rig:
         self.checkpoint.delete(claim.uid)
         self.hooks.remove(claim.uid)
 
-    def start(self, claim: Claim | None, argv: list[str], pod_uid: str | None = None) -> int:
+    def start(self, claim: Claim | None, argv: list[str], pod_uid: str | None = None,
+              env: dict[str, str] | None = None) -> int:
         """`argv` in the claim's mounts (a private mount namespace) and its pod's cgroup; the PID."""
         scratch = tempfile.mkdtemp(prefix="wd-", dir=self.root)
         lines = mount_script(claim.mounts, scratch) if claim else ["set -eu"]
@@ -155,7 +156,8 @@ class Rig:
             cg = self.cgroup / "kubepods" / "besteffort" / f"pod{pod}" / container
             cg.mkdir(parents=True)
             lines.append(f"echo $$ > {shlex.quote(str(cg / 'cgroup.procs'))}")
-        lines.append(f"exec env -i PATH=/usr/bin:/bin {' '.join(shlex.quote(a) for a in argv)}")
+        extra = " ".join(shlex.quote(f"{k}={v}") for k, v in (env or {}).items())
+        lines.append(f"exec env -i PATH=/usr/bin:/bin {extra} {' '.join(shlex.quote(a) for a in argv)}")
         cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)] if claim else \
             ["sh", "-c", "\n".join(lines)]
         child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -234,3 +234,35 @@ def test_a_claim_prepared_after_the_records_were_read_is_found(rig: Rig, static_
     rig.on_gpu(static, c.device, GiB)
     got = wd.poll()
     assert [(v.kind, v.pid, v.claim.uid if v.claim else None) for v in got] == [("unheld", static, c.uid)]
+
+
+def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper: Path) -> None:
+    """The chart gives the daemon no CAP_SYS_PTRACE: then a process is held when the hook registered
+    it in the claim's ledger (stub CUDA under the hook), and unheld after two polls without."""
+    import hookcore
+
+    c = rig.claim(memory=4 * GiB)
+    assert rig.driver.fake is not None
+    env = {"LD_LIBRARY_PATH": str(hookcore.stub_dir()), **rig.driver.fake.container_env([c.gpu_uuid])}
+    workload = hookcore.stub_dir().parent / "workload" / "cuda_workload"
+    held = rig.start(c, [str(workload), "--hold", "300"], env=env)
+    ledger = rig.state / "hooks" / c.uid / "ledger"
+
+    def registered() -> bool:
+        with hookcore.Ledger(ledger) as led:
+            return any(p.state == "live" for p in led.processes())
+
+    deadline = time.monotonic() + 20
+    while not registered():
+        assert time.monotonic() < deadline and rig.alive(held), "the hook never registered the workload"
+        time.sleep(0.05)
+    static = rig.start(c, [str(static_sleeper)])
+    rig.on_gpu(held, c.device, 2 * GiB)
+    rig.on_gpu(static, c.device, GiB)
+    wd = rig.watchdog(maps=False)
+    assert wd.poll() == []  # the static one is not decided yet: the hook may register it a moment later
+    rig.now += 1
+    got = wd.poll()
+    assert [(v.kind, v.pid) for v in got] == [("unheld", static)]
+    rig.now += 1
+    assert wd.poll() == []
