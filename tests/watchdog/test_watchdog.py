@@ -266,3 +266,25 @@ def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper
     assert [(v.kind, v.pid) for v in got] == [("unheld", static)]
     rig.now += 1
     assert wd.poll() == []
+
+
+def test_over_share_kill_takes_the_busiest_and_over_quota_taint_marks_the_device(rig: Rig) -> None:
+    busy_claim = rig.claim(device="hami-gpu-1", cores=20, action="kill")
+    calm = rig.start(busy_claim, ["sleep", "300"])
+    busy = rig.start(busy_claim, ["sleep", "301"])
+    rig.on_gpu(calm, busy_claim.device, GiB, 5)
+    rig.on_gpu(busy, busy_claim.device, GiB, 60)
+    fat_claim = rig.claim(device="hami-gpu-4", memory=2 * GiB, action="taint")
+    fat = rig.start(fat_claim, ["sleep", "302"])
+    rig.on_gpu(fat, fat_claim.device, 4 * GiB)  # 2 GiB + 1 GiB context < 4 GiB
+    wd = rig.watchdog(share_window=2)
+    got = []
+    for _ in range(4):
+        got += wd.poll()
+        rig.now += 1
+    by_kind = {v.kind: v for v in got}
+    assert set(by_kind) == {"over-share", "over-quota"}
+    assert by_kind["over-share"].pid == busy and by_kind["over-share"].outcome == f"process {busy} killed (SIGKILL)"
+    assert next(c for c in rig.children if c.pid == busy).wait(timeout=10) != 0 and rig.alive(calm)
+    assert wd.taints("hami-gpu-4") == (Taint("hami-core-gpu.project-hami.io/watchdog", "over-quota", "NoSchedule"),)
+    assert rig.alive(fat)
