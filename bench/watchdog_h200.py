@@ -66,7 +66,10 @@ if mode == "contexts":
     cu.cuDeviceGet(ctypes.byref(dev), 0)
     for _ in range(contexts):
         ctx = ctypes.c_void_p()
-        r = cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        try:
+            r = cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        except AttributeError:  # a driver without the old entry point: CUDA 13's form
+            r = cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, dev)
         if r != 0:
             errors.append(r); break
         popped = ctypes.c_void_p()
@@ -181,8 +184,6 @@ def main() -> int:
                     argv = ["env", "-u", "LD_PRELOAD", *argv]
                 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root",
                        "CUDA_VISIBLE_DEVICES": gpu.uuid, **edits.env}
-                if os.environ.get("PYTHONPATH"):
-                    env["PYTHONPATH"] = os.environ["PYTHONPATH"]
                 scratch = tempfile.mkdtemp(prefix="rt-", dir=work)
                 lines = mount_script(edits.mounts, scratch)
                 lines.append("exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
