@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 # The install stamp: redone when the project's metadata or build glue change.
 STAMP := $(dir $(PY)).dra-installed
 
-.PHONY: install node-deps demo test lint clean-venv wheel
+.PHONY: install node-deps demo test test-versions lint clean-venv wheel
 
 install: $(STAMP)
 
@@ -39,6 +39,20 @@ test: install node-deps
 	$(PY) -m dra.cli cluster build --k8s-version $(K8S_VERSION)
 	$(PY) -m dra.cli node build --k8s-version $(K8S_VERSION)
 	DRA_TEST_K8S_VERSION=$(K8S_VERSION) $(PY) -m pytest
+
+# The scheduler-facing tests (pytest marker `scheduler`: allocation, spread, the fences, the
+# examples, webhook translation) on every Kubernetes minor from 1.34 the Go module proxy serves
+# (`dra cluster versions`; K8S_VERSIONS="v1.34.4 v1.37.2" picks some), each built on first use
+# (about 11 minutes of two cores per version). Every version runs; the summary names failures.
+K8S_VERSIONS ?= $(shell $(PY) -m dra.cli cluster versions 2>/dev/null || echo v1.34.4 v1.35.4 v1.36.3 v1.37.2)
+test-versions: install
+	@failed=""; for v in $(K8S_VERSIONS); do \
+	  $(PY) -m dra.cli cluster build --k8s-version $$v >/dev/null || { failed="$$failed $$v(build)"; continue; }; \
+	  echo "== scheduler-facing tests on Kubernetes $$v"; \
+	  DRA_TEST_K8S_VERSION=$$v $(PY) -m pytest -m scheduler -q -p no:cacheprovider || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-versions: failed on$$failed"; exit 1; fi; \
+	echo "test-versions: passed on $(K8S_VERSIONS)"
 
 lint: install
 	$(PY) -m ruff check .

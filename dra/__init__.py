@@ -51,6 +51,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
+from dra.loosening import strength
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -87,6 +88,7 @@ __all__ = [
     "quantity_to_int",
     "settings",
     "share_capacity",
+    "strength",
     "testing",
     "topology",
     "whole_mib",

@@ -39,7 +39,9 @@ from dra import logging as dra_logging
 from dra.driver import Driver, DriverContext
 from dra.errors import UserError
 from dra.metrics import HealthServer, MeteredHandler, Metrics
-from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult
+from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
+from dra.publish.fence import warn_if_unfenced
+from dra.publish.layout import parse_layout
 from dra.watchdog import ACTIONS as WATCHDOG_ACTIONS
 from dra.watchdog import WatchdogSettings
 
@@ -96,6 +98,9 @@ class DaemonSettings:
     """How an enforced claim's containers load the hook when the driver does not say: ``file``
     (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
 
+    allow_claim_loosening: bool = False
+    """Honour a claim's own opaque config where it loosens enforcement below its DeviceClass's
+    (`dra.loosening`); off: such claims fail, naming the field."""
     watchdog: WatchdogSettings | None = dataclasses.field(default_factory=WatchdogSettings)
     """The process watchdog (drivers that list their devices' processes); None: off."""
 
@@ -158,7 +163,7 @@ class Daemon:
         from dra.cdi import CDISpecs
         from dra.checkpoint import Checkpoint
         from dra.driver import Preload
-        from dra.enforcement import ClaimHooks
+        from dra.enforcement import ClaimHooks, LedgerGuard
         from dra.hookdir import HookDir
         from dra.kubelet import KubeletPlugin
         from dra.kubelet.health import HealthFeed
@@ -199,7 +204,10 @@ class Daemon:
             # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
             node_labels=node_labels_reader(claims_client, settings.node_name),
             hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
+            allow_claim_loosening=settings.allow_claim_loosening,
         )
+        oversized = self.metrics.ledger_oversized.labels(name)
+        self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())
         from dra.ledger_metrics import LedgerCollector, device_names_by_uuid
 
         self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
@@ -232,6 +240,7 @@ class Daemon:
                     " Pick another --metrics-port (0: any free port; -1: none)."
                 ) from exc
         self._stopped = False
+        self._fence_checked = False
 
     def _devices(self) -> Any:
         """The driver's devices, with the watchdog's taints added."""
@@ -250,6 +259,10 @@ class Daemon:
 
     def _published(self, result: SyncResult) -> None:
         self.metrics.published(result.devices, result.slices, result.generation)
+        version = self.publisher.server_version
+        if not self._fence_checked and version is not None and needs_fence(version):
+            self._fence_checked = True  # once per start: the warning is for the operator, not a loop
+            warn_if_unfenced(self.publisher.api.api_client, self.driver.name, version)
 
     def liveness(self) -> str:
         return self.plugin.check()
@@ -273,6 +286,7 @@ class Daemon:
         except DeviceValidationError as exc:
             raise UserError(f"Driver {self.driver.name} reported a device the API would reject: {exc}") from exc
         self.plugin.start()
+        self.ledger_guard.start()
         if self.watchdog is not None:
             self.watchdog.start()
         if self.http is not None:
@@ -305,6 +319,7 @@ class Daemon:
             self.watchdog.close()
         self.publisher.stop()
         self.preparer.close()
+        self.ledger_guard.stop()
         if self.http is not None:
             self.http.stop()
 
@@ -404,6 +419,13 @@ def register(app: typer.Typer) -> None:
         preload: Annotated[
             str, typer.Option("--preload", help="Default hook preload of enforced claims: file (/etc/ld.so.preload) or env.")
         ] = DaemonSettings.preload,
+        slice_layout: Annotated[
+            str, typer.Option("--slice-layout", help="auto (from the API server's version), per-device or packed.")
+        ] = "auto",
+        allow_claim_loosening: Annotated[bool, typer.Option(
+            "--allow-claim-loosening",
+            help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...).")
+        ] = False,
         watchdog: Annotated[
             str, typer.Option("--watchdog", help="Process watchdog action: report, kill, taint, or off.")
         ] = "report",
@@ -461,6 +483,8 @@ def register(app: typer.Typer) -> None:
             fake=fake or None,
             hook_dir=hook_dir,
             preload=preload,
+            publish=PublishSettings(layout=parse_layout(slice_layout)),
+            allow_claim_loosening=allow_claim_loosening,
             watchdog=watchdog_settings,
         )
         run(driver, settings)

@@ -1,13 +1,16 @@
 """`dra demo --driver NAME` for a driver that ships a demo scenario: ``examples/NAME/demo.yaml``.
 
-The scenario names the driver's fake profile, how many nodes to fake, its DeviceClass file and
-the examples to apply (each optionally from a minimum Kubernetes version). The demo then, each
-step by the real part:
+The scenario names the driver's fake profile, how many nodes to fake, its DeviceClass file, the
+examples to apply (each optionally from a minimum Kubernetes version), and optionally the
+driver's chart and a request its admission fence refuses. The demo then, each step by the real
+part:
 
 1. creates the Node objects and starts one node daemon per node (``dra run NAME --fake
    PROFILE``), each publishing its node's ResourceSlice, each played kubelet to by a harness;
-2. applies the DeviceClass and the examples unchanged with kubectl, one example at a time, and
-   waits until kube-scheduler has allocated their claims and bound their pods;
+2. applies the DeviceClass (and, where the chart renders one for this Kubernetes version, its
+   admission fence: `helm template --kube-version V`, then the fenced request, refused with its
+   message) and the examples unchanged with kubectl, one example at a time, and waits until
+   kube-scheduler has allocated their claims and bound their pods;
 3. prints a table of claims, pods, nodes, devices and shares;
 4. prepares every claim on its pod's node (NodePrepareResources over the daemon's socket) and
    starts one workload process per device of each claim with the claim's CDI edits (a private
@@ -37,6 +40,8 @@ from dra.driver import ClaimRef
 from dra.errors import UserError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CHARTS = Path(__file__).resolve().parents[1] / "helm"
+FENCE_LABEL = "dra.project-hami.io/fence"  # the label of helm/dra-common/templates/_fence.tpl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +57,8 @@ class Scenario:
     nodes: int
     device_class: Path
     examples: tuple[Example, ...]
+    chart: Path | None = None
+    fenced: Path | None = None
 
     def for_version(self, version: str) -> tuple[list[Example], list[Example]]:
         """(examples to apply, examples left out) on Kubernetes `version` (e.g. v1.34.4)."""
@@ -76,7 +83,9 @@ def load_scenario(driver_entry: str, root: Path = EXAMPLES) -> Scenario | None:
 
     try:
         return Scenario(driver_entry, str(doc["fake"]), int(doc.get("nodes", 1)), path.parent / doc["deviceClass"],
-                        tuple(Example(path.parent / e["file"], version(e.get("minVersion"))) for e in doc["examples"]))
+                        tuple(Example(path.parent / e["file"], version(e.get("minVersion"))) for e in doc["examples"]),
+                        CHARTS / doc["chart"] if doc.get("chart") else None,
+                        path.parent / doc["fenced"] if doc.get("fenced") else None)
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{path}: not a demo scenario ({exc!r}); it needs fake, deviceClass and examples[].file") from None
 
@@ -92,6 +101,22 @@ def expected_pods(path: Path) -> int:
         elif doc.get("kind") == "Deployment":
             n += int(doc.get("spec", {}).get("replicas", 1))
     return n
+
+
+def fence_manifest(chart: Path, k8s_version: str) -> list[dict[str, Any]]:
+    """The fence objects `chart` renders for `k8s_version` (none from 1.35), by `helm template`."""
+    import os
+
+    from dra.cluster.binaries import build_helm
+
+    helm = build_helm(progress=lambda _m: None)
+    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/dra-helm-cache", "HELM_CONFIG_HOME": "/tmp/dra-helm-config",
+           "HELM_DATA_HOME": "/tmp/dra-helm-data"}
+    proc = subprocess.run([str(helm), "template", "demo", str(chart), "--kube-version", k8s_version],
+                          capture_output=True, text=True, timeout=120, env=env)
+    if proc.returncode != 0:
+        raise UserError(f"helm template {chart} --kube-version {k8s_version} failed: {proc.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(proc.stdout) if d and FENCE_LABEL in (d["metadata"].get("labels") or {})]
 
 
 @dataclasses.dataclass
@@ -124,12 +149,19 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
     work = Path(tempfile.mkdtemp(prefix="dra-demo-", dir="/tmp"))
     nodes: list[FakeNode] = []
     created_class, cls_name = False, ""
+    fence: list[dict[str, Any]] = []
 
-    def sh(*args: str) -> str:
-        proc = subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=60)
+    def sh(*args: str, stdin: str | None = None) -> str:
+        proc = subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=60, input=stdin)
         if proc.returncode != 0:
             raise UserError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc.stdout
+
+    def refusal(path: Path) -> str | None:
+        """kubectl's error for a server-side dry-run apply of `path` into the namespace, or None."""
+        proc = subprocess.run([*kubectl, "apply", "--dry-run=server", "-n", ns, "-f", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        return proc.stderr.strip() if proc.returncode != 0 else None
 
     def listed(kind: str) -> list[dict[str, Any]]:
         return list(json.loads(sh("get", kind, "-n", ns, "-o", "json"))["items"])
@@ -141,7 +173,9 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
             name = f"demo-{run_id}-{i}"
             create_fake_node(core, name)
             daemon = DaemonProcess(scenario.driver_entry, name, cp.kubeconfig, work / name,
-                                   args=["--fake", scenario.fake, "--hook-dir", str(work / name / "hook-dir")])
+                                   # the memory-only example lifts its own compute limit: the admin allows it
+                                   args=["--fake", scenario.fake, "--hook-dir", str(work / name / "hook-dir"),
+                                         "--allow-claim-loosening"])
             daemon.start()
             harness = KubeletHarness(daemon.registrar_dir)
             harness.watch()
@@ -157,6 +191,21 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
         created_class = not any(c.metadata.name == cls_name for c in resource.list_device_class().items)
         sh("apply", "-f", str(scenario.device_class))
         core.create_namespace({"metadata": {"name": ns}})
+        if scenario.chart is not None and scenario.fenced is not None:
+            fence = fence_manifest(scenario.chart, cp.k8s_version)
+            if fence:
+                sh("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in fence))
+                names = ", ".join(o["metadata"]["name"] for o in fence if o["kind"] == "ValidatingAdmissionPolicy")
+                out.print(f"    admission fence of kubernetes#133705 applied ({names}, from `helm template"
+                          f" {scenario.chart.name} --kube-version {cp.k8s_version}`)", highlight=False)
+                message = wait(f"the fence to refuse {scenario.fenced.name}", lambda: refusal(scenario.fenced), 60)
+                out.print(f"    [yellow]refused[/yellow] {scenario.fenced.name}: {message}", highlight=False)
+            else:
+                why = refusal(scenario.fenced)
+                if why:
+                    raise UserError(f"{scenario.fenced.name} refused on {cp.k8s_version}, which needs no fence: {why}")
+                out.print(f"    {scenario.fenced.name}: admitted (no fence on {cp.k8s_version}: its scheduler"
+                          " has the fix of kubernetes#133705)", highlight=False)
         use, left_out = scenario.for_version(cp.k8s_version)
         pods_wanted = 0
         for ex in use:
@@ -252,7 +301,9 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
             n.daemon.stop()
         if not keep:
             clean_up([lambda: core.delete_namespace(ns), *[lambda n=n: core.delete_node(n.name) for n in nodes],
-                      lambda: resource.delete_device_class(cls_name) if created_class else None], work)
+                      lambda: resource.delete_device_class(cls_name) if created_class else None,
+                      lambda: sh("delete", "--ignore-not-found", "-f", "-",
+                                 stdin="\n---\n".join(json.dumps(o) for o in fence)) if fence else None], work)
         api.close()
 
 

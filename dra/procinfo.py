@@ -7,9 +7,10 @@ The watchdog gets host PIDs from the device's management library and needs, for 
   ``.../kubepods-<qos>-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope`` with systemd).
   A process in no pod's cgroup is a host process.
 - **claim**, from ``/proc/<pid>/mountinfo``: the framework bind-mounts each enforced claim's
-  hook dir ``<state-dir>/hooks/<claimUID>`` into its containers; the kernel records the mount's
-  source (root within its filesystem) and that filesystem's device. A mount whose root ends in
-  ``hooks/<uid>`` on the device of this daemon's hooks root belongs to claim `uid`. The mount is
+  ``config`` and ``ledger`` from its hook dir ``<state-dir>/hooks/<claimUID>/`` into its
+  containers; the kernel records each mount's source (root within its filesystem) and that
+  filesystem's device. A mount whose root ends in ``hooks/<uid>/config`` or ``.../ledger`` (or
+  ``hooks/<uid>``, the whole dir) on the device of this daemon's hooks root belongs to claim `uid`. The mount is
   per container (per mount namespace), so every process of the claim's containers has it,
   whatever it loaded; a nested container that unshares its mounts loses it (then the pod is
   still known from the cgroup).
@@ -36,7 +37,7 @@ from pathlib import Path
 
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
 _CONTAINER = re.compile(r"^(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?$")
-_CLAIM = re.compile(r"/hooks/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+_CLAIM = re.compile(r"/hooks/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?:/(?:config|ledger))?$")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,6 +70,34 @@ def parse_version(version: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+MATRIX_FROM_MINOR = 34
+"""The oldest Kubernetes minor the project supports: the version matrix starts there."""
+
+
+def newest_patches(versions: list[str], from_minor: int = MATRIX_FROM_MINOR) -> list[str]:
+    """The newest release (no pre-release) of each 1.x minor from `from_minor`, oldest minor first."""
+    newest: dict[int, tuple[int, str]] = {}
+    for v in versions:
+        m = _VERSION_RE.match(v)
+        if m and int(m.group(1)) >= from_minor:
+            minor, patch = int(m.group(1)), int(m.group(2))
+            if minor not in newest or patch > newest[minor][0]:
+                newest[minor] = (patch, v)
+    return [newest[minor][1] for minor in sorted(newest)]
+
+
+def served_versions(from_minor: int = MATRIX_FROM_MINOR) -> list[str]:
+    """What the version matrix runs on: the newest patch of every minor from `from_minor` that
+    the Go module proxy serves as k8s.io/kubernetes (one `go list -m -versions` query)."""
+    go = _go()
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GO111MODULE": "on"}
+    proc = subprocess.run([go, "list", "-m", "-versions", "k8s.io/kubernetes"], capture_output=True, text=True,
+                          env=env, cwd=cache_root() if cache_root().is_dir() else None, timeout=120)
+    if proc.returncode != 0:
+        raise UserError(f"the Go module proxy did not list k8s.io/kubernetes: {proc.stderr.strip()[-300:]}")
+    return newest_patches(proc.stdout.split()[1:], from_minor)
+
+
 def binary_set(version: str = DEFAULT_K8S_VERSION, root: Path | None = None) -> BinarySet:
     minor, _ = parse_version(version)
     etcd = ETCD_FOR_MINOR.get(f"1.{minor}", DEFAULT_ETCD_VERSION)

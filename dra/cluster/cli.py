@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, build, build_helm, parse_version
+from dra.cluster.binaries import DEFAULT_K8S_VERSION, build, build_helm, parse_version, served_versions
 from dra.cluster.controlplane import ControlPlane, Ports, default_dir
 
 app = typer.Typer(help="An embedded Kubernetes control plane (etcd, apiserver, scheduler, controller-manager).",
@@ -32,6 +32,12 @@ def build_cmd(k8s_version: VersionOpt = DEFAULT_K8S_VERSION) -> None:
     bins = build(k8s_version, progress=_say)
     typer.echo(f"binaries for Kubernetes {bins.k8s_version} (etcd {bins.etcd_version}) in {bins.directory}")
     typer.echo(f"helm in {build_helm(progress=_say)}")
+
+
+@app.command("versions")
+def versions_cmd() -> None:
+    """Print the newest patch of every Kubernetes minor from 1.34 the Go module proxy serves (the version matrix)."""
+    typer.echo(" ".join(served_versions()))
 
 
 @app.command("up")

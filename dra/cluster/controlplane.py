@@ -167,11 +167,13 @@ class ControlPlane:
         """Start what is not running and wait until healthy; a healthy cluster is left as is."""
         existing = self.state
         if existing is not None:
-            if existing.k8s_version != self.k8s_version:
+            # Another version on a stopped cluster is an in-place upgrade (or downgrade): the same
+            # etcd data, certificates and ports, the other binaries. A running one is not replaced.
+            if existing.k8s_version != self.k8s_version and any(_pid_runs(r) for r in existing.processes.values()):
                 raise UserError(
                     f"the cluster in {self.directory} runs Kubernetes {existing.k8s_version}, not "
-                    f"{self.k8s_version}; run `dra cluster down --dir {self.directory}` first or pick "
-                    "another --dir."
+                    f"{self.k8s_version}; run `dra cluster down --dir {self.directory}` first (its data is kept:"
+                    " `up` then starts it at the other version) or pick another --dir."
                 )
             if all(_pid_runs(r) for r in existing.processes.values()) and len(existing.processes) == 4:
                 health = self.wait_healthy(timeout)

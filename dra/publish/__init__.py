@@ -4,6 +4,7 @@
 """
 
 from dra.publish.desired import DesiredPool, DeviceValidationError, desired_pool
+from dra.publish.layout import SliceLayout, layout_for, needs_fence, parse_server_version
 from dra.publish.sync import Publisher, PublishSettings, SyncResult
 from dra.publish.timing import Backoff, Clock, SystemClock
 
@@ -14,7 +15,11 @@ __all__ = [
     "DeviceValidationError",
     "PublishSettings",
     "Publisher",
+    "SliceLayout",
     "SyncResult",
     "SystemClock",
     "desired_pool",
+    "layout_for",
+    "needs_fence",
+    "parse_server_version",
 ]

@@ -3,8 +3,9 @@
 Pure functions, no I/O. One pool per node, named after the node. Devices are sorted by name
 (digits compared as numbers, so ``gpu-2`` precedes ``gpu-10``) and cut into slices of at most
 128 devices, or 64 when any device of the pool carries taints (the API's limit for slices that
-use advanced features). The same devices always give the same slices, which is what lets the
-sync loop make no API write when nothing changed.
+use advanced features), or of one device each where the scheduler needs it (`layout`). The
+same devices always give the same slices, which is what lets the sync loop make no API write
+when nothing changed.
 
 Every device is validated here, before it can reach the API server, so that a bad device is
 reported by name with what was expected rather than as a rejected slice.
@@ -21,6 +22,7 @@ from typing import Any
 from dra.client import quantity_decimal
 from dra.driver import Capacity, Device, Version
 from dra.errors import DRAError
+from dra.publish.layout import SliceLayout
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES_PER_SLICE = 128
@@ -53,6 +55,7 @@ class DesiredPool:
     driver: str
     node_name: str
     slices: tuple[tuple[dict[str, Any], ...], ...]
+    layout: SliceLayout = SliceLayout.PACKED
 
     @property
     def pool_name(self) -> str:
@@ -68,8 +71,9 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", name))
 
 
-def desired_pool(driver: str, node_name: str, devices: Iterable[Device]) -> DesiredPool:
-    """Validate `devices` and cut them into slices; raise DeviceValidationError on the first bad one."""
+def desired_pool(driver: str, node_name: str, devices: Iterable[Device], layout: SliceLayout = SliceLayout.PACKED) -> DesiredPool:
+    """Validate `devices` and cut them into slices as `layout` says; raise DeviceValidationError
+    on the first bad one."""
     if not _DNS_SUBDOMAIN.match(driver) or len(driver) > 63:
         raise DeviceValidationError(f"driver name {driver!r} must be a lowercase DNS subdomain of at most 63 chars")
     if not node_name or len(node_name) > 253 or not _DNS_SUBDOMAIN.match(node_name):
@@ -84,9 +88,11 @@ def desired_pool(driver: str, node_name: str, devices: Iterable[Device]) -> Desi
         encoded.append(encode_device(device))
     advanced = any(d.taints for d in ordered)
     size = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
+    if layout is SliceLayout.PER_DEVICE:
+        size = 1
     chunks = tuple(tuple(encoded[i : i + size]) for i in range(0, len(encoded), size))
     # An empty pool is still a pool: one slice without devices tells the scheduler so.
-    return DesiredPool(driver=driver, node_name=node_name, slices=chunks or ((),))
+    return DesiredPool(driver=driver, node_name=node_name, slices=chunks or ((),), layout=layout)
 
 
 def encode_device(device: Device) -> dict[str, Any]:

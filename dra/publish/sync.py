@@ -30,6 +30,7 @@ import urllib3
 from dra.client import ApiClient, ApiException, ResourceV1Api, get_raw, iter_resp_lines
 from dra.driver import Device
 from dra.publish.desired import DesiredPool, DeviceValidationError, comparable_devices, desired_pool, slice_object
+from dra.publish.layout import SliceLayout, layout_for, parse_server_version
 from dra.publish.timing import Backoff, Clock, SystemClock
 
 log = logging.getLogger("dra.publish")
@@ -59,6 +60,10 @@ class PublishSettings:
 
     watch_timeout: int = 290
     """Server-side timeout of one watch request, in seconds; the watcher then resumes."""
+
+    layout: SliceLayout | None = None
+    """How devices are cut into slices; None: from the API server's version (`dra.publish.layout`),
+    read again after every outage, so an upgraded control plane gets its layout."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +130,12 @@ class Publisher:
         self._on_error = on_error
         self._selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
         self._desired: DesiredPool | None = None
+        self._device_list: tuple[Device, ...] = ()  # the last device list that passed validation
         self._devices_dirty = True
+        self._layout: SliceLayout | None = self.settings.layout
+        self._version_dirty = True  # read the API server's version before the next sync
+        self.server_version: tuple[int, int] | None = None
+        """(major, minor) of the API server, as last read (None with a fixed layout)."""
         self._node_uid: str | None = None
         self._generation = 0  # highest pool generation seen or written: never goes back, even after a wipe
         self._known_versions: set[str] = set()  # resourceVersions this publisher has seen or written
@@ -143,7 +153,8 @@ class Publisher:
 
     def start(self) -> None:
         """Validate the devices now (raising DeviceValidationError) and start the threads."""
-        self._desired = desired_pool(self.driver_name, self.node_name, self._devices())
+        self._device_list = tuple(self._devices())
+        self._desired = desired_pool(self.driver_name, self.node_name, self._device_list, self._layout or SliceLayout.PACKED)
         self._devices_dirty = False
         self._stop.clear()
         self._wake.set()
@@ -175,6 +186,11 @@ class Publisher:
         """True once the pool has been published (and stays true: a later outage is not unreadiness)."""
         return self._published.is_set()
 
+    @property
+    def layout(self) -> SliceLayout | None:
+        """The slice layout of the last sync (None before the first)."""
+        return self._desired.layout if self._desired is not None and self.last_result is not None else None
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._published.wait(timeout)
 
@@ -196,6 +212,8 @@ class Publisher:
                 delay = self.settings.resync_period
             except (_Conflict, NodeNotFound, ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                 self._failed(exc)
+                if not isinstance(exc, _Conflict | NodeNotFound):
+                    self._version_dirty = True  # an outage may be an upgrade: read the version again
                 delay = self.backoff.next_delay()
                 status = getattr(exc, "status", None)
                 if isinstance(exc, _Conflict) or status == 409:
@@ -226,7 +244,8 @@ class Publisher:
             # when the driver fails, so the next sync (after backoff) reads the devices again.
             self._devices_dirty = False
             try:
-                new = desired_pool(self.driver_name, self.node_name, self._devices())
+                devices = tuple(self._devices())
+                new = desired_pool(self.driver_name, self.node_name, devices, self._layout or SliceLayout.PACKED)
             except DeviceValidationError:
                 if self._desired is None:
                     raise
@@ -235,9 +254,12 @@ class Publisher:
                 self._devices_dirty = True
                 raise
             else:
-                self._desired = new
+                self._desired, self._device_list = new, devices
+        assert self._desired is not None, "start() computes the first desired pool"
+        layout = self._resolve_layout()
+        if self._desired.layout is not layout:
+            self._desired = desired_pool(self.driver_name, self.node_name, self._device_list, layout)
         desired = self._desired
-        assert desired is not None, "start() computes the first desired pool"
 
         if self._node_uid is None:
             self._node_uid = self._fetch_node_uid()
@@ -280,6 +302,35 @@ class Publisher:
         if self._on_sync is not None:
             self._on_sync(result)
         return result
+
+    def _resolve_layout(self) -> SliceLayout:
+        """The fixed layout, or the one for the API server's version (read when marked dirty)."""
+        if self.settings.layout is not None:
+            return self.settings.layout
+        if self._layout is None or self._version_dirty:
+            self._version_dirty = False
+            try:
+                info = self._call("version", self._read_version)
+                version = parse_server_version(info)
+            except BaseException:
+                self._version_dirty = True
+                raise
+            layout = layout_for(version)
+            if layout is not self._layout:
+                log.info(
+                    "Kubernetes %d.%d: publishing %s slices%s",
+                    *version,
+                    layout.value,
+                    " (kube-scheduler < 1.35 shares only a slice's first device: kubernetes#133705)"
+                    if layout is SliceLayout.PER_DEVICE
+                    else "",
+                    extra={"node": self.node_name, "driver": self.driver_name},
+                )
+            self._layout, self.server_version = layout, version
+        return self._layout
+
+    def _read_version(self, _preload_content: bool, _request_timeout: float) -> Any:
+        return get_raw(self.api.api_client, "/version", {}, _request_timeout)
 
     def _fetch_node_uid(self) -> str:
         try:
@@ -414,6 +465,7 @@ class Publisher:
                 if self._stop.is_set():  # stop() ran before the stream was published to it
                     return
                 if reconnected:
+                    self._version_dirty = True  # the server may have been upgraded meanwhile
                     self.resync()  # events may have been missed while disconnected
                     reconnected = False
                 for line in iter_resp_lines(response):

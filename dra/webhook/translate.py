@@ -19,6 +19,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Protocol
 
 from dra.client import quantity_decimal
@@ -129,16 +130,47 @@ def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
             f"its namespace to opt out if another device plugin serves it")
 
 
+MAX_QUANTITY = 10**18
+"""The largest count, memory or percent the webhook reads (an exabyte in bytes): checked on the
+text and the exponent before any conversion, since ``int()`` of a valid quantity such as
+``1e999999999`` would run for minutes."""
+MAX_QUANTITY_CHARS = 64
+LIMIT_TEXT = f"the webhook's limit of 10^18 (and {MAX_QUANTITY_CHARS} characters)"
+
+
+class QuantityTooLarge(ValueError):
+    """A quantity past `MAX_QUANTITY` (or longer than `MAX_QUANTITY_CHARS`)."""
+
+
+def bounded_quantity(raw: Any) -> Decimal:
+    """`raw` as an exact Decimal within ±`MAX_QUANTITY`, checked before any conversion that costs
+    more than its text: QuantityTooLarge, or ValueError/TypeError when it is no quantity."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise TypeError(f"{raw!r} is not a quantity")
+    text = str(raw)
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityTooLarge(f"{text[:MAX_QUANTITY_CHARS]}... is beyond {LIMIT_TEXT}")
+    try:
+        q = quantity_decimal(text)
+    except ArithmeticError:  # an exponent past Decimal's own range
+        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}") from None
+    if not q.is_finite() or q.adjusted() > 18 or abs(q) > MAX_QUANTITY:
+        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}")
+    return q
+
+
 def _whole(where: str, resource: str, raw: Any) -> int | str:
     """A whole-number quantity, or the problem with it."""
     try:
-        q = quantity_decimal(raw)
+        q = bounded_quantity(raw)
+    except QuantityTooLarge as e:
+        return f"{where}: {resource}={e}; write a whole number of at most 10^18"
     except (ValueError, TypeError):
         return f"{where}: {resource}={raw!r} is not a Kubernetes quantity; write a whole number"
-    if q != q.to_integral_value():
-        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
     if q < 0:
         return f"{where}: {resource}={raw} is negative"
+    if q != q.to_integral_value():
+        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
     return int(q)
 
 
@@ -317,15 +349,22 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
     if share.cores is not None:
         capacity[v.capacity_cores] = str(share.cores)
 
+    # One request per device (count 1 each, distinct by UUID), never one request of count N:
+    # kube-scheduler 1.34 crashes on count > 1 with the per-device slice layout
+    # (kubernetes#133705, dra/publish/layout.py) and before 1.37 does not hold distinctAttribute
+    # within one request (kubernetes#140438); across requests every pair is compared.
+    per_device = share.count > 1 and bool(v.uuid_attribute)
+    count = 1 if per_device else share.count
+
     def exact(selectors: Sequence[str], cap: Mapping[str, str]) -> dict[str, Any]:
-        body: dict[str, Any] = {"deviceClassName": v.device_class, "allocationMode": "ExactCount", "count": share.count}
+        body: dict[str, Any] = {"deviceClassName": v.device_class, "allocationMode": "ExactCount", "count": count}
         if selectors:
             body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
         if cap:
             body["capacity"] = {"requests": dict(cap)}
         return body
 
-    request: dict[str, Any] = {"name": v.request_name}
+    request: dict[str, Any] = {}
     if share.memory_percent is None:
         request["exactly"] = exact(share.selectors, capacity)
     else:
@@ -336,12 +375,13 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
             fits = sel.memory_equals_selector(sel.capacity(v.driver, v.capacity_memory), _quantity(size))
             subs.append({"name": f"size-{i}", **exact([*share.selectors, fits], {**capacity, v.capacity_memory: _quantity(part)})})
         request["firstAvailable"] = subs
-    devices: dict[str, Any] = {"requests": [request]}
+    names = [f"{v.request_name}-{i}" for i in range(share.count)] if per_device else [v.request_name]
+    devices: dict[str, Any] = {"requests": [{"name": name, **request} for name in names]}
     constraints = []
-    if share.count > 1 and v.uuid_attribute:
-        constraints.append({"requests": [v.request_name], "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
+    if per_device and v.uuid_attribute:
+        constraints.append({"requests": names, "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
     if share.same_numa and v.numa_attribute:
-        constraints.append({"requests": [v.request_name], "matchAttribute": _qualified(v.driver, v.numa_attribute)})
+        constraints.append({"requests": names, "matchAttribute": _qualified(v.driver, v.numa_attribute)})
     if constraints:
         devices["constraints"] = constraints
     return {"spec": {"devices": devices}}

@@ -10,6 +10,10 @@
 Decoded strictly by the framework (`dra.decode_config`): unknown fields, wrong types or a
 wrong apiVersion/kind fail the claim (and, with the webhook, the `kubectl apply`) with a message
 naming the field. The memory quota is always enforced; it is what the scheduler accounted.
+
+Every field loosens enforcement when set weaker than the DeviceClass's config says (a higher
+clock charges a boosted batch less: hookcore/core/meter.c), so a claim's own config may do so
+only where the admin allowed it (`dra.loosening`, ``daemon.allowClaimLoosening``).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ class GpuConfig(dra.ShareConfig):
     """A GPU claim's config: `dra.ShareConfig`'s ``preload`` and ``computeLimit`` (``false`` is HAMi's
     ``CUDA_DISABLE_CONTROL`` for compute), and the compute mode."""
 
-    compute_mode: Literal["share", "strict"] | None = None
+    compute_mode: Literal["share", "strict"] | None = dataclasses.field(
+        default=None, metadata=dra.strength((None, "share"), "strict"))
     """``share`` (unset): ``cores`` percent of GPU time (an idle GPU boosts its clock, so a compute-bound
     loop gets more than that of full-load throughput); ``strict``: ``cores`` percent of full-load
     throughput (each batch charged at the full-load clock; bandwidth-bound work then gets less:
     hookcore/README.md, "Two meanings of 30%"). Applies to shares below 100 cores."""
 
-    full_load_clock_mhz: int | None = None
+    full_load_clock_mhz: int | None = dataclasses.field(default=None, metadata=dra.strength(
+        weaker="higher", when=lambda cls_config: getattr(cls_config, "compute_mode", None) == "strict"))
     """Strict only: the GPU's sustained SM clock under full load in MHz (H200: ~1500); unset: the
     daemon's ``fullLoadClockMhz`` setting, else the hook's default (NVML's default application
     clock, which on some GPUs is the boost clock: then strict changes nothing)."""

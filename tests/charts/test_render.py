@@ -242,6 +242,7 @@ def test_rbac_grants_only_what_the_daemon_calls(helm: Tool, chart: str) -> None:
         ("resource.k8s.io", "resourceslices"): sorted(["get", "list", "watch", "create", "update", "delete"]),
         ("resource.k8s.io", "resourceclaims"): ["get"],
         ("", "nodes"): ["get"],
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ["list"],  # the fence check (k134)
         ("", "events"): ["create"],  # the watchdog's verdicts
     }
     binding = one(objects, "ClusterRoleBinding")
@@ -253,6 +254,7 @@ def test_rbac_grants_only_what_the_daemon_calls(helm: Tool, chart: str) -> None:
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
 def test_the_slice_policy_applies_to_this_releases_daemon_only(helm: Tool, chart: str) -> None:
     objects = render(helm, chart, release="rel", namespace="npu-system")
+    objects = [o for o in objects if "dra.project-hami.io/fence" not in o["metadata"]["labels"]]  # test_fence.py
     policy = one(objects, "ValidatingAdmissionPolicy")
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     assert policy["spec"]["matchConditions"][0]["expression"] == f'request.userInfo.username == "system:serviceaccount:npu-system:{sa}"'
@@ -261,8 +263,10 @@ def test_the_slice_policy_applies_to_this_releases_daemon_only(helm: Tool, chart
         "policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     own = render(helm, chart, values={"serviceAccount.create": False, "serviceAccount.name": "mine"}, namespace="n")
     assert "ServiceAccount" not in kinds(own)
+    own = [o for o in own if "dra.project-hami.io/fence" not in o["metadata"]["labels"]]
     assert "system:serviceaccount:n:mine" in one(own, "ValidatingAdmissionPolicy")["spec"]["matchConditions"][0]["expression"]
-    assert "ValidatingAdmissionPolicy" not in kinds(render(helm, chart, values={"sliceNodePolicy.enabled": False}))
+    assert "ValidatingAdmissionPolicy" not in kinds(render(helm, chart, values={"sliceNodePolicy.enabled": False,
+                                                                              "schedulerFence.enabled": False}))
 
 
 # (values, what the error must say): every message names the value's path.

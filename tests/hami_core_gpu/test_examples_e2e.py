@@ -37,7 +37,7 @@ WORKLOAD = Path(__file__).resolve().parent / "stub_workload.py"
 MiB, GiB = 1 << 20, 1 << 30
 H200 = 143771 * MiB
 WHY = runtime_unavailable()
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")]
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler, pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")]
 
 
 @dataclass
@@ -94,7 +94,9 @@ def rig(cluster: ControlPlane, api_client: client.ApiClient, stub_nvml: Path) ->
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": ns}})
     with tempfile.TemporaryDirectory(prefix="dra-gx-", dir="/tmp") as work:
         daemon = DaemonProcess("hami-core-gpu", node, cluster.kubeconfig, Path(work),
-                               args=["--fake", "h200x8", "--set", "health=off", "--hook-dir", f"{work}/hook-dir"])
+                               # memory-only.yaml lifts its own compute limit: the admin's permission
+                               args=["--fake", "h200x8", "--set", "health=off", "--hook-dir", f"{work}/hook-dir",
+                                     "--allow-claim-loosening"])
         daemon.start()
         harness = KubeletHarness(daemon.registrar_dir)
         harness.watch()
@@ -161,7 +163,11 @@ def test_cores_and_memory(rig: Rig) -> None:
 def test_two_pods_share_one_gpu_half_and_half(rig: Rig) -> None:
     claims = allocate(rig, "two-pods-one-gpu.yaml", 2)
     (a,), (b,) = results(claims["half-a"]), results(claims["half-b"])
-    assert a["device"] == b["device"] and a["shareID"] != b["shareID"]  # one GPU, two shares
+    assert a["shareID"] != b["shareID"]  # two shares
+    if int(rig.cluster.k8s_version.split(".")[1]) >= 35:  # one packed slice: first fit fills GPU 0 first
+        assert a["device"] == b["device"]
+    # On 1.34 each GPU is a slice of its own (kubernetes#133705) and the scheduler walks them in
+    # its cache's order: the two halves may land on one GPU or two (the example says so).
     for name in ("half-a", "half-b"):
         prepare_and_run(rig, claims[name], [Share(40 * GiB, 50)])
 

@@ -51,7 +51,8 @@ def node(api_client: client.ApiClient) -> Iterator[str]:
 
 @pytest.fixture
 def daemon(cluster: Any, node: str, workdir: Path) -> Iterator[DaemonProcess]:
-    proc = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--set", "count=2"])
+    # One slice whatever the version (the layout by version is test_k134_publish.py's subject).
+    proc = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--set", "count=2", "--slice-layout", "packed"])
     proc.start()
     yield proc
     if proc.stop() not in (0, -signal.SIGTERM):
@@ -235,7 +236,7 @@ def test_hundred_claims_prepared_concurrently_through_the_daemon(
 def test_rolling_update_two_instances_serve_side_by_side_and_the_old_one_leaves_cleanly(
     api_client: client.ApiClient, cluster: Any, node: str, workdir: Path
 ) -> None:
-    count = ["--set", "count=2"]
+    count = ["--set", "count=2", "--slice-layout", "packed"]
     old = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "old-uid", *count]).start()
     new = DaemonProcess("example", node, cluster.kubeconfig, workdir, args=["--pod-uid", "new-uid", *count])
     harness = KubeletHarness(old.registrar_dir)

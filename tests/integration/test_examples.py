@@ -16,7 +16,7 @@ from dra.cluster.controlplane import ControlPlane
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MANIFESTS = sorted((EXAMPLES / "gpu.example.com").glob("*.yaml"))
 

@@ -18,13 +18,15 @@ from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra.driver import Capacity, Device, RequestPolicy, Taint, Version
-from dra.publish import Publisher, PublishSettings
+from dra.publish import Publisher, PublishSettings, SliceLayout
 from drivers.example.driver import ExampleDriver
 
 pytestmark = pytest.mark.cluster
 
 DRIVER = "gpu.example.com"
-FAST = PublishSettings(backoff_initial=0.1, backoff_max=1.0, request_timeout=3.0)
+# The sync loop's rules do not depend on how devices are cut into slices: these tests fix the
+# packed layout; test_k134_publish.py covers the layout chosen from the server's version.
+FAST = PublishSettings(backoff_initial=0.1, backoff_max=1.0, request_timeout=3.0, layout=SliceLayout.PACKED)
 
 
 @pytest.fixture

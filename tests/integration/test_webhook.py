@@ -30,7 +30,7 @@ from dra.publish.desired import desired_pool, slice_object
 from dra.webhook import install, translate
 from dra.webhook.inventory import SliceInventory
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 GPU = "hami-core-gpu.project-hami.io"
 NPU = "ascend.project-hami.io"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hami-compat"
