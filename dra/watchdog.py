@@ -317,6 +317,13 @@ class Watchdog:
         gone = set(self._claims) - set(out)
         for uid in gone:
             self._record_stamp.pop(uid, None)
+            view = self._claims[uid]
+            for dev in view.devices:  # an ended claim's series go with it
+                for gauge in (self.m_over_quota, self.m_over_share):
+                    try:
+                        gauge.remove(self.driver.name, view.namespace, view.name, view.uid, dev)
+                    except KeyError:
+                        pass
             for key in [k for k in self._share if k[0] == uid]:
                 del self._share[key]
         self._claims = out

@@ -167,9 +167,11 @@ def test_taint_marks_the_device_until_the_claim_ends(rig: Rig, static_sleeper: P
     assert rig.taint_calls == 1 and rig.alive(static)
     wd.poll()
     assert wd.taints("hami-gpu-5") and rig.taint_calls == 1  # still there, no republish
+    assert f'claim_uid="{c.uid}"' in generate_latest(rig.registry).decode()
     rig.end(c)  # unprepared: the claim is over
     wd.poll()
     assert wd.taints("hami-gpu-5") == () and rig.taint_calls == 2
+    assert f'claim_uid="{c.uid}"' not in generate_latest(rig.registry).decode()  # its series went with it
 
 
 def test_kill_refuses_a_recycled_pid(rig: Rig, static_sleeper: Path) -> None:
