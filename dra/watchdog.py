@@ -256,11 +256,17 @@ class Watchdog:
 
     def _run(self) -> None:
         next_at = self._clock()
+        failing = ""
         while not self._stop.is_set():
             try:
                 self.poll()
-            except Exception:
-                log.exception("watchdog poll failed")
+                if failing:
+                    log.info("watchdog polls again", extra={"after": failing})
+                failing = ""
+            except Exception as exc:
+                if repr(exc) != failing:  # once per distinct failure, not every second
+                    log.exception("watchdog poll failed; retrying every interval")
+                failing = repr(exc)
             next_at += self.settings.interval
             delay = next_at - self._clock()
             if delay < 0:  # fell behind (a slow poll): keep the cadence, skip the lost ticks
