@@ -1,7 +1,8 @@
 """The watchdog on a real node: upstream kubelet and containerd run a held workload and unheld ones
 (the static pause program) in pods with hami-core-gpu claims on fake GPUs; the stub NVML lists
 their host PIDs; the daemon's watchdog names the right pod in an Event within 2 s and, where the
-claim's config says kill, kills that pod's process and leaves its neighbour running.
+claim's config says kill, kills that pod's process and leaves its neighbour running; a held pod
+given more memory than its hook charged gets MemoryOverQuota.
 """
 
 from __future__ import annotations
@@ -171,3 +172,15 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
           f"{time.monotonic() - t0:.2f} s); neighbour running")
     # the static pod's claim says report: it was reported, never killed
     assert core.read_namespaced_pod("static", namespace).status.phase == "Running"
+
+    # The held pod's process given memory its hook did not charge (NVML sees 6 GiB, the quota is
+    # 4Gi + 1Gi of context): MemoryOverQuota on that pod, reported (its claim says nothing).
+    lines[0] = f"{held_gpu} {held_pid} {6 * GiB}"
+    watched["procs"].write_text("".join(x + "\n" for x in lines[:2]))
+    t0 = time.monotonic()
+    over = wait_for(lambda: events(api_client, namespace, "held", "MemoryOverQuota") or None, 10, 0.05,
+                    "the MemoryOverQuota Event on pod held")
+    took = time.monotonic() - t0
+    assert took < 2.0 and "1024 MiB" in over[0].message and over[0].involved_object.uid == held_pod
+    assert Path(f"/proc/{held_pid}").exists()
+    print(f"watchdog: MemoryOverQuota Event on the held pod {took:.2f} s after NVML showed it over")
