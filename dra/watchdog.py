@@ -467,7 +467,7 @@ class Watchdog:
     def _unheld(self, s: Seen) -> Verdict:
         p = s.proc
         if s.claim is None:
-            where = f"pod {s.pod_uid}" if s.pod_uid else "no pod (a host process)"
+            where = f"in pod {s.pod_uid}" if s.pod_uid else "a host process, in no pod"
             msg = (f"process {p.pid} on device {p.device} holds {_mib(p.memory)} MiB but is in none of "
                    f"{self.driver.name}'s claims ({where}): nothing limits it. Give the pod a claim of "
                    f"this driver, or stop giving it the device another way")
