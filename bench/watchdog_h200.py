@@ -135,7 +135,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--fake", help="a fake-device profile (stub NVML, no GPU): tests this script off the GPU")
-    ap.add_argument("--seconds", type=float, default=60.0, help="the most to wait for every verdict")
+    ap.add_argument("--seconds", type=float, default=90.0, help="the most to wait for every verdict")
     ap.add_argument("--share-window", type=float, default=5.0)
     ap.add_argument("--contexts", type=int, default=16, help="extra CUDA contexts of the `contexts` process")
     args = ap.parse_args()
