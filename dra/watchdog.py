@@ -363,7 +363,7 @@ class Watchdog:
         w = procinfo.workload(self.settings.proc, p.pid, self._hooks_dev)
         if w is None:
             self._warn_once("unreadable", "a device process's /proc entries are unreadable: the daemon needs the "
-                            "host PID namespace (hostPID) and CAP_SYS_PTRACE", pid=p.pid)
+                            "host PID namespace (the chart's hostPID, on while the watchdog is)", pid=p.pid)
             return None
         if any(u not in claims and (self.hooks_root / u).is_dir() for u in w.claims):
             claims = self._refresh_claims(force=True)  # a claim prepared since the records were read
