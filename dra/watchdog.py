@@ -203,6 +203,7 @@ class Watchdog:
         self._warned: set[str] = set()
         self._seen_devices: set[str] = set()
         self._slots: dict[str, set[tuple[int, int]]] = {}
+        self._blind = 0
         self._maps = self.settings.maps
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -339,10 +340,12 @@ class Watchdog:
         proc_root = self.settings.proc
         seen: list[Seen] = []
         keep: dict[tuple[int, int], Seen] = {}
+        invisible = 0
         for p in procs:
             start = procinfo.start_time(proc_root, p.pid)
             if start is None:
-                continue  # exited since the device listed it (or not in our PID namespace: warned below)
+                invisible += 1  # exited since the device listed it, or not in our PID namespace
+                continue
             key = (p.pid, start)
             old = self._procs.get(key)
             s: Seen | None
@@ -357,6 +360,11 @@ class Watchdog:
             keep[key] = s
             seen.append(s)
         self._procs = keep
+        self._blind = self._blind + 1 if procs and invisible == len(procs) else 0
+        if self._blind >= 3:  # three polls of processes none of which /proc shows
+            self._warn_once("blind", "the device lists processes this daemon cannot see in /proc: it needs the "
+                            "host PID namespace (the chart's hostPID, on while the watchdog is)",
+                            pids=[p.pid for p in procs][:8])
         return seen
 
     def _who(self, p: DeviceProcess, start: int, claims: Mapping[str, ClaimView]) -> Seen | None:

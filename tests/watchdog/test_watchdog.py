@@ -3,6 +3,7 @@ process list, real processes in a claim's mounts and a pod's cgroup (see conftes
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -199,9 +200,14 @@ def test_the_stub_process_list_skips_hostile_lines(rig: Rig, capfd: pytest.Captu
     assert capfd.readouterr().err.count("STUB_NVML_PROCESSES") >= 4
 
 
-def test_a_gone_pid_or_unreadable_proc_is_skipped_not_judged(rig: Rig) -> None:
-    rig.on_gpu(2**22 + 12345, "hami-gpu-0", GiB)  # no such process (beyond pid_max)
-    assert rig.watchdog().poll() == []
+def test_a_gone_pid_or_unreadable_proc_is_skipped_not_judged(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    rig.on_gpu(2**22 + 12345, "hami-gpu-0", GiB)  # no such process here (beyond pid_max): another PID namespace
+    wd = rig.watchdog()
+    with caplog.at_level(logging.WARNING, logger="dra.watchdog"):
+        for _ in range(4):
+            assert wd.poll() == []
+    blind = [r for r in caplog.records if "cannot see in /proc" in r.getMessage()]
+    assert len(blind) == 1  # after three polls, once
 
 
 def test_detection_time_of_the_running_thread(rig: Rig, static_sleeper: Path) -> None:
