@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GiB, Rig
 from prometheus_client import generate_latest
+from watchdog_rig import GiB, Rig
 
 from dra.driver import Taint
 
