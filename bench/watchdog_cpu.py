@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "watchdog"), str(ROOT / "tests")]  # its conftest: the rig
+sys.path[:0] = [str(ROOT / "tests" / "watchdog"), str(ROOT / "tests")]  # the tests' rig
 
-from conftest import STUB_ENV, Rig, static_program  # noqa: E402
 from driver_helpers import build_stub_libraries, isolated_env  # noqa: E402
+from watchdog_rig import STUB_ENV, Rig, static_program  # noqa: E402
 
 GiB = 1 << 30
 

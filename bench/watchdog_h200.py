@@ -17,7 +17,9 @@ three PyTorch processes, each in its claim's mounts (a private mount namespace, 
 1. ``within``: under the hook, 1 GiB (inside its quota): no verdict expected;
 2. ``contexts``: under the hook, 3 GiB charged (inside the quota) plus --contexts extra CUDA
    contexts, which the hook does not charge (hookcore/README.md, "Not charged"): NVML sees more
-   than quota + the 1 GiB context tolerance: ``over-quota`` expected;
+   than quota + the 1 GiB context tolerance: ``over-quota`` expected. Where the hook refuses
+   extra contexts, the process starts a child without the preload that holds 4 GiB instead (the
+   claim's two processes then hold more than quota + 2 x tolerance; the child is also unheld);
 3. ``unhooked``: its claim's mounts but ``LD_PRELOAD`` removed (a process that clears its
    environment), 3 GiB: ``unheld`` expected, and ``over-share`` where NVML reports
    per-process utilization (it runs a bf16 matmul loop unthrottled; the others are held at 30%).
@@ -54,6 +56,8 @@ GiB = 1 << 30
 WORKLOAD = r"""
 import ctypes, json, sys, time
 import torch
+CHILD = ("import sys, time, torch; a = torch.empty(4 << 30, dtype=torch.uint8, device='cuda'); "
+         "open(sys.argv[1], 'w').write('ok'); time.sleep(3600)")
 mode, ready, contexts = sys.argv[1], sys.argv[2], int(sys.argv[3])
 GiB = 1 << 30
 out = {"mode": mode}
@@ -66,13 +70,31 @@ if mode == "contexts":
     cu.cuDeviceGet(ctypes.byref(dev), 0)
     for _ in range(contexts):
         ctx = ctypes.c_void_p()
-        r = cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        try:
+            r = cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        except AttributeError:  # a driver without the old entry point: CUDA 13's form
+            try:
+                r = cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, dev)
+            except AttributeError:
+                r = "no cuCtxCreate"
         if r != 0:
             errors.append(r); break
         popped = ctypes.c_void_p()
         cu.cuCtxPopCurrent_v2(ctypes.byref(popped))  # torch's context stays current
         made.append(ctx)
     out["contexts_made"], out["context_errors"] = len(made), errors
+    if errors:  # the hook refuses extra contexts: a child without the preload holds the rest
+        import os, subprocess
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        flag = ready + ".child"
+        child = subprocess.Popen([sys.executable, "-c", CHILD, flag], env=env)
+        while not os.path.exists(flag):
+            if child.poll() is not None:
+                raise SystemExit(f"the unhooked child exited with {child.returncode}")
+            time.sleep(0.05)
+        out["uncharged_path"], out["child_pid"] = "a child started without the preload", child.pid
+    else:
+        out["uncharged_path"] = f"{len(made)} extra CUDA contexts"
 torch.cuda.synchronize()
 out["t_alloc"] = time.time()
 out["mem_get_info"] = list(torch.cuda.mem_get_info())
@@ -113,9 +135,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("bench-out"))
     ap.add_argument("--fake", help="a fake-device profile (stub NVML, no GPU): tests this script off the GPU")
-    ap.add_argument("--seconds", type=float, default=60.0, help="the most to wait for every verdict")
+    ap.add_argument("--seconds", type=float, default=90.0, help="the most to wait for every verdict")
     ap.add_argument("--share-window", type=float, default=5.0)
-    ap.add_argument("--contexts", type=int, default=12, help="extra CUDA contexts of the `contexts` process")
+    ap.add_argument("--contexts", type=int, default=16, help="extra CUDA contexts of the `contexts` process")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     build()
@@ -181,14 +203,12 @@ def main() -> int:
                     argv = ["env", "-u", "LD_PRELOAD", *argv]
                 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root",
                        "CUDA_VISIBLE_DEVICES": gpu.uuid, **edits.env}
-                if os.environ.get("PYTHONPATH"):
-                    env["PYTHONPATH"] = os.environ["PYTHONPATH"]
                 scratch = tempfile.mkdtemp(prefix="rt-", dir=work)
                 lines = mount_script(edits.mounts, scratch)
                 lines.append("exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
                              + " ".join(shlex.quote(a) for a in argv))
                 child = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                          "\n".join(lines)], stdout=subprocess.DEVNULL)
+                                          "\n".join(lines)], stdout=subprocess.DEVNULL, start_new_session=True)
                 children.append(child)
                 pids[mode] = child.pid  # sh execs the workload: the same PID
                 log(f"started {mode} as PID {child.pid} (claim {uid})")
@@ -220,8 +240,10 @@ def main() -> int:
         finally:
             wd.stop()
             for c in children:
-                if c.poll() is None:
-                    c.send_signal(signal.SIGKILL)
+                try:
+                    os.killpg(c.pid, signal.SIGKILL)  # the workload and any child it started
+                except ProcessLookupError:
+                    pass
                 c.wait()
             driver.close()
     by_pid = {p.pid: p for p in listed}

@@ -56,7 +56,8 @@ class ShareConfig:
     watchdog_action: Literal["report", "kill", "taint"] | None = dataclasses.field(
         default=None, metadata=strength("report", None, "taint", "kill"))
     """What the node daemon's watchdog does about this claim's unheld, over-quota or over-share
-    processes (`dra.watchdog`); unset: the daemon's ``--watchdog`` action."""
+    processes (`dra.watchdog`); unset: the daemon's ``--watchdog`` action. A tenant's own claim
+    cannot weaken it below its DeviceClass's (``report`` where the class says ``kill``)."""
 
     def validate(self) -> None:
         if self.preload is not None and self.preload not in PRELOAD_MODES:

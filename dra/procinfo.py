@@ -14,12 +14,15 @@ The watchdog gets host PIDs from the device's management library and needs, for 
   per container (per mount namespace), so every process of the claim's containers has it,
   whatever it loaded; a nested container that unshares its mounts loses it (then the pod is
   still known from the cgroup).
-- **hook loaded**, from ``/proc/<pid>/maps``: the claim's hook library mapped executable, by
-  device and inode (a file merely named like it does not count). A process that maps the file
-  without running it is not caught (the hook's own ledger is the check for that).
+- **hook loaded**: the hook registers every process that makes a CUDA call in its claim's
+  ledger (a slot with its PID as the container sees it and its start time), so a live slot whose
+  PID is the process's ``NSpid`` (``/proc/<pid>/status``) and whose start time is the process's
+  is a held process (`dra.watchdog` reads the ledger). Where the daemon may (CAP_SYS_PTRACE),
+  ``/proc/<pid>/maps`` also counts: the claim's hook library mapped executable, by device and
+  inode (a file merely named like it does not count).
 
-Reading maps and mountinfo of another user's process needs ptrace read access (root with
-CAP_SYS_PTRACE, or the same user); cgroup is world-readable. Every reader tolerates a process
+cgroup, mountinfo, stat and status are readable by any user; maps needs ptrace read access
+(CAP_SYS_PTRACE, or the same user with no fewer capabilities). Every reader tolerates a process
 that exits meanwhile (None) and treats the files as hostile text: a line that does not parse is
 skipped, never trusted.
 """
@@ -119,6 +122,19 @@ def maps_file(maps_text: bytes, files: Collection[tuple[int, int]]) -> bool:
         if (dev, ino) in files:
             return True
     return False
+
+
+def ns_pid(proc: Path, pid: int) -> int | None:
+    """The PID the process has in its own (innermost) PID namespace, from /proc/<pid>/status's
+    ``NSpid`` (what getpid() returns inside a container); None when gone or not told."""
+    try:
+        with open(f"{proc}/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def workload(proc: Path, pid: int, hooks_dev: int) -> Workload | None:

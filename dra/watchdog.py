@@ -68,6 +68,9 @@ class WatchdogSettings:
     share_window: float = 10.0
     share_tolerance: float = 10.0
     proc: Path = Path("/proc")
+    maps: bool = True
+    """Also read /proc/<pid>/maps (needs CAP_SYS_PTRACE; turned off by itself when refused):
+    without it a process is held only when the hook registered it in the claim's ledger."""
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -101,7 +104,8 @@ class Seen:
     pod_uid: str | None
     container_id: str | None
     claim: ClaimView | None
-    held: bool | None  # None: unknown (maps unreadable, or the claim is not enforced)
+    held: bool | None  # None: not decided yet, or the claim is not enforced
+    misses: int = 0  # polls in which neither the ledger nor maps showed the hook
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +202,9 @@ class Watchdog:
         self._taints: dict[str, dict[tuple[str, Any], Taint]] = {}  # device -> (claim uid or pid key) -> taint
         self._warned: set[str] = set()
         self._seen_devices: set[str] = set()
+        self._slots: dict[str, set[tuple[int, int]]] = {}
+        self._blind = 0
+        self._maps = self.settings.maps
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -250,11 +257,17 @@ class Watchdog:
 
     def _run(self) -> None:
         next_at = self._clock()
+        failing = ""
         while not self._stop.is_set():
             try:
                 self.poll()
-            except Exception:
-                log.exception("watchdog poll failed")
+                if failing:
+                    log.info("watchdog polls again", extra={"after": failing})
+                failing = ""
+            except Exception as exc:
+                if repr(exc) != failing:  # once per distinct failure, not every second
+                    log.exception("watchdog poll failed; retrying every interval")
+                failing = repr(exc)
             next_at += self.settings.interval
             delay = next_at - self._clock()
             if delay < 0:  # fell behind (a slow poll): keep the cadence, skip the lost ticks
@@ -272,6 +285,7 @@ class Watchdog:
             if procs is None:
                 return []
             claims = self._refresh_claims()
+            self._slots = {}
             seen = self._identify(procs, claims)
             now = self._clock()
             verdicts = self._judge(seen, now)
@@ -310,6 +324,13 @@ class Watchdog:
         gone = set(self._claims) - set(out)
         for uid in gone:
             self._record_stamp.pop(uid, None)
+            view = self._claims[uid]
+            for dev in view.devices:  # an ended claim's series go with it
+                for gauge in (self.m_over_quota, self.m_over_share):
+                    try:
+                        gauge.remove(self.driver.name, view.namespace, view.name, view.uid, dev)
+                    except KeyError:
+                        pass
             for key in [k for k in self._share if k[0] == uid]:
                 del self._share[key]
         self._claims = out
@@ -319,15 +340,19 @@ class Watchdog:
         proc_root = self.settings.proc
         seen: list[Seen] = []
         keep: dict[tuple[int, int], Seen] = {}
+        invisible = 0
         for p in procs:
             start = procinfo.start_time(proc_root, p.pid)
             if start is None:
-                continue  # exited since the device listed it (or not in our PID namespace: warned below)
+                invisible += 1  # exited since the device listed it, or not in our PID namespace
+                continue
             key = (p.pid, start)
             old = self._procs.get(key)
             s: Seen | None
             if old is not None and (old.claim is None or old.claim.uid in claims):
                 s = dataclasses.replace(old, proc=p, claim=claims.get(old.claim.uid) if old.claim else None)
+                if s.held is None and s.claim is not None and s.claim.hook:
+                    s = self._check_held(s)
             else:
                 s = self._who(p, start, claims)
             if s is None:
@@ -335,27 +360,61 @@ class Watchdog:
             keep[key] = s
             seen.append(s)
         self._procs = keep
+        self._blind = self._blind + 1 if procs and invisible == len(procs) else 0
+        if self._blind >= 3:  # three polls of processes none of which /proc shows
+            self._warn_once("blind", "the device lists processes this daemon cannot see in /proc: it needs the "
+                            "host PID namespace (the chart's hostPID, on while the watchdog is)",
+                            pids=[p.pid for p in procs][:8])
         return seen
 
     def _who(self, p: DeviceProcess, start: int, claims: Mapping[str, ClaimView]) -> Seen | None:
         w = procinfo.workload(self.settings.proc, p.pid, self._hooks_dev)
         if w is None:
             self._warn_once("unreadable", "a device process's /proc entries are unreadable: the daemon needs the "
-                            "host PID namespace (hostPID) and CAP_SYS_PTRACE", pid=p.pid)
+                            "host PID namespace (the chart's hostPID, on while the watchdog is)", pid=p.pid)
             return None
         if any(u not in claims and (self.hooks_root / u).is_dir() for u in w.claims):
             claims = self._refresh_claims(force=True)  # a claim prepared since the records were read
         mine = [claims[u] for u in sorted(w.claims) if u in claims]
         claim = next((c for c in mine if p.device in c.devices), mine[0] if mine else None)
-        held: bool | None = None
-        if claim is not None and claim.hook:
-            held = procinfo.loaded(self.settings.proc, p.pid, claim.hook)
-            if held is None:
-                self._warn_once("maps", "cannot read a device process's maps: the daemon needs CAP_SYS_PTRACE to "
-                                "tell held from unheld processes", pid=p.pid)
-        elif claim is None:
-            held = False
-        return Seen(p, start, w.pod_uid, w.container_id, claim, held)
+        s = Seen(p, start, w.pod_uid, w.container_id, claim, False if claim is None else None)
+        return self._check_held(s) if claim is not None and claim.hook else s
+
+    def _check_held(self, s: Seen) -> Seen:
+        """Held: registered in the claim's ledger, or (where readable) its hook mapped. Neither
+        in two polls running is unheld: a hook registers a process at its first CUDA call, which
+        can be a moment after the device lists it."""
+        assert s.claim is not None
+        if self._in_ledger(s.claim, s.proc.pid, s.start):
+            return dataclasses.replace(s, held=True)
+        if self._maps:
+            mapped = procinfo.loaded(self.settings.proc, s.proc.pid, s.claim.hook)
+            if mapped is None:
+                self._maps = False
+                log.info("the watchdog cannot read processes' maps (no CAP_SYS_PTRACE): the claims' ledgers alone "
+                         "say which processes the hook holds", extra={"pid": s.proc.pid})
+            elif mapped:
+                return dataclasses.replace(s, held=True)
+        misses = s.misses + 1
+        return dataclasses.replace(s, held=False if misses >= 2 or self._maps else None, misses=misses)
+
+    def _in_ledger(self, claim: ClaimView, pid: int, start: int) -> bool:
+        """Whether the claim's ledger has a live slot of this process (its namespace PID and start
+        time). The ledger is read at most once per poll per claim."""
+        slots = self._slots.get(claim.uid)
+        if slots is None:
+            slots = set()
+            path = self.hooks_root / claim.uid / "ledger"
+            try:
+                import hookcore
+
+                with hookcore.Ledger(path) as ledger:
+                    slots = {(p.pid, p.start_time) for p in ledger.processes() if p.state == "live"}
+            except (OSError, ValueError) as exc:
+                self._warn_once(f"ledger-{claim.uid}", "claim ledger unreadable", claim=claim.uid, error=str(exc))
+            self._slots[claim.uid] = slots
+        ns = procinfo.ns_pid(self.settings.proc, pid)
+        return ns is not None and (ns, start) in slots
 
     def _judge(self, seen: Sequence[Seen], now: float) -> list[Verdict]:
         d = self.driver.name
@@ -416,7 +475,7 @@ class Watchdog:
     def _unheld(self, s: Seen) -> Verdict:
         p = s.proc
         if s.claim is None:
-            where = f"pod {s.pod_uid}" if s.pod_uid else "no pod (a host process)"
+            where = f"in pod {s.pod_uid}" if s.pod_uid else "a host process, in no pod"
             msg = (f"process {p.pid} on device {p.device} holds {_mib(p.memory)} MiB but is in none of "
                    f"{self.driver.name}'s claims ({where}): nothing limits it. Give the pod a claim of "
                    f"this driver, or stop giving it the device another way")

@@ -43,8 +43,14 @@ class ProcessReader:
     def _start(self) -> None:
         nvml.init()
         self._open = True
-        self._handles = [(name, uuid, nvml.call(pynvml.nvmlDeviceGetHandleByUUID, uuid.encode(), target=uuid))
-                         for name, uuid in self.gpus]
+        self._handles = []
+        for name, uuid in self.gpus:
+            try:
+                self._handles.append((name, uuid, nvml.call(pynvml.nvmlDeviceGetHandleByUUID, uuid.encode(),
+                                                            target=uuid)))
+            except nvml.NvmlError as exc:  # lost since discovery: its processes are not listed
+                log.warning("GPU left out of the process list", extra={"device": name, "uuid": uuid,
+                                                                       "error": str(exc)})
 
     def close(self) -> None:
         with self._lock:

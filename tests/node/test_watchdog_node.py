@@ -1,7 +1,8 @@
 """The watchdog on a real node: upstream kubelet and containerd run a held workload and unheld ones
 (the static pause program) in pods with hami-core-gpu claims on fake GPUs; the stub NVML lists
 their host PIDs; the daemon's watchdog names the right pod in an Event within 2 s and, where the
-claim's config says kill, kills that pod's process and leaves its neighbour running.
+claim's config says kill, kills that pod's process and leaves its neighbour running; a held pod
+given more memory than its hook charged gets MemoryOverQuota.
 """
 
 from __future__ import annotations
@@ -136,6 +137,15 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
     assert f"process {static_pid}" in got[0].message and got[0].type == "Warning"
     assert got[0].involved_object.uid == static_pod
     assert events(api_client, namespace, "held", "ProcessUnheld") == []  # the hook holds it
+    # What the chart's daemon (no CAP_SYS_PTRACE, no maps) relies on: the hook registered the
+    # container's process in its claim's ledger under the PID it has in the pod's PID namespace.
+    import hookcore
+
+    with hookcore.Ledger(watched["daemon"].state_dir / "hooks" / held_claim / "ledger") as ledger:
+        slots = {(p.pid, p.start_time) for p in ledger.processes() if p.state == "live"}
+    ns_pid = procinfo.ns_pid(Path("/proc"), held_pid)
+    assert ns_pid is not None and ns_pid != held_pid  # the pod has its own PID namespace
+    assert (ns_pid, procinfo.start_time(Path("/proc"), held_pid)) in slots
     print(f"watchdog: ProcessUnheld Event on the unheld pod {took:.2f} s after it appeared on the GPU")
 
     # The same escape in a claim whose config says kill: only that pod's process dies.
@@ -162,3 +172,15 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
           f"{time.monotonic() - t0:.2f} s); neighbour running")
     # the static pod's claim says report: it was reported, never killed
     assert core.read_namespaced_pod("static", namespace).status.phase == "Running"
+
+    # The held pod's process given memory its hook did not charge (NVML sees 6 GiB, the quota is
+    # 4Gi + 1Gi of context): MemoryOverQuota on that pod, reported (its claim says nothing).
+    lines[0] = f"{held_gpu} {held_pid} {6 * GiB}"
+    watched["procs"].write_text("".join(x + "\n" for x in lines[:2]))
+    t0 = time.monotonic()
+    over = wait_for(lambda: events(api_client, namespace, "held", "MemoryOverQuota") or None, 10, 0.05,
+                    "the MemoryOverQuota Event on pod held")
+    took = time.monotonic() - t0
+    assert took < 2.0 and "1024 MiB" in over[0].message and over[0].involved_object.uid == held_pod
+    assert Path(f"/proc/{held_pid}").exists()
+    print(f"watchdog: MemoryOverQuota Event on the held pod {took:.2f} s after NVML showed it over")

@@ -39,8 +39,10 @@ def test_the_claim_from_its_hook_dir_mount_on_the_hooks_filesystem() -> None:
     assert procinfo.claims_of(text, dev) == {CLAIM}
     # on another filesystem (a tenant's own directory named like it): not the claim's
     assert procinfo.claims_of(mountinfo(f"/tmp/x/hooks/{CLAIM}", dev="0:52"), dev) == frozenset()
-    # a subdirectory, a longer name, a truncated line: nothing
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/sub"), dev) == frozenset()
+    # the claim's files mounted one by one (config read-only, ledger read-write)
+    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/config", point="/run/hookcore/vgpu/config"), dev) == {CLAIM}
+    # deeper, a longer name, a truncated line: nothing
+    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/sub/x"), dev) == frozenset()
     assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}x"), dev) == frozenset()
     assert procinfo.claims_of(f"75 69 254:0 /s/hooks/{CLAIM}\n", dev) == frozenset()
     # octal escapes are undone before matching (a space in the state dir)

@@ -45,3 +45,15 @@ def test_dra_run_refuses_a_bad_watchdog_flag() -> None:
         proc = subprocess.run([sys.executable, "-m", "dra.daemon", "hami-core-gpu", "--node-name", "n", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "--watchdog" in proc.stderr, (args, proc.stderr)
+
+
+def test_a_tenants_claim_cannot_weaken_its_classs_action() -> None:
+    """watchdogAction is marked with dra.strength: report < unset < taint < kill."""
+    from dra.loosening import loosened
+
+    kill = GpuConfig(watchdog_action="kill")
+    assert [x.field for x in loosened(GpuConfig(watchdog_action="report"), kill)] == ["watchdogAction"]
+    assert [x.field for x in loosened(GpuConfig(watchdog_action="taint"), kill)] == ["watchdogAction"]
+    assert [x.field for x in loosened(GpuConfig(watchdog_action="report"), None)] == ["watchdogAction"]
+    assert loosened(GpuConfig(watchdog_action="kill"), GpuConfig()) == []  # stricter: fine
+    assert loosened(GpuConfig(watchdog_action="kill"), kill) == []

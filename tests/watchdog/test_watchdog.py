@@ -3,13 +3,14 @@ process list, real processes in a claim's mounts and a pod's cgroup (see conftes
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 
 import pytest
-from conftest import GiB, Rig
 from prometheus_client import generate_latest
+from watchdog_rig import GiB, Rig
 
 from dra.driver import Taint
 
@@ -167,9 +168,11 @@ def test_taint_marks_the_device_until_the_claim_ends(rig: Rig, static_sleeper: P
     assert rig.taint_calls == 1 and rig.alive(static)
     wd.poll()
     assert wd.taints("hami-gpu-5") and rig.taint_calls == 1  # still there, no republish
+    assert f'claim_uid="{c.uid}"' in generate_latest(rig.registry).decode()
     rig.end(c)  # unprepared: the claim is over
     wd.poll()
     assert wd.taints("hami-gpu-5") == () and rig.taint_calls == 2
+    assert f'claim_uid="{c.uid}"' not in generate_latest(rig.registry).decode()  # its series went with it
 
 
 def test_kill_refuses_a_recycled_pid(rig: Rig, static_sleeper: Path) -> None:
@@ -197,9 +200,14 @@ def test_the_stub_process_list_skips_hostile_lines(rig: Rig, capfd: pytest.Captu
     assert capfd.readouterr().err.count("STUB_NVML_PROCESSES") >= 4
 
 
-def test_a_gone_pid_or_unreadable_proc_is_skipped_not_judged(rig: Rig) -> None:
-    rig.on_gpu(2**22 + 12345, "hami-gpu-0", GiB)  # no such process (beyond pid_max)
-    assert rig.watchdog().poll() == []
+def test_a_gone_pid_or_unreadable_proc_is_skipped_not_judged(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    rig.on_gpu(2**22 + 12345, "hami-gpu-0", GiB)  # no such process here (beyond pid_max): another PID namespace
+    wd = rig.watchdog()
+    with caplog.at_level(logging.WARNING, logger="dra.watchdog"):
+        for _ in range(4):
+            assert wd.poll() == []
+    blind = [r for r in caplog.records if "cannot see in /proc" in r.getMessage()]
+    assert len(blind) == 1  # after three polls, once
 
 
 def test_detection_time_of_the_running_thread(rig: Rig, static_sleeper: Path) -> None:
@@ -234,3 +242,57 @@ def test_a_claim_prepared_after_the_records_were_read_is_found(rig: Rig, static_
     rig.on_gpu(static, c.device, GiB)
     got = wd.poll()
     assert [(v.kind, v.pid, v.claim.uid if v.claim else None) for v in got] == [("unheld", static, c.uid)]
+
+
+def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper: Path) -> None:
+    """The chart gives the daemon no CAP_SYS_PTRACE: then a process is held when the hook registered
+    it in the claim's ledger (stub CUDA under the hook), and unheld after two polls without."""
+    import hookcore
+
+    c = rig.claim(memory=4 * GiB)
+    assert rig.driver.fake is not None
+    env = {"LD_LIBRARY_PATH": str(hookcore.stub_dir()), **rig.driver.fake.container_env([c.gpu_uuid])}
+    workload = hookcore.stub_dir().parent / "workload" / "cuda_workload"
+    held = rig.start(c, [str(workload), "--hold", "300"], env=env)
+    ledger = rig.state / "hooks" / c.uid / "ledger"
+
+    def registered() -> bool:
+        with hookcore.Ledger(ledger) as led:
+            return any(p.state == "live" for p in led.processes())
+
+    deadline = time.monotonic() + 20
+    while not registered():
+        assert time.monotonic() < deadline and rig.alive(held), "the hook never registered the workload"
+        time.sleep(0.05)
+    static = rig.start(c, [str(static_sleeper)])
+    rig.on_gpu(held, c.device, 2 * GiB)
+    rig.on_gpu(static, c.device, GiB)
+    wd = rig.watchdog(maps=False)
+    assert wd.poll() == []  # the static one is not decided yet: the hook may register it a moment later
+    rig.now += 1
+    got = wd.poll()
+    assert [(v.kind, v.pid) for v in got] == [("unheld", static)]
+    rig.now += 1
+    assert wd.poll() == []
+
+
+def test_over_share_kill_takes_the_busiest_and_over_quota_taint_marks_the_device(rig: Rig) -> None:
+    busy_claim = rig.claim(device="hami-gpu-1", cores=20, action="kill")
+    calm = rig.start(busy_claim, ["sleep", "300"])
+    busy = rig.start(busy_claim, ["sleep", "301"])
+    rig.on_gpu(calm, busy_claim.device, GiB, 5)
+    rig.on_gpu(busy, busy_claim.device, GiB, 60)
+    fat_claim = rig.claim(device="hami-gpu-4", memory=2 * GiB, action="taint")
+    fat = rig.start(fat_claim, ["sleep", "302"])
+    rig.on_gpu(fat, fat_claim.device, 4 * GiB)  # 2 GiB + 1 GiB context < 4 GiB
+    wd = rig.watchdog(share_window=2)
+    got = []
+    for _ in range(4):
+        got += wd.poll()
+        rig.now += 1
+    by_kind = {v.kind: v for v in got}
+    assert set(by_kind) == {"over-share", "over-quota"}
+    assert by_kind["over-share"].pid == busy and by_kind["over-share"].outcome == f"process {busy} killed (SIGKILL)"
+    assert next(c for c in rig.children if c.pid == busy).wait(timeout=10) != 0 and rig.alive(calm)
+    assert wd.taints("hami-gpu-4") == (Taint("hami-core-gpu.project-hami.io/watchdog", "over-quota", "NoSchedule"),)
+    assert rig.alive(fat)

@@ -53,7 +53,7 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- $kp := $v.kubeletPlugin -}}
 {{- $watchdog := not (has (($v.daemon.watchdog | default dict).action | default "off") (list "off")) -}}
 {{- $security := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged) -}}
-{{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "SYS_PTRACE" "KILL") list $watchdog)) -}}
+{{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "KILL") list $watchdog)) -}}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
