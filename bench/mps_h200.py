@@ -130,6 +130,7 @@ class MpsDaemon:
         return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
 
     def start(self) -> None:
+        self.started = True  # before: a signal during the start still gets the quit
         r = subprocess.run([self.control, "-d"], env={**os.environ, **self.env()}, capture_output=True, text=True,
                            timeout=30)
         if r.returncode != 0:

@@ -62,6 +62,9 @@ def node(root: Path) -> Iterator[Node]:
         if d.mps is not None:
             d.mps.stop_all()
         d.close()
+    for d in n.drivers:  # nothing of the test keeps running
+        assert d.mps is None or not any(d.mps.ask(g.name, "get_server_list") is not None
+                                        for g in (n.root.iterdir() if n.root.exists() else ())), "a daemon left"
 
 
 def share(device: str, cores: int, memory: int, config: GpuConfig | None = MPS, sid: str = "s1") -> AllocatedDevice:
