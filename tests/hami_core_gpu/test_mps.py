@@ -120,6 +120,30 @@ def test_a_dead_daemon_is_restarted_and_the_gpu_unhealthy_meanwhile(node: Node) 
     assert d.mps.ask(uuid, "get_server_list") is not None
 
 
+@pytest.mark.parametrize("attack", ["quit", "socket-replaced-by-a-directory"])
+def test_a_tenant_that_stops_the_shared_daemon_gets_it_restarted(node: Node, attack: str) -> None:
+    """The pipe dir is mounted read-write into every MPS claim's containers of the GPU."""
+    d = node.driver()
+    uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-4"]
+    d.prepare(claim(1), [share("hami-gpu-4", 50, GiB)])
+    assert d.mps is not None
+    first = d.mps.status()[uuid].process
+    assert first is not None
+    if attack == "quit":
+        assert d.mps.ask(uuid, "quit") is not None  # what any client of the pipe may send
+        first.wait(10)
+    else:
+        first.kill()
+        first.wait()
+        sock = node.root / uuid / "pipe" / "control"
+        sock.unlink(missing_ok=True)
+        sock.mkdir()
+    d.mps.check()
+    assert [next(e.healthy for e in snap if e.device == "hami-gpu-4") for snap in node.health] == [False, None]
+    assert d.mps.ask(uuid, "get_server_list") is not None
+    assert (node.root / uuid / "claims" / claim(1).uid).is_dir(), "the claim's record was lost"
+
+
 def test_a_restarted_driver_adopts_the_running_daemon(node: Node) -> None:
     d = node.driver()
     uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-2"]
