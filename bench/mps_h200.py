@@ -229,7 +229,8 @@ class Run:
         self.say(f"{name}: {self.results['configs'][name]}")
 
     def build_hook(self) -> None:
-        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"BUILD={self.build}", "hooklibs"],
+        jobs = f"-j{min(os.cpu_count() or 1, 8)}"
+        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), jobs, f"BUILD={self.build}", "hooklibs"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("hookcore build failed: " + (r.stdout + r.stderr)[-2000:])
