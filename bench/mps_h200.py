@@ -130,6 +130,7 @@ class MpsDaemon:
         return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
 
     def start(self) -> None:
+        self.started = True  # before: a signal during the start still gets the quit
         r = subprocess.run([self.control, "-d"], env={**os.environ, **self.env()}, capture_output=True, text=True,
                            timeout=30)
         if r.returncode != 0:
@@ -228,7 +229,8 @@ class Run:
         self.say(f"{name}: {self.results['configs'][name]}")
 
     def build_hook(self) -> None:
-        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"BUILD={self.build}", "hooklibs"],
+        jobs = f"-j{min(os.cpu_count() or 1, 8)}"
+        r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), jobs, f"BUILD={self.build}", "hooklibs"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("hookcore build failed: " + (r.stdout + r.stderr)[-2000:])

@@ -320,7 +320,8 @@ def slice_object(pool: DesiredPool, index: int, generation: int, node_uid: str, 
             "driver": pool.driver,
             "nodeName": pool.node_name,
             "pool": {"name": pool.pool_name, "generation": generation, "resourceSliceCount": len(pool.slices)},
-            "devices": list(pool.slices[index]),
+            # 1.35+: a slice of counter sets has no `devices` at all (an empty list is refused too)
+            **({"devices": list(pool.slices[index])} if pool.slices[index] or not pool.shared_counters(index) else {}),
             **({"sharedCounters": list(pool.shared_counters(index))} if pool.shared_counters(index) else {}),
         },
     }

@@ -23,7 +23,10 @@ clients keep their server.
 
 A claim's containers get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its ``cores`` and
 ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` = its ``memory``, both per client process (MPS has no
-per-container limit). hookcore stays loaded for what MPS does not do: the claim's memory quota
+per-container limit). They are the client's environment: a tenant that changes them gets other
+limits (MPS is for cooperating tenants; MIG isolates the others), and one that can reach the pipe
+can send the control daemon commands (``quit``): the watcher then restarts it, clearing whatever
+the tenant left where the socket goes. hookcore stays loaded for what MPS does not do: the claim's memory quota
 over all its processes together, and the totals NVML and ``cudaMemGetInfo`` report (the quota);
 the hook's compute limiter is off under MPS (the SM percentage is the compute limit).
 """
@@ -165,6 +168,12 @@ class MpsDaemons:
                                f" ({MAX_SOCKET_PATH} chars): set a shorter --set mpsRoot (now {self.root})")
         for d in (self.pipe(g.uuid), self.logs(g.uuid)):
             d.mkdir(parents=True, exist_ok=True)
+        # Claims' containers can write the pipe dir: whatever sits where the socket goes (a dead
+        # daemon's socket, or a tenant's file or directory) would keep a new daemon from listening.
+        if socket_path.is_dir() and not socket_path.is_symlink():
+            shutil.rmtree(socket_path, ignore_errors=True)
+        elif socket_path.exists() or socket_path.is_symlink():
+            socket_path.unlink(missing_ok=True)
         env = {**os.environ, **self.env(g.uuid), "CUDA_VISIBLE_DEVICES": g.uuid}
         try:
             g.process = subprocess.Popen([self.program, "-f"], env=env, stdin=subprocess.DEVNULL,

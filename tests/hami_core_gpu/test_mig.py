@@ -177,5 +177,5 @@ def test_from_1_35_counter_sets_get_slices_of_their_own(driver: MakeDriver) -> N
     assert [len(s) for s in pool.slices] == [0, 64, 64, 16]
     assert [len(pool.shared_counters(i)) for i in range(len(pool.slices))] == [8, 0, 0, 0]
     first = slice_object(pool, 0, 1, "uid")["spec"]
-    assert first["devices"] == [] and len(first["sharedCounters"]) == 8
+    assert "devices" not in first and len(first["sharedCounters"]) == 8  # 1.37 refuses even an empty list
     assert "sharedCounters" not in slice_object(pool, 1, 1, "uid")["spec"]

@@ -9,7 +9,10 @@ between creating an instance and recording the claim is repaired by the restarte
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +28,7 @@ from test_examples_e2e import DRIVER, EXAMPLES, Rig, _drop_foreign_gpu_nodes, re
 
 from dra import ClaimRef
 from dra.checkpoint import PREPARING, Checkpoint
+from dra.client import get_json
 from dra.cluster.controlplane import ControlPlane
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
@@ -33,6 +37,7 @@ from dra.testing.stub import workload_program
 from dra.webhook import install
 
 MIG_MPS = EXAMPLES / "mig-mps"
+FAKE_CONTROL = Path(__file__).resolve().parents[2] / "drivers" / "hami_core_gpu" / "fake_mps" / "nvidia-cuda-mps-control"
 MiB = 1 << 20
 H200_MIB = 143771
 WHY = runtime_unavailable()
@@ -98,6 +103,20 @@ def rig_for(cluster: ControlPlane, api_client: client.ApiClient, stub_nvml: Path
         cm.__exit__(None, None, None)
 
 
+@contextmanager
+def mps_root() -> Iterator[str]:
+    """A short MPS root (the control socket's path must fit a unix socket); every control daemon
+    left under it is told to quit at the end, also when the test fails midway."""
+    with tempfile.TemporaryDirectory(prefix="mps", dir="/tmp") as root:
+        try:
+            yield root
+        finally:
+            for gpu in Path(root).iterdir():
+                subprocess.run([str(FAKE_CONTROL)], input="quit\n", capture_output=True, timeout=30,
+                               env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(gpu / "pipe"),
+                                    "CUDA_MPS_LOG_DIRECTORY": str(gpu / "log")})
+
+
 def ref(claim: dict[str, Any]) -> ClaimRef:
     m = claim["metadata"]
     return ClaimRef(m["uid"], m["namespace"], m["name"])
@@ -147,7 +166,13 @@ def test_a_dynamic_mig_claim_creates_its_instances_where_the_counters_allow(rig_
     rig = rig_for("--fake", "h200x8-mig", "--set", "mig=dynamic")
     slices = json.loads(client.ResourceV1Api(rig.api).list_resource_slice(
         field_selector=f"spec.nodeName={rig.node}", _preload_content=False).data)["items"]
-    assert len(slices) == 8 and all(len(s["spec"]["sharedCounters"]) == 1 for s in slices)
+    sets = [c["name"] for s in slices for c in s["spec"].get("sharedCounters") or []]
+    assert sorted(sets) == sorted(f"hami-gpu-{i}-mig" for i in range(8))
+    minor = int(re.match(r"\d+", str((get_json(rig.api, "/version", {}, 10) or {})["minor"]))[0])  # type: ignore[index]
+    if minor >= 35:  # counter sets in slices of their own
+        assert not any(s["spec"].get("devices") and s["spec"].get("sharedCounters") for s in slices)
+    else:  # each GPU's counter set in the slice of its devices
+        assert len(slices) == 8 and all(len(s["spec"]["sharedCounters"]) == 1 for s in slices)
     (claim,) = allocate_example(rig, MIG_MPS / "mig-dynamic.yaml", 1).values()
     by_request = {r["request"]: r["device"] for r in results(claim)}
     gpu = by_request["big"].split("-mig-")[0]
@@ -184,8 +209,8 @@ def test_a_kill_between_create_and_record_is_repaired(rig_for: Callable[..., Mig
 
 
 def test_an_mps_claim_carries_the_pipe_dir_and_both_limits(rig_for: Callable[..., MigRig]) -> None:
-    with tempfile.TemporaryDirectory(prefix="mps", dir="/tmp") as mps_root:
-        rig = rig_for("--fake", "h200x8", "--set", f"mpsRoot={mps_root}")
+    with mps_root() as root:
+        rig = rig_for("--fake", "h200x8", "--set", f"mpsRoot={root}")
         (claim,) = allocate_example(rig, MIG_MPS / "mps.yaml", 1).values()
         (r,) = results(claim)
         assert r["consumedCapacity"] == {"cores": "30", "memory": "8Gi"}
@@ -197,14 +222,14 @@ def test_an_mps_claim_carries_the_pipe_dir_and_both_limits(rig_for: Callable[...
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
         uuid = rig.slice_devices()[r["device"]]["attributes"]["uuid"]["string"]
         mounts = {m["containerPath"]: m["hostPath"] for m in (spec.get("containerEdits") or {}).get("mounts") or []}
-        assert mounts["/run/nvidia-mps"] == f"{mps_root}/{uuid}/pipe"
-        log = Path(mps_root) / uuid / "log" / "control.log"
+        assert mounts["/run/nvidia-mps"] == f"{root}/{uuid}/pipe"
+        log = Path(root) / uuid / "log" / "control.log"
         assert f"CUDA_VISIBLE_DEVICES={uuid}" in log.read_text()
         run_device(rig, ids, 0, 8 << 30)  # the hook still holds the claim's memory
         seen = run_with_cdi(rig.daemon.cdi_dir, ids, ["sh", "-c", 'test -S "$CUDA_MPS_PIPE_DIRECTORY/control" && echo ok'])
         assert seen.stdout.strip() == "ok", "the container does not see the MPS control socket: " + seen.stderr
         assert rig.harness.unprepare([ref(claim)], driver=DRIVER)[claim["metadata"]["uid"]] == ""
-        wait_for(lambda: not (Path(mps_root) / uuid).exists() or None, 30, what="the MPS daemon quit")
+        wait_for(lambda: not (Path(root) / uuid).exists() or None, 30, what="the MPS daemon quit")
 
 
 # --- HAMi pods through the webhook ------------------------------------------------------------------
@@ -257,8 +282,8 @@ def test_a_hami_pod_with_a_mig_profile_resource_gets_that_profile(rig_for: Calla
 
 
 def test_a_hami_pod_in_mps_mode_becomes_an_mps_client(rig_for: Callable[..., MigRig], webhook: None) -> None:
-    with tempfile.TemporaryDirectory(prefix="mps", dir="/tmp") as mps_root:
-        rig = rig_for("--fake", "h200x8", "--set", f"mpsRoot={mps_root}")
+    with mps_root() as root:
+        rig = rig_for("--fake", "h200x8", "--set", f"mpsRoot={root}")
         rig.kubectl("apply", "-f", str(EXAMPLES / "deviceclass.yaml"))
         hami_pod(rig, "hami-mps", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"},
                  {"nvidia.com/vgpu-mode": "mps"})

@@ -62,6 +62,9 @@ def node(root: Path) -> Iterator[Node]:
         if d.mps is not None:
             d.mps.stop_all()
         d.close()
+    for d in n.drivers:  # nothing of the test keeps running
+        assert d.mps is None or not any(d.mps.ask(g.name, "get_server_list") is not None
+                                        for g in (n.root.iterdir() if n.root.exists() else ())), "a daemon left"
 
 
 def share(device: str, cores: int, memory: int, config: GpuConfig | None = MPS, sid: str = "s1") -> AllocatedDevice:
@@ -115,6 +118,30 @@ def test_a_dead_daemon_is_restarted_and_the_gpu_unhealthy_meanwhile(node: Node) 
     assert d.mps.status()[uuid].restarts == 1
     assert sum(" start " in ln for ln in node.log(uuid)) == 2
     assert d.mps.ask(uuid, "get_server_list") is not None
+
+
+@pytest.mark.parametrize("attack", ["quit", "socket-replaced-by-a-directory"])
+def test_a_tenant_that_stops_the_shared_daemon_gets_it_restarted(node: Node, attack: str) -> None:
+    """The pipe dir is mounted read-write into every MPS claim's containers of the GPU."""
+    d = node.driver()
+    uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-4"]
+    d.prepare(claim(1), [share("hami-gpu-4", 50, GiB)])
+    assert d.mps is not None
+    first = d.mps.status()[uuid].process
+    assert first is not None
+    if attack == "quit":
+        assert d.mps.ask(uuid, "quit") is not None  # what any client of the pipe may send
+        first.wait(10)
+    else:
+        first.kill()
+        first.wait()
+        sock = node.root / uuid / "pipe" / "control"
+        sock.unlink(missing_ok=True)
+        sock.mkdir()
+    d.mps.check()
+    assert [next(e.healthy for e in snap if e.device == "hami-gpu-4") for snap in node.health] == [False, None]
+    assert d.mps.ask(uuid, "get_server_list") is not None
+    assert (node.root / uuid / "claims" / claim(1).uid).is_dir(), "the claim's record was lost"
 
 
 def test_a_restarted_driver_adopts_the_running_daemon(node: Node) -> None:
