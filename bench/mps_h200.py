@@ -150,10 +150,35 @@ class MpsDaemon:
             self.stop_output = self.command("quit")
         except (OSError, subprocess.TimeoutExpired) as e:
             self.stop_output = f"quit failed: {e}"
+        # The real daemon leaves its socket behind: it has stopped when no process of ours (the
+        # control daemon or its server, found by our pipe dir in their environment) is left and it
+        # said so in its log, or (the fake) its socket is gone.
         deadline = time.time() + 10
-        while time.time() < deadline and (self.pipe / "control").exists():
+        while time.time() < deadline and not self._gone():
             time.sleep(0.1)
-        self.stopped = not (self.pipe / "control").exists()
+        self.stopped = self._gone()
+
+    def _gone(self) -> bool:
+        if self._pids():
+            return False
+        return not (self.pipe / "control").exists() or "Exit with status" in self.log_tail()
+
+    def _pids(self) -> list[int]:
+        """Processes whose environment names this run's pipe dir (the daemon, its server)."""
+        mark = f"CUDA_MPS_PIPE_DIRECTORY={self.pipe}".encode()
+        out = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                argv0 = (proc / "cmdline").read_bytes().split(b"\0", 1)[0]
+                if not os.path.basename(argv0).startswith(b"nvidia-cuda-mps"):
+                    continue
+                if mark in (proc / "environ").read_bytes().split(b"\0"):
+                    out.append(int(proc.name))
+            except OSError:
+                continue
+        return out
 
     def log_tail(self) -> str:
         path = self.log / "control.log"
