@@ -108,6 +108,8 @@ struct hk_ledger {
   uint64_t lim[HK_MAX_DEVICES];
   _Atomic uint64_t xmine[HK_MAX_DEVICES];
   _Atomic uint64_t xrepairs;     /* times my slot was found edited by someone else and rewritten */
+  _Atomic uint32_t xhwm_seen;    /* highest slot high-water mark this handle has read: a mark
+                                    lowered in the file cannot hide slots it already knows of */
   dev_t st_dev;
   ino_t st_ino;
   char path[HK_PATH_MAX];

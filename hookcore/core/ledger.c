@@ -674,9 +674,19 @@ static inline int owner_changed(const hk_ledger *l) {
 
 /* Claim-wide usage as admission sees it: the other live slots as the file says, plus my own count
    from process memory (my slot in the file may have been edited; my count cannot be). */
-static uint64_t admitted_sum(const hk_ledger *l, int dev) {
+static uint64_t admitted_sum(hk_ledger *l, int dev) {
   uint64_t sum = hk_atomic_load_seq_cst(&l->xmine[dev]);
   uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
+  uint32_t mine = (uint32_t)l->my_index + 1;
+  if (hk_unlikely(hwm < mine)) {   /* lowered below my own slot: put it back (others must see me) */
+    while (hwm < mine && !hk_atomic_cas_weak_seq_cst(&l->hdr->xslot_hwm, &hwm, mine)) {
+    }
+    if (hwm < mine) hwm = mine;
+  }
+  uint32_t seen = hk_atomic_load_relaxed(&l->xhwm_seen);
+  while (seen < hwm && !hk_atomic_cas_weak_relaxed(&l->xhwm_seen, &seen, hwm)) {
+  }
+  if (seen > hwm) hwm = seen;
   if (hwm > HK_MAX_SLOTS) hwm = HK_MAX_SLOTS;
   for (uint32_t i = 0; i < hwm; i++) {
     if ((int)i == l->my_index) continue;

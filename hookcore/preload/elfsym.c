@@ -2,9 +2,11 @@
  *
  * Why: this library interposes both dlsym and dlvsym (a tenant must not reach glibc's dlsym
  * through either, see dlsym.c), so its own references to them bind to its interposers. The loader
- * still needs glibc's real dlsym, and the trampolines need the next dlsym/dlvsym. libc's link map
- * (from dladdr1 on a libc function this library does not interpose) gives its dynamic section:
- * the symbol and string tables and the GNU (or SysV) hash table, searched exactly as ld.so does.
+ * still needs glibc's real dlsym, and the trampolines need the next dlsym/dlvsym. The process's
+ * link maps (reached with dladdr1 from a function this library does not interpose) name every
+ * loaded object; in libc.so (glibc >= 2.34) or libdl.so (older glibc, where dlsym lived) the
+ * dynamic section gives the symbol and string tables and the GNU (or SysV) hash table, searched
+ * as ld.so does.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -46,11 +48,32 @@ static HK_NO_SANITIZE void *defined(const struct link_map *lm, const ElfW(Sym) *
     return same(strtab + sym->st_name, name) ? (void *)(lm->l_addr + sym->st_value) : NULL;
 }
 
+/* 1 if the object's file name is libc.so* or libdl.so* (dlsym lived in libdl before glibc 2.34). */
+static HK_NO_SANITIZE int is_libc(const char *path) {
+    const char *base = path;
+    for (const char *p = path; p && *p; p++)
+        if (*p == '/') base = p + 1;
+    return base && ((base[0] == 'l' && base[1] == 'i' && base[2] == 'b' && base[3] == 'c' && base[4] == '.') ||
+                    (base[0] == 'l' && base[1] == 'i' && base[2] == 'b' && base[3] == 'd' && base[4] == 'l' &&
+                     base[5] == '.'));
+}
+
+static HK_NO_SANITIZE void *lookup_in(const struct link_map *lm, const char *name);
+
 HK_NO_SANITIZE void *hk_preload_libc_symbol(const char *name) {
     Dl_info info;
     struct link_map *lm = NULL;
-    if (!dladdr1((void *)&dlerror, &info, (void **)&lm, RTLD_DL_LINKMAP) || lm == NULL || lm->l_ld == NULL)
-        return NULL;
+    if (!dladdr1((void *)&dlerror, &info, (void **)&lm, RTLD_DL_LINKMAP) || lm == NULL) return NULL;
+    while (lm->l_prev) lm = lm->l_prev;   /* every loaded object, in load order */
+    for (; lm; lm = lm->l_next) {
+        if (!lm->l_name || !is_libc(lm->l_name) || lm->l_ld == NULL) continue;
+        void *p = lookup_in(lm, name);
+        if (p) return p;
+    }
+    return NULL;
+}
+
+static HK_NO_SANITIZE void *lookup_in(const struct link_map *lm, const char *name) {
     const ElfW(Sym) *symtab = NULL;
     const char *strtab = NULL;
     const uint32_t *gnu = NULL, *sysv = NULL;

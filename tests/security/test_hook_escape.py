@@ -58,13 +58,15 @@ def test_every_route_to_glibcs_dlsym_gives_the_hook(hostile: Path, hookcore_libs
 @pytest.mark.parametrize("which", ["launch", "grid", "async"])
 def test_legacy_launches_are_held_to_the_share(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path,  # noqa: F811
                                                which: str) -> None:
+    # 1 ms stub kernels: the stub's engine completes at most 1000 a second, so a 30% share of its
+    # time is 300 a second whatever the host's load (which only lowers the native rate beside it)
     native_env = client_env(hookcore_libs, None)
     native = subprocess.run([str(hostile), "legacy", which, "1000", "1.5"], env=native_env, capture_output=True,
                             text=True, timeout=60)
     base = float(native.stdout.split("RATE ")[1])
     got = float(run(hostile, hookcore_libs, tmp_path, "legacy", which, "1000", "1.5",
                     HOOKCORE_COMPUTE_LIMIT_0="30")["RATE"][0])
-    assert abs(100 * got / base - 30) <= 5, (got, base)
+    assert abs(got / 10 - 30) <= 5 and got < base, (got, base)
 
 
 def test_a_context_loop_ends_at_the_quota(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path) -> None:  # noqa: F811

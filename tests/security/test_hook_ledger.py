@@ -113,6 +113,36 @@ def test_ledger_edits_grant_no_byte(hostile: Path, hookcore_libs: HookLibs, tmp_
         p.wait(timeout=10)
 
 
+def test_a_lowered_slot_mark_hides_no_process(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                              tmp_path: Path) -> None:
+    """Two processes of the claim: the first holds 768 MiB in slot 0, the second (slot 1) is
+    running; the slot high-water mark in the header is set to 0 so that admission would scan no
+    slot. The second is still refused what the first holds (its own slot puts the mark back, and
+    it keeps the highest mark it has read)."""
+    ledger = tmp_path / "ledger"
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(ledger))
+    procs = []
+    try:
+        for size in ("768M", "1M"):
+            p = subprocess.Popen([str(hostile), "hold", size], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            procs.append(p)
+            assert p.stdin is not None and p.stdout is not None
+            assert p.stdout.readline().strip() == "SETUP 0"
+            assert p.stdout.readline().strip() == "HELD 0"
+        with ledger.open("r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            struct.pack_into("<I", m, 64, 0)   # hk__hdr.xslot_hwm
+        second = procs[1]
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write("alloc 512M\n")
+        second.stdin.flush()
+        assert second.stdout.readline().strip() == f"RC {OOM}"   # 768 + 1 + 512 MiB > 1 GiB
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
 def test_garbage_ledger_fails_closed(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path) -> None:  # noqa: F811
     ledger = tmp_path / "ledger"
     ledger.write_bytes(os.urandom(268 * 1024))
