@@ -51,8 +51,12 @@ def load_incluster_config() -> None:
 
 
 def quantity_to_int(value: str | int) -> int:
-    """A Kubernetes quantity in integer base units, rounded up ("16Gi" -> 17179869184, "500m" -> 1)."""
+    """A Kubernetes quantity in integer base units, rounded up ("16Gi" -> 17179869184, "500m" -> 1).
+
+    ValueError past 10^30: "1e999999999" is a valid quantity whose integer takes minutes to build."""
     exact: Decimal = parse_quantity(value)
+    if not exact.is_finite() or exact.adjusted() > 30:
+        raise ValueError(f"quantity {str(value)[:40]!r} is beyond 10^30")
     return math.ceil(exact)
 
 

@@ -242,6 +242,11 @@ class Quota:
     full_load_mhz: int | None = None
     """Strict only: the device's sustained clock under full load, MHz (None: the hook library's
     default, which may not know it and then charges device time)."""
+    context_memory: int | None = None
+    """Bytes of device memory one context of a process takes on this device, charged to `memory`
+    once per process and once per extra context (None: contexts are not charged). The driver
+    knows the figure (measured per GPU model and driver); without it a 4 GiB claim's process holds
+    4 GiB of allocations plus its context."""
 
 
 @dataclasses.dataclass(frozen=True)

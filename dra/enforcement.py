@@ -137,7 +137,7 @@ class ClaimHooks:
                 raise EnforcementError(f"quota {i} (device {q.uuid}): full_load_mhz={q.full_load_mhz} needs a strict"
                                        " cap and a positive clock in MHz")
         devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None, "strict" if q.strict else "share",
-                                  q.full_load_mhz) for i, q in enumerate(quotas)]
+                                  q.full_load_mhz, q.context_memory) for i, q in enumerate(quotas)]
         try:
             config_path = str(hk.container_config_path(enforcement.library))
             config_dir = os.path.dirname(config_path)
@@ -151,7 +151,7 @@ class ClaimHooks:
             got = parsed.devices[i]
             mode = "strict" if q.strict else "share"
             if (got.memory_limit != q.memory or got.sm_limit != q.cores or got.compute_mode != mode
-                    or got.ref_mhz != q.full_load_mhz):
+                    or got.ref_mhz != q.full_load_mhz or got.context_memory != (q.context_memory or None)):
                 raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
                                        f" cores={got.sm_limit} {got.compute_mode}, not memory={q.memory}"
                                        f" cores={q.cores} {mode}")

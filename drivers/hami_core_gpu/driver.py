@@ -61,7 +61,7 @@ from drivers.hami_core_gpu import devices, edits, fake, mig, mps, nvml
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
 from drivers.hami_core_gpu.health import HealthMonitor
 from drivers.hami_core_gpu.processes import ProcessReader
-from drivers.hami_core_gpu.settings import Settings
+from drivers.hami_core_gpu.settings import DEFAULT_CONTEXT_MEMORY, Settings
 
 log = logging.getLogger(__name__)
 
@@ -306,11 +306,15 @@ class HamiCoreGpuDriver(Driver):
             unlimited = {d.device for d in allocated}
         strict = config.compute_mode == "strict"
         mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if strict else None
+        context = self.settings.context_memory
+        if context is None:
+            context = 0 if self.fake is not None else DEFAULT_CONTEXT_MEMORY
         quotas = []
         for v in self.visible(claim, allocated):
             cores = 100 if names[v.uuid] in unlimited else v.cores
             capped = strict and cores < 100  # nothing to cap on a whole GPU
-            quotas.append(Quota(v.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz if capped else None))
+            quotas.append(Quota(v.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz if capped else None,
+                                context_memory=context if v.memory is not None and context else None))
         preload = Preload(config.preload) if config.preload else None
         return Enforcement(dra.hook_library("vgpu"), quotas, preload)
 

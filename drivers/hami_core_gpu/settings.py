@@ -14,6 +14,14 @@
 - ``fullLoadClockMhz`` (unset): the sustained SM clock under full load of this node's GPUs, for
   claims with ``computeMode: strict`` that give none (H200: ~1500; ``bench/hookcore_gpu.py`` measures it).
 
+- ``contextMemory`` (``692Mi`` on real GPUs, ``0`` on the fake): device memory charged to a
+  claim's memory quota for each CUDA context of its processes (one per process, plus each extra
+  ``cuCtxCreate``), so the process's whole footprint in nvidia-smi stays inside the quota. 692Mi is
+  an H200's context under driver 580 (676 MiB measured natively, plus 16 MiB for what a context
+  loads later: ``bench/results/h200-2026-12-01-run4``); measure yours with
+  ``bench/hookcore_gpu.py --sections context``. ``0``: contexts are not charged. The stub's
+  contexts hold no device memory, so the fake charges none unless set.
+
 - ``mig`` (``static``): what a GPU in MIG mode is published as: ``static``, its existing MIG
   devices; ``dynamic``, its profiles at every placement (partitionable devices; instances made at
   prepare); ``off``, nothing (`mig.py`). GPUs with MIG off are shared by the hook in every mode.
@@ -38,6 +46,8 @@ from dra import quantity_to_int
 from drivers.hami_core_gpu.config import MAX_MHZ
 
 CDI_MODES = ("toolkit", "self-contained")
+DEFAULT_CONTEXT_MEMORY = 692 * 2**20
+"""An H200's CUDA context under driver 580 (676 MiB measured) plus 16 MiB of later loads."""
 SettingsError = dra.settings.SettingsError
 
 
@@ -55,12 +65,13 @@ class Settings:
     mig: str = "static"
     mps_root: Path = Path("/run/hami-core-gpu/mps")
     mps_control: str | None = None  # None: nvidia-cuda-mps-control (the fake's under --fake)
+    context_memory: int | None = None  # None: DEFAULT_CONTEXT_MEMORY on real GPUs, 0 on the fake
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
         known = {
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig", "mpsRoot", "mpsControl",
+            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig", "mpsRoot", "mpsControl", "contextMemory",
         }
         dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
@@ -89,6 +100,15 @@ class Settings:
             if memory <= 0:
                 raise SettingsError(f"deviceMemory must be a positive quantity such as 96Gi, not {raw['deviceMemory']!r}")
             out["device_memory"] = memory
+        if "contextMemory" in raw:
+            try:
+                context = quantity_to_int(raw["contextMemory"])
+            except ValueError:
+                context = -1
+            if not 0 <= context <= 64 * 2**30:
+                raise SettingsError(f"contextMemory must be a quantity from 0 to 64Gi such as 692Mi (0: contexts not"
+                                    f" charged), not {raw['contextMemory']!r}")
+            out["context_memory"] = context
         if "health" in raw:
             out["health"] = dra.settings.on_off("health", raw["health"])
         if "healthProbeInterval" in raw:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -128,6 +129,9 @@ def test_health_changes_republish_and_reach_the_health_stream(driver, tmp_path: 
     ({"health": "yes"}, "health must be on or off"),
     ({"fullLoadClockMhz": "1.5GHz"}, "fullLoadClockMhz must be a clock in MHz, 1..99999"),
     ({"fullLoadClockMhz": "0"}, "fullLoadClockMhz must be a clock in MHz"),
+    ({"contextMemory": "-1Mi"}, "contextMemory must be a quantity from 0 to 64Gi"),
+    ({"contextMemory": "1e999999999"}, "contextMemory must be a quantity from 0 to 64Gi"),
+    ({"contextMemory": "lots"}, "contextMemory must be a quantity from 0 to 64Gi"),
 ])
 def test_bad_settings_name_the_key(raw: dict[str, str], error: str) -> None:
     with pytest.raises(SettingsError, match=error):
@@ -195,6 +199,21 @@ def test_a_strict_claim_is_capped_at_the_full_load_clock_of_its_config_or_the_da
     assert (q.strict, q.full_load_mhz) == (True, 1410)
     (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=50)])).quotas
     assert (q.strict, q.full_load_mhz) == (False, None)  # the default: a share of GPU time
+
+
+def test_contexts_are_charged_to_a_memory_quota_as_the_setting_says(driver) -> None:
+    from dra.enforcement import ClaimHooks
+    from dra.hookdir import HookDir
+
+    d = driver(settings={"health": "off", "contextMemory": "300Mi"})
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=30)]))
+    assert [q.context_memory for q in e.quotas] == [300 * 2**20]
+    # the hook's own parser reads the charge back from the claim's config file
+    plan = ClaimHooks(Path(tempfile.mkdtemp()), HookDir(Path(tempfile.mkdtemp()))).plan(e)
+    assert plan.settings["HOOKCORE_CONTEXT_MEMORY_0"] == str(300 * 2**20)
+    # the fake's contexts hold no device memory: not charged unless set; no memory quota: nothing to charge
+    plain = driver(settings={"health": "off"})
+    assert [q.context_memory for q in plain.enforcement(CLAIM, plain.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB)])).quotas] == [None]
 
 
 def test_conflicting_compute_modes_in_one_claim_are_refused(driver) -> None:

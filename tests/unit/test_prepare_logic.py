@@ -233,6 +233,13 @@ def test_quantities() -> None:
     assert quantity_to_int("1M") == 1_000_000
     assert quantity_to_int("100") == 100
     assert quantity_to_int("500m") == 1  # rounded up to whole base units
+    # a valid quantity whose integer would take minutes to build is refused at once
+    started = time.monotonic()
+    for huge in ("1e999999999", "1e31", "-1e999999999"):
+        with pytest.raises(ValueError, match="beyond 10"):
+            quantity_to_int(huge)
+    assert time.monotonic() - started < 0.1
+    assert quantity_to_int("1e30") == 10**30
     c = ResourceClaim.from_dict(claim_dict("c", results=[result("gpu-0", memory="512Mi", cores="25")]))
     assert c.allocation is not None
     assert c.allocation.results[0].consumed_capacity == {"memory": 512 << 20, "cores": 25}
