@@ -20,6 +20,8 @@ from dra.driver import Driver
 
 __all__ = ["ConfigError", "decode_config", "encode_config"]
 
+MAX_NAME = 64  # characters of an unknown field's name repeated in an error (a claim's author chooses it)
+
 
 class ConfigError(ValueError):
     """Opaque config that does not decode; `path` names the field."""
@@ -113,7 +115,7 @@ def _decode_dataclass(cls: type, value: Any, path: str, skip: tuple[str, ...] = 
     fields = {_json_name(f): f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(k for k in value if k not in fields and k not in skip)
     if unknown:
-        k = unknown[0]
+        k = unknown[0] if len(unknown[0]) <= MAX_NAME else unknown[0][:MAX_NAME] + "..."  # it goes into events
         where = f"{path}.{k}" if path else k
         hint = next((j for j in fields if j.lower().replace("_", "") == k.lower().replace("_", "")), None)
         known = ", ".join(sorted(fields)) or "(none)"

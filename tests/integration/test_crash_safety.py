@@ -138,7 +138,8 @@ def check_prepared(rig: Rig, refs: Sequence[ClaimRef], answer: Any) -> None:
         assert (hooks / "config").is_file() and (hooks / "ledger").is_file(), f"hook dir incomplete: {hooks}"
         assert rec.enforcement is not None and Path(rec.enforcement["set"]).is_dir()
         by_target = {m.container_path: m.host_path for m in mounts}
-        assert by_target["/run/hookcore/vgpu"] == str(hooks)
+        assert by_target["/run/hookcore/vgpu/config"] == str(hooks / "config")  # two files, not the dir
+        assert by_target["/run/hookcore/vgpu/ledger"] == str(hooks / "ledger")
         assert by_target["/usr/lib/hookcore"] == rec.enforcement["set"]
         assert by_target["/etc/ld.so.preload"] == rec.enforcement["set"] + "/ld.so.preload"
         for d in rec.devices:

@@ -146,3 +146,27 @@ def test_the_daemon_counts_a_cut_back_ledger(tmp_path: Path) -> None:
         assert b"dra_ledger_oversized_total" in metrics.exposition()
     finally:
         guard.stop()
+
+
+def test_a_write_to_a_ledger_wakes_the_guard_at_once(tmp_path: Path) -> None:
+    """inotify: the growth is cut within milliseconds, not at the next interval (here 60 s)."""
+    from dra.enforcement import LedgerGuard
+
+    hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
+    cut: list[str] = []
+    guard = LedgerGuard(hooks, cut.append, interval=60)
+    uid = "0c6a3f6e-0000-4000-8000-00000000c1a2"
+    (hooks.root / uid).mkdir(parents=True)
+    ledger = hooks.root / uid / "ledger"
+    size = guard.ledger_bytes()
+    ledger.write_bytes(b"\0" * size)
+    guard.start()
+    try:
+        time.sleep(0.3)  # the guard's first pass and its watch are in place (what is timed is the cut below)
+        t0 = time.monotonic()
+        with ledger.open("ab") as f:
+            f.write(b"x" * (8 << 20))
+        wait_for(lambda: cut or None, 5, interval=0.01, what="the guard to cut the ledger back")
+        assert time.monotonic() - t0 < 1 and ledger.stat().st_size == size
+    finally:
+        guard.stop()

@@ -187,3 +187,21 @@ def test_validation_admits_what_the_class_already_allows() -> None:
     t0 = time.monotonic()
     assert admission.validate(claim_review([cfg(computeLimit=False)]))["response"]["allowed"] is True
     assert time.monotonic() - t0 < 1
+
+
+def test_every_field_that_loosens_is_marked_in_both_drivers_configs() -> None:
+    """What the rule covers is the config types' declaration (`dra.strength`), one place per field."""
+    from dra.loosening import marked_fields
+    from drivers.ascend.config import NpuConfig
+    from drivers.hami_core_gpu.config import GpuConfig
+
+    shared = ["preload", "computeLimit", "watchdogAction"]
+    assert marked_fields(NpuConfig) == shared
+    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz"]
+
+
+def test_an_unknown_field_of_any_length_is_named_briefly() -> None:
+    """Review §3: an unknown key was echoed whole into kubelet's events."""
+    with pytest.raises(dra.ConfigError) as err:
+        dra.decode_config(HamiCoreGpuDriver, cfg(**{"x" * 100_000: 1}))
+    assert len(str(err.value)) < 400 and "unknown field" in str(err.value)
