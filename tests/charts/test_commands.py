@@ -174,7 +174,8 @@ def _camel(field: str) -> str:
 
 
 SAMPLES = {"driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys", "dcmiLibrary": "/usr/local/dcmi/libdcmi.so",
-           "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5", "fullLoadClockMhz": "1500"}
+           "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5", "fullLoadClockMhz": "1500",
+           "mpsRoot": "/run/hami-core-gpu/mps", "mpsControl": "nvidia-cuda-mps-control", "contextMemory": "692Mi"}
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
