@@ -337,24 +337,35 @@ def w_ctxsize(args: dict) -> None:
 
 
 def w_fill(args: dict) -> None:
-    """Allocate `chunk_mib` tensors until OOM (or `cap_mib`), report, hold until told to exit."""
+    """Allocate `chunk_mib` tensors until OOM (or `cap_mib`), report, hold until told to exit.
+
+    A worker refused while warming up (its cuBLAS workspace or first tensor past the claim's quota,
+    as when 4 processes share one 4 GiB claim with their contexts charged) still holds what it has
+    (its context) and says so: the claim's footprint is measured with every process on the GPU."""
     import torch
 
-    _warm_context()
-    free, total = torch.cuda.mem_get_info()
+    warm_error = None
+    try:
+        _warm_context()
+    except (RuntimeError, torch.OutOfMemoryError) as e:
+        warm_error = str(e).splitlines()[0][:200]
+    try:
+        free, total = torch.cuda.mem_get_info()
+    except RuntimeError:
+        free, total = None, None
     chunk = int(args["chunk_mib"]) * MiB
     cap = int(args.get("cap_mib") or 0) * MiB
     held, err = [], None
     while not cap or len(held) * chunk < cap:
         try:
             held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
-        except torch.OutOfMemoryError as e:
+        except (torch.OutOfMemoryError, RuntimeError) as e:  # the refusal, however torch words it
             err = str(e).splitlines()[0][:200]
             break
     print("HOLDING " + json.dumps({"pid": os.getpid()}), flush=True)
     sys.stdin.readline()
     _emit({"start_free": free, "start_total": total, "held_mib": len(held) * chunk // MiB, "oom": err,
-           "reserved": torch.cuda.memory_reserved()})
+           "warm_error": warm_error, "reserved": torch.cuda.memory_reserved()})
 
 
 WORKERS = {"probe": w_probe, "memory": w_memory, "compute": w_compute, "launch": w_launch,
@@ -778,7 +789,7 @@ class Bench:
                 if line.startswith("HOLDING "):
                     pids.append(json.loads(line[8:])["pid"])
                     break
-        smi = smi_process_mib() if not errors else {}
+        smi = smi_process_mib() if pids else {}  # the processes that hold, also when others exited
         results = []
         for p in procs:
             assert p.stdin is not None
@@ -818,7 +829,7 @@ class Bench:
                     quota["HOOKCORE_CONTEXT_MEMORY_0"] = charge
                 e = self.env(True, **quota)   # one ledger: the processes are one claim
                 key = f"{procs}p-{'charged' if charged else 'uncharged'}"
-                res[key] = self.hold_together("fill", {"chunk_mib": 256}, [e] * procs)
+                res[key] = self.hold_together("fill", {"chunk_mib": 256 if procs == 1 else 64}, [e] * procs)
                 self.say(f"context {key}: smi {res[key]['smi_mib']} total {res[key]['smi_total_mib']} MiB; "
                          f"{[w.get('held_mib') for w in res[key]['workers']]} MiB held")
         self.results["sections"]["context"] = res
@@ -958,7 +969,10 @@ class Bench:
                     totals = sorted({round(w.get("start_total", 0) / GiB, 2) for w in ws if w.get("start_total")})
                     frees = [round(w.get("start_free", 0) / GiB, 2) for w in ws if w.get("start_free") is not None]
                     smi_total = r.get("smi_total_mib")
-                    ok = (smi_total is not None and smi_total <= 4096 and totals == [4.0]) if charged == "charged" else None
+                    measured = [x for x in r.get("smi_mib") or [] if x]
+                    # met: every process of the claim measured on the GPU (none lost before the reading)
+                    ok = (len(measured) == procs and smi_total is not None and smi_total <= 4096
+                          and totals == [4.0]) if charged == "charged" else None
                     row(f"4 GiB claim, {procs} process(es), context {charged}: nvidia-smi of the claim (MiB); "
                         f"mem_get_info total / free at start (GiB)", "",
                         f"{smi_total} {r.get('smi_mib')}; total {totals}, free {frees}; held "
