@@ -969,10 +969,11 @@ class Bench:
                     totals = sorted({round(w.get("start_total", 0) / GiB, 2) for w in ws if w.get("start_total")})
                     frees = [round(w.get("start_free", 0) / GiB, 2) for w in ws if w.get("start_free") is not None]
                     smi_total = r.get("smi_total_mib")
-                    measured = [x for x in r.get("smi_mib") or [] if x]
-                    # met: every process of the claim measured on the GPU (none lost before the reading)
-                    ok = (len(measured) == procs and smi_total is not None and smi_total <= 4096
-                          and totals == [4.0]) if charged == "charged" else None
+                    # met: every process of the claim reached its hold (none lost before the reading; one
+                    # whose context the hook refused is not on the GPU, holding nothing) and together
+                    # they hold at most the quota in nvidia-smi
+                    ok = (len(r.get("smi_mib") or []) == procs and not r.get("errors") and smi_total is not None
+                          and smi_total <= 4096 and totals == [4.0]) if charged == "charged" else None
                     row(f"4 GiB claim, {procs} process(es), context {charged}: nvidia-smi of the claim (MiB); "
                         f"mem_get_info total / free at start (GiB)", "",
                         f"{smi_total} {r.get('smi_mib')}; total {totals}, free {frees}; held "
