@@ -264,6 +264,10 @@ class RealNode:
             status = self._wait_ready(state, timeout, progress)
             if service_network:
                 self._wait_kube_proxy_synced(state)
+                labels = self._label_for_charts()
+                if labels:
+                    progress(f"labelled node {self.name} {', '.join(f'{k}={v}' for k, v in labels.items())} "
+                             "(the driver charts' node selectors)")
             return status
         except UserError:
             self._stop(state)
@@ -398,9 +402,8 @@ class RealNode:
                            "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
         stubs = str(lay.fake_stub_dir)
         values["kubeletPlugin"] = {
-            # Helm merges maps: the chart's own selector keys (gpu: "on") are removed with null.
-            "nodeSelector": {**dict.fromkeys(_chart_plugin_default(chart, "nodeSelector") or {}),
-                             "kubernetes.io/hostname": self.name},
+            # Helm merges maps: the chart's own selector (gpu: "on") stays, and `up` labels the node so.
+            "nodeSelector": {"kubernetes.io/hostname": self.name},
             "env": [*(_chart_plugin_default(chart, "env") or []), {"name": STUB_DIR_ENV, "value": stubs}],
             "extraVolumes": [{"name": "fake-stubs", "hostPath": {"path": stubs, "type": "DirectoryOrCreate"}}],
             "extraVolumeMounts": [{"name": "fake-stubs", "mountPath": stubs}],
@@ -456,6 +459,22 @@ class RealNode:
             return True
         finally:
             core.api_client.close()
+
+    def _label_for_charts(self) -> dict[str, str]:
+        """What a user does before `helm install` (`kubectl label node NODE gpu=on`): the driver
+        charts' default node selectors, read from this checkout's charts, on this node."""
+        labels: dict[str, str] = {}
+        for chart in VALUES_CHARTS:
+            selector = _chart_plugin_default(chart, "nodeSelector")
+            if isinstance(selector, dict):
+                labels.update({str(k): str(v) for k, v in selector.items()})
+        if labels:
+            core = self._core()
+            try:
+                core.patch_node(self.name, {"metadata": {"labels": labels}})
+            finally:
+                core.api_client.close()
+        return labels
 
     def _delete_node_object(self) -> None:
         from kubernetes.client.exceptions import ApiException

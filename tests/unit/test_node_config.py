@@ -132,7 +132,7 @@ def test_helm_values_name_the_node_image_and_paths(tmp_path: Path) -> None:
     assert values["paths"] == {"kubeletPluginsDir": str(lay.plugin_dir), "kubeletRegistrarDir": str(lay.registry_dir),
                                "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
     plugin = values["kubeletPlugin"]
-    assert plugin["nodeSelector"] == {"gpu": None, "kubernetes.io/hostname": "n1"}, "the chart's gpu=on removed"
+    assert plugin["nodeSelector"] == {"kubernetes.io/hostname": "n1"}, "merged into the chart's gpu=on (up labels the node)"
     env = {e["name"]: e["value"] for e in plugin["env"]}
     assert env["DRA_FAKE_STUB_DIR"] == str(lay.fake_stub_dir)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all", "the chart's own env is kept (a values list replaces it whole)"
