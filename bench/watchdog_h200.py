@@ -213,7 +213,11 @@ def main() -> int:
                 pids[mode] = child.pid  # sh execs the workload: the same PID
                 log(f"started {mode} as PID {child.pid} (claim {uid})")
             if args.fake:
-                time.sleep(0.3)  # the execs
+                deadline = time.monotonic() + 10  # the execs done and the sleeps begun (preloads mapped)
+                while not all(_sleeping(pids[m], "sleep") for m in pids):
+                    if time.monotonic() > deadline:
+                        sys.exit("the fake workloads did not start in 10 s")
+                    time.sleep(0.02)
                 now = time.time()
                 expected = {"within": (int(1.5 * GiB), 25), "contexts": (int(7.5 * GiB), 28),
                             "unhooked": (int(3.5 * GiB), 70)}
@@ -272,6 +276,15 @@ def main() -> int:
                       "verdicts": [{k: v for k, v in x.items() if k != "message"} for x in verdicts]}, indent=2))
     return 0 if all(results["expected_seen"][k] for k in ("unheld(unhooked)", "over-quota(contexts)",
                                                            "nothing for within")) else 1
+
+
+def _sleeping(pid: int, comm: str) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+    return name == comm and rest.split()[0] == "S"
 
 
 def _mode(verdict: Any, claims: dict[str, Any]) -> str | None:

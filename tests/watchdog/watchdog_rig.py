@@ -63,6 +63,12 @@ class Claim:
     mounts: tuple[Any, ...]
 
 
+def sleeping(pid: int) -> bool:
+    """Whether the process is in an interruptible sleep (state S): done starting, waiting."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
 class Events:
     """The verdicts as the Event sink got them."""
 
@@ -153,12 +159,13 @@ class Rig:
             ["sh", "-c", "\n".join(lines)]
         child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.children.append(child)
-        # Wait until the exec happened (the comm is no longer sh's): the process is what it will be.
+        # Wait until the exec happened (the comm is no longer sh's) and the program sleeps: the
+        # dynamic loader has mapped its preload by then (a process on a GPU is long past that).
         name = Path(argv[0]).name[:15]
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                if Path(f"/proc/{child.pid}/comm").read_text().strip() == name:
+                if Path(f"/proc/{child.pid}/comm").read_text().strip() == name and sleeping(child.pid):
                     return child.pid
             except OSError:
                 pass
