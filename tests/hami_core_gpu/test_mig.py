@@ -179,3 +179,24 @@ def test_from_1_35_counter_sets_get_slices_of_their_own(driver: MakeDriver) -> N
     first = slice_object(pool, 0, 1, "uid")["spec"]
     assert "devices" not in first and len(first["sharedCounters"]) == 8  # 1.37 refuses even an empty list
     assert "sharedCounters" not in slice_object(pool, 1, 1, "uid")["spec"]
+
+
+def test_an_xid_on_a_mig_gpu_taints_its_mig_devices_and_reports_them_unhealthy(driver: MakeDriver, tmp_path: Path) -> None:
+    import os
+    import time
+
+    events = tmp_path / "events"
+    events.touch()
+    os.environ["HOOKCORE_STUB_NVML_EVENTS"] = str(events)
+    d = driver("static", health="on", healthProbeInterval="0.2")
+    parent = {x.name: str(x.attributes["parentUUID"]) for x in d.devices()}["hami-gpu-2-mig-3g71gb-0"]
+    assert not any(x.taints for x in d.devices())
+    with events.open("a") as f:
+        f.write(f"xid {parent} 48 1\n")  # double-bit ECC, recovery action: reset (stays until reset)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(x.taints for x in d.devices()):
+        time.sleep(0.05)
+    tainted = sorted(x.name for x in d.devices() if x.taints)
+    assert tainted == ["hami-gpu-2-mig-1g18gb-6", "hami-gpu-2-mig-2g35gb-4", "hami-gpu-2-mig-3g71gb-0"]
+    health = {e.device: e.healthy for e in d.health_events()}
+    assert health["hami-gpu-2-mig-3g71gb-0"] is False and health["hami-gpu-3-mig-3g71gb-0"] is True
