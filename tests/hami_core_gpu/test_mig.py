@@ -7,7 +7,6 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import STUB_ENV
 from driver_helpers import isolated_env
 
 from dra import AllocatedDevice, ClaimRef, DriverContext, PrepareError
@@ -16,6 +15,9 @@ from drivers.hami_core_gpu import fake, mig
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
+# The stub variables a test may set (conftest.py's list and the MIG record), unset inside, restored after.
+STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA", "HOOKCORE_STUB_NVML_FAIL",
+            "HOOKCORE_STUB_NVML_EVENTS", "HOOKCORE_STUB_NVML_MIG")
 CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000a1a1", "default", "mig")
 H200_PROFILES = ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]
 MakeDriver = Callable[..., HamiCoreGpuDriver]
@@ -24,7 +26,7 @@ MakeDriver = Callable[..., HamiCoreGpuDriver]
 @pytest.fixture
 def record(tmp_path: Path, stub_nvml: Path) -> Iterator[Path]:
     """The stub's MIG state and record for this test."""
-    with isolated_env((*STUB_ENV, "HOOKCORE_STUB_NVML_MIG")):
+    with isolated_env(STUB_ENV):
         path = tmp_path / "mig.state"
         import os
 
