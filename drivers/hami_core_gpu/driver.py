@@ -120,8 +120,9 @@ class HamiCoreGpuDriver(Driver):
         program = self.settings.mps_control or (str(self.fake.mps_control) if self.fake else "nvidia-cuda-mps-control")
         self.mps = mps.MpsDaemons(root, program, self._health_changed)
         self.mps.start([g.uuid for g in shared])
-        if self.settings.health and shared:
-            self.monitor = HealthMonitor([g.uuid for g in shared], self._health_changed,
+        watched = [*shared, *{g.uuid: g for g in self.inventory.gpus if g.mig_enabled and self._mig_devices}.values()]
+        if self.settings.health and watched:
+            self.monitor = HealthMonitor([g.uuid for g in watched], self._health_changed,
                                          probe_interval=self.settings.health_probe_interval)
             self.monitor.start()
 
@@ -199,6 +200,9 @@ class HamiCoreGpuDriver(Driver):
             if u in mps_down:
                 healthy, message = False, "MPS control daemon not answering; restarting it"
             out.append(HealthEvent(name, healthy, message))
+        for dev in self._mig_devices:  # a MIG device is as healthy as its GPU
+            healthy, message = nvml_view.get(str(dev.attributes["parentUUID"]), (None, ""))
+            out.append(HealthEvent(dev.name, healthy, message))
         return out
 
     def processes(self) -> Sequence[DeviceProcess]:
@@ -211,7 +215,11 @@ class HamiCoreGpuDriver(Driver):
     def devices(self) -> Sequence[Device]:
         if self.inventory is None:
             raise RuntimeError("hami-core-gpu: devices() before setup(); the framework calls setup first")
-        return [*devices.to_devices(self.inventory, self.monitor.taints() if self.monitor else None), *self._mig_devices]
+        taints = self.monitor.taints() if self.monitor else {}
+        # A MIG device carries its GPU's taints: an XID of the GPU takes its MIG devices out too.
+        migs = [dataclasses.replace(d, taints=tuple(taints.get(str(d.attributes["parentUUID"]), ())))
+                for d in self._mig_devices]
+        return [*devices.to_devices(self.inventory, taints), *migs]
 
     # --- prepare -------------------------------------------------------------------------------
     def visible(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> list[VisibleGpu]:

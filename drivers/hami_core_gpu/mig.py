@@ -147,8 +147,9 @@ def _gpu_instance_info(handle: Any, gi_id: int, target: str) -> Any:
     return nvml.call(pynvml.nvmlGpuInstanceGetInfo, gi, target=target)
 
 
-def existing(handle: Any, parent_uuid: str, known: Sequence[Profile], target: str) -> tuple[MigDevice, ...]:
-    """The MIG devices that exist on this GPU now."""
+def existing(handle: Any, parent_uuid: str, known: Sequence[Profile], target: str, only: bool = False
+             ) -> tuple[MigDevice, ...]:
+    """The MIG devices that exist on this GPU now (`only`: just those of the `known` profiles)."""
     by_id = {p.id: p for p in known}
     out = []
     for index in range(nvml.call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle, target=target)):
@@ -166,7 +167,9 @@ def existing(handle: Any, parent_uuid: str, known: Sequence[Profile], target: st
         info = _gpu_instance_info(handle, gi_id, where)
         profile = by_id.get(int(info.profileId))
         if profile is None:
-            log.warning("MIG device of an unknown profile left out", extra={"uuid": uuid, "profile_id": info.profileId})
+            if not only:
+                log.warning("MIG device of an unknown profile left out", extra={"uuid": uuid,
+                                                                              "profile_id": info.profileId})
             continue
         out.append(MigDevice(uuid=uuid, parent_uuid=parent_uuid, gpu_instance=int(gi_id), compute_instance=int(ci_id),
                              profile=profile, start=int(info.placement.start),
@@ -247,7 +250,7 @@ def create(parent_uuid: str, profile: Profile, start: int) -> MigDevice:
                                    pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, target=target)
             nvml.call(pynvml.nvmlGpuInstanceCreateComputeInstance, gi, ci_profile.id, target=target)
         gi_id = int(nvml.call(pynvml.nvmlGpuInstanceGetInfo, gi, target=target).id)
-        for dev in existing(handle, parent_uuid, [profile], target):
+        for dev in existing(handle, parent_uuid, [profile], target, only=True):
             if dev.gpu_instance == gi_id:
                 return dev
     raise nvml.NvmlError("nvmlDeviceGetMigDeviceHandleByIndex", target, -1,

@@ -97,6 +97,7 @@ static unsigned g_count;
 static struct nvmlDevice_st g_dev[STUB_MAX_DEVICES];
 static struct nvmlEventSet_st g_sets[STUB_MAX_SETS];
 static long g_events_off;
+static char g_events_path[4096];   /* the events file g_events_off is an offset into */
 
 /* ---------------------------------------------------------------------------------------------
  * Devices: the shared HOOKCORE_STUB_DEVICES parser (stub_devices.c), plus the NVML keys
@@ -223,6 +224,11 @@ static void apply_line(const char *line) {
 static void sync_events(void) {
     const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
     if (!path || !*path) return;
+    if (strcmp(path, g_events_path) != 0) {   /* another file than at init: only what comes after now */
+        struct stat st0;
+        snprintf(g_events_path, sizeof g_events_path, "%s", path);
+        g_events_off = stat(path, &st0) == 0 ? (long)st0.st_size : 0;
+    }
     struct stat st;
     if (stat(path, &st) != 0 || st.st_size <= g_events_off) return;
     FILE *f = fopen(path, "r");
@@ -279,6 +285,7 @@ STUB_API nvmlReturn_t nvmlInit_v2(void) {
         struct stat st;
         const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
         g_events_off = (path && *path && stat(path, &st) == 0) ? (long)st.st_size : 0;  /* only what comes after init */
+        snprintf(g_events_path, sizeof g_events_path, "%s", path ? path : "");
     }
     g_init++;
     nvmlReturn_t r = injected("nvmlInit", NULL);

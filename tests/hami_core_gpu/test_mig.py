@@ -7,7 +7,6 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import STUB_ENV
 from driver_helpers import isolated_env
 
 from dra import AllocatedDevice, ClaimRef, DriverContext, PrepareError
@@ -16,6 +15,9 @@ from drivers.hami_core_gpu import fake, mig
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
+# The stub variables a test may set (conftest.py's list and the MIG record), unset inside, restored after.
+STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA", "HOOKCORE_STUB_NVML_FAIL",
+            "HOOKCORE_STUB_NVML_EVENTS", "HOOKCORE_STUB_NVML_MIG")
 CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000a1a1", "default", "mig")
 H200_PROFILES = ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]
 MakeDriver = Callable[..., HamiCoreGpuDriver]
@@ -24,7 +26,7 @@ MakeDriver = Callable[..., HamiCoreGpuDriver]
 @pytest.fixture
 def record(tmp_path: Path, stub_nvml: Path) -> Iterator[Path]:
     """The stub's MIG state and record for this test."""
-    with isolated_env((*STUB_ENV, "HOOKCORE_STUB_NVML_MIG")):
+    with isolated_env(STUB_ENV):
         path = tmp_path / "mig.state"
         import os
 
@@ -179,3 +181,24 @@ def test_from_1_35_counter_sets_get_slices_of_their_own(driver: MakeDriver) -> N
     first = slice_object(pool, 0, 1, "uid")["spec"]
     assert "devices" not in first and len(first["sharedCounters"]) == 8  # 1.37 refuses even an empty list
     assert "sharedCounters" not in slice_object(pool, 1, 1, "uid")["spec"]
+
+
+def test_an_xid_on_a_mig_gpu_taints_its_mig_devices_and_reports_them_unhealthy(driver: MakeDriver, tmp_path: Path) -> None:
+    import os
+    import time
+
+    events = tmp_path / "events"
+    events.touch()
+    os.environ["HOOKCORE_STUB_NVML_EVENTS"] = str(events)
+    d = driver("static", health="on", healthProbeInterval="0.2")
+    parent = {x.name: str(x.attributes["parentUUID"]) for x in d.devices()}["hami-gpu-2-mig-3g71gb-0"]
+    assert not any(x.taints for x in d.devices())
+    with events.open("a") as f:
+        f.write(f"xid {parent} 48 1\n")  # double-bit ECC, recovery action: reset (stays until reset)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(x.taints for x in d.devices()):
+        time.sleep(0.05)
+    tainted = sorted(x.name for x in d.devices() if x.taints)
+    assert tainted == ["hami-gpu-2-mig-1g18gb-6", "hami-gpu-2-mig-2g35gb-4", "hami-gpu-2-mig-3g71gb-0"]
+    health = {e.device: e.healthy for e in d.health_events()}
+    assert health["hami-gpu-2-mig-3g71gb-0"] is False and health["hami-gpu-3-mig-3g71gb-0"] is True

@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import STUB_ENV
 from driver_helpers import isolated_env
 
 from dra import AllocatedDevice, ClaimRef, DriverContext, HealthEvent, PrepareError, decode_config
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
+# The stub variables a test may set (conftest.py's list and the MIG record), unset inside, restored after.
+STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA", "HOOKCORE_STUB_NVML_FAIL",
+            "HOOKCORE_STUB_NVML_EVENTS", "HOOKCORE_STUB_NVML_MIG")
 GiB = 1 << 30
 MPS = GpuConfig(sharing="mps")
 
@@ -30,7 +32,7 @@ def claim(n: int) -> ClaimRef:
 def root(tmp_path: Path, stub_nvml: Path) -> Iterator[Path]:
     """A short root: the control socket's path must fit a unix socket (pytest's tmp_path is long)."""
     short = Path(tempfile.mkdtemp(prefix="mps", dir="/tmp"))
-    with isolated_env((*STUB_ENV, "HOOKCORE_STUB_NVML_MIG")):
+    with isolated_env(STUB_ENV):
         os.environ["HOOKCORE_STUB_NVML_MIG"] = str(tmp_path / "mig.state")
         yield short
     shutil.rmtree(short, ignore_errors=True)
