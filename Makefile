@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 # The install stamp: redone when the project's metadata or build glue change.
 STAMP := $(dir $(PY)).dra-installed
 
-.PHONY: install node-deps demo test test-versions lint clean-venv wheel
+.PHONY: install node-deps demo test test-versions lint clean-venv wheel image image-deps
 
 install: $(STAMP)
 
@@ -29,13 +29,17 @@ node-deps:
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc iproute2 >/dev/null; \
 	else echo "node-deps: runc or iproute2 missing and cannot install them here (need root + apt)"; fi
+	@if command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; \
+	else echo "node-deps: iptables missing (kube-proxy's Service network needs it) and cannot install it here"; fi
 
 demo: install node-deps
 	$(PY) -m dra.cli cluster build
 	$(PY) -m dra.cli node build
 	$(PY) -m dra.cli demo
 
-test: install node-deps
+test: install node-deps image-deps
 	$(PY) -m dra.cli cluster build --k8s-version $(K8S_VERSION)
 	$(PY) -m dra.cli node build --k8s-version $(K8S_VERSION)
 	DRA_TEST_K8S_VERSION=$(K8S_VERSION) $(PY) -m pytest
@@ -67,3 +71,16 @@ clean-venv:
 DIST ?= dist
 wheel:
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation --wheel-dir $(DIST) .
+
+# The image the charts run, built from the Dockerfile with buildah on a base made from Debian's
+# packages by mmdebstrap (dra/node/project_image.py says why): dist/dra-hami-<version>.oci.tar.
+# image-deps installs the two builders where missing (root + apt), like node-deps.
+image-deps:
+	@if command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    buildah mmdebstrap >/dev/null; \
+	else echo "image-deps: buildah or mmdebstrap missing and cannot install them here (need root + apt)"; fi
+
+image: install image-deps
+	$(PY) -m dra.cli node image

@@ -29,6 +29,12 @@ Sections:
   launch    launch-bound loop (1-element add_, 1000 per sync), native vs preload (no SM limit)
   alloc     1 MiB cudaMalloc+cudaFree pairs through CuPy, 1 and 8 processes, native vs preload
   start     process start cost of the preload (/bin/true, stub driver, real cuInit)
+  context   the context charged (issue 17): a native process's context size measured
+            (nvidia-smi's per-process memory minus what torch reserved); then a 4 GiB claim filled
+            to OOM in 256 MiB tensors by 1 and by 4 processes, with HOOKCORE_CONTEXT_MEMORY_0 = that
+            size + 16 MiB and without it, beside a native process holding 4 GiB: torch's mem_get_info at start
+            and nvidia-smi's memory of the claim's processes while they hold (target: <= 4096 MiB)
+            (alone: python3 bench/hookcore_gpu.py --out "$OUT" --sections context)
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -311,8 +318,59 @@ def w_infer(args: dict) -> None:
     _emit({"rate": r, "charged_duty": _charged_duty(c0, t0)})
 
 
+def _warm_context() -> None:
+    """What every context worker does first: the context, a fill kernel and cuBLAS loaded."""
+    import torch
+
+    a = torch.ones(256, 256, device="cuda")
+    (a @ a).sum().item()
+    torch.cuda.synchronize()
+
+
+def w_ctxsize(args: dict) -> None:
+    import torch
+
+    _warm_context()
+    print("HOLDING " + json.dumps({"pid": os.getpid(), "reserved": torch.cuda.memory_reserved()}), flush=True)
+    sys.stdin.readline()
+    _emit({"reserved": torch.cuda.memory_reserved()})
+
+
+def w_fill(args: dict) -> None:
+    """Allocate `chunk_mib` tensors until OOM (or `cap_mib`), report, hold until told to exit."""
+    import torch
+
+    _warm_context()
+    free, total = torch.cuda.mem_get_info()
+    chunk = int(args["chunk_mib"]) * MiB
+    cap = int(args.get("cap_mib") or 0) * MiB
+    held, err = [], None
+    while not cap or len(held) * chunk < cap:
+        try:
+            held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError as e:
+            err = str(e).splitlines()[0][:200]
+            break
+    print("HOLDING " + json.dumps({"pid": os.getpid()}), flush=True)
+    sys.stdin.readline()
+    _emit({"start_free": free, "start_total": total, "held_mib": len(held) * chunk // MiB, "oom": err,
+           "reserved": torch.cuda.memory_reserved()})
+
+
 WORKERS = {"probe": w_probe, "memory": w_memory, "compute": w_compute, "launch": w_launch,
-           "alloc": w_alloc, "copy": w_copy, "infer": w_infer}
+           "alloc": w_alloc, "copy": w_copy, "infer": w_infer, "ctxsize": w_ctxsize, "fill": w_fill}
+
+
+def smi_process_mib() -> dict[int, int]:
+    """nvidia-smi's device memory per process (pid -> MiB)."""
+    r = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=60)
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out[int(parts[0])] = int(parts[1])
+    return out
 
 # ----------------------------------------------------------------------------------------------
 # Driver side
@@ -694,6 +752,77 @@ class Bench:
         self.say(f"start: {res}")
         self.results["sections"]["start"] = res
 
+    def hold_together(self, worker: str, args: dict, envs: list[dict], timeout: float = 180) -> dict:
+        """Start one worker per env, wait until each holds its memory, read nvidia-smi's memory of
+        their processes, let them finish; their results plus the per-process MiB and the sum."""
+        procs = [subprocess.Popen([sys.executable, __file__, "--worker", worker, json.dumps(args)], env=e,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for e in envs]
+        pids, errors = [], []
+        deadline = time.time() + timeout
+
+        def reap() -> None:   # a worker that never reaches HOLDING must not hang the run
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+
+        timer = threading.Timer(timeout, reap)
+        timer.start()
+        for p in procs:
+            assert p.stdout is not None
+            while time.time() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    errors.append(f"exit before holding: {p.poll()}")
+                    break
+                if line.startswith("HOLDING "):
+                    pids.append(json.loads(line[8:])["pid"])
+                    break
+        smi = smi_process_mib() if not errors else {}
+        results = []
+        for p in procs:
+            assert p.stdin is not None
+            try:
+                p.stdin.write("\n")
+                p.stdin.flush()
+            except BrokenPipeError:
+                pass
+            results.append(self.collect(p, timeout=60, keep=1500))
+        timer.cancel()
+        per = [smi.get(pid) for pid in pids]
+        return {"workers": results, "smi_mib": per, "smi_total_mib": sum(x for x in per if x) if per else None,
+                "errors": errors}
+
+    def s_context(self) -> None:
+        res: dict = {}
+        r = self.hold_together("ctxsize", {}, [self.env(False)])
+        smi = (r["smi_mib"] or [None])[0]
+        reserved = (r["workers"][0].get("reserved") or 0) // MiB
+        ctx_mib = smi - reserved if smi else None
+        res["native_context_mib"] = ctx_mib
+        res["native_context_detail"] = {"smi_mib": smi, "torch_reserved_mib": reserved}
+        self.say(f"context: native context {ctx_mib} MiB (nvidia-smi {smi} MiB, torch reserved {reserved} MiB)")
+        if not ctx_mib:
+            res["error"] = f"could not measure the context: {r}"
+            self.results["sections"]["context"] = res
+            return
+        # what a node would configure for this GPU model: the measurement plus a margin of 16 MiB for
+        # what a context may still load later, rounded up to the 2 MiB page
+        charge = f"{-(-(ctx_mib + 16) // 2) * 2}Mi"
+        res["charged"] = charge
+        res["native-4GiB"] = self.hold_together("fill", {"chunk_mib": 256, "cap_mib": 4096}, [self.env(False)])
+        for procs in (1, 4):
+            for charged in (False, True):
+                quota = {"CUDA_DEVICE_MEMORY_LIMIT": "4Gi"}
+                if charged:
+                    quota["HOOKCORE_CONTEXT_MEMORY_0"] = charge
+                e = self.env(True, **quota)   # one ledger: the processes are one claim
+                key = f"{procs}p-{'charged' if charged else 'uncharged'}"
+                res[key] = self.hold_together("fill", {"chunk_mib": 256}, [e] * procs)
+                self.say(f"context {key}: smi {res[key]['smi_mib']} total {res[key]['smi_total_mib']} MiB; "
+                         f"{[w.get('held_mib') for w in res[key]['workers']]} MiB held")
+        self.results["sections"]["context"] = res
+
     # --- report -------------------------------------------------------------------------------
     def summary(self) -> str:
         s = self.results["sections"]
@@ -813,6 +942,28 @@ class Bench:
                 row(f"1 MiB cudaMalloc+cudaFree, {nproc} process(es) (us/pair, median{' of 3 alternating runs' if nproc == 1 else ''})",
                     f"{al[f'{nproc}p_native']['median']:.1f}", f"{al[f'{nproc}p_preload']['median']:.1f} ({ratio:.2f}x)",
                     f"<= {lim}x", ratio <= lim)
+        cx = s.get("context", {})
+        if cx.get("native_context_mib"):
+            nat = cx.get("native-4GiB", {})
+            row(f"context size, measured natively (nvidia-smi minus torch reserved; charged {cx.get('charged')})",
+                f"{cx['native_context_mib']} MiB", "", "reference", None)
+            row("a native process holding 4 GiB of tensors: nvidia-smi (MiB)", f"{nat.get('smi_total_mib')}", "",
+                "reference", None)
+            for procs in (1, 4):
+                for charged in ("charged", "uncharged"):
+                    r = cx.get(f"{procs}p-{charged}")
+                    if not r:
+                        continue
+                    ws = r.get("workers", [])
+                    totals = sorted({round(w.get("start_total", 0) / GiB, 2) for w in ws if w.get("start_total")})
+                    frees = [round(w.get("start_free", 0) / GiB, 2) for w in ws if w.get("start_free") is not None]
+                    smi_total = r.get("smi_total_mib")
+                    ok = (smi_total is not None and smi_total <= 4096 and totals == [4.0]) if charged == "charged" else None
+                    row(f"4 GiB claim, {procs} process(es), context {charged}: nvidia-smi of the claim (MiB); "
+                        f"mem_get_info total / free at start (GiB)", "",
+                        f"{smi_total} {r.get('smi_mib')}; total {totals}, free {frees}; held "
+                        f"{[w.get('held_mib') for w in ws]} MiB", "<= 4096 MiB, total 4.00" if charged == "charged"
+                        else "(the gap)", ok)
         st = s.get("start", {})
         if st:
             row("process start: /bin/true (ms, median of 200)", f"{st['true_native_ms']:.2f}",

@@ -34,8 +34,11 @@ from dra.driver import (
     Capacity,
     ClaimRef,
     ContainerEdits,
+    CounterConsumption,
+    CounterSet,
     Device,
     DeviceNode,
+    DeviceProcess,
     Driver,
     DriverContext,
     Enforcement,
@@ -50,6 +53,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
+from dra.loosening import strength
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -60,8 +64,11 @@ __all__ = [
     "ClaimRef",
     "ConfigError",
     "ContainerEdits",
+    "CounterConsumption",
+    "CounterSet",
     "Device",
     "DeviceNode",
+    "DeviceProcess",
     "DeviceShare",
     "Driver",
     "DriverContext",
@@ -85,6 +92,7 @@ __all__ = [
     "quantity_to_int",
     "settings",
     "share_capacity",
+    "strength",
     "testing",
     "topology",
     "whole_mib",

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
 
 from dra.driver import AllocatedDevice, Capacity, PrepareError, RequestPolicy
+from dra.loosening import strength
 
 MiB = 1 << 20
 CORES = "100"
@@ -38,20 +39,31 @@ PRELOAD_MODES = ("file", "env")
 
 @dataclasses.dataclass(frozen=True)
 class ShareConfig:
-    """The opaque-config fields of a shared device (subclass it as a driver's `config_type`)."""
+    """The opaque-config fields of a shared device (subclass it as a driver's `config_type`).
 
-    preload: Literal["file", "env"] | None = None
+    Each loosens enforcement when set weaker (`dra.strength`): a claim's own config may set it
+    weaker than its DeviceClass's only where the admin allowed it (`dra.loosening`)."""
+
+    preload: Literal["file", "env"] | None = dataclasses.field(default=None, metadata=strength("env", None, "file"))
     """``file``: a read-only /etc/ld.so.preload (every process, also ones started with a clean
     environment); ``env``: LD_PRELOAD (for images whose /etc cannot take a mount, at the cost of
     processes that reset their environment); unset: the daemon's ``--preload`` default."""
 
-    compute_limit: bool = True
+    compute_limit: bool = dataclasses.field(default=True, metadata=strength(False, True))
     """False: no compute share on the claim's devices; the claim's ``cores`` are still what the
     scheduler reserved."""
+
+    watchdog_action: Literal["report", "kill", "taint"] | None = dataclasses.field(
+        default=None, metadata=strength("report", None, "taint", "kill"))
+    """What the node daemon's watchdog does about this claim's unheld, over-quota or over-share
+    processes (`dra.watchdog`); unset: the daemon's ``--watchdog`` action. A tenant's own claim
+    cannot weaken it below its DeviceClass's (``report`` where the class says ``kill``)."""
 
     def validate(self) -> None:
         if self.preload is not None and self.preload not in PRELOAD_MODES:
             raise ValueError(f"preload must be one of {list(PRELOAD_MODES)} or unset, not {self.preload!r}")
+        if self.watchdog_action not in (None, "report", "kill", "taint"):
+            raise ValueError(f"watchdogAction must be report, kill or taint, not {self.watchdog_action!r}")
 
 
 ConfigT = TypeVar("ConfigT", bound=ShareConfig)

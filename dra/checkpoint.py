@@ -296,8 +296,20 @@ class Checkpoint:
         return True
 
     def uids(self) -> set[str]:
-        """UIDs that have a record file (readable or not; corrupt ones are not checked here)."""
-        return {p.name[: -len(".json")] for p in self.claims_dir.glob("*.json") if not p.name.startswith(".")}
+        """UIDs that have a record file (readable or not; corrupt ones are not checked here). A
+        ``*.json`` file whose name is no UID is none of ours: logged and left alone, so it never
+        stops the daemon at start."""
+        out = set()
+        for p in self.claims_dir.glob("*.json"):
+            uid = p.name[: -len(".json")]
+            if p.name.startswith("."):
+                continue
+            if not UID_RE.match(uid):
+                log.warning("ignoring a file in the checkpoint dir whose name is not a claim UID",
+                            extra={"path": str(p)})
+                continue
+            out.add(uid)
+        return out
 
     def records(self) -> list[ClaimRecord]:
         """Every readable record; corrupt files are moved aside, newer-version files skipped."""

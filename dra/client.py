@@ -24,7 +24,7 @@ from dra.errors import UserError
 
 __all__ = [  # noqa: F822 (AdmissionregistrationV1Api comes lazily from __getattr__)
     "AdmissionregistrationV1Api", "ApiClient", "ApiException", "ConfigException", "ResourceV1Api", "api_client",
-    "get_json", "get_raw", "iter_resp_lines", "load_incluster_config", "new_client_from_config",
+    "get_json", "get_raw", "iter_resp_lines", "load_incluster_config", "new_client_from_config", "post_json",
     "quantity_decimal", "quantity_to_int"]
 
 ApiClient = _client.ApiClient
@@ -81,12 +81,13 @@ def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
 
 
 def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float,
-            query: list[tuple[str, str]] | None = None) -> Any:
-    """GET `path` (e.g. ``/api/v1/nodes/{name}``, `query` e.g. a labelSelector) through the client's
-    generic call; the read urllib3 response (connection back in the pool). Raises ApiException on
-    a non-2xx status."""
-    request = api.param_serialize(method="GET", resource_path=path, path_params=path_params, query_params=query,
-                                  header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+            query: list[tuple[str, str]] | None = None, method: str = "GET", body: Any = None) -> Any:
+    """GET `path` (e.g. ``/api/v1/nodes/{name}``) through the client's generic call; the read
+    urllib3 response (connection back in the pool). Raises ApiException on a non-2xx status.
+    `query`: query parameters; `method` and `body`: another verb with a JSON body."""
+    headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if body is not None else {})}
+    request = api.param_serialize(method=method, resource_path=path, path_params=path_params, query_params=query,
+                                  header_params=headers, body=body, auth_settings=["BearerToken"])
     response = api.call_api(*request, _request_timeout=timeout)
     try:
         response.read()
@@ -108,5 +109,13 @@ def get_json(api: Any, path: str, path_params: dict[str, str], timeout: float,
         if e.status == 404:
             return None
         raise
+    doc: dict[str, Any] = json.loads(response.data or b"{}")
+    return doc
+
+
+def post_json(api: Any, path: str, path_params: dict[str, str], body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """POST the JSON object `body` to `path` (e.g. an Event); the created object. ApiException on
+    a non-2xx status."""
+    response = get_raw(api, path, path_params, timeout, method="POST", body=body)
     doc: dict[str, Any] = json.loads(response.data or b"{}")
     return doc

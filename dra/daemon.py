@@ -7,6 +7,7 @@ It wires the parts together and owns nothing else:
       ├── ClaimPreparer    kubelet's prepare/unprepare: claim checks, checkpoint, CDI specs
       │     └── MeteredHandler (counts and latencies)
       ├── KubeletPlugin    registration + DRA gRPC sockets that kubelet dials
+      ├── Watchdog         every process on the devices checked against its claim (`dra.watchdog`)
       └── HealthServer     /healthz (sockets answer), /readyz (published and registered), /metrics
 
 Start order: local state repaired first (orphaned CDI specs), then publishing (in the
@@ -41,6 +42,8 @@ from dra.metrics import HealthServer, MeteredHandler, Metrics
 from dra.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
 from dra.publish.fence import warn_if_unfenced
 from dra.publish.layout import parse_layout
+from dra.watchdog import ACTIONS as WATCHDOG_ACTIONS
+from dra.watchdog import WatchdogSettings
 
 log = logging.getLogger("dra.daemon")
 
@@ -95,6 +98,12 @@ class DaemonSettings:
     """How an enforced claim's containers load the hook when the driver does not say: ``file``
     (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
 
+    allow_claim_loosening: bool = False
+    """Honour a claim's own opaque config where it loosens enforcement below its DeviceClass's
+    (`dra.loosening`); off: such claims fail, naming the field."""
+    watchdog: WatchdogSettings | None = dataclasses.field(default_factory=WatchdogSettings)
+    """The process watchdog (drivers that list their devices' processes); None: off."""
+
 
 def installed_drivers() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -117,6 +126,14 @@ def load_driver(name: str) -> Driver:
     if not isinstance(driver, Driver):
         raise UserError(f"Entry point {name!r} ({found[name].value}) did not produce a dra.driver.Driver")
     return driver
+
+
+def recorded_devices(checkpoint: Any, driver: str) -> set[str] | None:
+    """`DriverContext.recorded_devices`: None while any record cannot be read (it may name devices)."""
+    records = checkpoint.records()
+    if len(records) != len(checkpoint.uids()):
+        return None
+    return {d.device for r in records for d in r.devices if d.driver == driver}
 
 
 def setup_driver(driver: Driver, ctx: DriverContext) -> None:
@@ -154,7 +171,7 @@ class Daemon:
         from dra.cdi import CDISpecs
         from dra.checkpoint import Checkpoint
         from dra.driver import Preload
-        from dra.enforcement import ClaimHooks
+        from dra.enforcement import ClaimHooks, LedgerGuard
         from dra.hookdir import HookDir
         from dra.kubelet import KubeletPlugin
         from dra.kubelet.health import HealthFeed
@@ -165,16 +182,19 @@ class Daemon:
         self.settings = settings
         name = driver.name
         self.metrics = Metrics(name)
+        self.watchdog: Any = None
         self.publisher = Publisher(
             publish_client,
             name,
             settings.node_name,
-            driver.devices,
+            self._devices,
             settings=settings.publish,
             on_sync=self._published,
             on_error=lambda _exc: self.metrics.error("publish"),
         )
         self.health_feed = HealthFeed()
+        state_dir = settings.state_dir or settings.plugin_dir / name / "state"
+        checkpoint = Checkpoint(state_dir)
         self.context = DriverContext(
             node_name=settings.node_name,
             pool_name=settings.node_name,  # the pool the Publisher writes (one pool per node)
@@ -182,19 +202,23 @@ class Daemon:
             fake=settings.fake,
             on_devices_changed=self.publisher.devices_changed,
             on_health=self.health_feed.push,
+            on_recorded_devices=lambda: recorded_devices(checkpoint, name),
         )
         setup_driver(driver, self.context)
-        state_dir = settings.state_dir or settings.plugin_dir / name / "state"
         self.preparer = ClaimPreparer(
             driver,
             ApiClaimSource(claims_client),
             settings.node_name,
-            Checkpoint(state_dir),
+            checkpoint,
             CDISpecs(driver.cdi_kind, settings.cdi_dir),
             # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
             node_labels=node_labels_reader(claims_client, settings.node_name),
             hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
+            allow_claim_loosening=settings.allow_claim_loosening,
+            config_defaults={"watchdogAction": settings.watchdog.action if settings.watchdog else "report"},
         )
+        oversized = self.metrics.ledger_oversized.labels(name)
+        self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())
         from dra.ledger_metrics import LedgerCollector, device_names_by_uuid
 
         self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
@@ -208,6 +232,14 @@ class Daemon:
             max_workers=settings.grpc_workers,
             pool_name=self.context.pool_name,
         )
+        if settings.watchdog is not None and type(driver).processes is not Driver.processes:
+            from dra.watchdog import ApiEvents, Watchdog
+
+            claims_dir = self.preparer.checkpoint.claims_dir
+            self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",
+                                     ApiEvents(claims_client, name, settings.node_name), self.metrics.registry,
+                                     settings.watchdog, on_taints=self.publisher.devices_changed,
+                                     records_stamp=lambda: os.stat(claims_dir).st_mtime_ns)
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
             where = f"{settings.metrics_address}:{settings.metrics_port}"
@@ -220,6 +252,17 @@ class Daemon:
                 ) from exc
         self._stopped = False
         self._fence_checked = False
+
+    def _devices(self) -> Any:
+        """The driver's devices, with the watchdog's taints added."""
+        devices = self.driver.devices()
+        if self.watchdog is None:
+            return devices
+        out = []
+        for d in devices:
+            extra = self.watchdog.taints(d.name)
+            out.append(dataclasses.replace(d, taints=(*d.taints, *extra)) if extra else d)
+        return out
 
     def _health_source(self) -> Any:
         """The driver's own health iterator, else the snapshots it pushes through its context."""
@@ -254,6 +297,9 @@ class Daemon:
         except DeviceValidationError as exc:
             raise UserError(f"Driver {self.driver.name} reported a device the API would reject: {exc}") from exc
         self.plugin.start()
+        self.ledger_guard.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
         if self.http is not None:
             self.http.start()
             log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
@@ -279,8 +325,12 @@ class Daemon:
         self._stopped = True
         self.plugin.stop()  # first: kubelet must stop sending calls before the handler goes away
         self.health_feed.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog.close()
         self.publisher.stop()
         self.preparer.close()
+        self.ledger_guard.stop()
         if self.http is not None:
             self.http.stop()
 
@@ -383,6 +433,26 @@ def register(app: typer.Typer) -> None:
         slice_layout: Annotated[
             str, typer.Option("--slice-layout", help="auto (from the API server's version), per-device or packed.")
         ] = "auto",
+        allow_claim_loosening: Annotated[bool, typer.Option(
+            "--allow-claim-loosening",
+            help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...).")
+        ] = False,
+        watchdog: Annotated[
+            str, typer.Option("--watchdog", help="Process watchdog action: report, kill, taint, or off.")
+        ] = "report",
+        watchdog_interval: Annotated[
+            float, typer.Option("--watchdog-interval", help="Seconds between the watchdog's polls.")
+        ] = WatchdogSettings.interval,
+        watchdog_context_overhead: Annotated[
+            str, typer.Option("--watchdog-context-overhead",
+                              help="Memory per process a claim may hold beyond its quota (its context), e.g. 1Gi.")
+        ] = "1Gi",
+        watchdog_share_window: Annotated[
+            float, typer.Option("--watchdog-share-window", help="Seconds over which compute use is averaged.")
+        ] = WatchdogSettings.share_window,
+        watchdog_share_tolerance: Annotated[
+            float, typer.Option("--watchdog-share-tolerance", help="Percentage points of compute beyond the share.")
+        ] = WatchdogSettings.share_tolerance,
     ) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
         if log_format not in ("json", "text"):
@@ -393,6 +463,19 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--preload must be 'file' or 'env', not {preload!r}")
         if not node_name:
             raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
+        watchdog_settings = None
+        if watchdog != "off":
+            if watchdog not in WATCHDOG_ACTIONS:
+                raise UserError(f"--watchdog must be one of {', '.join(WATCHDOG_ACTIONS)} or off, not {watchdog!r}")
+            try:
+                from dra.client import quantity_to_int
+
+                overhead = quantity_to_int(watchdog_context_overhead)
+                watchdog_settings = WatchdogSettings(watchdog, watchdog_interval, overhead, watchdog_share_window,
+                                                     watchdog_share_tolerance)
+            except (ValueError, ArithmeticError) as exc:
+                raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-context-overhead 1Gi)"
+                                ) from exc
         dra_logging.setup(log_format, log_level)
         # The client's connection retries log a warning each; the publisher reports outages itself.
         logging.getLogger("urllib3").setLevel(logging.ERROR)
@@ -412,6 +495,8 @@ def register(app: typer.Typer) -> None:
             hook_dir=hook_dir,
             preload=preload,
             publish=PublishSettings(layout=parse_layout(slice_layout)),
+            allow_claim_loosening=allow_claim_loosening,
+            watchdog=watchdog_settings,
         )
         run(driver, settings)
 

@@ -391,8 +391,14 @@ def register(app: typer.Typer) -> None:
         node: Annotated[str, typer.Option(
             help="auto: a real kubelet + containerd node where one starts here, else play kubelet; real: fail "
                  "without one; harness: always play kubelet")] = "auto",
+        helm: Annotated[bool, typer.Option(
+            "--helm", help="Instead: the charts installed with Helm on a real node, from the image `make image` built")] = False,
     ) -> None:
         """Run the whole claim path on an embedded control plane with a fake-device driver."""
+        if helm:
+            from dra.node.helm_demo import helm_demo
+
+            raise typer.Exit(helm_demo(k8s_version, _out, _step, keep))
         if node not in ("auto", "real", "harness"):
             raise UserError(f"--node {node!r}: expected auto, real or harness")
         raise typer.Exit(run_demo(directory or default_dir(), k8s_version, driver, keep, workload, node))

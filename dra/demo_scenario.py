@@ -173,7 +173,9 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
             name = f"demo-{run_id}-{i}"
             create_fake_node(core, name)
             daemon = DaemonProcess(scenario.driver_entry, name, cp.kubeconfig, work / name,
-                                   args=["--fake", scenario.fake, "--hook-dir", str(work / name / "hook-dir")])
+                                   # the memory-only example lifts its own compute limit: the admin allows it
+                                   args=["--fake", scenario.fake, "--hook-dir", str(work / name / "hook-dir"),
+                                         "--allow-claim-loosening"])
             daemon.start()
             harness = KubeletHarness(daemon.registrar_dir)
             harness.watch()

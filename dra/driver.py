@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -75,6 +75,24 @@ class Taint:
 
 
 @dataclasses.dataclass(frozen=True)
+class CounterSet:
+    """Counters that devices of the pool draw on (DRAPartitionableDevices), e.g. a GPU's memory
+    slices: the scheduler allocates a device only while its consumption still fits. `counters`
+    maps DNS-label names to quantities; published with the devices that consume it."""
+
+    name: str
+    counters: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterConsumption:
+    """What one device takes from a `CounterSet` when allocated (counter name -> quantity)."""
+
+    counter_set: CounterSet
+    counters: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
 class Device:
     """One device as published in this node's ResourceSlice pool."""
 
@@ -83,6 +101,7 @@ class Device:
     capacity: Mapping[str, Capacity] = dataclasses.field(default_factory=dict)
     allow_multiple_allocations: bool = False
     taints: tuple[Taint, ...] = ()
+    consumes_counters: tuple[CounterConsumption, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +191,23 @@ class HealthEvent:
     message: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceProcess:
+    """One process using a device, as the device's management library sees it from the host:
+    what the framework's watchdog checks against the claims (`Driver.processes`)."""
+
+    device: str
+    """The published device name."""
+    uuid: str
+    """The physical device, as `Quota.uuid` names it."""
+    pid: int
+    """The host PID (the daemon runs in the host PID namespace)."""
+    memory: int
+    """Bytes of device memory the process holds, its context included."""
+    utilization: float | None = None
+    """Percent of the device's compute the process used since the last poll; None: not reported."""
+
+
 # --- enforcement: how a share is held to its quota -----------------------------------------------
 
 
@@ -246,6 +282,14 @@ class DriverContext:
     fake: str | None = None
     on_devices_changed: Callable[[], None] = dataclasses.field(default=_ignore, repr=False, compare=False)
     on_health: Callable[[Sequence[HealthEvent]], None] = dataclasses.field(default=_ignore, repr=False, compare=False)
+    on_recorded_devices: Callable[[], Collection[str] | None] = dataclasses.field(
+        default=lambda: None, repr=False, compare=False)
+
+    def recorded_devices(self) -> Collection[str] | None:
+        """The names of this driver's devices in the node's checkpoint (claims prepared or being
+        prepared), for a driver that made hardware state in prepare (e.g. a partition) and repairs it
+        at start; None when unknown (no checkpoint, or a record could not be read): repair nothing."""
+        return self.on_recorded_devices()
 
     def devices_changed(self) -> None:
         """Ask the framework to call `Driver.devices()` again and republish what changed (taints
@@ -327,6 +371,11 @@ class Driver(abc.ABC):
         it publishes, so every driver's library is in the node's hook set before the first claim:
         a heterogeneous claim's specs (one per driver) then mount the same set. Default: none."""
         return ()
+
+    def processes(self) -> Sequence[DeviceProcess] | None:
+        """Every process on this node's devices now (the watchdog polls it each second from one
+        thread; keep it cheap), or None: the driver cannot list them and the watchdog stays off."""
+        return None
 
     def health(self) -> Iterator[list[HealthEvent]] | None:
         """An optional blocking iterator of full health snapshots; None when not supported

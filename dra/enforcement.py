@@ -10,11 +10,14 @@ one `Quota` per visible device). For that claim the framework then
    by `hookcore.config_file_text`, parsed back with the library's parser) and ``ledger`` (created by `hookcore.create_ledger`), built
    in a temp dir and renamed into place, *before* the CDI spec exists;
 3. adds to the claim's CDI edits: the hook set at ``/usr/lib/hookcore`` (read-only), the preload
-   (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``) and the claim's hook dir at
-   ``/run/hookcore/<stem>/`` (read-write), where the library reads its config; no quota
-   variables (the file is authoritative, and two hooks in one container would clash on them);
-4. removes the claim's hook dir at unprepare, after the CDI spec; sweeps dirs of claims that have
-   no checkpoint record at start.
+   (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``) and two files of the claim's hook dir
+   at ``/run/hookcore/<stem>/``: ``config`` read-only, ``ledger`` read-write (the dir itself is
+   not mounted); no quota variables (the file is authoritative, and two hooks in one container
+   would clash on them);
+4. keeps an existing hook dir with the same config at a re-prepare (running containers charge
+   its ledger); removes the claim's hook dir at unprepare, after the CDI spec; sweeps dirs of
+   claims that have no checkpoint record at start; `LedgerGuard` cuts a ledger that a tenant
+   grew back to its size.
 
 The config file is what makes every process of the container limited, also children started by
 ``su``, ``ssh`` or a shell with a clean environment (HAMi #2125): the preload file loads the
@@ -30,7 +33,10 @@ import logging
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +50,8 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config"
 LEDGER_FILE = "ledger"
 RO = ("ro", "nosuid", "nodev", "bind")
-RW = ("rw", "nosuid", "nodev", "bind")
+RW = ("rw", "nosuid", "nodev", "noexec", "bind")
+MAX_CONFIG_BYTES = 64 << 10  # hookcore refuses larger config files
 
 
 class EnforcementError(DRAError):
@@ -154,12 +161,19 @@ class ClaimHooks:
     def create(self, uid: str, plan: ClaimHookPlan) -> Path:
         """The claim's hook dir with ``config`` and ``ledger``, built aside and renamed into place.
 
-        Called only while no container can use the claim (its record is ``preparing``), so an
-        existing dir (an interrupted earlier attempt) is replaced."""
+        An existing dir with exactly this config is kept as it is: a re-prepare of a claim whose
+        containers run (its CDI spec was lost, its hook set collected) must not give new
+        containers a fresh ledger beside the one the running ones charge (the claim-wide quota
+        would count twice). Any other existing dir (an interrupted earlier attempt, a changed
+        config) is replaced."""
         final = self.claim_dir(uid)
         if not self._root_made:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
             self._root_made = True
+        if self._reusable(final, plan):
+            log.info("claim hook dir kept (same config): its ledger stays the one running containers charge",
+                     extra={"claim": uid, "path": str(final)})
+            return final
         # Hot path (every enforced prepare): os calls on strings rather than pathlib.
         tmp = f"{self.root}/.{uid}.{secrets.token_hex(4)}.tmp"
         os.mkdir(tmp, 0o755)
@@ -185,6 +199,24 @@ class ClaimHooks:
             raise
         return final
 
+    @staticmethod
+    def _reusable(final: Path, plan: ClaimHookPlan) -> bool:
+        """`final` holds this plan's config and a regular ledger file (nothing followed, nothing opened
+        but the daemon's own config file)."""
+        try:
+            if not stat.S_ISREG(os.lstat(f"{final}/{LEDGER_FILE}").st_mode):
+                return False
+            fd = os.open(f"{final}/{CONFIG_FILE}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+                return False
+            return os.read(fd, MAX_CONFIG_BYTES + 1) == plan.config_text.encode()
+        finally:
+            os.close(fd)
+
     @contextlib.contextmanager
     def pinned_edits(self, uid: str, plan: ClaimHookPlan) -> Iterator[tuple[ContainerEdits, HookSet]]:
         """The claim's CDI edits for its hook, with the set kept from collection (write the CDI
@@ -204,7 +236,12 @@ class ClaimHooks:
             mounts.append(Mount(str(hset.preload_file), "/etc/ld.so.preload", RO))
         else:
             env["LD_PRELOAD"] = ":".join(hset.container_paths())
-        mounts.append(Mount(str(self.claim_dir(uid)), plan.config_dir, RW))
+        # Two files, not the dir: the config read-only (it cannot be edited, replaced or removed:
+        # a mount point), the ledger the one writable thing, and nothing else can be created in
+        # the daemon's dir (kubelet's disk) from the container.
+        claim_dir = self.claim_dir(uid)
+        mounts.append(Mount(f"{claim_dir}/{CONFIG_FILE}", f"{plan.config_dir}/{CONFIG_FILE}", RO))
+        mounts.append(Mount(f"{claim_dir}/{LEDGER_FILE}", f"{plan.config_dir}/{LEDGER_FILE}", RW))
         return ContainerEdits(env=env, mounts=tuple(mounts))
 
     # -- unprepare and repair --------------------------------------------------------------------
@@ -242,6 +279,84 @@ class ClaimHooks:
             removed.append(path)
             log.warning("removed orphaned claim hook dir (no checkpoint record)", extra={"claim": uid, "path": str(path)})
         return removed
+
+
+class LedgerGuard:
+    """Holds every claim's ledger to its size: the one file a claim's containers can write lives on
+    kubelet's disk, where a ``write()`` past its end (or a ``fallocate``) would grow it unbounded.
+
+    Every `interval` seconds each ledger is checked with ``lstat`` (``st_size`` and ``st_blocks``);
+    one larger than a fresh ledger is cut back to that size (``ftruncate``: the bytes the hook maps
+    are kept, what was appended goes) and reported to `on_oversized` (the daemon's
+    ``dra_ledger_oversized_total``). So a tenant holds at most what it writes in one interval."""
+
+    def __init__(self, hooks: ClaimHooks, on_oversized: Callable[[str], None] = lambda uid: None,
+                 interval: float = 1.0) -> None:
+        self.hooks = hooks
+        self.on_oversized = on_oversized
+        self.interval = interval
+        self._size: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def ledger_bytes(self) -> int:
+        """The size of a ledger as hookcore creates it (measured once on a scratch ledger)."""
+        if self._size is None:
+            with tempfile.TemporaryDirectory(prefix="dra-ledger-probe-") as tmp:
+                path = f"{tmp}/{LEDGER_FILE}"
+                _hookcore().create_ledger(path, {"HOOKCORE_LEDGER": path, "HOOKCORE_MEMORY_LIMIT_0": str(1 << 20)})
+                self._size = os.stat(path).st_size
+        return self._size
+
+    def check(self) -> list[str]:
+        """One pass; returns the UIDs of the claims whose ledger was cut back."""
+        uids = sorted(self.hooks.uids())
+        if not uids:
+            return []
+        size = self.ledger_bytes()
+        cut = []
+        for uid in uids:
+            path = f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}"
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue  # the daemon made a regular file and the container cannot replace it: not ours
+            if st.st_size <= size and st.st_blocks * 512 <= size + (64 << 10):
+                continue
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(fd, size)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                log.error("oversized claim ledger could not be cut back", extra={"claim": uid, "path": path,
+                                                                                 "bytes": st.st_size, "error": str(e)})
+                continue
+            log.warning("claim ledger grew past its size (written from the claim's container); cut back",
+                        extra={"claim": uid, "path": path, "bytes": st.st_size, "allocated": st.st_blocks * 512,
+                               "size": size})
+            cut.append(uid)
+            self.on_oversized(uid)
+        return cut
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="dra-ledger-guard", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.check()
+            except Exception:
+                log.exception("ledger size check failed; retrying")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
 
 
 def merge_edits(a: ContainerEdits, b: ContainerEdits) -> ContainerEdits:

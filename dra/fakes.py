@@ -10,7 +10,10 @@ file (or profile) and what to change.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +29,37 @@ _PCIE_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 
 class FakeDevicesError(ValueError):
     """A fake-device profile or file that cannot be used; says what to change."""
+
+
+STUB_DIR_ENV = "DRA_FAKE_STUB_DIR"
+
+
+def stub_dir(built: Path) -> Path:
+    """Where the fake's stub vendor libraries are read from and mounted into claims (`built`:
+    hookcore's stub dir). A daemon in a container names them in CDI specs that the host's runtime
+    reads, so with `$DRA_FAKE_STUB_DIR` (a host directory mounted at the same path) they are
+    copied there first, into a dir named by their content (never rewritten under a running claim)."""
+    target = os.environ.get(STUB_DIR_ENV)
+    if not target:
+        return built
+    files = sorted(p for p in built.iterdir() if p.is_file())
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+    dest = Path(target) / digest
+    if not dest.is_dir():
+        scratch = Path(target) / f".{digest}.{os.getpid()}"
+        try:
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            for p in files:
+                shutil.copy2(p, scratch / p.name)
+        except OSError as exc:
+            raise FakeDevicesError(f"cannot copy the fake's stub libraries into ${STUB_DIR_ENV}={target}: {exc}; "
+                                   "mount a writable host directory there (at the same path) or unset it") from exc
+        try:
+            os.rename(scratch, dest)
+        except OSError:  # another daemon got there first: its copy is the same
+            shutil.rmtree(scratch, ignore_errors=True)
+    return dest
 
 
 def load(spec: str, node: str, profile: Callable[[str, str], T], from_document: Callable[[Any, str, str], T]) -> T:

@@ -18,13 +18,23 @@ process slot) and reports:
 
 Labels: ``driver``, ``namespace``, ``claim``, ``claim_uid``, ``index`` (the device as the
 claim's containers number it), ``uuid`` (the physical device) and ``device`` (the published
-device with that ``uuid`` attribute, when there is one). Reading at scrape time needs no thread
-and is never stale; a scrape costs one open/mmap/close per claim.
+device with that ``uuid`` attribute, when there is one). Reading at scrape time is never stale.
+
+The ledger is writable by the claim's containers, so it is read as hostile input
+(``hookcore.read_ledger``): never through a symlink, never blocking on a FIFO, never mapped (a
+private copy, so a file truncated meanwhile cannot kill the daemon with SIGBUS), with the GIL
+released and a per-ledger deadline (``read_timeout``, 1 s); a ledger that fails any of these is
+skipped for that scrape and counted in ``dra_ledger_read_errors_total``. The limits shown come
+from the claim's ``config`` (written by the daemon, read-only in the container) when it is there,
+not from the ledger's copy of them, which the tenant can rewrite.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +46,7 @@ log = logging.getLogger(__name__)
 
 LABELS = ("driver", "namespace", "claim", "claim_uid", "index", "uuid", "device")
 LEDGER = "ledger"
+CONFIG = "config"
 
 
 class ClaimName(Protocol):
@@ -58,9 +69,12 @@ class LedgerCollector(Collector):
         hooks_root: Path,
         claims: Callable[[], Iterable[ClaimName]],
         device_names: Callable[[], Mapping[str, str]] | None = None,
+        read_timeout: float = 1.0,
     ) -> None:
-        """`device_names`: physical device UUID -> published device name (may be empty)."""
+        """`device_names`: physical device UUID -> published device name (may be empty);
+        `read_timeout`: seconds one ledger may take before it is skipped and counted as an error."""
         self.driver = driver
+        self.read_timeout = read_timeout
         self.hooks_root = Path(hooks_root)
         self._claims = claims
         self._device_names = device_names
@@ -133,21 +147,50 @@ class LedgerCollector(Collector):
         process that died is counted by the ledger until the claim's next process reclaims it;
         this reader cannot reclaim (it never writes), so it sums the live processes itself."""
         path = self.hooks_root / claim.uid / LEDGER
-        if not path.exists():
+        try:
+            os.lstat(path)  # lstat: a symlink named ledger is read (and refused) below, not followed
+        except FileNotFoundError:
             return [], [], {}  # not enforced (or not prepared yet)
+        except OSError:
+            pass  # the reader reports it
         import hookcore
 
         try:
-            with hookcore.Ledger(path) as ledger:
-                devices = ledger.devices()
-                live = [p for p in ledger.processes() if p.state == "live"]
-                return devices, live, {d.index: ledger.limiter(d.index) for d in devices}
-        except (OSError, ValueError) as exc:  # hookcore.LedgerError is an OSError
+            snap = hookcore.read_ledger(path, timeout=self.read_timeout)
+            return self._trusted_limits(claim, snap.devices), snap.processes, snap.limiters
+        except (OSError, ValueError) as exc:  # hookcore.LedgerError and LedgerTimeout are OSErrors
             self.read_errors += 1
             if str(path) not in self._reported:
                 self._reported.add(str(path))
                 log.warning("claim ledger unreadable", extra={"claim": claim.uid, "path": str(path), "error": str(exc)})
             return [], [], {}
+
+
+    def _trusted_limits(self, claim: ClaimName, devices: list[Any]) -> list[Any]:
+        """The devices with their limits from the claim's config file (the daemon's own, read-only
+        in the container) instead of the ledger's copy, which the claim's processes can rewrite."""
+        config = self.hooks_root / claim.uid / CONFIG
+        try:
+            fd = os.open(config, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return devices
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return devices
+            text = os.read(fd, 65537).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+        import hookcore
+
+        try:
+            quotas = {q.index: q for q in hookcore.parse_config({}, file_text=text, file_path=str(config)).devices}
+        except (ValueError, OSError):
+            return devices
+        out = []
+        for d in devices:
+            q = quotas.get(d.index)
+            out.append(dataclasses.replace(d, memory_limit=q.memory_limit, sm_limit=q.sm_limit) if q else d)
+        return out
 
 
 def device_names_by_uuid(devices: Iterable[Any]) -> dict[str, str]:

@@ -13,15 +13,19 @@ Series (all labelled with `driver`):
   ``internal`` (the handler raised), ``publish`` (a ResourceSlice sync failed).
 - ``dra_published_devices``, ``dra_published_slices``, ``dra_pool_generation``: the pool as
   last published.
+- ``dra_ledger_oversized_total``: claim ledgers found grown past their size (written to from a
+  claim's container) and cut back (`dra.enforcement.LedgerGuard`).
 """
 
 from __future__ import annotations
 
-import http.server
+import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -59,6 +63,9 @@ class Metrics:
         self.devices = Gauge("dra_published_devices", "Devices in the published pool.", ["driver"], registry=r)
         self.slices = Gauge("dra_published_slices", "ResourceSlices in the published pool.", ["driver"], registry=r)
         self.generation = Gauge("dra_pool_generation", "Generation of the published pool.", ["driver"], registry=r)
+        self.ledger_oversized = Counter("dra_ledger_oversized", "Claim ledgers grown past their size and cut back.",
+                                        ["driver"], registry=r)
+        self.ledger_oversized.labels(driver)
         for op in OPERATIONS:
             self.requests.labels(driver, op)
             self.duration.labels(driver, op)
@@ -134,53 +141,121 @@ Check = Callable[[], str]
 class HealthServer:
     """HTTP on `address:port`: ``/healthz`` (liveness), ``/readyz`` (readiness), ``/metrics``.
 
-    Port 0 picks a free port (see `port` after `start`). Each check runs per request, in the
-    server's thread; keep them fast.
+    Port 0 picks a free port (see `port` after `start`). The port may be reachable from tenants'
+    pods, so a connection costs the daemon a socket and no thread: one event loop reads each
+    request (its head within `request_timeout` seconds, at most 8 KiB), then runs the route on a
+    small pool (`workers`; probes on a pool of their own, so a slow ``/metrics`` never delays
+    ``/healthz``) and writes the answer within the same timeout. Past `max_connections` the
+    oldest connection still sending its request is dropped, so idle connections cannot lock the
+    probes out. Each check runs per request; keep them fast.
     """
 
-    def __init__(self, metrics: Metrics, liveness: Check, readiness: Check, port: int, address: str = "0.0.0.0") -> None:
-        routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
-            "/healthz": lambda: _probe(liveness),
-            "/readyz": lambda: _probe(readiness),
-            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, metrics.exposition()),
+    def __init__(self, metrics: Metrics, liveness: Check, readiness: Check, port: int, address: str = "0.0.0.0",
+                 *, request_timeout: float = 5.0, max_connections: int = 256, workers: int = 2) -> None:
+        self._routes: dict[str, tuple[Callable[[], tuple[int, str, bytes]], bool]] = {
+            "/healthz": (lambda: _probe(liveness), True),
+            "/readyz": (lambda: _probe(readiness), True),
+            "/metrics": (lambda: (200, CONTENT_TYPE_LATEST, metrics.exposition()), False),
         }
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                route = routes.get(self.path.split("?", 1)[0])
-                if route is None:
-                    status, ctype, body = 404, "text/plain; charset=utf-8", b"not found: try /healthz, /readyz, /metrics\n"
-                else:
-                    try:
-                        status, ctype, body = route()
-                    except Exception as exc:  # a failing check is an unhealthy answer, not a dead server
-                        status, ctype, body = 500, "text/plain; charset=utf-8", f"check failed: {exc!r}\n".encode()
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: keep quiet
-                log.debug("%s " + format, self.address_string(), *args)
-
-        self._server = http.server.ThreadingHTTPServer((address, port), Handler)
-        self._server.daemon_threads = True
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self._probes = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-http-probe")
+        self._work = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dra-http")
+        self._reading: dict[asyncio.StreamWriter, None] = {}  # insertion order: oldest first
+        self._open = 0
+        self._loop = asyncio.new_event_loop()
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((address, port))
+            self._sock.listen(128)
+        except OSError:
+            self._sock.close()
+            self._loop.close()
+            raise
+        self._sock.setblocking(False)
+        self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._sock.getsockname()[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="dra-http", daemon=True)
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._server = self._loop.run_until_complete(
+                asyncio.start_server(self._serve, sock=self._sock, limit=MAX_REQUEST_HEAD))
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="dra-http", daemon=True)
         self._thread.start()
+        ready.wait(10)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            for w in list(self._reading):
+                w.close()
+
+        if self._thread is not None and self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
+        self._sock.close()
+        self._probes.shutdown(wait=False, cancel_futures=True)
+        self._work.shutdown(wait=False, cancel_futures=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
+        if self._open > self.max_connections and self._reading:
+            oldest = next(iter(self._reading))  # its own coroutine ends and counts it out
+            self._reading.pop(oldest)
+            oldest.transport.abort()
+        self._reading[writer] = None
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.request_timeout)
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                return
+            finally:
+                self._reading.pop(writer, None)
+            status, ctype, body = await self._answer(head)
+            writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                         % (status, _REASONS.get(status, "").encode(), ctype.encode(), len(body)) + body)
+            await asyncio.wait_for(writer.drain(), self.request_timeout)
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            self._open -= 1
+            writer.close()
+
+    async def _answer(self, head: bytes) -> tuple[int, str, bytes]:
+        method, _, rest = head.partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0].decode("latin-1")
+        if method not in (b"GET", b"HEAD"):
+            return 405, "text/plain; charset=utf-8", b"only GET\n"
+        route = self._routes.get(path)
+        if route is None:
+            return 404, "text/plain; charset=utf-8", b"not found: try /healthz, /readyz, /metrics\n"
+        call, probe = route
+        try:
+            fut = self._loop.run_in_executor(self._probes if probe else self._work, call)
+            return await asyncio.wait_for(fut, self.request_timeout)
+        except TimeoutError:
+            return 503, "text/plain; charset=utf-8", f"{path} took longer than {self.request_timeout:g} s\n".encode()
+        except Exception as exc:  # a failing check is an unhealthy answer, not a dead server
+            return 500, "text/plain; charset=utf-8", f"check failed: {exc!r}\n".encode()
+
+
+MAX_REQUEST_HEAD = 8 << 10
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+            503: "Service Unavailable"}
 
 
 def _probe(check: Check) -> tuple[int, str, bytes]:

@@ -10,7 +10,9 @@
    (e.g. the claim was deallocated and allocated again); an empty success would start the
    container without the devices it asked for.
 2. Decode this driver's opaque config strictly (class config before claim config, the last
-   matching entry wins) and run the config type's `validate()` (`dra.config`).
+   matching entry wins) and run the config type's `validate()` (`dra.config`); a claim's
+   config that loosens enforcement below its class's fails the claim unless the admin allowed
+   it (`dra.loosening`).
 3. Still under the claim's lock (so an unprepare of the same claim cannot slip in between
    reading the claim and recording it): answer from the checkpoint when the claim is already
    prepared in this boot with the same allocation; otherwise record ``preparing``, call the
@@ -46,6 +48,8 @@ from dra.enforcement import ClaimHookPlan, ClaimHooks, EnforcementError, merge_e
 from dra.faults import fault
 from dra.hookdir import HookDir, HookSet
 from dra.kubelet.handler import ClaimOutcome, PreparedResult
+from dra.loosening import describe as describe_loosening
+from dra.loosening import loosened
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,8 @@ class ClaimPreparer:
         node_labels: Mapping[str, str] | Callable[[], Mapping[str, str]] | None = None,
         max_parallel: int = 16,
         hooks: ClaimHooks | None = None,
+        allow_claim_loosening: bool = False,
+        config_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         """`node_labels`: the Node's labels, for allocations whose nodeSelector tests labels
         (pools with a nodeSelector instead of a nodeName); a mapping, or a function that reads
@@ -101,13 +107,20 @@ class ClaimPreparer:
         selects them by the ``metadata.name`` field.
 
         `hooks`: where claims' hook dirs and the node's hook libraries live (the daemon's
-        ``--hook-dir``); default: both under the checkpoint's state dir."""
+        ``--hook-dir``); default: both under the checkpoint's state dir.
+
+        `allow_claim_loosening`: honour a claim's own config where it sets a field weaker than
+        its DeviceClass's (`dra.loosening`); off: such a claim fails, naming the field.
+        `config_defaults`: what an unset config field means on this node, by JSON name (e.g. the
+        daemon's ``watchdogAction``), for that comparison."""
         self.driver = driver
         self.source = claim_source
         self.node_name = node_name
         self.checkpoint = checkpoint
         self.cdi = cdi
         self.lock: LockFactory = lock or checkpoint.lock
+        self.allow_claim_loosening = allow_claim_loosening
+        self.config_defaults = dict(config_defaults or {})
         self.hooks = hooks or ClaimHooks(checkpoint.state_dir, HookDir(checkpoint.state_dir / "hook-dir"))
         self._static_labels: dict[str, str] = {HOSTNAME_LABEL: node_name}
         self._read_labels: Callable[[], Mapping[str, str]] | None = None
@@ -263,9 +276,22 @@ class ClaimPreparer:
                                  f" driver {self.driver.name}: {e}; {fix}") from None
         out: dict[str, Any] = {}
         for r in results:
+            baseline: Any = None
+            claim_entry: tuple[OpaqueConfig, Any] | None = None
             for c, cfg in decoded:
                 if c.applies_to(r.request):
                     out[r.request] = cfg
+                    if c.source == "FromClass":
+                        baseline = cfg
+                    else:
+                        claim_entry = (c, cfg)
+            if claim_entry is not None and not self.allow_claim_loosening:
+                c, cfg = claim_entry
+                found = loosened(cfg, baseline, unset={"preload": self.hooks.default_preload.value,
+                                                       **self.config_defaults})
+                if found:
+                    raise ClaimError(f"{_describe_claim(ref)}: opaque config #{c.index} (FromClaim) of driver"
+                                     f" {self.driver.name}, for request {r.request!r}: {describe_loosening(found)}")
         return out
 
     @staticmethod

@@ -24,6 +24,7 @@ ABS_PATH = {"type": "string", "pattern": "^/", "description": "an absolute path"
 DNS_SUBDOMAIN = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253}
 LABEL_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 ANY_OBJECT = {"type": "object"}
+PEERS = {"type": "array", "items": ANY_OBJECT, "description": "NetworkPolicyPeers (podSelector, namespaceSelector, ipBlock)"}
 QUALIFIED_NAME_OR_EMPTY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
 INT_OR_PERCENT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+%$"}]}
 # Feature gates the charts know how to check (dra-common's gateDefaults).
@@ -98,11 +99,16 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
         "fake": {"type": "string", "description": "the driver's fake backend: a profile name or a file; empty: real devices"},
         "preload": {"enum": ["file", "env"]},
         "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "metricsBind": {"enum": ["podIP", "all"], "description": "podIP: the pod's own address; all: 0.0.0.0"},
+        "allowClaimLoosening": {"type": "boolean",
+                                "description": "honour a claim's own config where it loosens enforcement"},
         "grpcWorkers": {"type": "integer", "minimum": 32},
         "logFormat": {"enum": ["json", "text"]},
         "logLevel": {"enum": ["debug", "info", "warning", "error"]},
         "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
-    }, ["preload", "metricsPort", "grpcWorkers", "logFormat", "logLevel"])
+        "watchdog": obj({"action": {"enum": ["report", "kill", "taint", "off"],
+                                    "description": "the process watchdog (dra/watchdog.py); on: hostPID and CAP_KILL"}}),
+    }, ["preload", "metricsPort", "metricsBind", "grpcWorkers", "logFormat", "logLevel"])
     device_class = obj({
         "name": DNS_SUBDOMAIN,
         "selector": {"type": "string", "minLength": 1, "description": "a CEL expression over `device`"},
@@ -111,7 +117,8 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
         "parameters": {"type": "object", "required": ["apiVersion", "kind"],
                        "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}},
                        "description": "the driver's opaque config for every claim of this class (GpuConfig, "
-                                      "NpuConfig); a claim's own config for a request replaces it"},
+                                      "NpuConfig); a claim's own config for a request replaces it, and may set a "
+                                      "field weaker only with daemon.allowClaimLoosening"},
     }, ["name", "selector"])
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
@@ -134,6 +141,7 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
             "sliceNodePolicy": obj({"enabled": {"type": "boolean"}}),
             "schedulerFence": obj({"enabled": {"type": "boolean"},
                                    "distinctAttribute": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"}}),
+            "networkPolicy": obj({"enabled": {"type": "boolean"}, "metricsFrom": PEERS}, ["enabled"]),
             "featureGates": FEATURE_GATES,
         }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
     }
@@ -158,8 +166,14 @@ def webhook_schema() -> dict[str, Any]:
                                       "items": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63}},
                 "logFormat": {"enum": ["json", "text"]},
                 "logLevel": {"enum": ["debug", "info", "warning", "error"]},
+                "allowClaimLoosening": {"type": "boolean",
+                                        "description": "admit claims whose own config loosens enforcement"},
+                "clientCA": obj({"configMap": {"anyOf": [DNS_SUBDOMAIN, {"const": ""}]},
+                                 "key": {"type": "string", "minLength": 1}}),
                 "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
             }, ["port", "healthPort", "failurePolicy"]),
+            "networkPolicy": obj({"enabled": {"type": "boolean"}, "apiServerFrom": PEERS, "metricsFrom": PEERS},
+                                 ["enabled"]),
             "service": obj({"port": port}, ["port"]),
             "certificates": obj({
                 "mode": {"enum": ["helm", "cert-manager", "secret"]},
@@ -203,6 +217,9 @@ def gpu_settings() -> dict[str, Any]:
         "sysfs": ABS_PATH,
         "fullLoadClockMhz": string_setting(pattern=r"^[1-9][0-9]{0,4}$",
                                            description="strict-cap claims' full-load SM clock in MHz, quoted"),
+        "mig": {"enum": ["off", "static", "dynamic"], "description": "what GPUs in MIG mode are published as"},
+        "mpsRoot": ABS_PATH,
+        "mpsControl": string_setting(minLength=1),
     })
 
 

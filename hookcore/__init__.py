@@ -12,6 +12,8 @@ package wraps it (``hookcore._hookcore``, Cython) for the DRA driver, metrics an
   (``/run/hookcore/<stem>/config``, authoritative over the environment) and the ledger;
 - :class:`Ledger` opens a ledger file read-only and reports quota and usage per device and per
   process; :class:`LedgerError` carries the C message when the file is missing or foreign;
+  :func:`read_ledger` is the reader for a file a tenant can write (the node daemon's metrics):
+  a private copy, no link followed, nothing but a regular file opened, a deadline;
 - :func:`library_path` / :func:`stub_dir` locate the built ``libvgpu.so`` and stub drivers.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -32,6 +35,8 @@ __all__ = [
     "HookConfigError",
     "Ledger",
     "LedgerError",
+    "LedgerSnapshot",
+    "LedgerTimeout",
     "LimiterUsage",
     "ProcessUsage",
     "claim_env",
@@ -43,6 +48,7 @@ __all__ = [
     "parse_config",
     "parse_memory",
     "parse_sm",
+    "read_ledger",
     "stub_dir",
 ]
 
@@ -95,6 +101,7 @@ class DeviceQuota:
     uuid: str | None  # physical GPU UUID when the claim is UUID-keyed
     compute_mode: str = "share"  # "share" (of device time) or "strict" (of full-load throughput)
     ref_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
+    context_memory: int | None = None  # bytes a context takes on this device, charged per context (None: 0)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -147,7 +154,8 @@ def parse_config(
     """
     raw = _ext().parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
     devices = tuple(
-        DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"], d["compute_mode"], d["ref_mhz"])
+        DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"], d["compute_mode"], d["ref_mhz"],
+                    d["context_memory"])
         for d in raw["devices"]
     )
     return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"])
@@ -158,9 +166,10 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
     only below 100, ``HOOKCORE_COMPUTE_MODE_<i>`` / ``HOOKCORE_COMPUTE_REF_MHZ_<i>`` for a strict
-    cap, ``HOOKCORE_DEVICE_UUID_<i>`` when given (then the claim is UUID-keyed and every
-    device must have one), ``HOOKCORE_LEDGER`` = `ledger_path` as the container sees it. Raises
-    HookConfigError if the library would reject the result. Write it with :func:`config_file_text`.
+    cap, ``HOOKCORE_CONTEXT_MEMORY_<i>`` when a context size is given, ``HOOKCORE_DEVICE_UUID_<i>``
+    when given (then the claim is UUID-keyed and every device must have one), ``HOOKCORE_LEDGER`` =
+    `ledger_path` as the container sees it. Raises HookConfigError if the library would reject the
+    result. Write it with :func:`config_file_text`.
     """
     env: dict[str, str] = {"HOOKCORE_LEDGER": ledger_path}
     for i, d in enumerate(devices):
@@ -174,6 +183,8 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
             env[f"HOOKCORE_COMPUTE_MODE_{i}"] = d.compute_mode
         if d.ref_mhz is not None:
             env[f"HOOKCORE_COMPUTE_REF_MHZ_{i}"] = str(d.ref_mhz)
+        if d.context_memory:
+            env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(d.context_memory)
     if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
         raise _ext().HookConfigError("claim_env: either every device has a UUID or none has")
     parse_config(env)
@@ -252,11 +263,12 @@ class ProcessUsage:
 
 
 class Ledger:
-    """A ledger file opened read-only (never modifies it, never claims a slot)."""
+    """A ledger file opened read-only (never modifies it, never claims a slot). With `snapshot`,
+    a private copy read without trusting the file (see :func:`read_ledger`)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], snapshot: bool = False) -> None:
         self.path = str(path)
-        self._view = _ext().LedgerView(self.path)
+        self._view = _ext().LedgerView(self.path, snapshot)
 
     def __enter__(self) -> Ledger:
         return self
@@ -302,3 +314,64 @@ class Ledger:
             used = {i: v for i, v in enumerate(p["used"]) if v}
             out.append(ProcessUsage(slot, p["pid"], p["state"], p["start_time"], used))
         return out
+
+
+class LedgerTimeout(TimeoutError):
+    """A ledger read that did not finish within its deadline (an OSError, like LedgerError)."""
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    """What one read of a claim's ledger found."""
+
+    devices: list[DeviceUsage]
+    processes: list[ProcessUsage]  # live ones
+    limiters: dict[int, LimiterUsage]
+
+
+_hung: dict[str, threading.Thread] = {}   # reads past their deadline, by path, until they return
+_hung_lock = threading.Lock()
+MAX_HUNG_READS = 16
+
+
+def read_ledger(path: str | os.PathLike[str], timeout: float = 1.0) -> LedgerSnapshot:
+    """Read a ledger that a tenant can write, for a reader that must survive it (the daemon).
+
+    The C reader never follows a symlink, opens nothing but a regular file of the ledger's size (a
+    FIFO, a directory or a 10 GiB sparse file are refused without being read), copies the file
+    into private memory (no mapping: a file truncated meanwhile cannot fault the process) and
+    releases the GIL while doing so. The read runs on a thread of its own and is given up after
+    `timeout` seconds (LedgerTimeout); while it stays stuck, later reads of the same path fail at
+    once, and at most MAX_HUNG_READS are left behind in all. Raises LedgerError (an OSError) for a
+    file that is not a ledger.
+    """
+    key = os.fspath(path)
+    with _hung_lock:
+        for p in [p for p, t in _hung.items() if not t.is_alive()]:
+            del _hung[p]
+        if key in _hung:
+            raise LedgerTimeout(f"ledger {key}: an earlier read has not returned yet")
+        if len(_hung) >= MAX_HUNG_READS:
+            raise LedgerTimeout(f"ledger {key}: {len(_hung)} ledger reads are stuck, not starting another")
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            with Ledger(key, snapshot=True) as ledger:
+                devices = ledger.devices()
+                live = [p for p in ledger.processes() if p.state == "live"]
+                box["ok"] = LedgerSnapshot(devices, live, {d.index: ledger.limiter(d.index) for d in devices})
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=work, name=f"ledger-read {os.path.basename(os.path.dirname(key))}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        with _hung_lock:
+            _hung[key] = t
+        raise LedgerTimeout(f"ledger {key}: no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    result: LedgerSnapshot = box["ok"]
+    return result

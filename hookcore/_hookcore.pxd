@@ -49,6 +49,7 @@ cdef extern from "hookcore.h" nogil:
         uint32_t compute_mode[16]
         uint32_t ref_mhz[16]
         char uuid[16][64]
+        uint64_t ctx_bytes[16]
         char ledger_path[4096]
 
     ctypedef struct hk_ledger:
@@ -90,6 +91,7 @@ cdef extern from "hookcore.h" nogil:
     int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out,
                        char *err, size_t errlen)
     void hk_ledger_close(hk_ledger *l)
+    int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen) nogil
     uint32_t hk_ledger_device_count(const hk_ledger *l)
     uint32_t hk_ledger_slot_hwm(const hk_ledger *l)
     uint32_t hk_ledger_version(const hk_ledger *l)

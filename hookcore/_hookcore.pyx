@@ -137,6 +137,7 @@ def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
                 "uuid": cfg.uuid[i].decode("utf-8", "replace") or None,
                 "compute_mode": "strict" if cfg.compute_mode[i] == HK_COMPUTE_STRICT else "share",
                 "ref_mhz": cfg.ref_mhz[i] or None,
+                "context_memory": cfg.ctx_bytes[i] or None,
                 "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
             })
         return {
@@ -186,17 +187,27 @@ def proc_start_time(int pid):
 
 
 cdef class LedgerView:
-    """A read-only mapping of a ledger file. Liveness is checked with the slots' OFD locks."""
+    """A read-only mapping of a ledger file, or with `snapshot` a private copy of it read without
+    trusting the file (no link followed, nothing but a regular file of the right size opened, no
+    mapping; the GIL released while the file is opened and read). Liveness is checked with the
+    slots' OFD locks."""
 
     cdef hk_ledger *_l
     cdef readonly str path
 
-    def __cinit__(self, path):
+    def __cinit__(self, path, snapshot=False):
         cdef char err[512]
         cdef bytes bp = _b(str(path), "ledger path")
+        cdef const char *cp = bp
+        cdef int rc
         self._l = NULL
         self.path = str(path)
-        rc = hk_ledger_open(bp, NULL, HK_OPEN_READONLY, &self._l, err, sizeof(err))
+        err[0] = 0
+        if snapshot:
+            with nogil:
+                rc = hk_ledger_open_snapshot(cp, &self._l, err, sizeof(err))
+        else:
+            rc = hk_ledger_open(bp, NULL, HK_OPEN_READONLY, &self._l, err, sizeof(err))
         if rc != HK_OK:
             raise LedgerError(err.decode("utf-8", "replace"))
 

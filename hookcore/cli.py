@@ -53,7 +53,7 @@ def inspect(
 ) -> None:
     """Show quota and usage per device and per process recorded in a ledger (read-only)."""
     try:
-        with hookcore.Ledger(path) as ledger:
+        with hookcore.Ledger(path, snapshot=True) as ledger:   # a private copy: the file is the tenant's
             devices = ledger.devices()
             limiters = {d.index: ledger.limiter(d.index) for d in devices}
             processes = ledger.processes()

@@ -45,10 +45,18 @@ def up_cmd(
     k8s_version: VersionOpt = DEFAULT_K8S_VERSION,
     directory: DirOpt = None,
     free_ports: Annotated[bool, typer.Option(help="Pick free ports instead of the fixed defaults")] = False,
+    pod_access: Annotated[bool | None, typer.Option(
+        "--pod-access/--no-pod-access",
+        help="Serve pods as kubeadm does: ServiceAccount tokens, the API server in the kubernetes Service at this "
+             "host's address (default: on, or as the running cluster was started)")] = None,
 ) -> None:
     """Start the control plane in the background (idempotent) and print the kubeconfig path."""
     parse_version(k8s_version)
-    cp = ControlPlane(directory or default_dir(), k8s_version, ports=Ports.free() if free_ports else None)
+    existing = ControlPlane(directory or default_dir()).state
+    if pod_access is None:
+        pod_access = existing.pod_access if existing and existing.processes else True
+    cp = ControlPlane(directory or default_dir(), k8s_version, ports=Ports.free() if free_ports else None,
+                      pod_access=pod_access)
     health = cp.up(progress=_say)
     typer.echo(f"control plane {health.version} ready at {cp.server}")
     typer.echo(f"export KUBECONFIG={cp.kubeconfig}")

@@ -7,9 +7,13 @@ PIDs and command lines are recorded in `<dir>/cluster.json`, and `down` signals 
 whose PID still runs the binary recorded for it, so it never touches anything it did not start.
 
 Most nodes are Node objects created by tests or the demo, with no kubelet. For that reason the
-node-lifecycle controller is off (it would taint every node without heartbeats NotReady) and
-the ServiceAccount admission plugin is off (no token volumes), as in controller-runtime's
-envtest. A real node (`dra node up`, dra.node) joins as kubelets do: a client certificate of the
+node-lifecycle controller is off (it would taint every node without heartbeats NotReady) and,
+by default, the ServiceAccount admission plugin is off (no token volumes; a pod made right after
+its namespace would race the `default` ServiceAccount), as in controller-runtime's envtest.
+With `pod_access` (`dra cluster up`'s default) the control plane serves pods as a kubeadm one
+does: ServiceAccount admission and projected tokens, and the API server listening beyond
+loopback, advertised at this host's address in the `kubernetes` Service (pods reach it through
+a real node's kube-proxy). A real node (`dra node up`, dra.node) joins as kubelets do: a client certificate of the
 cluster CA for `system:node:<name>`, authorized by the Node authorizer and NodeRestriction; the
 API server reaches its kubelet on 127.0.0.1 with the admin certificate.
 """
@@ -82,6 +86,9 @@ class ClusterState:
     k8s_version: str
     ports: Ports
     processes: dict[str, ProcessRecord] = field(default_factory=dict)
+    # The API server serves pods (ServiceAccount admission, tokens, an address pods reach).
+    pod_access: bool = False
+    advertise_address: str = "127.0.0.1"
 
     @classmethod
     def load(cls, path: Path) -> ClusterState | None:
@@ -91,12 +98,31 @@ class ClusterState:
                 k8s_version=raw["k8s_version"],
                 ports=Ports(**raw["ports"]),
                 processes={k: ProcessRecord(**v) for k, v in raw.get("processes", {}).items()},
+                pod_access=bool(raw.get("pod_access", False)),
+                advertise_address=str(raw.get("advertise_address", "127.0.0.1")),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def save(self, path: Path) -> None:
         save_state(path, self)
+
+
+def host_address() -> str:
+    """This host's address on its default route (what kubeadm advertises); pods reach it through
+    their node's bridge, since it is local to the host. No packet is sent (a UDP connect)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # TEST-NET-3: only the route is looked up
+            address = str(s.getsockname()[0])
+        except OSError as exc:
+            raise UserError("this host has no IPv4 route beyond loopback, so pods could not reach the API "
+                            "server; start the control plane with --no-pod-access (no ServiceAccount tokens), "
+                            f"or give the host an address ({exc}).") from exc
+    if address.startswith("127."):
+        raise UserError(f"this host's route address is the loopback {address}; pods cannot reach it. "
+                        "Use --no-pod-access or give the host a non-loopback address.")
+    return address
 
 
 def _port_free(port: int) -> bool:
@@ -127,9 +153,10 @@ class ControlPlane:
     """One embedded control plane rooted at `directory`."""
 
     def __init__(self, directory: Path | None = None, k8s_version: str = DEFAULT_K8S_VERSION,
-                 ports: Ports | None = None, bins: BinarySet | None = None) -> None:
+                 ports: Ports | None = None, bins: BinarySet | None = None, pod_access: bool | None = None) -> None:
         self.directory = (directory or default_dir()).resolve()
         self.k8s_version = k8s_version
+        self._pod_access = pod_access
         self._ports = ports
         self.bins = bins or binary_set(k8s_version)
         self.pki = PKI(self.directory / "pki")
@@ -159,6 +186,14 @@ class ControlPlane:
         return self._ports or Ports()
 
     @property
+    def pod_access(self) -> bool:
+        """Whether pods are served (as asked; else as the running cluster was started; else off)."""
+        if self._pod_access is not None:
+            return self._pod_access
+        st = self.state
+        return bool(st and st.pod_access)
+
+    @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports.apiserver}"
 
@@ -174,6 +209,13 @@ class ControlPlane:
                     f"the cluster in {self.directory} runs Kubernetes {existing.k8s_version}, not "
                     f"{self.k8s_version}; run `dra cluster down --dir {self.directory}` first (its data is kept:"
                     " `up` then starts it at the other version) or pick another --dir."
+                )
+            if self._pod_access is not None and existing.pod_access != self._pod_access and existing.processes:
+                want, have = ("with", "without") if self.pod_access else ("without", "with")
+                raise UserError(
+                    f"the cluster in {self.directory} runs {have} pod access (ServiceAccount tokens, the "
+                    f"kubernetes Service); asked {want}. Run `dra cluster down --dir {self.directory}` first "
+                    "(pass --pod-access/--no-pod-access as you want it) or pick another --dir."
                 )
             if all(_pid_runs(r) for r in existing.processes.values()) and len(existing.processes) == 4:
                 health = self.wait_healthy(timeout)
@@ -194,19 +236,24 @@ class ControlPlane:
         (self.directory / "logs").mkdir(exist_ok=True)
         write_pki(self.pki.directory)
         self._write_kubeconfig(ports)
-        state = ClusterState(self.k8s_version, ports)
+        state = ClusterState(self.k8s_version, ports, pod_access=self.pod_access,
+                             advertise_address=host_address() if self.pod_access else "127.0.0.1")
         state.save(self.state_file)
         try:
             progress("starting etcd")
             self._start(state, "etcd", self._etcd_args(ports))
             self._wait(lambda: self._etcd_healthy(ports), 30, "etcd")
             progress("starting kube-apiserver")
-            self._start(state, "kube-apiserver", self._apiserver_args(ports))
+            self._start(state, "kube-apiserver", self._apiserver_args(ports, state))
             self._wait(self._ready, 90, "kube-apiserver")
             progress("starting kube-scheduler and kube-controller-manager")
             self._start(state, "kube-scheduler", self._scheduler_args(ports))
             self._start(state, "kube-controller-manager", self._controller_manager_args(ports))
-            return self.wait_healthy(timeout)
+            health = self.wait_healthy(timeout)
+            if state.pod_access:
+                # ServiceAccount admission refuses a pod whose ServiceAccount does not exist yet.
+                self._wait(self._default_service_account, 60, "kube-controller-manager")
+            return health
         except UserError:
             self._stop(state)
             raise
@@ -276,6 +323,12 @@ class ControlPlane:
         try:
             return self._get("/readyz").strip() == "ok"
         except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    def _default_service_account(self) -> bool:
+        try:
+            return bool(json.loads(self._get("/api/v1/namespaces/default/serviceaccounts/default")).get("metadata"))
+        except (OSError, urllib.error.URLError, ValueError):
             return False
 
     def _leader(self, component: str) -> str:
@@ -352,15 +405,22 @@ class ControlPlane:
             "--log-level=warn",
         ]
 
-    def _apiserver_args(self, p: Ports) -> list[str]:
+    def _apiserver_args(self, p: Ports, state: ClusterState) -> list[str]:
         k = self.pki
-        return [
-            f"--etcd-servers=http://127.0.0.1:{p.etcd}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+        if state.pod_access:
+            # Pods reach the API server as on kubeadm: the `kubernetes` Service's endpoint is this
+            # host's address (kept by the lease reconciler), so the server listens beyond loopback
+            # (every request still needs a client certificate or a token of this cluster).
+            reach = ["--bind-address=0.0.0.0", f"--advertise-address={state.advertise_address}",
+                     "--endpoint-reconciler-type=lease", "--enable-admission-plugins=NodeRestriction,ServiceAccount"]
+        else:
             # No kubelet and no Service network here; newer apiservers also refuse a loopback
             # address for the `kubernetes` Service endpoints, so that reconciler is off.
-            "--endpoint-reconciler-type=none",
+            reach = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+                     "--enable-admission-plugins=NodeRestriction", "--disable-admission-plugins=ServiceAccount"]
+        return [
+            f"--etcd-servers=http://127.0.0.1:{p.etcd}",
+            *reach,
             f"--secure-port={p.apiserver}",
             f"--cert-dir={self.directory / 'apiserver-certs'}",
             f"--tls-cert-file={k.serving_cert}",
@@ -371,8 +431,6 @@ class ControlPlane:
             f"--service-account-signing-key-file={k.sa_key}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction",
-            "--disable-admission-plugins=ServiceAccount",
             # For `kubectl logs/exec` on a real node: kubelet authorizes this user by webhook.
             f"--kubelet-client-certificate={k.admin_cert}",
             f"--kubelet-client-key={k.admin_key}",
@@ -415,9 +473,9 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def running(directory: Path, k8s_version: str = DEFAULT_K8S_VERSION) -> Iterator[ControlPlane]:
+def running(directory: Path, k8s_version: str = DEFAULT_K8S_VERSION, pod_access: bool = False) -> Iterator[ControlPlane]:
     """A control plane on free ports for the duration of the block (tests, benchmarks)."""
-    cp = ControlPlane(directory, k8s_version, ports=Ports.free())
+    cp = ControlPlane(directory, k8s_version, ports=Ports.free(), pod_access=pod_access)
     cp.up()
     try:
         yield cp

@@ -2,8 +2,9 @@
 
 Same builder, cache and lock as the control plane's (`dra.cluster.binaries`):
 
-- kubelet: `k8s.io/kubernetes/cmd/kubelet`, built in the control plane's own build module: the
-  same version and replaces, and the Go build cache is already warm from the control plane.
+- kubelet and kube-proxy: `k8s.io/kubernetes/cmd/{kubelet,kube-proxy}`, built in the control
+  plane's own build module: the same version and replaces, and the Go build cache is already warm
+  from the control plane. kube-proxy (iptables mode) gives the node the Service network.
 - containerd, containerd-shim-runc-v2, ctr: `go install github.com/containerd/containerd/v2/cmd/...`
   (containerd 2.x applies CDI by default; `go install` builds exactly the module's own go.mod).
 - crictl: `go install sigs.k8s.io/cri-tools/cmd/crictl` at the Kubernetes minor, for debugging.
@@ -91,6 +92,10 @@ class NodeBinaries:
         return binary_set(self.k8s_version, self.root).path("kubelet")
 
     @property
+    def kube_proxy(self) -> Path:
+        return binary_set(self.k8s_version, self.root).path("kube-proxy")
+
+    @property
     def containerd_dir(self) -> Path:
         return self.root / f"containerd-{self.containerd_version}"
 
@@ -113,6 +118,7 @@ class NodeBinaries:
         """Names of the Go-built binaries not yet in the cache (runc is checked separately)."""
         want = {
             "kubelet": self.kubelet,
+            "kube-proxy": self.kube_proxy,
             **{c: self.containerd(c) for c in CONTAINERD_COMMANDS},
             "crictl": self.crictl,
             **{f"cni/{p}": self.cni_dir / p for p in CNI_PLUGINS},
@@ -143,10 +149,11 @@ def build_node(version: str = DEFAULT_K8S_VERSION, root: Path | None = None,
         log = bins.root / f"node-build-{version}.log"
         started = time.monotonic()
         seconds: dict[str, float] = {}
-        if "kubelet" in missing:
-            t = time.monotonic()
-            _build_kubelet(go, bins, log, progress)
-            seconds["kubelet"] = round(time.monotonic() - t, 1)
+        for command, path in (("kubelet", bins.kubelet), ("kube-proxy", bins.kube_proxy)):
+            if command in missing:
+                t = time.monotonic()
+                _build_k8s_command(go, bins, command, path, log, progress)
+                seconds[command] = round(time.monotonic() - t, 1)
         if any(c in missing for c in CONTAINERD_COMMANDS):
             t = time.monotonic()
             progress(f"building containerd {bins.containerd_version} (containerd, shim, ctr)")
@@ -181,8 +188,9 @@ def build_node(version: str = DEFAULT_K8S_VERSION, root: Path | None = None,
     return bins
 
 
-def _build_kubelet(go: str, bins: NodeBinaries, log: Path, progress: Callable[[str], None]) -> None:
-    """kubelet from the control plane's build module (written here too if that build never ran)."""
+def _build_k8s_command(go: str, bins: NodeBinaries, command: str, dest: Path, log: Path,
+                       progress: Callable[[str], None]) -> None:
+    """kubelet or kube-proxy from the control plane's build module (written here too if that build never ran)."""
     version = bins.k8s_version
     work = bins.root / f"src-{version}"
     k8s_dir = work / "kubernetes"
@@ -190,10 +198,9 @@ def _build_kubelet(go: str, bins: NodeBinaries, log: Path, progress: Callable[[s
     env = _go_env(work)
     if not (k8s_dir / "go.mod").is_file():
         (k8s_dir / "go.mod").write_text(_k8s_go_mod(version, _module_file(go, "k8s.io/kubernetes", version, work, log, env)))
-    pkg = "k8s.io/kubernetes/cmd/kubelet"
-    progress(f"building kubelet {version} (log: {log})")
+    pkg = f"k8s.io/kubernetes/cmd/{command}"
+    progress(f"building {command} {version} (log: {log})")
     _run([go, "get", f"{pkg}@{version}"], k8s_dir, log, env)
-    dest = bins.kubelet
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".tmp")
     _run([go, "build", "-trimpath", "-ldflags", _ldflags(version), "-o", str(tmp), pkg], k8s_dir, log, env)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dra.cluster.binaries import DEFAULT_K8S_VERSION, parse_version
+from dra.errors import UserError
 from dra.node.binaries import build_node, find_runc
 from dra.node.config import MachineSettings
 from dra.node.node import DEFAULT_NODE_NAME, NodeStatus, RealNode
@@ -58,6 +59,20 @@ def build_cmd(k8s_version: Annotated[str, typer.Option("--k8s-version")] = DEFAU
                f"crictl {bins.crictl}, CNI plugins {bins.cni_dir}; runc {runc or 'NOT INSTALLED (make node-deps)'}")
 
 
+@app.command("image")
+def image_cmd(
+    dist: Annotated[Path | None, typer.Option("--dist", help="Where the archive goes (default: the checkout's dist/)")] = None,
+    base: Annotated[str | None, typer.Option(
+        "--base", help="A registry base instead of the Debian one made here (e.g. python:3.11-slim)")] = None,
+) -> None:
+    """Build the Dockerfile with buildah into an OCI archive (`make image`); print name, digest, size."""
+    from dra.node.project_image import build_image
+
+    info = build_image(dist=dist, base=base, progress=_say)
+    typer.echo(f"image {info.reference}\ndigest {info.digest}\narchive {info.archive} ({info.archive_bytes / 1e6:.1f} MB; "
+               f"{info.image_bytes / 1e6:.1f} MB unpacked)\nbuilt in {info.build_seconds:.0f} s on {info.base}")
+
+
 @app.command("up")
 def up_cmd(
     name: NameOpt = None,
@@ -93,6 +108,21 @@ def status_cmd(name: NameOpt = None, directory: DirOpt = None) -> None:
     _print_status(node, st)
     if not st.healthy:
         raise typer.Exit(1)
+
+
+@app.command("values")
+def values_cmd(
+    chart: Annotated[str, typer.Argument(help="The chart: hami-core-gpu, ascend or dra-webhook")] = "hami-core-gpu",
+    name: NameOpt = None,
+    directory: DirOpt = None,
+) -> None:
+    """Print a Helm values file for this node: `helm install NAME helm/NAME -f <(dra node values)`."""
+    import yaml
+
+    node = RealNode(directory, name)
+    if node.state is None:
+        raise UserError(f"no node in {node.directory} (run `dra node up` first)")
+    typer.echo(yaml.safe_dump(node.helm_values(chart), sort_keys=False), nl=False)
 
 
 @app.command("down")

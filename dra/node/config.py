@@ -162,6 +162,25 @@ class NodeLayout:
     def images(self) -> Path:
         return self._p("images")
 
+    # the Service network and the charts
+    @property
+    def kube_proxy_config(self) -> Path:
+        return self._p("kube-proxy-config.yaml")
+
+    @property
+    def kube_proxy_kubeconfig(self) -> Path:
+        return self._p("kube-proxy.kubeconfig")
+
+    @property
+    def fake_stub_dir(self) -> Path:
+        """Where a chart's daemon copies its fake's stub libraries (`$DRA_FAKE_STUB_DIR`, dra.fakes)."""
+        return self._p("fake-stubs")
+
+    @property
+    def hook_dir(self) -> Path:
+        """The charts' `paths.hookDir` on this node (hook library sets the claims mount)."""
+        return self._p("hookcore")
+
 
 def bridge_name(directory: Path) -> str:
     """A bridge name unique to this node dir (IFNAMSIZ allows 15 characters)."""
@@ -281,3 +300,23 @@ def kubeconfig(server: str, ca_cert: Path, cert: Path, key: Path, user: str) -> 
         "current-context": "dra",
     }
     return str(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def kube_proxy_config(layout: NodeLayout, *, node_name: str, healthz_port: int, metrics_port: int,
+                      settings: MachineSettings) -> str:
+    """kube-proxy in iptables mode, told to leave the machine's own settings alone: no conntrack
+    table sizes or timeouts (sysctls a VM may refuse), no `route_localnet` for localhost NodePorts,
+    and the same oom_score_adj rule as kubelet."""
+    config: dict[str, Any] = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(layout.kube_proxy_kubeconfig)},
+        "hostnameOverride": node_name,
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "oomScoreAdj": settings.kubelet_oom_score_adj,
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        "iptables": {"localhostNodePorts": False, "syncPeriod": "30s", "minSyncPeriod": "0s"},
+    }
+    return str(yaml.safe_dump(config, sort_keys=False))

@@ -8,6 +8,11 @@ certificate of the cluster CA (the Node authorizer and NodeRestriction apply, as
 cluster); a new Node gets the `node.kubernetes.io/not-ready:NoSchedule` taint from admission,
 and because the embedded control plane runs no node-lifecycle controller (its other nodes have
 no kubelet), `up` lifts that one taint once the kubelet reports Ready, as that controller would.
+
+When the control plane serves pods (`dra cluster up`'s default: ServiceAccount tokens, the
+`kubernetes` Service at this host's address), the node also runs kube-proxy (iptables mode, as
+`system:kube-proxy`), the Service network a kubeadm node has, and imports the project's image
+from `make image`; `helm_values` is what the charts need to run on it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +40,15 @@ from dra.cluster.controlplane import ControlPlane
 from dra.cluster.controlplane import default_dir as default_cluster_dir
 from dra.cluster.processes import Processes, ProcessRecord, pid_runs, save_state
 from dra.errors import UserError
+from dra.fakes import STUB_DIR_ENV
 from dra.node import config as cfg
 from dra.node.binaries import RUNC_HINT, NodeBinaries, build_node, find_runc, node_binaries
-from dra.node.images import build_images, import_images
+from dra.node.images import BuiltImage, build_images, import_images
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 PROCESSES = ("containerd", "kubelet")
+VALUES_CHARTS = ("hami-core-gpu", "ascend", "dra-webhook")
+SERVICE_PROCESSES = ("containerd", "kube-proxy", "kubelet")
 DEFAULT_NODE_NAME = "dra-node"
 _SUBNET_BASE = ipaddress.IPv4Network("10.213.0.0/16")
 
@@ -60,6 +69,16 @@ class NodeState:
     bridge: str
     cgroup_root: str
     processes: dict[str, ProcessRecord] = field(default_factory=dict)
+    # kube-proxy runs (the control plane serves pods); its healthz and metrics ports.
+    service_network: bool = False
+    proxy_ports: list[int] = field(default_factory=list)
+    # The project image (`make image`) imported into containerd, "" when none was.
+    image: str = ""
+    image_digest: str = ""
+
+    @property
+    def process_names(self) -> tuple[str, ...]:
+        return SERVICE_PROCESSES if self.service_network else PROCESSES
 
     @property
     def node_ip(self) -> str:
@@ -212,13 +231,19 @@ class RealNode:
         if not bins.complete():
             build_node(cp.k8s_version, progress=progress)
         state = self.state
-        if state is not None and all(p in state.processes and pid_runs(state.processes[p]) for p in PROCESSES):
+        service_network = cp.pod_access
+        if (state is not None and state.service_network == service_network
+                and all(p in state.processes and pid_runs(state.processes[p]) for p in state.process_names)):
             progress("already running")
+            project = project_image() if service_network else None
+            if project is not None and project.digest != state.image_digest:
+                progress(f"importing {project.reference} ({project.digest[:19]}, rebuilt by `make image`)")
+                self._import_project_image(state, bins, project)
             return self._wait_ready(state, timeout, progress)
         if state is not None:
-            # One of them died (a crash, a kill): restart both but keep the pods. containerd
+            # One of them died (a crash, a kill): restart them all but keep the pods. containerd
             # reconnects to the shims of running containers and kubelet reconciles its pods.
-            for name in PROCESSES:
+            for name in SERVICE_PROCESSES:
                 self._stop_one(state, name)
         state = self._prepare(state, runc, bins, cp)
         try:
@@ -226,9 +251,20 @@ class RealNode:
             self._start_containerd(state, runc, bins)
             progress("importing the pause and workload images")
             import_images(bins.containerd("ctr"), self.layout.containerd_socket, build_images(self.layout.images))
+            project = project_image() if service_network else None
+            if project is not None:
+                progress(f"importing {project.reference} ({project.archive})")
+                self._import_project_image(state, bins, project)
             progress(f"starting kubelet {cp.k8s_version} as node {self.name}")
             self._start(state, "kubelet", bins.kubelet, self._kubelet_args(state))
-            return self._wait_ready(state, timeout, progress)
+            if service_network:
+                # After kubelet: kube-proxy waits for its Node object (the node's addresses).
+                progress("starting kube-proxy (iptables mode): the Service network")
+                self._start_kube_proxy(state, bins)
+            status = self._wait_ready(state, timeout, progress)
+            if service_network:
+                self._wait_kube_proxy_synced(state)
+            return status
         except UserError:
             self._stop(state)
             raise
@@ -257,7 +293,8 @@ class RealNode:
 
     def status(self) -> NodeStatus:
         state = self.state
-        running = {p: bool(state and p in state.processes and pid_runs(state.processes[p])) for p in PROCESSES}
+        names = state.process_names if state else PROCESSES
+        running = {p: bool(state and p in state.processes and pid_runs(state.processes[p])) for p in names}
         registered, ready, message, taints = False, False, "no Node object", []
         with contextlib.suppress(Exception):
             node = self._read_node()
@@ -281,13 +318,25 @@ class RealNode:
         for d in (lay.logs, lay.containerd_root, lay.containerd_state, lay.runc_root, lay.cdi_dir, lay.cni_conf_dir,
                   lay.cni_ipam_dir, lay.kubelet_root, lay.pki, lay.pod_logs, lay.images):
             d.mkdir(parents=True, exist_ok=True)
-        kubelet_port, healthz_port = _free_ports(2)
+        for d in (lay.hook_dir, lay.fake_stub_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        kubelet_port, healthz_port, proxy_healthz, proxy_metrics = _free_ports(4)
         state = NodeState(
             name=self.name, cluster_dir=str(self.cluster_dir), k8s_version=cp.k8s_version,
             kubelet_port=kubelet_port, healthz_port=healthz_port,
             subnet=old.subnet if old else pick_subnet(self.directory),
             bridge=cfg.bridge_name(self.directory), cgroup_root=cfg.cgroup_root(self.name, self.directory),
+            service_network=cp.pod_access, proxy_ports=[proxy_healthz, proxy_metrics],
         )
+        if state.service_network:
+            _check_service_network_free()
+            pcert, pkey = lay.pki / "kube-proxy.crt", lay.pki / "kube-proxy.key"
+            # The default ClusterRoleBinding system:node-proxier binds this user.
+            issue_client_cert(cp.pki, pcert, pkey, "system:kube-proxy")
+            lay.kube_proxy_kubeconfig.write_text(cfg.kubeconfig(cp.server, cp.pki.ca_cert, pcert, pkey, "system:kube-proxy"))
+            lay.kube_proxy_kubeconfig.chmod(0o600)
+            lay.kube_proxy_config.write_text(cfg.kube_proxy_config(
+                lay, node_name=self.name, healthz_port=proxy_healthz, metrics_port=proxy_metrics, settings=self.settings))
         cert, key = lay.pki / "kubelet-client.crt", lay.pki / "kubelet-client.key"
         issue_client_cert(cp.pki, cert, key, f"system:node:{self.name}", "system:nodes")
         lay.kubeconfig.write_text(cfg.kubeconfig(cp.server, cp.pki.ca_cert, cert, key, f"system:node:{self.name}"))
@@ -310,6 +359,53 @@ class RealNode:
         return [f"--config={lay.kubelet_config}", f"--kubeconfig={lay.kubeconfig}", f"--root-dir={lay.kubelet_root}",
                 f"--cert-dir={lay.kubelet_root / 'pki'}", f"--hostname-override={self.name}", f"--node-ip={state.node_ip}",
                 "--v=2"]
+
+    def _import_project_image(self, state: NodeState, bins: NodeBinaries, image: BuiltImage) -> None:
+        import_images(bins.containerd("ctr"), self.layout.containerd_socket, [image])
+        state.image, state.image_digest = image.reference, image.digest
+        state.save(self.layout.state_file)
+
+    def _start_kube_proxy(self, state: NodeState, bins: NodeBinaries) -> None:
+        env = {**os.environ, "PATH": f"{os.environ.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"}
+        self._start(state, "kube-proxy", bins.kube_proxy, [f"--config={self.layout.kube_proxy_config}", "--v=2"], env)
+
+    def _wait_kube_proxy_synced(self, state: NodeState) -> None:
+        url = f"http://127.0.0.1:{state.proxy_ports[0]}/healthz"
+
+        def synced() -> bool:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+
+        self._wait(state, "kube-proxy", synced, 60, what="kube-proxy's first sync of the Service rules")
+
+    def helm_values(self, chart: str = "hami-core-gpu") -> dict[str, Any]:
+        """A values file for `chart` on this node: the project image (imported, never pulled),
+        kubelet's paths, the CDI and hook dirs under the node dir, the daemons on this node, and
+        a host dir (same path inside) where a daemon run with `daemon.fake` puts its stub libraries
+        (CDI specs name host paths; the stubs are in the image)."""
+        if chart not in VALUES_CHARTS:
+            raise UserError(f"no values for chart {chart!r}: pick one of {', '.join(VALUES_CHARTS)}.")
+        state = self._require_state()
+        if not state.image:
+            raise UserError(f"node {self.name} has no project image: run `make image`, then `dra node up --dir "
+                            f"{self.directory}` again (it imports dist/dra-hami-*.oci.tar when the cluster serves pods).")
+        repository, _, tag = state.image.rpartition(":")
+        values: dict[str, Any] = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}
+        if chart == "dra-webhook":
+            return values
+        lay = self.layout
+        values["paths"] = {"kubeletPluginsDir": str(lay.plugin_dir), "kubeletRegistrarDir": str(lay.registry_dir),
+                           "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
+        stubs = str(lay.fake_stub_dir)
+        values["kubeletPlugin"] = {
+            # Helm merges maps: the chart's own selector keys (gpu: "on") are removed with null.
+            "nodeSelector": {**dict.fromkeys(_chart_plugin_default(chart, "nodeSelector") or {}),
+                             "kubernetes.io/hostname": self.name},
+            "env": [*(_chart_plugin_default(chart, "env") or []), {"name": STUB_DIR_ENV, "value": stubs}],
+            "extraVolumes": [{"name": "fake-stubs", "hostPath": {"path": stubs, "type": "DirectoryOrCreate"}}],
+            "extraVolumeMounts": [{"name": "fake-stubs", "mountPath": stubs}],
+        }
+        return values
 
     def _start_containerd(self, state: NodeState, runc: Path, bins: NodeBinaries) -> None:
         env = {**os.environ, "PATH": f"{bins.containerd_dir}:{runc.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
@@ -405,6 +501,13 @@ class RealNode:
         if self._alive("containerd", state.processes.get("containerd")):
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 self.crictl("rmp", "--force", "--all", timeout=90)
+        if self._stop_one(state, "kube-proxy"):
+            stopped.append("kube-proxy")
+        if state.service_network:
+            # kube-proxy's own clean-up: its KUBE-* chains and rules leave the host's tables.
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                subprocess.run([str(self.bins.kube_proxy), "--cleanup", f"--config={self.layout.kube_proxy_config}"],
+                               capture_output=True, timeout=60)
         if self._stop_one(state, "containerd"):
             stopped.append("containerd")
         self._kill_shims()
@@ -439,6 +542,50 @@ class RealNode:
         points = {_unescape(line.split()[4]) for line in lines}
         for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def _chart_plugin_default(chart: str, key: str) -> Any:
+    """The chart's own `kubeletPlugin.<key>` from this checkout (a values list replaces the
+    chart's whole; a map merges into it), None where unknown."""
+    import yaml
+
+    from dra.node.project_image import project_root
+
+    try:
+        values = yaml.safe_load((project_root() / "helm" / chart / "values.yaml").read_text())
+    except (OSError, UserError, yaml.YAMLError):
+        return None
+    return (values.get("kubeletPlugin") or {}).get(key)
+
+
+def project_image() -> BuiltImage | None:
+    """The archive `make image` wrote in this checkout (`$DRA_IMAGE_INFO` names another), if any."""
+    from dra.node.project_image import ImageInfo, default_info_path
+
+    env = os.environ.get("DRA_IMAGE_INFO")
+    try:
+        path = Path(env) if env else default_info_path()
+    except UserError:
+        return None
+    if not path.is_file():
+        return None
+    info = ImageInfo.load(path)
+    return BuiltImage(info.reference, Path(info.archive), info.digest)
+
+
+def _check_service_network_free() -> None:
+    """kube-proxy programs the host's own tables: one per machine. Refuse a second one by name."""
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            exe = os.readlink(pid_dir / "exe")
+        except OSError:
+            continue
+        if Path(exe).name == "kube-proxy":
+            raise UserError(f"a kube-proxy already runs on this machine (pid {pid_dir.name}, {exe}); the Service "
+                            "network is the host's own iptables, so one node per machine can have it. Stop that "
+                            f"node first (`dra node down --dir DIR`), or start this cluster with `--no-pod-access`.")
 
 
 def _free_ports(count: int) -> list[int]:

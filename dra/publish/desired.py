@@ -7,6 +7,11 @@ use advanced features), or of one device each where the scheduler needs it (`lay
 same devices always give the same slices, which is what lets the sync loop make no API write
 when nothing changed.
 
+Devices that draw on shared counters (partitionable devices) are published in one slice per
+counter set, with that set in the slice's `sharedCounters` (Kubernetes 1.34, where a device's
+counter set must be in its slice); with `separate_counters` (1.35 and later, where a slice holds
+devices or counter sets, not both) the sets come first, at most 8 per slice, then the devices.
+
 Every device is validated here, before it can reach the API server, so that a bad device is
 reported by name with what was expected rather than as a rejected slice.
 """
@@ -20,7 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from dra.client import quantity_decimal
-from dra.driver import Capacity, Device, Version
+from dra.driver import Capacity, CounterSet, Device, Version
 from dra.errors import DRAError
 from dra.publish.layout import SliceLayout
 
@@ -31,6 +36,8 @@ MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_STRING_LENGTH = 64
 MAX_VALID_VALUES = 10
 MAX_TAINTS_PER_DEVICE = 4  # 1.34; 1.35 raised it to 16
+MAX_COUNTERS_PER_SLICE = 32  # 1.34: all counters of all sets of one slice (1.35+: of one set)
+MAX_COUNTER_SETS_PER_SLICE = 8  # 1.35+
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -56,6 +63,12 @@ class DesiredPool:
     node_name: str
     slices: tuple[tuple[dict[str, Any], ...], ...]
     layout: SliceLayout = SliceLayout.PACKED
+    separate_counters: bool = False
+    counters: tuple[tuple[dict[str, Any], ...], ...] = ()
+    """Per slice, its `sharedCounters` (API JSON); shorter than `slices` when the last have none."""
+
+    def shared_counters(self, index: int) -> tuple[dict[str, Any], ...]:
+        return self.counters[index] if index < len(self.counters) else ()
 
     @property
     def pool_name(self) -> str:
@@ -71,9 +84,11 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", name))
 
 
-def desired_pool(driver: str, node_name: str, devices: Iterable[Device], layout: SliceLayout = SliceLayout.PACKED) -> DesiredPool:
-    """Validate `devices` and cut them into slices as `layout` says; raise DeviceValidationError
-    on the first bad one."""
+def desired_pool(driver: str, node_name: str, devices: Iterable[Device], layout: SliceLayout = SliceLayout.PACKED,
+                 separate_counters: bool = False) -> DesiredPool:
+    """Validate `devices` and cut them into slices as `layout` says (devices drawing on counter
+    sets go in their set's slice, or after the sets with `separate_counters`); raise
+    DeviceValidationError on the first bad one."""
     if not _DNS_SUBDOMAIN.match(driver) or len(driver) > 63:
         raise DeviceValidationError(f"driver name {driver!r} must be a lowercase DNS subdomain of at most 63 chars")
     if not node_name or len(node_name) > 253 or not _DNS_SUBDOMAIN.match(node_name):
@@ -86,13 +101,69 @@ def desired_pool(driver: str, node_name: str, devices: Iterable[Device], layout:
             raise DeviceValidationError(f"device {device.name!r} is listed twice; device names must be unique")
         seen.add(device.name)
         encoded.append(encode_device(device))
-    advanced = any(d.taints for d in ordered)
+    # Partitionable devices: one slice per counter set (its devices and the set).
+    sets: dict[str, CounterSet] = {}
+    members: dict[str, list[dict[str, Any]]] = {}
+    plain = []
+    for device, enc in zip(ordered, encoded, strict=True):
+        if not device.consumes_counters:
+            plain.append(enc)
+            continue
+        names = {c.counter_set.name for c in device.consumes_counters}
+        if len(names) != 1:
+            raise DeviceValidationError(f"device {device.name!r}: draws on counter sets {sorted(names)}; one set per"
+                                        " device (it is published in that set's slice)")
+        for c in device.consumes_counters:
+            if sets.setdefault(c.counter_set.name, c.counter_set) != c.counter_set:
+                raise DeviceValidationError(f"counter set {c.counter_set.name!r} is given with different counters by"
+                                            f" device {device.name!r}")
+            unknown = set(c.counters) - set(c.counter_set.counters)
+            if unknown:
+                raise DeviceValidationError(f"device {device.name!r}: consumes counters {sorted(unknown)} that counter"
+                                            f" set {c.counter_set.name!r} does not have")
+        members.setdefault(names.pop(), []).append(enc)
+    advanced = any(d.taints or d.consumes_counters for d in ordered)
     size = MAX_DEVICES_PER_SLICE_ADVANCED if advanced else MAX_DEVICES_PER_SLICE
-    if layout is SliceLayout.PER_DEVICE:
-        size = 1
-    chunks = tuple(tuple(encoded[i : i + size]) for i in range(0, len(encoded), size))
+    set_names = sorted(members, key=natural_key)
+    encoded_sets = [encode_counter_set(sets[n]) for n in set_names]
+    if separate_counters:
+        counters = [tuple(encoded_sets[i : i + MAX_COUNTER_SETS_PER_SLICE])
+                    for i in range(0, len(encoded_sets), MAX_COUNTER_SETS_PER_SLICE)]
+        chunks: list[tuple[dict[str, Any], ...]] = [() for _ in counters]
+        drawing = [d for n in set_names for d in members[n]]
+        chunks += [tuple(drawing[i : i + size]) for i in range(0, len(drawing), size)]
+    else:
+        chunks = [tuple(members[n]) for n in set_names]
+        counters = [(c,) for c in encoded_sets]
+        for n, chunk in zip(set_names, chunks, strict=True):
+            if len(chunk) > size:
+                raise DeviceValidationError(f"counter set {n!r}: {len(chunk)} devices draw on it; at most {size} fit"
+                                            " its slice")
+    # The plain (shared) devices: one per slice where the scheduler needs it (dra.publish.layout).
+    plain_size = 1 if layout is SliceLayout.PER_DEVICE else size
+    chunks += [tuple(plain[i : i + plain_size]) for i in range(0, len(plain), plain_size)]
     # An empty pool is still a pool: one slice without devices tells the scheduler so.
-    return DesiredPool(driver=driver, node_name=node_name, slices=chunks or ((),), layout=layout)
+    return DesiredPool(driver=driver, node_name=node_name, slices=tuple(chunks) or ((),),
+                       layout=layout, separate_counters=separate_counters, counters=tuple(counters))
+
+
+def encode_counter_set(counter_set: CounterSet) -> dict[str, Any]:
+    """A `CounterSet` as resource.k8s.io/v1 JSON; raises DeviceValidationError naming it."""
+    if not _DNS_LABEL.match(counter_set.name):
+        raise DeviceValidationError(f"counter set {counter_set.name!r}: the name must be a DNS label")
+    if not counter_set.counters or len(counter_set.counters) > MAX_COUNTERS_PER_SLICE:
+        raise DeviceValidationError(f"counter set {counter_set.name!r}: needs 1..{MAX_COUNTERS_PER_SLICE} counters")
+    counters = {}
+    for key in sorted(counter_set.counters):
+        if not _DNS_LABEL.match(key):
+            raise DeviceValidationError(f"counter set {counter_set.name!r}: counter {key!r} must be a DNS label")
+        try:
+            quantity_decimal(counter_set.counters[key])
+        except (ValueError, TypeError, ArithmeticError):
+            raise DeviceValidationError(f"counter set {counter_set.name!r}: counter {key!r}:"
+                                        f" {counter_set.counters[key]!r} is not a quantity") from None
+        counters[key] = {"value": counter_set.counters[key]}
+    return {"name": counter_set.name, "counters": counters}
 
 
 def encode_device(device: Device) -> dict[str, Any]:
@@ -136,6 +207,18 @@ def encode_device(device: Device) -> dict[str, Any]:
                 entry["value"] = taint.value
             taints.append(entry)
         out["taints"] = taints
+    if device.consumes_counters:
+        consumption = []
+        for c in device.consumes_counters:
+            amounts = {}
+            for key in sorted(c.counters):
+                try:
+                    quantity_decimal(c.counters[key])
+                except (ValueError, TypeError, ArithmeticError):
+                    raise fail(f"consumes counter {key!r}: {c.counters[key]!r} is not a quantity") from None
+                amounts[key] = {"value": c.counters[key]}
+            consumption.append({"counterSet": c.counter_set.name, "counters": amounts})
+        out["consumesCounters"] = consumption
     return out
 
 
@@ -237,9 +320,20 @@ def slice_object(pool: DesiredPool, index: int, generation: int, node_uid: str, 
             "driver": pool.driver,
             "nodeName": pool.node_name,
             "pool": {"name": pool.pool_name, "generation": generation, "resourceSliceCount": len(pool.slices)},
-            "devices": list(pool.slices[index]),
+            # 1.35+: a slice of counter sets has no `devices` at all (an empty list is refused too)
+            **({"devices": list(pool.slices[index])} if pool.slices[index] or not pool.shared_counters(index) else {}),
+            **({"sharedCounters": list(pool.shared_counters(index))} if pool.shared_counters(index) else {}),
         },
     }
+
+
+def comparable_slice(devices: Sequence[Mapping[str, Any]], shared_counters: Sequence[Mapping[str, Any]] = ()
+                     ) -> tuple[Any, ...]:
+    """`comparable_devices` plus the slice's shared counters (quantities canonical)."""
+    sets = tuple(sorted((c.get("name"), tuple(sorted((k, _q((v or {}).get("value")))
+                                                      for k, v in (c.get("counters") or {}).items())))
+                        for c in shared_counters))
+    return (comparable_devices(devices), sets)
 
 
 def comparable_devices(devices: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:

@@ -29,7 +29,14 @@ import urllib3
 
 from dra.client import ApiClient, ApiException, ResourceV1Api, get_raw, iter_resp_lines
 from dra.driver import Device
-from dra.publish.desired import DesiredPool, DeviceValidationError, comparable_devices, desired_pool, slice_object
+from dra.publish.desired import (
+    DesiredPool,
+    DeviceValidationError,
+    comparable_devices,
+    comparable_slice,
+    desired_pool,
+    slice_object,
+)
 from dra.publish.layout import SliceLayout, layout_for, parse_server_version
 from dra.publish.timing import Backoff, Clock, SystemClock
 
@@ -245,7 +252,8 @@ class Publisher:
             self._devices_dirty = False
             try:
                 devices = tuple(self._devices())
-                new = desired_pool(self.driver_name, self.node_name, devices, self._layout or SliceLayout.PACKED)
+                new = desired_pool(self.driver_name, self.node_name, devices, self._layout or SliceLayout.PACKED,
+                                   separate_counters=self._separate_counters())
             except DeviceValidationError:
                 if self._desired is None:
                     raise
@@ -257,8 +265,10 @@ class Publisher:
                 self._desired, self._device_list = new, devices
         assert self._desired is not None, "start() computes the first desired pool"
         layout = self._resolve_layout()
-        if self._desired.layout is not layout:
-            self._desired = desired_pool(self.driver_name, self.node_name, self._device_list, layout)
+        separate = self._separate_counters()
+        if self._desired.layout is not layout or (self._desired.counters and self._desired.separate_counters != separate):
+            self._desired = desired_pool(self.driver_name, self.node_name, self._device_list, layout,
+                                         separate_counters=separate)
         desired = self._desired
 
         if self._node_uid is None:
@@ -272,7 +282,8 @@ class Publisher:
         generation = max((s["spec"]["pool"]["generation"] for s in ours), default=0)
         current = [s for s in ours if s["spec"]["pool"]["generation"] == generation]
         obsolete = [s for s in ours if s["spec"]["pool"]["generation"] < generation]
-        wanted = [self._accepted.get(key, key) for key in (comparable_devices(d) for d in desired.slices)]
+        wanted = [(self._accepted.get(key, key), comparable_slice((), desired.shared_counters(i))[1])
+                  for i, key in enumerate(comparable_devices(d) for d in desired.slices)]
 
         result = SyncResult(generation=generation, slices=len(desired.slices), devices=desired.device_count)
         deleted = 0
@@ -303,11 +314,18 @@ class Publisher:
             self._on_sync(result)
         return result
 
+    def _separate_counters(self) -> bool:
+        """Whether counter sets go in slices of their own: from 1.35 a slice holds devices or
+        counter sets, not both; on 1.34 a device's set must be in its slice."""
+        return self.server_version is not None and self.server_version >= (1, 35)
+
     def _resolve_layout(self) -> SliceLayout:
-        """The fixed layout, or the one for the API server's version (read when marked dirty)."""
-        if self.settings.layout is not None:
-            return self.settings.layout
-        if self._layout is None or self._version_dirty:
+        """The fixed layout, or the one for the API server's version (read when marked dirty; also
+        with a fixed layout when the pool has counter sets, whose place depends on the version)."""
+        fixed = self.settings.layout
+        if fixed is not None and not (self._desired is not None and self._desired.counters):
+            return fixed
+        if self._layout is None or self.server_version is None or self._version_dirty:
             self._version_dirty = False
             try:
                 info = self._call("version", self._read_version)
@@ -315,8 +333,8 @@ class Publisher:
             except BaseException:
                 self._version_dirty = True
                 raise
-            layout = layout_for(version)
-            if layout is not self._layout:
+            layout = fixed or layout_for(version)
+            if layout is not self._layout and fixed is None:
                 log.info(
                     "Kubernetes %d.%d: publishing %s slices%s",
                     *version,
@@ -351,7 +369,8 @@ class Publisher:
         for s in current:
             if s["spec"]["pool"].get("resourceSliceCount") != count or not self._owned(s):
                 return False
-        have = collections.Counter(comparable_devices(s["spec"].get("devices") or ()) for s in current)
+        have = collections.Counter(comparable_slice(s["spec"].get("devices") or (), s["spec"].get("sharedCounters") or ())
+                                   for s in current)
         return have == collections.Counter(wanted)
 
     def _owned(self, s: dict[str, Any]) -> bool:
@@ -371,7 +390,7 @@ class Publisher:
             return devices
 
         def same_content(i: int, s: dict[str, Any]) -> bool:
-            return bool(comparable_devices(devices_of(s)) == wanted[i])
+            return bool(comparable_slice(devices_of(s), s["spec"].get("sharedCounters") or ()) == wanted[i])
 
         def same_names(i: int, s: dict[str, Any]) -> bool:
             return frozenset(d["name"] for d in devices_of(s)) == names[i]

@@ -91,13 +91,21 @@ def run_with_cdi(
     *,
     base_env: Mapping[str, str] = DEFAULT_BASE_ENV,
     timeout: float = 60,
+    drop_capabilities: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run `argv` with the CDI edits of `device_ids` applied; returns the finished process
-    (stdout and stderr captured as text). Raises CDIResolutionError for an unknown ID."""
+    (stdout and stderr captured as text). Raises CDIResolutionError for an unknown ID.
+
+    `drop_capabilities` (e.g. ``["sys_admin"]``, as runc's default set lacks it): removed from the
+    process's bounding and inheritable sets (``setpriv``), so root in it cannot undo a mount."""
     env, mounts = apply_cdi(spec_dir, device_ids)
     with tempfile.TemporaryDirectory(prefix="dra-rt-") as scratch:
         lines = mount_script(mounts, scratch)
         assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {**base_env, **env}.items())
-        lines.append(f"exec env -i {assignments} {' '.join(shlex.quote(a) for a in argv)}")
+        drop = ""
+        if drop_capabilities:
+            caps = ",".join(f"-{c.lower().removeprefix('cap_')}" for c in drop_capabilities)
+            drop = f"setpriv --bounding-set={caps} --inh-caps={caps} -- "
+        lines.append(f"exec {drop}env -i {assignments} {' '.join(shlex.quote(a) for a in argv)}")
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)],
                               capture_output=True, text=True, timeout=timeout, env=dict(DEFAULT_BASE_ENV))

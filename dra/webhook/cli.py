@@ -4,15 +4,17 @@
 
     dra webhook run --cert /tls/tls.crt --key /tls/tls.key [--port 8443] [--health-port 8081]
                     [--config /etc/dra-webhook/vendors.yaml] [--kubeconfig FILE]
+                    [--client-ca /client-ca/ca.crt] [--allow-claim-loosening]
 
 Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
-~/.kube/config. It needs get/list/watch on resourceslices and create/get on
+~/.kube/config. It needs get/list/watch on resourceslices, get on deviceclasses and create/get on
 resourceclaimtemplates. Probes: GET /healthz (alive) and /readyz (device inventory synced) on the
 health port, plain HTTP, which also serves Prometheus /metrics.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -53,12 +55,19 @@ def run(
     kubeconfig: Annotated[Path | None, typer.Option(help="default: in-cluster, then $KUBECONFIG")] = None,
     log_format: Annotated[str, typer.Option(help="json or text")] = "json",
     log_level: Annotated[str, typer.Option()] = "info",
+    client_ca: Annotated[Path | None, typer.Option(
+        help="CA bundle (PEM) of the API server's client certificate: then only callers with a certificate it"
+             " signed reach /mutate and /validate")] = None,
+    allow_claim_loosening: Annotated[bool, typer.Option(
+        help="admit claims whose own config loosens enforcement below their DeviceClass's (as the daemons'"
+             " --allow-claim-loosening)")] = False,
 ) -> None:
     """Serve the webhook until SIGTERM."""
     import logging
 
     from dra.logging import setup
     from dra.webhook import vendors
+    from dra.webhook.classes import DeviceClassReader
     from dra.webhook.inventory import SliceInventory
     from dra.webhook.review import Admission
     from dra.webhook.server import WebhookServer
@@ -70,12 +79,18 @@ def run(
     for p in (cert, key):
         if not p.is_file():
             raise UserError(f"{p} does not exist; pass the serving certificate and key with --cert and --key")
+    if client_ca is not None and not client_ca.is_file():
+        raise UserError(f"--client-ca {client_ca} does not exist; pass the CA that signs the API server's client"
+                        " certificate for webhooks")
     api = _client(kubeconfig)
     inventory = SliceInventory(api)
-    admission = Admission(mapping, inventory, TemplateStore(api))
+    own = os.environ.get("POD_NAMESPACE", "")
+    admission = Admission(mapping, inventory, TemplateStore(api), classes=DeviceClassReader(api),
+                          allow_claim_loosening=allow_claim_loosening,
+                          protected_namespaces=["kube-system", *([own] if own else [])])
     try:
         server = WebhookServer(admission, cert, key, port=port, host=host,
-                               health_port=health_port or None, ready=lambda: inventory.ready)
+                               health_port=health_port or None, ready=lambda: inventory.ready, client_ca=client_ca)
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port} or :{health_port}: {e.strerror}; pick free ports") from None
     stop = threading.Event()

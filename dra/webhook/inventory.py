@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra import client
-from dra.client import iter_resp_lines, quantity_decimal
+from dra.client import iter_resp_lines
 from dra.publish.timing import Backoff
+from dra.webhook.translate import bounded_quantity
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def _parse_slice(obj: Mapping[str, Any]) -> _Slice:
         caps: dict[str, int] = {}
         for name, cap in (dev.get("capacity") or {}).items():
             try:
-                caps[name] = int(quantity_decimal((cap or {}).get("value", "0")))
+                caps[name] = int(bounded_quantity((cap or {}).get("value", "0")))
             except (ValueError, TypeError):
                 continue
         devices.append(caps)

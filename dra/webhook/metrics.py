@@ -7,6 +7,8 @@ Series, each created at start with value zero:
 - ``dra_webhook_admission_duration_seconds{endpoint}``: time to answer, histogram.
 - ``dra_webhook_connections_total``: TLS connections accepted (the API server keeps them open,
   so this grows far slower than admissions when all is well).
+- ``dra_webhook_connections_refused_total``: connections closed at once because every worker
+  thread and backlog slot was taken.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class WebhookMetrics:
         self.duration = Histogram("dra_webhook_admission_duration_seconds", "Time to answer an AdmissionReview",
                                   ["endpoint"], buckets=BUCKETS, registry=self.registry)
         self.connections = Counter("dra_webhook_connections", "TLS connections accepted", registry=self.registry)
+        self.refused = Counter("dra_webhook_connections_refused", "Connections closed: no worker or backlog slot free",
+                               registry=self.registry)
         for e in ENDPOINTS:
             self.duration.labels(e)
             for v in VERDICTS:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from dra.webhook import checks, translate
+from dra.webhook.classes import ClassConfigs, NoClasses
 from dra.webhook.templates import TemplateError, TemplateStore
 from dra.webhook.translate import Inventory, NoInventory, Share
 from dra.webhook.vendors import VendorMapping
@@ -69,11 +70,20 @@ class Admission:
     """Both endpoints over one vendor mapping, device inventory and template store."""
 
     def __init__(self, mapping: VendorMapping, inventory: Inventory | None = None,
-                 templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None) -> None:
+                 templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None,
+                 classes: ClassConfigs | None = None, allow_claim_loosening: bool = False,
+                 protected_namespaces: Collection[str] = ("kube-system",)) -> None:
+        """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra.loosening`);
+        `allow_claim_loosening`: the admin's word that claims may loosen their enforcement (the
+        node daemons' setting of the same name); `protected_namespaces`: never written to (the
+        webhook's own namespace belongs there too)."""
         self.mapping = mapping
         self.inventory = inventory or NoInventory()
         self.templates = templates
         self.drivers = dict(drivers) if drivers is not None else checks.driver_classes()
+        self.classes = classes or NoClasses()
+        self.allow_claim_loosening = allow_claim_loosening
+        self.protected_namespaces = frozenset(protected_namespaces)
 
     # --- /mutate ------------------------------------------------------------------------------
     def mutate(self, review: Any) -> dict[str, Any]:
@@ -85,8 +95,17 @@ class Admission:
         plan = translate.plan_pod(obj, self.mapping, self.inventory)
         if not plan.touches_pod:
             return _response(uid, True)
-        namespace = str(req.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default")
         pod = _pod_name(req, obj)
+        namespace = str(req.get("namespace") or "")
+        own = str((obj.get("metadata") or {}).get("namespace") or namespace)
+        if not namespace or own != namespace or namespace in self.protected_namespaces:
+            # Templates go only where the pod being admitted lives: a review naming another
+            # namespace (or none) is not one the API server sends for a pod.
+            log.warning("review refused: namespace mismatch", extra={"namespace": namespace, "object_namespace": own,
+                                                                     "pod": pod})
+            return _response(uid, False, f"pod {own}/{pod}: the AdmissionReview's request.namespace {namespace!r} is"
+                                         f" not the pod's namespace {own!r} (or is one the webhook never writes"
+                                         f" to: {', '.join(sorted(self.protected_namespaces))}); nothing was created")
         if plan.problems:
             log.info("pod not converted: impossible request", extra={"namespace": namespace, "pod": pod, "problems": plan.problems})
             return _response(uid, True, warnings=["not converted to DRA claims: the request is impossible (the "
@@ -136,7 +155,8 @@ class Admission:
                     f"or label the pod or namespace to opt out"))
             return _response(uid, True)
         if kind in ("ResourceClaim", "ResourceClaimTemplate"):
-            problems = checks.check_claim(obj, kind, self.mapping, self.drivers, self.inventory)
+            problems = checks.check_claim(obj, kind, self.mapping, self.drivers, self.inventory, self.classes,
+                                          self.allow_claim_loosening)
             if problems:
                 name = (obj.get("metadata") or {}).get("name") or req.get("name") or "?"
                 log.info("claim refused", extra={"namespace": namespace, "kind": kind, "object": name, "problems": problems})

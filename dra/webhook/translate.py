@@ -19,6 +19,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Protocol
 
 from dra.client import quantity_decimal
@@ -60,6 +61,8 @@ class Share:
     selectors: tuple[str, ...] = ()
     same_numa: bool = False
     described: str = ""  # the original resources, for humans
+    device_class: str | None = None  # another mode's DeviceClass (vendor's when None)
+    whole: bool = False  # devices allocated whole (MIG): memory is a minimum size, no capacity requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +108,15 @@ def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventor
         if not ours:
             continue
         plan.stripped[(init, index)] = tuple(ours)
-        unknown = [r for r in ours if mapping.vendor_of(r) is None]
+        profiled = [r for r in ours if mapping.vendor_of(r) is None and mapping.profile_vendor(r) is not None]
+        unknown = [r for r in ours if mapping.vendor_of(r) is None and r not in profiled]
         plan.problems += [_unknown(where, r, mapping) for r in unknown]
         if unknown:
             continue
+        for r in profiled:
+            share = _profile_share(where, r, mapping, limits, requests, plan)
+            if share is not None:
+                plan.shares.append(ContainerShare(name, init, index, share))
         by_vendor: dict[str, Vendor] = {}
         for r in ours:
             v = mapping.vendor_of(r)
@@ -121,6 +129,24 @@ def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventor
     return plan
 
 
+def _profile_share(where: str, resource: str, mapping: VendorMapping, limits: Mapping[str, Any],
+                   requests: Mapping[str, Any], plan: PodPlan) -> Share | None:
+    """``nvidia.com/mig-1g.18gb: 2``: two whole devices of that profile."""
+    v = mapping.profile_vendor(resource)
+    assert v is not None and v.profiles is not None
+    raw = limits.get(resource, requests.get(resource))
+    count = _whole(where, resource, raw)
+    if isinstance(count, str):
+        plan.problems.append(count)
+        return None
+    if count == 0:
+        return None
+    profile = resource[len(v.profiles.prefix):]
+    selector = sel.equals_selector(sel.attribute(v.driver, v.profiles.attribute), profile)
+    return Share(v, count, selectors=(selector,), described=f"{resource}={raw}",
+                 device_class=v.profiles.device_class, whole=True)
+
+
 def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
     near = [r for v in mapping.vendors if any(resource.startswith(p) for p in v.owned_prefixes)
             for r in v.resources.known()]
@@ -130,16 +156,47 @@ def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
             f"its namespace to opt out if another device plugin serves it")
 
 
+MAX_QUANTITY = 10**18
+"""The largest count, memory or percent the webhook reads (an exabyte in bytes): checked on the
+text and the exponent before any conversion, since ``int()`` of a valid quantity such as
+``1e999999999`` would run for minutes."""
+MAX_QUANTITY_CHARS = 64
+LIMIT_TEXT = f"the webhook's limit of 10^18 (and {MAX_QUANTITY_CHARS} characters)"
+
+
+class QuantityTooLarge(ValueError):
+    """A quantity past `MAX_QUANTITY` (or longer than `MAX_QUANTITY_CHARS`)."""
+
+
+def bounded_quantity(raw: Any) -> Decimal:
+    """`raw` as an exact Decimal within ±`MAX_QUANTITY`, checked before any conversion that costs
+    more than its text: QuantityTooLarge, or ValueError/TypeError when it is no quantity."""
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise TypeError(f"{raw!r} is not a quantity")
+    text = str(raw)
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityTooLarge(f"{text[:MAX_QUANTITY_CHARS]}... is beyond {LIMIT_TEXT}")
+    try:
+        q = quantity_decimal(text)
+    except ArithmeticError:  # an exponent past Decimal's own range
+        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}") from None
+    if not q.is_finite() or q.adjusted() > 18 or abs(q) > MAX_QUANTITY:
+        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}")
+    return q
+
+
 def _whole(where: str, resource: str, raw: Any) -> int | str:
     """A whole-number quantity, or the problem with it."""
     try:
-        q = quantity_decimal(raw)
+        q = bounded_quantity(raw)
+    except QuantityTooLarge as e:
+        return f"{where}: {resource}={e}; write a whole number of at most 10^18"
     except (ValueError, TypeError):
         return f"{where}: {resource}={raw!r} is not a Kubernetes quantity; write a whole number"
-    if q != q.to_integral_value():
-        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
     if q < 0:
         return f"{where}: {resource}={raw} is negative"
+    if q != q.to_integral_value():
+        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
     return int(q)
 
 
@@ -204,14 +261,27 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
     elif memory is not None or (percent is not None and percent < 100):
         cores = v.default_cores
 
-    # Modes: the only one served is v.mode.value.
+    # Modes: v.mode.value on the vendor's class, v.mode.others each on its own class.
     sharing = memory is not None or percent is not None or cores is not None
+    device_class, whole = None, False
     if v.mode is not None:
         raw_mode = annotations.get(v.mode.annotation)
         modes = tuple(m.strip() for m in raw_mode.split(",")) if raw_mode is not None else ()
-        if raw_mode is not None and v.mode.value not in modes:
+        other = next((o for o in v.mode.others if o.value in modes), None)
+        if raw_mode is not None and v.mode.value not in modes and other is None:
+            served = ", ".join(repr(m) for m in v.mode.served)
             plan.problems.append(f"{where}: annotation {v.mode.annotation}={raw_mode!r} asks for a mode the DRA "
-                                 f"drivers do not serve; only {v.mode.value!r} is (set it or remove the annotation)")
+                                 f"drivers do not serve; served: {served} (set one or remove the annotation)")
+        elif other is not None and v.mode.value not in modes:
+            device_class, whole = other.device_class, other.whole
+            if whole and r.cores and (r.cores in limits or r.cores in requests):
+                plan.warnings.append(f"{where}: {r.cores} does not apply in mode {other.value!r} (a whole device's "
+                                     f"compute is its own) and was removed")
+            if whole:
+                cores = None
+                if percent is not None:
+                    plan.problems.append(f"{where}: {r.memory_percentage} cannot pick a device in mode "
+                                         f"{other.value!r}; give {r.memory} (the smallest device size that fits)")
         elif raw_mode is None and v.mode.required_for_sharing and sharing:
             plan.problems.append(f"{where}: a share of a device ({described}) needs the annotation "
                                  f"{v.mode.annotation}: {v.mode.value} (template-based splitting is not served); add "
@@ -245,7 +315,11 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
         return None
     if percent == 100:
         percent = None
-    return Share(v, count, memory, percent, cores, tuple(selectors), same_numa, described)
+    if whole and memory is not None:  # a device at least that large, taken whole
+        cap = sel.capacity(v.driver, v.capacity_memory)
+        selectors.append(f"{cap}.compareTo(quantity({sel.cel_string(_quantity(memory))})) >= 0")
+        memory = None
+    return Share(v, count, memory, percent, cores, tuple(selectors), same_numa, described, device_class, whole)
 
 
 def _selectors(where: str, v: Vendor, annotations: Mapping[str, str], plan: PodPlan) -> list[str]:
@@ -330,7 +404,8 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
     count = 1 if per_device else share.count
 
     def exact(selectors: Sequence[str], cap: Mapping[str, str]) -> dict[str, Any]:
-        body: dict[str, Any] = {"deviceClassName": v.device_class, "allocationMode": "ExactCount", "count": count}
+        body: dict[str, Any] = {"deviceClassName": share.device_class or v.device_class, "allocationMode": "ExactCount",
+                                "count": count}
         if selectors:
             body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
         if cap:
@@ -351,7 +426,7 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
     names = [f"{v.request_name}-{i}" for i in range(share.count)] if per_device else [v.request_name]
     devices: dict[str, Any] = {"requests": [{"name": name, **request} for name in names]}
     constraints = []
-    if per_device and v.uuid_attribute:
+    if per_device and v.uuid_attribute and not share.whole:  # whole devices are distinct anyway
         constraints.append({"requests": names, "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
     if share.same_numa and v.numa_attribute:
         constraints.append({"requests": names, "matchAttribute": _qualified(v.driver, v.numa_attribute)})

@@ -50,10 +50,34 @@ class Annotations:
 
 
 @dataclasses.dataclass(frozen=True)
+class OtherMode:
+    """A sharing mode served by claims on another DeviceClass; `whole`: its devices are allocated
+    whole (memory picks a device at least that large, cores do not apply)."""
+
+    value: str
+    device_class: str
+    whole: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Mode:
     annotation: str
     value: str
     required_for_sharing: bool = False
+    others: tuple[OtherMode, ...] = ()
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        return (self.value, *(o.value for o in self.others))
+
+
+@dataclasses.dataclass(frozen=True)
+class Profiles:
+    """Resources ``<prefix><profile>: N``: N whole devices of `device_class` whose `attribute` is <profile>."""
+
+    prefix: str
+    device_class: str
+    attribute: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +105,7 @@ class Vendor:
     annotations: Annotations = Annotations()
     mode: Mode | None = None
     ignored_annotations: tuple[str, ...] = ()
+    profiles: Profiles | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +130,13 @@ class VendorMapping:
         """The vendor whose resource `resource` is (count, memory, cores, ... or ignored)."""
         for v in self.vendors:
             if resource in v.resources.known():
+                return v
+        return None
+
+    def profile_vendor(self, resource: str) -> Vendor | None:
+        """The vendor whose profile resources (``<prefix><profile>``) `resource` is one of."""
+        for v in self.vendors:
+            if v.profiles is not None and resource.startswith(v.profiles.prefix) and len(resource) > len(v.profiles.prefix):
                 return v
         return None
 
@@ -180,11 +212,23 @@ def _vendor(o: _Obj) -> list[Vendor]:
     ignored_annotations = tuple(str(x) for x in ann.items("ignored"))
     ann.done()
     mode_obj = o.child("mode")
-    mode: tuple[str, str, bool] | None = None
+    mode: tuple[str, str, bool, tuple[OtherMode, ...]] | None = None
     if mode_obj.present:
+        others = []
+        for i, item in enumerate(mode_obj.items("others")):
+            other = _Obj(item, o.source, f"{mode_obj.path}.others[{i}]")
+            others.append(OtherMode(other.required_text("value"), other.required_text("deviceClass"),
+                                    other.flag("whole", False)))
+            other.done()
         mode = (mode_obj.required_text("annotation"), mode_obj.required_text("value"),
-                mode_obj.flag("requiredForSharing", False))
+                mode_obj.flag("requiredForSharing", False), tuple(others))
     mode_obj.done()
+    prof = o.child("profiles")
+    profiles = None
+    if prof.present:
+        profiles = Profiles(prof.required_text("prefix"), prof.required_text("deviceClass"),
+                            prof.required_text("attribute"))
+    prof.done()
     o.done()
 
     for attr in attributes:
@@ -218,7 +262,7 @@ def _vendor(o: _Obj) -> list[Vendor]:
             uuid_attribute=attributes[0], type_attribute=attributes[1], model_attribute=attributes[2],
             numa_attribute=attributes[3], type_prefix=type_prefix, model=model, annotations=a,
             mode=Mode(*mode) if mode else None,
-            ignored_annotations=tuple(sub(x) or "" for x in ignored_annotations),
+            ignored_annotations=tuple(sub(x) or "" for x in ignored_annotations), profiles=profiles,
         ))
     return out
 

@@ -221,7 +221,7 @@ def load(spec: str, node: str) -> FakeNode:
 
 def stub_library() -> Path:
     """hookcore's stub ``libdcmi.so`` (built next to the hook libraries)."""
-    return dra.hook_library("vgpu").parent / "stub" / "libdcmi.so"
+    return fakes.stub_dir(dra.hook_library("vgpu").parent / "stub") / "libdcmi.so"
 
 
 class FakeBackend:

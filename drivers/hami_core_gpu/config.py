@@ -6,10 +6,16 @@
     computeLimit: false   # no compute share: the claim's processes time-slice the GPU freely
     computeMode: strict   # cores = a share of full-load throughput, not of GPU time (below 100 cores)
     fullLoadClockMhz: 1500  # strict: the GPU's sustained SM clock under full load (default: the daemon's)
+    sharing: mps          # the claim's processes are clients of the GPU's MPS server (`mps.py`):
+                          # SMs capped at `cores` percent by MPS, pinned memory at `memory`
 
 Decoded strictly by the framework (`dra.decode_config`): unknown fields, wrong types or a
 wrong apiVersion/kind fail the claim (and, with the webhook, the `kubectl apply`) with a message
 naming the field. The memory quota is always enforced; it is what the scheduler accounted.
+
+Every field loosens enforcement when set weaker than the DeviceClass's config says (a higher
+clock charges a boosted batch less: hookcore/core/meter.c), so a claim's own config may do so
+only where the admin allowed it (`dra.loosening`, ``daemon.allowClaimLoosening``).
 """
 
 from __future__ import annotations
@@ -28,19 +34,31 @@ class GpuConfig(dra.ShareConfig):
     """A GPU claim's config: `dra.ShareConfig`'s ``preload`` and ``computeLimit`` (``false`` is HAMi's
     ``CUDA_DISABLE_CONTROL`` for compute), and the compute mode."""
 
-    compute_mode: Literal["share", "strict"] | None = None
+    compute_mode: Literal["share", "strict"] | None = dataclasses.field(
+        default=None, metadata=dra.strength((None, "share"), "strict"))
     """``share`` (unset): ``cores`` percent of GPU time (an idle GPU boosts its clock, so a compute-bound
     loop gets more than that of full-load throughput); ``strict``: ``cores`` percent of full-load
     throughput (each batch charged at the full-load clock; bandwidth-bound work then gets less:
     hookcore/README.md, "Two meanings of 30%"). Applies to shares below 100 cores."""
 
-    full_load_clock_mhz: int | None = None
+    full_load_clock_mhz: int | None = dataclasses.field(default=None, metadata=dra.strength(
+        weaker="higher", when=lambda cls_config: getattr(cls_config, "compute_mode", None) == "strict"))
     """Strict only: the GPU's sustained SM clock under full load in MHz (H200: ~1500); unset: the
     daemon's ``fullLoadClockMhz`` setting, else the hook's default (NVML's default application
     clock, which on some GPUs is the boost clock: then strict changes nothing)."""
 
+    sharing: Literal["mps"] | None = None
+    """``mps``: run the claim's processes as MPS clients of the GPU's one MPS server (kernels of
+    several claims run at once; SMs capped per process by MPS at ``cores`` percent); unset: the
+    hook time-slices. One GPU per MPS claim (a process talks to one MPS server)."""
+
     def validate(self) -> None:
         super().validate()
+        if self.sharing not in (None, "mps"):
+            raise ValueError(f"sharing must be mps or unset, not {self.sharing!r}")
+        if self.sharing == "mps" and self.compute_mode == "strict":
+            raise ValueError("computeMode: strict is the hook's compute limit; under sharing: mps the SM percentage"
+                             " is the limit: drop one of them")
         if self.compute_mode not in (None, "share", "strict"):
             raise ValueError(f"computeMode must be share or strict, not {self.compute_mode!r}")
         if self.full_load_clock_mhz is not None:

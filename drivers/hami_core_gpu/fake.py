@@ -6,7 +6,11 @@ It describes the node's GPUs in ``HOOKCORE_STUB_DEVICES`` (the grammar of
 one, and lays out a small sysfs for the PCIe root and NUMA node. Discovery, health and prepare
 then run unchanged: what the tests and the demo check is the code a GPU node runs.
 
-PROFILE is ``<model>x<count>``, e.g. ``h200x8``, ``a100-40gx4`` (models in `MODELS`). FILE is
+PROFILE is ``<model>x<count>``, e.g. ``h200x8``, ``a100-40gx4`` (models in `MODELS`), with
+``-mig`` for MIG mode on every GPU (``h200x8-mig``; MIG-capable models only). Under it the stub
+keeps the MIG partitioning in a file per fake node (`FakeBackend.mig_state`, or
+``HOOKCORE_STUB_NVML_MIG`` when set), so a restarted daemon finds what it made; with ``mig=static``
+the backend plays the admin's mig-parted once, cutting each GPU into `STATIC_LAYOUT`. FILE is
 a YAML document:
 
     driverVersion: "580.159.04"     # optional
@@ -44,7 +48,7 @@ from typing import Any
 
 import dra
 from dra import fakes, topology
-from drivers.hami_core_gpu import nvml
+from drivers.hami_core_gpu import mig, nvml
 
 MiB = 1 << 20
 
@@ -157,7 +161,17 @@ def _from_model(model: Model, node: str, position: int) -> FakeGpu:
     )
 
 
+# The MIG devices a static fake GPU is cut into (profile, placement start): 3 + 2 + 1 of 7 compute slices.
+STATIC_LAYOUT = (("3g.71gb", 0), ("2g.35gb", 4), ("1g.18gb", 6))
+MIG_SUFFIX = "-mig"
+
+
 def profile(name: str, node: str) -> FakeNode:
+    if name.endswith(MIG_SUFFIX):
+        base = profile(name[: -len(MIG_SUFFIX)], node)
+        if any(g.mig == "unsupported" for g in base.gpus):
+            raise FakeDevicesError(f"fake-device profile {name!r}: that model has no MIG")
+        return dataclasses.replace(base, gpus=tuple(dataclasses.replace(g, mig="on") for g in base.gpus))
     model_name, count = fakes.parse_profile(name, MODELS, example="h200x8")
     if not 1 <= count <= MAX_GPUS:
         raise FakeDevicesError(f"fake-device profile {name!r}: count must be 1..{MAX_GPUS}")
@@ -237,7 +251,7 @@ def load(spec: str, node: str) -> FakeNode:
 
 def stub_library() -> Path:
     """hookcore's stub libnvidia-ml.so.1, built beside the hook library."""
-    return dra.hook_library("vgpu").parent / "stub" / "libnvidia-ml.so.1"
+    return fakes.stub_dir(dra.hook_library("vgpu").parent / "stub") / "libnvidia-ml.so.1"
 
 
 class FakeBackend:
@@ -252,11 +266,51 @@ class FakeBackend:
         self.stub_library = stub_library
         self.sysfs = fake_sysfs([(g.pci_bus_id, g.pcie_root, g.numa_node) for g in node.gpus])
         os.environ.update(node.stub_env())  # the stub reads its devices at nvmlInit
+        digest = hashlib.sha256(",".join(g.uuid for g in node.gpus).encode()).hexdigest()[:16]
+        default = Path(tempfile.gettempdir()) / f"hami-core-gpu-fake-mig-{digest}.state"
+        self.mig_state = Path(os.environ.setdefault("HOOKCORE_STUB_NVML_MIG", str(default)))
         nvml.load_library(stub_library)
 
-    def container_env(self, uuids: Iterable[str]) -> dict[str, str]:
-        """What a workload of a claim needs to see these GPUs under the stub CUDA and NVML."""
-        return {"HOOKCORE_STUB_DEVICES": self.node.stub_devices(list(uuids))}
+    @property
+    def mps_control(self) -> Path:
+        """The FAKE nvidia-cuda-mps-control (records the commands it gets; no MPS server)."""
+        return Path(__file__).resolve().parent / "fake_mps" / "nvidia-cuda-mps-control"
+
+    @property
+    def mps_root(self) -> Path:
+        """Where the fake node's MPS daemons keep their dirs (a restart of the daemon finds them)."""
+        return self.mig_state.with_name(self.mig_state.name.replace(".state", "") + "-mps")
+
+    def seed_static_mig(self, found: Mapping[str, mig.MigGpu]) -> bool:
+        """Cut every MIG GPU that has no instance into `STATIC_LAYOUT`, through NVML (as mig-parted
+        would); True when anything was made (then discover again)."""
+        made = False
+        for uuid, gpu in found.items():
+            if gpu.devices or mig.instances(uuid, gpu.profiles):
+                continue
+            by_name = {p.name: p for p in gpu.profiles}
+            for name, start in STATIC_LAYOUT:
+                if name in by_name and start in by_name[name].starts:
+                    mig.create(uuid, by_name[name], start)
+                    made = True
+        return made
+
+    def container_env(self, uuids: Iterable[str], migs: Sequence[mig.MigDevice] = ()) -> dict[str, str]:
+        """What a workload of a claim needs to see these GPUs under the stub CUDA and NVML. A MIG
+        device is a device of its memory to the stub, named ``GPU-`` + the MIG UUID's digits (the
+        stub CUDA spells every UUID so), and CUDA_VISIBLE_DEVICES says it the stub's way."""
+        listed = list(uuids)
+        if not migs:
+            return {"HOOKCORE_STUB_DEVICES": self.node.stub_devices(listed)}
+        parents = {g.uuid: g for g in self.node.gpus}
+        entries, visible = [], []
+        for i, dev in enumerate(migs):
+            stub_uuid = "GPU-" + dev.uuid.removeprefix("MIG-")
+            name = f"{parents[dev.parent_uuid].product_name} MIG {dev.profile.name}" if dev.parent_uuid in parents \
+                else f"MIG {dev.profile.name}"
+            entries.append(f"uuid={stub_uuid},name={name},memory={dev.memory},index={i},minor={i},mig=off")
+            visible.append(stub_uuid)
+        return {"HOOKCORE_STUB_DEVICES": ";".join(entries), "CUDA_VISIBLE_DEVICES": ",".join(visible)}
 
     def close(self) -> None:
         """Nothing to release: the fake sysfs is shared by every process faking the same layout."""

@@ -112,6 +112,12 @@ def load_library(path: Path | None) -> None:
         _loaded = str(path)
 
 
+def init() -> None:
+    """nvmlInit for a long-lived reader (the watchdog's); pair it with ``pynvml.nvmlShutdown``."""
+    with _init_lock:
+        call(pynvml.nvmlInit)
+
+
 @contextmanager
 def session() -> Iterator[None]:
     """nvmlInit ... nvmlShutdown."""

@@ -14,6 +14,16 @@
 - ``fullLoadClockMhz`` (unset): the sustained SM clock under full load of this node's GPUs, for
   claims with ``computeMode: strict`` that give none (H200: ~1500; ``bench/hookcore_gpu.py`` measures it).
 
+- ``mig`` (``static``): what a GPU in MIG mode is published as: ``static``, its existing MIG
+  devices; ``dynamic``, its profiles at every placement (partitionable devices; instances made at
+  prepare); ``off``, nothing (`mig.py`). GPUs with MIG off are shared by the hook in every mode.
+
+- ``mpsRoot`` (``/run/hami-core-gpu/mps``): where the MPS control daemons keep their pipe and log
+  directories and the record of their claims (`mps.py`); a host path that the claims' containers
+  can mount.
+- ``mpsControl`` (``nvidia-cuda-mps-control``): the MPS control program (the fake backend's default
+  is the fake of ``fake_mps/``).
+
 Unknown keys and bad values stop the daemon at start with a message naming the key.
 """
 
@@ -42,15 +52,20 @@ class Settings:
     health_probe_interval: float = 5.0
     sysfs: Path = Path("/sys")
     full_load_clock_mhz: int | None = None
+    mig: str = "static"
+    mps_root: Path = Path("/run/hami-core-gpu/mps")
+    mps_control: str | None = None  # None: nvidia-cuda-mps-control (the fake's under --fake)
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
         known = {
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs", "fullLoadClockMhz",
+            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig", "mpsRoot", "mpsControl",
         }
         dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
+        if "mig" in raw:
+            out["mig"] = dra.settings.one_of("mig", raw["mig"], ("off", "static", "dynamic"))
         if "cdiMode" in raw:
             out["cdi_mode"] = dra.settings.one_of("cdiMode", raw["cdiMode"], CDI_MODES)
         if "toolkitCdiKind" in raw:
@@ -58,7 +73,12 @@ class Settings:
             if not sep or not vendor or not klass or "=" in klass:
                 raise SettingsError(f"toolkitCdiKind must look like vendor.com/class, not {raw['toolkitCdiKind']!r}")
             out["toolkit_cdi_kind"] = raw["toolkitCdiKind"]
-        for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs")):
+        if "mpsControl" in raw:
+            if not raw["mpsControl"].strip():
+                raise SettingsError("mpsControl must name the nvidia-cuda-mps-control program, not be empty")
+            out["mps_control"] = raw["mpsControl"]
+        for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs"),
+                          ("mpsRoot", "mps_root")):
             if key in raw:
                 out[attr] = dra.settings.absolute_path(key, raw[key])
         if "deviceMemory" in raw:

@@ -244,7 +244,7 @@ static int uuid_char_ok(char c) {
 /* ---------------------------------------------------------------------------------------------
    Keys: the vendor-neutral names, and the sources they come from                              */
 
-enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ };
+enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_CTX };
 
 typedef struct key_spec {
   const char *name;   /* exact name, or the prefix before <i> when indexed */
@@ -262,6 +262,8 @@ static const key_spec g_keys[] = {
   {"HOOKCORE_COMPUTE_MODE", V_MODE, 0},
   {"HOOKCORE_COMPUTE_REF_MHZ_", V_MHZ, 1},
   {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
+  {"HOOKCORE_CONTEXT_MEMORY_", V_CTX, 1},
+  {"HOOKCORE_CONTEXT_MEMORY", V_CTX, 0},
   {"HOOKCORE_LEDGER", V_PATH, 0},
 };
 #define NKEYS (sizeof g_keys / sizeof g_keys[0])
@@ -296,6 +298,9 @@ typedef struct parse_state {
   char mem_by[HK_MAX_DEVICES][NAME_MAX_LEN];
   char sm_by[HK_MAX_DEVICES][NAME_MAX_LEN];
   char uuid_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+  uint64_t ctx_default;
+  char ctx_default_by[NAME_MAX_LEN];
+  char ctx_by[HK_MAX_DEVICES][NAME_MAX_LEN];
 } parse_state;
 
 static void copy_name(char dst[NAME_MAX_LEN], const char *name, size_t n) {
@@ -350,6 +355,13 @@ static int repeated(parse_state *st, const char *by, const char *name, const cha
 }
 
 static int parse_mem_v(const char *n, const char *v, void *o, char *e, size_t el) {
+  return hk_parse_mem(n, v, (uint64_t *)o, e, el);
+}
+static int parse_ctx_v(const char *n, const char *v, void *o, char *e, size_t el) {
+  if (strcmp(v, "0") == 0) {
+    *(uint64_t *)o = 0;
+    return HK_OK;
+  }
   return hk_parse_mem(n, v, (uint64_t *)o, e, el);
 }
 static int parse_sm_v(const char *n, const char *v, void *o, char *e, size_t el) {
@@ -442,6 +454,14 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
         copy_name(by, name, strlen(name));
         break;
       }
+      case V_CTX: {   /* a memory quantity, where 0 (charge no context) is allowed */
+        char *by = idx < 0 ? st->ctx_default_by : st->ctx_by[idx];
+        uint64_t *dst = idx < 0 ? &st->ctx_default : &out->ctx_bytes[idx];
+        if (by[0]) return repeated(st, by, name, value, parse_ctx_v, dst, sizeof *dst, err, errlen);
+        rc = parse_ctx_v(name, value, dst, err, errlen);
+        copy_name(by, name, strlen(name));
+        break;
+      }
       case V_UUID:
         if (st->uuid_by[idx][0])
           return repeated(st, st->uuid_by[idx], name, value, parse_uuid_v, out->uuid[idx], HK_UUID_MAX, err, errlen);
@@ -477,7 +497,7 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
     char qn[128];
     hk__quote(qn, sizeof qn, name);
     hk__errf(err, errlen, "unknown key %s (expected HOOKCORE_MEMORY_LIMIT_<i>, HOOKCORE_COMPUTE_LIMIT_<i>, "
-             "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_DEVICE_UUID_<i> or HOOKCORE_LEDGER)", qn);
+             "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_DEVICE_UUID_<i>, HOOKCORE_CONTEXT_MEMORY_<i> or HOOKCORE_LEDGER)", qn);
     return HK_EFAILCLOSED;
   }
   return HK_OK;   /* some other HOOKCORE_ variable (HOOKCORE_LOG, ...): not a quota */
@@ -549,6 +569,7 @@ static int finish(parse_state *st, const hk_config_source *src, char *err, size_
     if (!st->mem_by[i][0]) out->mem_limit[i] = st->mem_default;
     if (!st->sm_by[i][0]) out->sm_limit[i] = st->sm_default;
     if (!st->mode_by[i][0]) out->compute_mode[i] = st->mode_default;
+    if (!st->ctx_by[i][0]) out->ctx_bytes[i] = st->ctx_default;
     if (out->mem_limit[i] != HK_MEM_UNLIMITED) out->flags[i] |= HK_CFG_MEM_SET;
     if (out->sm_limit[i] != HK_SM_UNLIMITED) out->flags[i] |= HK_CFG_SM_SET;
     if (st->uuid_by[i][0]) out->flags[i] |= HK_CFG_UUID_SET;

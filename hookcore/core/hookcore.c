@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -95,6 +97,22 @@ static void config_file(char *path, size_t n) {
   if (hk_config_file_path(g.stem, path, n) != HK_OK) path[0] = '\0';
 }
 
+/* No config file: fine only when the claim directory (the file's parent) is absent too. A claim
+   directory that exists without its config means the config was removed or never mounted: fail
+   closed rather than run unlimited (the environment cannot stand in for a claim's config). */
+static int claim_dir_absent(const char *file) {
+  char dir[HK_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", file);
+  char *slash = strrchr(dir, '/');
+  if (slash == NULL || slash == dir) return HK_OK;
+  *slash = '\0';
+  struct stat st;
+  if (lstat(dir, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) return HK_OK;
+  hk__errf(g.msg, sizeof g.msg, "claim directory %.200s exists but has no config file (%.200s): the claim "
+           "cannot be enforced; the node daemon writes and mounts it, re-create the pod", dir, file);
+  return HK_EFAILCLOSED;
+}
+
 static void init_once(void) {
   char file[HK_PATH_MAX];
   char *text = NULL;
@@ -103,7 +121,7 @@ static void init_once(void) {
   config_file(file, sizeof file);
   if (file[0]) {
     rc = hk_config_read_file(file, &text, g.msg, sizeof g.msg);
-    if (rc == HK_ENOENT) rc = HK_OK;
+    if (rc == HK_ENOENT) rc = claim_dir_absent(file);
   }
   if (rc == HK_OK) {
     hk_config_source src = {.envp = (const char *const *)environ, .aliases = g.aliases, .file_text = text,
@@ -177,23 +195,28 @@ int hk_device_resolve(int ordinal, const char *uuid) {
 uint64_t hk_mem_limit(int dev) {
   if (ready() != HK_OK) return 0;
   if (g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return HK_MEM_UNLIMITED;
-  return g.led->dev[dev].mem_limit;
+  return g.cfg.mem_limit[dev];   /* the process's own parsed config: never the writable ledger */
 }
 
 uint32_t hk_sm_limit(int dev) {
   if (ready() != HK_OK) return 0;
   if (g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return HK_SM_UNLIMITED;
-  return g.led->dev[dev].sm_limit;
+  return g.cfg.sm_limit[dev];
 }
 
 int hk_compute_strict(int dev) {
   if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
-  return g.led->dev[dev].compute_mode == HK_COMPUTE_STRICT;
+  return g.cfg.compute_mode[dev] == HK_COMPUTE_STRICT;
 }
 
 uint32_t hk_compute_ref_mhz(int dev) {
   if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
-  return g.led->dev[dev].ref_mhz;
+  return g.cfg.ref_mhz[dev];
+}
+
+uint64_t hk_context_bytes(int dev) {
+  if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
+  return g.cfg.ctx_bytes[dev];
 }
 
 const char *hk_device_uuid(int dev) {
@@ -248,6 +271,11 @@ uint64_t hk_mem_used(int dev) {
   return hk_ledger_used(g.led, dev);
 }
 
+uint64_t hk_ledger_repairs(void) {
+  if (ready() != HK_OK || g.dormant) return 0;
+  return hk__ledger_repairs(g.led);
+}
+
 int hk_reclaim(void) {
   if (ready() != HK_OK || g.dormant) return 0;
   return hk_ledger_reclaim(g.led);
@@ -255,7 +283,7 @@ int hk_reclaim(void) {
 
 uint64_t hk_mem_used_self(int dev) {
   if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES || g.led->me == NULL) return 0;
-  return HK_USED_BYTES(hk_atomic_load_relaxed(&g.led->me->xused[dev]));
+  return hk_atomic_load_relaxed(&g.led->xmine[dev]);   /* my own count, not the editable slot */
 }
 
 void *hk_limiter_area(int dev) {

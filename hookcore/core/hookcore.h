@@ -38,6 +38,10 @@
  *   HOOKCORE_COMPUTE_REF_MHZ_<i> strict only: the device's clock under full load, MHz (default: the
  *                                shim's own estimate, see the shim's README)
  *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("GPU-xxxxxxxx-..."): the claim is UUID-keyed
+ *   HOOKCORE_CONTEXT_MEMORY_<i>  device memory a context takes on index i (a quantity, 0 allowed);
+ *   HOOKCORE_CONTEXT_MEMORY      charged to the quota once per process and device when the process
+ *                                first uses the device, and once per extra context it creates
+ *                                (default 0: contexts not charged)
  *   HOOKCORE_LEDGER              ledger path. Default: <config dir>/ledger for a file config;
  *                                /tmp/hookcore-<stem>.ledger for an environment config with a limit
  * Aliases map a legacy name onto a key, suffix and all: {"OLD_MEM_LIMIT", "HOOKCORE_MEMORY_LIMIT"}
@@ -169,6 +173,7 @@ typedef struct hk_config {
   uint32_t compute_mode[HK_MAX_DEVICES];    /* HK_COMPUTE_* */
   uint32_t ref_mhz[HK_MAX_DEVICES];         /* strict: full-load clock in MHz, 0 = not given */
   char uuid[HK_MAX_DEVICES][HK_UUID_MAX];   /* "" when not given */
+  uint64_t ctx_bytes[HK_MAX_DEVICES];       /* device memory charged per context (0 = none) */
   char ledger_path[HK_PATH_MAX];            /* "" when no ledger is needed (no limit set, no path) */
 } hk_config;
 
@@ -265,6 +270,10 @@ uint32_t hk_sm_limit(int dev);
 int hk_compute_strict(int dev);
 uint32_t hk_compute_ref_mhz(int dev);
 
+/* Device memory charged per context on ledger index `dev` (HOOKCORE_CONTEXT_MEMORY_<i>); 0 when
+   none, dormant or failed closed. */
+uint64_t hk_context_bytes(int dev);
+
 /* The UUID the claim gives ledger index `dev` ("" when none, dormant, failed closed). */
 const char *hk_device_uuid(int dev);
 
@@ -279,6 +288,10 @@ void hk_mem_release(int dev, uint64_t bytes);
 /* Claim-wide usage of `dev` (sum over live processes) / this process's usage. */
 uint64_t hk_mem_used(int dev);
 uint64_t hk_mem_used_self(int dev);
+
+/* How often this process found its own slot of the ledger edited by someone else (and rewrote it
+   from its own count). */
+uint64_t hk_ledger_repairs(void);
 
 /* Free the slots (and charges) of processes that died. Admission does this by itself when a
    reservation would fail, and every process does it once at start; call it before reporting
@@ -319,6 +332,17 @@ typedef struct hk_ledger hk_ledger;
 int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out,
                    char *err, size_t errlen);
 void hk_ledger_close(hk_ledger *l);   /* releases the slot lock (the slot is reclaimed lazily) */
+
+/* Read a ledger the caller must not trust (the node daemon reading a tenant-writable file): the
+   path's last component is never followed (O_PATH|O_NOFOLLOW: a symlink is looked at, refused), nothing but a regular file of
+   exactly the ledger's size is opened at all (a FIFO, device, directory, or a file grown or
+   shrunk is refused without being opened for reading: it is looked at through an O_PATH
+   descriptor first), and its bytes are copied into private memory with pread, so a file that
+   shrinks later cannot fault the reader (no mapping). The handle answers hk_ledger_device /
+   _process / _limiter_area from that copy; liveness is still asked of the file's slot locks.
+   Blocking: one open, fstat, pread of 268 KiB; no lock is waited for. HK_OK or HK_EFAILCLOSED /
+   HK_EIO with a message. */
+int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen);
 
 int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes);   /* as hk_mem_reserve */
 void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes);  /* as hk_mem_release */

@@ -91,6 +91,7 @@ struct hk_ledger {
   int fd;                        /* -1 for a private ledger or after fork */
   unsigned flags;                /* HK_OPEN_* */
   int private_mem;               /* 1: anonymous memory, no file, no locks */
+  int snapshot;                  /* 1: a private copy read from the file (hk_ledger_open_snapshot) */
   int lost;                      /* 1: my slot was taken from me (descriptor closed behind my back) */
   size_t size;
   unsigned char *base;
@@ -100,6 +101,15 @@ struct hk_ledger {
   hk__slot *me;            /* my slot, NULL if none */
   int my_index;
   uint64_t my_owner;             /* owner word I published; anything else there = slot lost */
+  /* Process-local truth, which no write to the shared file can change: the quotas admission
+     enforces (from the process's own config at open), and what this process holds per device.
+     Admission checks both "mine <= quota" and "others' slots + mine <= quota", and every reserve
+     and release rewrites my slot from `xmine`, so a slot edited behind my back is repaired. */
+  uint64_t lim[HK_MAX_DEVICES];
+  _Atomic uint64_t xmine[HK_MAX_DEVICES];
+  _Atomic uint64_t xrepairs;     /* times my slot was found edited by someone else and rewritten */
+  _Atomic uint32_t xhwm_seen;    /* highest slot high-water mark this handle has read: a mark
+                                    lowered in the file cannot hide slots it already knows of */
   dev_t st_dev;
   ino_t st_ino;
   char path[HK_PATH_MAX];
@@ -115,6 +125,7 @@ int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen);
 int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen);  /* after fork: new fd + slot */
 void hk__ledger_atfork_child(hk_ledger *l);
 uint64_t hk__ledger_sum(const hk_ledger *l, int dev);
+uint64_t hk__ledger_repairs(const hk_ledger *l);
 
 /* track.c */
 void hk__track_atfork_child(void);

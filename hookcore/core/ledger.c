@@ -242,6 +242,15 @@ static int map_file(hk_ledger *l, int prot, char *err, size_t errlen) {
   return HK_OK;
 }
 
+/* The quotas this handle enforces: the caller's config (never re-read from the file); without a
+   config (tests, tools), what the file says at open. */
+static void set_limits(hk_ledger *l, const hk_config *cfg) {
+  for (int i = 0; i < HK_MAX_DEVICES; i++) {
+    l->lim[i] = cfg ? cfg->mem_limit[i] : (l->dev[i].mem_limit ? l->dev[i].mem_limit : HK_MEM_UNLIMITED);
+    hk_atomic_store_relaxed(&l->xmine[i], 0);
+  }
+}
+
 /* With the creation lock held: size the file, map it, create or validate it. */
 static int open_locked(hk_ledger *l, const hk_config *cfg, char *err, size_t errlen) {
   struct stat st;
@@ -266,6 +275,7 @@ static int open_locked(hk_ledger *l, const hk_config *cfg, char *err, size_t err
   }
   int rc = map_file(l, PROT_READ | PROT_WRITE, err, errlen);
   if (rc != HK_OK) return rc;
+  set_limits(l, cfg);
   if (hk_atomic_load_acquire(&l->hdr->xmagic) == 0) {
     init_header(l, cfg);   /* nobody can be using it: every user holds the creation lock first */
     return HK_OK;
@@ -337,6 +347,7 @@ static int open_private(const hk_config *cfg, hk_ledger *l, char *err, size_t er
   l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
   snprintf(l->path, sizeof l->path, "(private)");
   init_header(l, cfg);
+  set_limits(l, cfg);
   hk__slot *s = &l->slots[0];
   for (int d = 0; d < HK_MAX_DEVICES; d++) hk_atomic_store_relaxed(&s->xused[d], HK_USED_MAKE(1, 0));
   s->pid = (int32_t)getpid();
@@ -396,6 +407,7 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
     }
     rc = map_file(l, PROT_READ, err, errlen);
     if (rc == HK_OK) rc = check_header(l, err, errlen);
+    if (rc == HK_OK) set_limits(l, NULL);
     if (rc != HK_OK) { hk_ledger_close(l); return rc; }
     *out = l;
     return HK_OK;
@@ -426,8 +438,90 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
   return HK_OK;
 }
 
+int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (out == NULL || path == NULL) {
+    hk__errf(err, errlen, "hk_ledger_open_snapshot: NULL argument");
+    return HK_EINVAL;
+  }
+  *out = NULL;
+  if (strlen(path) >= HK_PATH_MAX) {
+    hk__errf(err, errlen, "ledger path too long");
+    return HK_EINVAL;
+  }
+  int pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (pfd < 0) {
+    hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
+    return HK_EIO;
+  }
+  struct stat st;
+  memset(&st, 0, sizeof st);
+  if (fstat(pfd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != HK_LEDGER_SIZE) {
+    hk__errf(err, errlen, "%s is not a hookcore ledger: %s (size %lld, expected a regular file of %u bytes)", path,
+             S_ISREG(st.st_mode) ? "wrong size" : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+             S_ISLNK(st.st_mode) ? "a symbolic link, not followed" : "not a regular file", (long long)st.st_size, HK_LEDGER_SIZE);
+    close(pfd);
+    return HK_EFAILCLOSED;
+  }
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+  int fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);   /* the same inode, now regular */
+  close(pfd);
+  if (fd < 0) {
+    hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
+    return HK_EIO;
+  }
+  hk_ledger *l = calloc(1, sizeof *l);
+  unsigned char *buf = malloc(HK_LEDGER_SIZE);
+  if (l == NULL || buf == NULL) {
+    free(l);
+    free(buf);
+    close(fd);
+    hk__errf(err, errlen, "out of host memory");
+    return HK_EIO;
+  }
+  size_t got = 0;
+  while (got < HK_LEDGER_SIZE) {
+    ssize_t r = pread(fd, buf + got, HK_LEDGER_SIZE - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  if (got != HK_LEDGER_SIZE) {
+    hk__errf(err, errlen, "ledger %s shrank while being read (%zu of %u bytes)", path, got, HK_LEDGER_SIZE);
+    free(buf);
+    free(l);
+    close(fd);
+    return HK_EFAILCLOSED;
+  }
+  l->fd = fd;
+  l->my_index = -1;
+  l->flags = HK_OPEN_READONLY;
+  l->snapshot = 1;
+  l->base = buf;
+  l->size = HK_LEDGER_SIZE;
+  l->hdr = (hk__hdr *)l->base;
+  l->dev = (hk__dev *)(l->base + HK_OFF_DEVICES);
+  l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
+  snprintf(l->path, sizeof l->path, "%s", path);
+  int rc = check_header(l, err, errlen);
+  if (rc != HK_OK) {
+    hk_ledger_close(l);
+    return rc;
+  }
+  set_limits(l, NULL);
+  *out = l;
+  return HK_OK;
+}
+
 void hk_ledger_close(hk_ledger *l) {
   if (l == NULL) return;
+  if (l->snapshot) {
+    free(l->base);
+    if (l->fd >= 0) close(l->fd);
+    free(l);
+    return;
+  }
   if (l->me != NULL && !l->private_mem && l->fd >= 0) {
     /* Still holding the slot lock: hand the slot back (a kill here just leaves it for reclaim). */
     uint64_t w = hk_atomic_load_seq_cst(&l->me->xowner);
@@ -447,6 +541,7 @@ void hk_ledger_close(hk_ledger *l) {
    slot is claimed lazily (hk__ledger_reattach) on first use. Only async-signal-safe calls here. */
 void hk__ledger_atfork_child(hk_ledger *l) {
   if (l == NULL) return;
+  for (int d = 0; d < HK_MAX_DEVICES; d++) hk_atomic_store_relaxed(&l->xmine[d], 0);   /* nothing of mine yet */
   if (l->private_mem) {   /* the child has its own copy: start it from zero */
     if (l->me == NULL) return;
     for (int d = 0; d < HK_MAX_DEVICES; d++)
@@ -517,27 +612,55 @@ static void backoff(int attempt) {
   nanosleep(&ts, NULL);
 }
 
-/* Add (or subtract, saturating at 0) `bytes` on my counter, only while it still carries my tag.
-   Returns 0, or -1 when the counter belongs to another owner now (nothing changed) or the add
-   would overflow the counter. */
-static int add_mine(hk_ledger *l, int dev, uint64_t bytes, int sub) {
+/* Change my own count (process memory) by `bytes`: add, or subtract saturating at 0. Returns the
+   new value, or UINT64_MAX when an add would overflow the counter (nothing changed). */
+static uint64_t change_mine(hk_ledger *l, int dev, uint64_t bytes, int sub) {
+  uint64_t v = hk_atomic_load_seq_cst(&l->xmine[dev]), nv;
+  do {
+    if (sub) nv = v > bytes ? v - bytes : 0;
+    else if (bytes > HK_USED_MASK - v) return UINT64_MAX;
+    else nv = v + bytes;
+  } while (!hk_atomic_cas_weak_seq_cst(&l->xmine[dev], &v, nv));
+  return nv;
+}
+
+/* Write my own count into my slot, while the slot still carries my tag. The slot is only ever set
+   from xmine (never incremented), so whatever was written there behind my back is replaced by the
+   truth. Concurrent publishers converge: each re-reads xmine after the slot's current value, so the
+   last successful CAS carries the newest count. Returns 0, or -1 when the slot is another owner's. */
+static int publish_mine(hk_ledger *l, int dev, uint64_t expect_bytes) {
   _Atomic uint64_t *c = &l->me->xused[dev];
   uint64_t tag = HK_OWNER_GEN(l->my_owner) & 0xffffu;
   uint64_t v = hk_atomic_load_seq_cst(c), nv;
-  do {
+  int checked = 0;
+  for (;;) {
     if (HK_USED_TAG(v) != tag) return -1;
-    uint64_t b = HK_USED_BYTES(v);
-    if (sub) b = b > bytes ? b - bytes : 0;   /* never underflow */
-    else if (bytes > HK_USED_MASK - b) return -1;
-    else b += bytes;
-    nv = HK_USED_MAKE(tag, b);
-  } while (!hk_atomic_cas_weak_seq_cst(c, &v, nv));
+    uint64_t mine = hk_atomic_load_seq_cst(&l->xmine[dev]);
+    if (!checked) {   /* my slot should hold my previous count: anything else was written by someone else */
+      checked = 1;
+      if (HK_USED_BYTES(v) != expect_bytes && HK_USED_BYTES(v) != mine) hk_atomic_add_relaxed(&l->xrepairs, 1);
+    }
+    nv = HK_USED_MAKE(tag, mine);
+    if (v == nv || hk_atomic_cas_weak_seq_cst(c, &v, nv)) return 0;
+  }
+}
+
+/* Change my count and publish it. Returns 0, or -1 when the count would overflow or my slot is
+   another owner's now (then nothing is published). */
+static int add_mine(hk_ledger *l, int dev, uint64_t bytes, int sub) {
+  uint64_t before = hk_atomic_load_seq_cst(&l->xmine[dev]);
+  uint64_t now = change_mine(l, dev, bytes, sub);
+  if (now == UINT64_MAX) return -1;
+  if (publish_mine(l, dev, before) != 0) {
+    if (!sub) change_mine(l, dev, bytes, 1);
+    return -1;
+  }
   return 0;
 }
 
 /* My slot's owner word changed: someone took my slot's lock, i.e. this process closed (or an
-   application closed for it) the ledger descriptor. Charges can no longer be counted: stop, and
-   touch the slot no more (its counters may already be another owner's). */
+   application closed for it) the ledger descriptor, or the word was overwritten. Charges can no
+   longer be counted: stop, and touch the slot no more (its counters may already be another owner's). */
 static __attribute__((noinline)) int slot_lost(hk_ledger *l) {
   l->me = NULL;
   l->my_index = -1;
@@ -549,12 +672,38 @@ static inline int owner_changed(const hk_ledger *l) {
   return hk_unlikely(hk_atomic_load_relaxed(&l->me->xowner) != l->my_owner);
 }
 
+/* Claim-wide usage as admission sees it: the other live slots as the file says, plus my own count
+   from process memory (my slot in the file may have been edited; my count cannot be). */
+static uint64_t admitted_sum(hk_ledger *l, int dev) {
+  uint64_t sum = hk_atomic_load_seq_cst(&l->xmine[dev]);
+  uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
+  uint32_t mine = (uint32_t)l->my_index + 1;
+  if (hk_unlikely(hwm < mine)) {   /* lowered below my own slot: put it back (others must see me) */
+    while (hwm < mine && !hk_atomic_cas_weak_seq_cst(&l->hdr->xslot_hwm, &hwm, mine)) {
+    }
+    if (hwm < mine) hwm = mine;
+  }
+  uint32_t seen = hk_atomic_load_relaxed(&l->xhwm_seen);
+  while (seen < hwm && !hk_atomic_cas_weak_relaxed(&l->xhwm_seen, &seen, hwm)) {
+  }
+  if (seen > hwm) hwm = seen;
+  if (hwm > HK_MAX_SLOTS) hwm = HK_MAX_SLOTS;
+  for (uint32_t i = 0; i < hwm; i++) {
+    if ((int)i == l->my_index) continue;
+    hk__slot *s = &l->slots[i];
+    if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) != HK_SLOT_LIVE) continue;
+    uint64_t v = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[dev]));
+    sum = (sum + v < sum) ? UINT64_MAX : sum + v;   /* saturate */
+  }
+  return sum;
+}
+
 int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
   if (hk_unlikely(l == NULL || dev < 0 || dev >= HK_MAX_DEVICES)) return HK_EINVAL;
   hk__slot *me = l->me;
   if (hk_unlikely(me == NULL)) return l->lost ? HK_EFAILCLOSED : HK_EINVAL;
   hk__dev *d = &l->dev[dev];
-  const uint64_t limit = d->mem_limit;
+  const uint64_t limit = l->lim[dev];   /* from the process's own config, never from the file */
   if (limit == HK_MEM_UNLIMITED) {
     if (add_mine(l, dev, bytes, 0) != 0) return owner_changed(l) ? slot_lost(l) : HK_ENOMEM;
     return owner_changed(l) ? slot_lost(l) : HK_OK;
@@ -562,7 +711,7 @@ int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
   if (bytes > limit) return HK_ENOMEM;
   for (int attempt = 0; attempt < 4; attempt++) {
     if (add_mine(l, dev, bytes, 0) != 0) return owner_changed(l) ? slot_lost(l) : HK_ENOMEM;
-    uint64_t sum = hk__ledger_sum(l, dev);
+    uint64_t sum = admitted_sum(l, dev);
     if (owner_changed(l)) return slot_lost(l);
     if (hk_likely(sum <= limit)) {
       peak_max(d, sum);
@@ -587,6 +736,8 @@ uint64_t hk_ledger_used(const hk_ledger *l, int dev) {
 }
 
 int hk_ledger_slot_index(const hk_ledger *l) { return l ? l->my_index : -1; }
+
+uint64_t hk__ledger_repairs(const hk_ledger *l) { return l ? hk_atomic_load_relaxed(&l->xrepairs) : 0; }
 
 int hk_ledger_reclaim(hk_ledger *l) {
   if (l == NULL || l->private_mem || l->fd < 0 || (l->flags & HK_OPEN_READONLY)) return 0;

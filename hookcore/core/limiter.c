@@ -21,6 +21,8 @@ void hk_limiter_attach(hk_limiter *lim, void *area, uint32_t share_percent) {
     lim->shared = NULL;
     lim->share = share_percent;
     lim->strict = 0;
+    hk_atomic_store_relaxed(&lim->xlocal_tokens_ns, 0);
+    hk_atomic_store_relaxed(&lim->xlocal_last_ns, hk_limiter_now_ns());
     if (!area || share_percent == 0 || share_percent >= 100) return;
     hk_limiter_shared *s = (hk_limiter_shared *)area;
     uint32_t v = hk_atomic_load_acquire(&s->xversion);
@@ -44,31 +46,49 @@ void hk_limiter_attach(hk_limiter *lim, void *area, uint32_t share_percent) {
         }
         sched_yield();
     }
-    if (hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;  /* foreign layout */
+    if (hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) {
+        /* Written out of shape (by a tenant: the area is in its writable ledger). A limit must not
+           turn into none: this process keeps to its share with a bucket of its own. */
+        hk_atomic_store_relaxed(&lim->own.xshare, share_percent);
+        hk_atomic_store_relaxed(&lim->own.xtokens_ns, 0);
+        hk_atomic_store_relaxed(&lim->own.xlast_refill_ns, hk_limiter_now_ns());
+        hk_atomic_store_release(&lim->own.xversion, HK_LIMITER_VERSION);
+        s = &lim->own;
+    }
     lim->shared = s;
+}
+
+/* Refill one bucket (tokens, last refill) up to `now`; returns its balance. */
+static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, uint32_t share, int64_t now) {
+    int64_t last = hk_atomic_load_relaxed(lastp);
+    if (now - last >= HK_LIMITER_QUANTUM_NS && hk_atomic_cas_strong_acq_rel(lastp, &last, now)) {
+        /* This thread won the quantum: credit (now - last) * share, capped at the burst. */
+        int64_t span = now - last;
+        if (span > 1000000000LL) span = 1000000000LL;   /* a refill time written into the past */
+        int64_t add = span * (int64_t)share / 100;
+        int64_t cur = hk_atomic_load_relaxed(tokens);
+        int64_t next;
+        do {
+            next = cur + add;
+            if (next > HK_LIMITER_BURST_NS || next < cur) next = HK_LIMITER_BURST_NS;
+        } while (!hk_atomic_cas_weak_acq_rel(tokens, &cur, next));
+        return next;
+    }
+    int64_t b = hk_atomic_load_acquire(tokens);
+    return b > HK_LIMITER_BURST_NS ? HK_LIMITER_BURST_NS : b;   /* more than the burst: written, not earned */
 }
 
 int64_t hk_limiter_balance(hk_limiter *lim, int64_t now) {
     hk_limiter_shared *s = lim->shared;
-    int64_t last = hk_atomic_load_relaxed(&s->xlast_refill_ns);
-    if (now - last >= HK_LIMITER_QUANTUM_NS &&
-        hk_atomic_cas_strong_acq_rel(&s->xlast_refill_ns, &last, now)) {
-        /* This thread won the quantum: credit (now - last) * share, capped at the burst. */
-        int64_t add = (now - last) * (int64_t)lim->share / 100;
-        int64_t cur = hk_atomic_load_relaxed(&s->xtokens_ns);
-        int64_t next;
-        do {
-            next = cur + add;
-            if (next > HK_LIMITER_BURST_NS) next = cur > HK_LIMITER_BURST_NS ? cur : HK_LIMITER_BURST_NS;
-        } while (!hk_atomic_cas_weak_acq_rel(&s->xtokens_ns, &cur, next));
-        return next;
-    }
-    return hk_atomic_load_acquire(&s->xtokens_ns);
+    int64_t shared = refill(&s->xtokens_ns, &s->xlast_refill_ns, lim->share, now);
+    int64_t local = refill(&lim->xlocal_tokens_ns, &lim->xlocal_last_ns, lim->share, now);
+    return local < shared ? local : shared;
 }
 
 void hk_limiter_charge(hk_limiter *lim, int64_t gpu_ns) {
     if (gpu_ns <= 0) return;
     hk_atomic_sub_acq_rel(&lim->shared->xtokens_ns, gpu_ns);
+    hk_atomic_sub_acq_rel(&lim->xlocal_tokens_ns, gpu_ns);
     hk_atomic_add_relaxed(&lim->shared->xcharged_ns, gpu_ns);
 }
 

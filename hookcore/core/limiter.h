@@ -38,11 +38,18 @@ typedef struct hk_limiter_shared {
     _Atomic int64_t xthrottled_ns;          /* total time launching threads waited (statistics) */
 } hk_limiter_shared;
 
-/* A process-local handle on one device's bucket. */
+/* A process-local handle on one device's bucket. The share comes from the process's own config
+   (never from the shared area). Beside the claim-wide bucket, which every process of the claim can
+   write, each process keeps a bucket of its own in process memory with the same share: the balance
+   is the lower of the two, so no write to the shared file lets one process run above its share
+   (a shared balance above the burst is also clamped on read). */
 typedef struct hk_limiter {
     hk_limiter_shared *shared;              /* NULL = no limit on this device */
     uint32_t share;                         /* percent 1..99 */
     int strict;                             /* charge full-load cost (see above) */
+    _Atomic int64_t xlocal_tokens_ns;       /* this process's own bucket */
+    _Atomic int64_t xlocal_last_ns;
+    hk_limiter_shared own;                  /* stands in for a shared area written out of shape */
 } hk_limiter;
 
 /* What a reader (the wrapper, metrics, bench) may show of a device's bucket. */

@@ -79,7 +79,28 @@ typedef struct CUuuid_st {
 
 enum {
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
 };
+
+/* ---------------------------------------------------------------------------
+ * Contexts: cuCtxSetLimit's limits, green contexts (opaque here)
+ * ------------------------------------------------------------------------- */
+typedef enum {
+    CU_LIMIT_STACK_SIZE = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+} CUlimit;
+
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+
+/* ---------------------------------------------------------------------------
+ * Graphs (the slice the graph memory nodes need)
+ * ------------------------------------------------------------------------- */
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+
+enum { CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10 };
 
 /* ---------------------------------------------------------------------------
  * Virtual memory management (cuMemCreate and friends)
@@ -109,6 +130,42 @@ typedef struct CUmemAllocationProp_st {
         unsigned char reserved[4];
     } allocFlags;
 } CUmemAllocationProp;
+
+/* Memory pools (cuMemPoolCreate, the pool of a graph allocation node). */
+typedef struct CUmemPoolProps_st {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+enum {
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+};
+
+/* cuGraphAddMemAllocNode's parameters (v1 and v2 share the layout). */
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+    CUmemPoolProps poolProps;
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+/* cuGraphAddNode's generic parameters: a type, then a union of every node's parameters. */
+typedef struct CUgraphNodeParams_st {
+    int type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+    } u;
+    long long reserved2;
+} CUgraphNodeParams;
 
 typedef enum {
     CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,

@@ -119,6 +119,19 @@ HK_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     GATED(hk_real.cuGraphLaunch_ptsz, HK_PTSZ(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch_ptsz(g, s));
 }
 
+/* The legacy launches (deprecated, still exported): a 1x1 or WxH grid on the default stream, or
+   on a stream. Metered like the rest, or they would be a way around the compute share. */
+#define LSIG(w, h) ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)(unsigned)(w) << 40 ^ (uint64_t)(unsigned)(h) << 20) * 17)
+HK_EXPORT CUresult cuLaunch(CUfunction f) {
+    GATED(hk_real.cuLaunch, NULL, LSIG(1, 1), hk_real.cuLaunch(f));
+}
+HK_EXPORT CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
+    GATED(hk_real.cuLaunchGrid, NULL, LSIG(gw, gh), hk_real.cuLaunchGrid(f, gw, gh));
+}
+HK_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s) {
+    GATED(hk_real.cuLaunchGridAsync, s, LSIG(gw, gh), hk_real.cuLaunchGridAsync(f, gw, gh, s));
+}
+
 /* ---------------------------------------------------------------------------
  * Stream capture bookkeeping
  * ------------------------------------------------------------------------- */

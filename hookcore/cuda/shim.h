@@ -56,6 +56,32 @@ CUresult cuLaunchCooperativeKernel(HK_LAUNCH_ARGS, void **params);
 CUresult cuLaunchCooperativeKernel_ptsz(HK_LAUNCH_ARGS, void **params);
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
+CUresult cuLaunch(CUfunction f);
+CUresult cuLaunchGrid(CUfunction f, int gw, int gh);
+CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s);
+CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type,
+                                      unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
+CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h, unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr p, size_t size);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *params);
+CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *params);
+CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edata, size_t n,
+                           CUgraphNodeParams *params);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuGreenCtxCreate(CUgreenCtx *ctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+CUresult cuGreenCtxDestroy(CUgreenCtx ctx);
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode);
 CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata,
@@ -90,6 +116,23 @@ int hk_dev_of_ordinal(CUdevice ord) HK_HIDDEN;
 CUresult hk_current_dev(int *ldev, CUdevice *ord) HK_HIDDEN;
 /* CUDA ordinal whose UUID equals `uuid` (CUDA must be initialised in this process), or -1. */
 int hk_cuda_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
+
+/* ---------------------------------------------------------------------------
+ * context.c: contexts and their limits are device memory too
+ * ------------------------------------------------------------------------- */
+/* Shim-local tracking kinds (core/hookcore.h owns 0..7). */
+#define HK_KIND_CTX       8u    /* a created (non-primary) context -> its charge */
+#define HK_KIND_CTXLIMIT  9u    /* (context, limit) -> what that limit is charged */
+#define HK_KIND_GRAPHMEM  10u   /* graph memory (alloc nodes, captured allocations) */
+#define HK_KIND_POOLPTR   11u   /* a pool allocation -> its pool */
+#define HK_KIND_VMMREF    12u   /* a VMM handle's references (handle, retains, mappings) */
+#define HK_KIND_VMMMAP    13u   /* a mapping's address -> its handle */
+
+/* Charge this process's context on ledger device `ldev` once (HOOKCORE_CONTEXT_MEMORY_<i>).
+   CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the quota cannot hold it. */
+CUresult hk_context_charge_primary(int ldev) HK_HIDDEN;
+/* The same for the current context, unless it is one this process created (charged already). */
+CUresult hk_context_charge_current(int ldev) HK_HIDDEN;
 
 /* ---------------------------------------------------------------------------
  * launch.c

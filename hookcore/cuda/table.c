@@ -9,6 +9,12 @@ hk_real_table hk_real;
 #define HK_SHIM_REAL hk_real
 #include "preload/shim_table.h"
 
+void hk_context_atfork_child(void) HK_HIDDEN;
+static void cuda_atfork_child(void) {
+    hk_meter_atfork_child();
+    hk_context_atfork_child();
+}
+
 const hk_shim hk_shim_cuda = {
     .name = "cuda",
     .library = "libcuda.so.1",
@@ -16,6 +22,6 @@ const hk_shim hk_shim_cuda = {
     .aliases = hk_hami_env_aliases,
     .ordinal_of_uuid = hk_cuda_ordinal_of_uuid,
     .setup = hk_cuda_meter_setup,
-    .atfork_child = hk_meter_atfork_child,
+    .atfork_child = cuda_atfork_child,
     HK_SHIM_FIELDS,
 };

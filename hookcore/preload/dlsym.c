@@ -29,15 +29,23 @@
 
 #include "dlsym.h"
 
+static HK_NO_SANITIZE int same_name(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 static _Atomic(hk_dlsym_fn) g_libc;
-_Atomic(hk_dlsym_fn) hk_dlsym_next HK_HIDDEN;   /* read by the trampoline */
+_Atomic(hk_dlsym_fn) hk_dlsym_next HK_HIDDEN;     /* read by the dlsym trampoline */
+_Atomic(hk_dlvsym_fn) hk_dlvsym_next HK_HIDDEN;   /* read by the dlvsym trampoline */
+
+/* The trampolines' own addresses (hidden labels: &dlsym could bind to another library's). */
+extern char hk_dlsym_self[] HK_HIDDEN, hk_dlvsym_self[] HK_HIDDEN;
 
 HK_NO_SANITIZE hk_dlsym_fn hk_preload_libc_dlsym(void) {
     hk_dlsym_fn f = hk_atomic_load_acquire(&g_libc);
     if (HK_LIKELY(f != NULL)) return f;
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
-    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && !f; i++)
-        f = (hk_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    /* Not through dlvsym: that name is this library's interposer now (elfsym.c says why). */
+    f = (hk_dlsym_fn)hk_preload_libc_symbol("dlsym");
     hk_atomic_store_release(&g_libc, f);
     return f;
 }
@@ -52,13 +60,49 @@ HK_NO_SANITIZE hk_dlsym_fn hk_preload_next_dlsym(void) {
     return f;
 }
 
-/* Called by the trampoline: the interposer for a policed name, or NULL to pass the lookup on. */
+static HK_NO_SANITIZE hk_dlvsym_fn next_dlvsym(void) {
+    hk_dlvsym_fn f = hk_atomic_load_acquire(&hk_dlvsym_next);
+    if (HK_LIKELY(f != NULL)) return f;
+    hk_dlsym_fn libc = hk_preload_libc_dlsym();
+    if (libc) f = (hk_dlvsym_fn)libc(RTLD_NEXT, "dlvsym");
+    if (!f) f = (hk_dlvsym_fn)hk_preload_libc_symbol("dlvsym");
+    hk_atomic_store_release(&hk_dlvsym_next, f);
+    return f;
+}
+
+/* What a lookup of one of glibc's private symbol-lookup entry points gets: nothing. */
+static void *refused(void *handle, const char *name) {
+    (void)handle;
+    (void)name;
+    return NULL;
+}
+
+/* The ways to glibc's own symbol lookup, which would find the driver's real functions: a lookup
+   of any of these names, through any handle (libc's own, RTLD_NEXT from a library loaded after
+   this one, RTLD_DEFAULT), answers this library's interposer, so a tenant only ever holds ours. */
+static HK_NO_SANITIZE void *lookup_function(const char *name) {
+    if (name[0] != 'd' && name[0] != '_') return NULL;
+    if (same_name(name, "dlsym")) return hk_dlsym_self;
+    if (same_name(name, "dlvsym")) return hk_dlvsym_self;
+    if (same_name(name, "__libc_dlsym") || same_name(name, "__libc_dlvsym") || same_name(name, "_dl_sym") ||
+        same_name(name, "_dl_vsym"))
+        return (void *)refused;
+    return NULL;
+}
+
+/* Called by the trampolines: the interposer for a policed name, or NULL to pass the lookup on.
+   Every handle is policed, RTLD_NEXT included: a library loaded after this one asking for the
+   "next" cuMemAlloc_v2 would otherwise get the driver's. */
 HK_HIDDEN void *hk_dlsym_decide(void *handle, const char *name);
 HK_NO_SANITIZE void *hk_dlsym_decide(void *handle, const char *name) {
+    (void)handle;
     if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_dlsym_next) == NULL)) hk_preload_next_dlsym();
+    if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_dlvsym_next) == NULL)) next_dlvsym();
     if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_log_xdebug)))   /* (macros only: no instrumented call) */
         hk_atomic_add_relaxed(&hk_log_xdlsym_calls, 1);
-    if (name == NULL || handle == RTLD_NEXT) return NULL;   /* RTLD_NEXT: never ours */
+    if (name == NULL) return NULL;
+    void *dl = lookup_function(name);
+    if (dl) return dl;
     for (const hk_shim *const *sp = hk_preload_shims; *sp; sp++) {
         const char *p = (*sp)->prefix;
         if (name[0] == p[0] && strncmp(name, p, strlen(p)) == 0) return hk_preload_hook_of(name);
@@ -66,7 +110,18 @@ HK_NO_SANITIZE void *hk_dlsym_decide(void *handle, const char *name) {
     return NULL;
 }
 
-__attribute__((constructor)) static void hk_dlsym_ctor(void) { hk_preload_next_dlsym(); }
+/* dlvsym: the same decision whatever the version asked for (the driver's symbols carry none;
+   dlsym@GLIBC_2.34 and every other version of a lookup function get ours). */
+HK_HIDDEN void *hk_dlvsym_decide(void *handle, const char *name, const char *version);
+HK_NO_SANITIZE void *hk_dlvsym_decide(void *handle, const char *name, const char *version) {
+    (void)version;
+    return hk_dlsym_decide(handle, name);
+}
+
+__attribute__((constructor)) static void hk_dlsym_ctor(void) {
+    hk_preload_next_dlsym();
+    next_dlvsym();
+}
 
 #if defined(__x86_64__)
 __asm__(
@@ -74,7 +129,10 @@ __asm__(
     "    .globl dlsym\n"
     "    .type dlsym, @function\n"
     "    .p2align 4\n"
+    "    .globl hk_dlsym_self\n"
+    "    .hidden hk_dlsym_self\n"
     "dlsym:\n"
+    "hk_dlsym_self:\n"
     "    .cfi_startproc\n"
     "    endbr64\n"
     "    pushq %rdi\n"
@@ -98,14 +156,48 @@ __asm__(
     "    jmp *%rax\n"                          /* the caller's return address is still on top */
     "1:  ret\n"
     "    .cfi_endproc\n"
-    "    .size dlsym, .-dlsym\n");
+    "    .size dlsym, .-dlsym\n"
+    "    .globl dlvsym\n"
+    "    .type dlvsym, @function\n"
+    "    .globl hk_dlvsym_self\n"
+    "    .hidden hk_dlvsym_self\n"
+    "    .p2align 4\n"
+    "dlvsym:\n"
+    "hk_dlvsym_self:\n"
+    "    .cfi_startproc\n"
+    "    endbr64\n"
+    "    pushq %rdi\n"
+    "    .cfi_adjust_cfa_offset 8\n"
+    "    pushq %rsi\n"
+    "    .cfi_adjust_cfa_offset 8\n"
+    "    pushq %rdx\n"                        /* three pushes: the stack is 16-byte aligned again */
+    "    .cfi_adjust_cfa_offset 8\n"
+    "    call hk_dlvsym_decide\n"
+    "    popq %rdx\n"
+    "    .cfi_adjust_cfa_offset -8\n"
+    "    popq %rsi\n"
+    "    .cfi_adjust_cfa_offset -8\n"
+    "    popq %rdi\n"
+    "    .cfi_adjust_cfa_offset -8\n"
+    "    testq %rax, %rax\n"
+    "    jnz 1f\n"
+    "    movq hk_dlvsym_next(%rip), %rax\n"
+    "    testq %rax, %rax\n"
+    "    jz 1f\n"
+    "    jmp *%rax\n"                         /* the caller's return address is still on top */
+    "1:  ret\n"
+    "    .cfi_endproc\n"
+    "    .size dlvsym, .-dlvsym\n");
 #elif defined(__aarch64__)
 __asm__(
     "    .text\n"
     "    .globl dlsym\n"
     "    .type dlsym, %function\n"
+    "    .globl hk_dlsym_self\n"
+    "    .hidden hk_dlsym_self\n"
     "    .p2align 2\n"
     "dlsym:\n"
+    "hk_dlsym_self:\n"
     "    hint 34\n"                            /* bti c */
     "    stp x29, x30, [sp, #-32]!\n"
     "    mov x29, sp\n"
@@ -123,7 +215,34 @@ __asm__(
     "    ret\n"
     "2:  mov x0, #0\n"
     "    ret\n"
-    "    .size dlsym, .-dlsym\n");
+    "    .size dlsym, .-dlsym\n"
+    "    .globl dlvsym\n"
+    "    .type dlvsym, %function\n"
+    "    .globl hk_dlvsym_self\n"
+    "    .hidden hk_dlvsym_self\n"
+    "    .p2align 2\n"
+    "dlvsym:\n"
+    "hk_dlvsym_self:\n"
+    "    hint 34\n"
+    "    stp x29, x30, [sp, #-48]!\n"
+    "    mov x29, sp\n"
+    "    stp x0, x1, [sp, #16]\n"
+    "    str x2, [sp, #32]\n"
+    "    bl hk_dlvsym_decide\n"
+    "    mov x9, x0\n"
+    "    ldp x0, x1, [sp, #16]\n"
+    "    ldr x2, [sp, #32]\n"
+    "    ldp x29, x30, [sp], #48\n"
+    "    cbnz x9, 3f\n"
+    "    adrp x16, hk_dlvsym_next\n"
+    "    ldr x16, [x16, #:lo12:hk_dlvsym_next]\n"
+    "    cbz x16, 4f\n"
+    "    br x16\n"
+    "3:  mov x0, x9\n"
+    "    ret\n"
+    "4:  mov x0, #0\n"
+    "    ret\n"
+    "    .size dlvsym, .-dlvsym\n");
 #else
 #error "hookcore: the dlsym trampoline exists for x86_64 and aarch64 only"
 #endif

@@ -5,8 +5,12 @@
 #include "preload.h"
 
 typedef void *(*hk_dlsym_fn)(void *, const char *);
+typedef void *(*hk_dlvsym_fn)(void *, const char *, const char *);
 
-/* glibc's dlsym (found with dlvsym, so never an interposer). NULL only if libc has none. */
+/* A function of libc by name, from libc's own dynamic symbol table (elfsym.c); NULL if absent. */
+void *hk_preload_libc_symbol(const char *name) HK_HIDDEN;
+
+/* glibc's dlsym (found in libc's symbol table, so never an interposer). NULL only if libc has none. */
 hk_dlsym_fn hk_preload_libc_dlsym(void) HK_HIDDEN;
 
 /* The dlsym the trampoline passes unpoliced lookups to: the next interposer of dlsym in the

@@ -18,6 +18,11 @@
  * device; events complete when the simulated clock passes their time, and
  * cuEventElapsedTime reports simulated time. That is enough to test the compute limiter.
  *
+ * Contexts: cuCtxCreate_v2/v3/v4 make a context of their own (current, as the driver does), each
+ * taking STUB_CONTEXT_MEMORY bytes of device memory (default 0); cuCtxSetLimit/GetLimit remember
+ * values. VMM export/import/retain, pool attributes and graph memory nodes are answered without
+ * modelling the memory behind them (what the shim charges is what the tests check).
+ *
  * Test-only extras (not CUDA API): stubCudaUsedBytes(dev) and stubCudaLaunchCount().
  */
 #ifndef _GNU_SOURCE
@@ -73,6 +78,14 @@ static unsigned long long g_next_addr[STUB_MAX_DEVICES];
 static unsigned long long g_next_handle = 0x10000;
 static _Atomic unsigned long long g_launches;
 static __thread int t_cur_dev = -1;    /* current context's device, -1 = none */
+static __thread CUcontext t_cur_ctx;   /* the current context's handle (primary: &g_dev[i]) */
+
+/* A context made by cuCtxCreate: its own handle, on a device. */
+#define STUB_CTX_MAGIC 0x43545831
+typedef struct stub_ctx {
+    int magic;
+    int dev;
+} stub_ctx;
 static stub_stream g_default_stream[STUB_MAX_DEVICES];
 
 static int64_t now_ns(void) {
@@ -253,17 +266,90 @@ STUB_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 
 STUB_API CUresult cuCtxSetCurrent(CUcontext ctx) {
     NEED_INIT();
-    if (!ctx) { t_cur_dev = -1; return CUDA_SUCCESS; }
+    if (!ctx) { t_cur_dev = -1; t_cur_ctx = NULL; return CUDA_SUCCESS; }
     stub_device *d = (stub_device *)ctx;
-    if (d < g_dev || d >= g_dev + g_ndev) return CUDA_ERROR_INVALID_CONTEXT;
-    t_cur_dev = (int)(d - g_dev);
+    if (d >= g_dev && d < g_dev + g_ndev) {
+        t_cur_dev = (int)(d - g_dev);
+    } else if (((stub_ctx *)ctx)->magic == STUB_CTX_MAGIC) {
+        t_cur_dev = ((stub_ctx *)ctx)->dev;
+    } else {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    t_cur_ctx = ctx;
     return CUDA_SUCCESS;
 }
 
 STUB_API CUresult cuCtxGetCurrent(CUcontext *ctx) {
     NEED_INIT();
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
-    *ctx = t_cur_dev < 0 ? NULL : (CUcontext)&g_dev[t_cur_dev];
+    *ctx = t_cur_dev < 0 ? NULL : t_cur_ctx ? t_cur_ctx : (CUcontext)&g_dev[t_cur_dev];
+    return CUDA_SUCCESS;
+}
+
+/* Created contexts (made current, as the driver does). Each takes STUB_CONTEXT_MEMORY bytes of
+   device memory (default 0), like a real context's own allocations. */
+static size_t ctx_memory(void) {
+    const char *v = getenv("STUB_CONTEXT_MEMORY");
+    return v ? (size_t)strtoull(v, NULL, 0) : 0;
+}
+
+STUB_API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev) {
+    (void)flags;
+    NEED_INIT();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    size_t cm = ctx_memory();
+    pthread_mutex_lock(&g_lock);
+    size_t used = hk_atomic_load_seq_cst(&g_dev[dev].used);
+    if (used + cm > g_dev[dev].total) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    hk_atomic_store_seq_cst(&g_dev[dev].used, used + cm);
+    pthread_mutex_unlock(&g_lock);
+    stub_ctx *c = calloc(1, sizeof *c);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->magic = STUB_CTX_MAGIC;
+    c->dev = dev;
+    *ctx = (CUcontext)c;
+    t_cur_dev = dev;
+    t_cur_ctx = *ctx;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev) {
+    (void)affinity; (void)n;
+    return cuCtxCreate_v2(ctx, flags, dev);
+}
+STUB_API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev) {
+    (void)params;
+    return cuCtxCreate_v2(ctx, flags, dev);
+}
+
+STUB_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    NEED_INIT();
+    stub_ctx *c = (stub_ctx *)ctx;
+    if (!c || c->magic != STUB_CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
+    hk_atomic_sub_seq_cst(&g_dev[c->dev].used, ctx_memory());
+    c->magic = 0;
+    if (t_cur_ctx == ctx) { t_cur_ctx = NULL; t_cur_dev = -1; }
+    free(c);
+    return CUDA_SUCCESS;
+}
+
+/* Context limits: remembered per device (the stub has no per-thread stacks or heap). */
+static size_t g_limits[STUB_MAX_DEVICES][3];
+STUB_API CUresult cuCtxSetLimit(int limit, size_t value) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (limit < 0 || limit > 2) return CUDA_ERROR_INVALID_VALUE;
+    g_limits[d][limit] = value;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuCtxGetLimit(size_t *value, int limit) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!value || limit < 0 || limit > 2) return CUDA_ERROR_INVALID_VALUE;
+    *value = g_limits[d][limit];
     return CUDA_SUCCESS;
 }
 
@@ -373,12 +459,57 @@ STUB_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align,
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
+/* Mappings are remembered (address -> handle) for cuMemRetainAllocationHandle. */
+#define STUB_MAX_MAPS 1024
+static struct { CUdeviceptr p; CUmemGenericAllocationHandle h; } g_maps[STUB_MAX_MAPS];
 STUB_API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
                            unsigned long long flags) {
-    (void)p; (void)size; (void)off; (void)h; (void)flags;
+    (void)size; (void)off; (void)flags;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < STUB_MAX_MAPS; i++)
+        if (g_maps[i].p == 0) { g_maps[i].p = p; g_maps[i].h = h; break; }
+    pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
 }
-STUB_API CUresult cuMemUnmap(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
+STUB_API CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
+    (void)size;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < STUB_MAX_MAPS; i++)
+        if (g_maps[i].p == p) { g_maps[i].p = 0; break; }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
+    NEED_INIT();
+    if (!h) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < STUB_MAX_MAPS; i++) {
+        if (g_maps[i].p && g_maps[i].p == (CUdeviceptr)(uintptr_t)addr) {
+            *h = g_maps[i].h;
+            pthread_mutex_unlock(&g_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+/* Export writes the handle as a POSIX "file descriptor"; import returns a new handle naming the
+   same memory (the stub does not count the sharing: the shim's charges are what tests check). */
+STUB_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type,
+                                               unsigned long long flags) {
+    (void)type; (void)flags;
+    NEED_INIT();
+    if (!shareable) return CUDA_ERROR_INVALID_VALUE;
+    *(int *)shareable = (int)(h & 0x7fffffff);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type) {
+    (void)type;
+    NEED_INIT();
+    if (!h) return CUDA_ERROR_INVALID_VALUE;
+    *h = 0x40000000ULL + (unsigned long long)(uintptr_t)os_handle;
+    return CUDA_SUCCESS;
+}
 
 /* Stream-ordered allocator: the memory is taken at once (no pool caching in the stub). */
 STUB_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
@@ -394,14 +525,66 @@ STUB_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream 
 STUB_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; NEED_INIT(); return give(p); }
 STUB_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
 
+/* Pool handles: 0x1000 + device for a device's default pool, 0x10000 + (n << 8) + device for
+   the n-th created one. */
+static int pool_dev(CUmemoryPool pool) {
+    uintptr_t v = (uintptr_t)pool;
+    return v >= 0x10000 ? (int)(v & 0xff) : (int)(v - 0x1000);
+}
 STUB_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props) {
     (void)props;
     NEED_INIT();
     NEED_CTX(d);
-    *pool = (CUmemoryPool)(uintptr_t)(0x1000 + d);
+    static _Atomic unsigned long long created;
+    *pool = (CUmemoryPool)(uintptr_t)(0x10000 + ((hk_atomic_add_seq_cst(&created, 1) + 1) << 8) + (unsigned)d);
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuMemPoolDestroy(CUmemoryPool pool) { (void)pool; return CUDA_SUCCESS; }
+STUB_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED_INIT();
+    if (!pool || dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_VALUE;
+    *pool = (CUmemoryPool)(uintptr_t)(0x1000 + dev);
+    return CUDA_SUCCESS;
+}
+/* Pool attributes are stored and read back (the stub keeps no freed memory itself). */
+static uint64_t g_pool_attr[STUB_MAX_DEVICES][8];
+STUB_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value) {
+    int d = pool_dev(pool);
+    if (!value || d < 0 || d >= STUB_MAX_DEVICES || attr < 0 || attr >= 8) return CUDA_ERROR_INVALID_VALUE;
+    g_pool_attr[d][attr] = *(uint64_t *)value;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+    int d = pool_dev(pool);
+    if (!value || d < 0 || d >= STUB_MAX_DEVICES || attr < 0 || attr >= 8) return CUDA_ERROR_INVALID_VALUE;
+    *(uint64_t *)value = g_pool_attr[d][attr];
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { (void)pool; (void)keep; return CUDA_SUCCESS; }
+
+/* Graph memory nodes: the node's address is made up; the memory is not modelled. */
+STUB_API CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t n,
+                                         CUDA_MEM_ALLOC_NODE_PARAMS *params) {
+    (void)graph; (void)deps; (void)n;
+    NEED_INIT();
+    if (!node || !params) return CUDA_ERROR_INVALID_VALUE;
+    static _Atomic unsigned long long next = 0x500000000000ULL;
+    params->dptr = hk_atomic_add_seq_cst(&next, (params->bytesize + 0xfffff) & ~0xfffffULL);
+    *node = (void *)(uintptr_t)params->dptr;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuGraphAddNode(void **node, void *graph, const void *deps, size_t n, CUgraphNodeParams *params) {
+    if (!params) return CUDA_ERROR_INVALID_VALUE;
+    if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return cuGraphAddMemAllocNode(node, graph, deps, n, &params->u.alloc);
+    NEED_INIT();
+    if (node) *node = (void *)0x1;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuGraphAddNode_v2(void **node, void *graph, const void *deps, const void *edata, size_t n,
+                                    CUgraphNodeParams *params) {
+    (void)edata;
+    return cuGraphAddNode(node, graph, deps, n, params);
+}
 STUB_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
     NEED_INIT();
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
@@ -411,7 +594,7 @@ STUB_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
 STUB_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
     (void)s;
     NEED_INIT();
-    int d = (int)((uintptr_t)pool - 0x1000);
+    int d = pool_dev(pool);
     if (!dptr || d < 0 || d >= g_ndev) return CUDA_ERROR_INVALID_VALUE;
     return take(d, size, dptr, 0);
 }
@@ -631,6 +814,13 @@ STUB_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void *
 STUB_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     return cuLaunchKernelEx(c, f, params, extra);
 }
+STUB_API CUresult cuLaunch(CUfunction f) { return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL); }
+STUB_API CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
+    return cuLaunchKernel(f, (unsigned)gw, (unsigned)gh, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+}
+STUB_API CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s) {
+    return cuLaunchKernel(f, (unsigned)gw, (unsigned)gh, 1, 1, 1, 1, 0, s, NULL, NULL);
+}
 STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -720,6 +910,23 @@ typedef struct { const char *name; void *fn; } stub_sym;
     X(cuCtxGetCurrent) \
     X(cuCtxGetDevice) \
     X(cuCtxSynchronize) \
+    X(cuCtxCreate_v2) \
+    X(cuCtxCreate_v3) \
+    X(cuCtxCreate_v4) \
+    X(cuCtxDestroy_v2) \
+    X(cuCtxSetLimit) \
+    X(cuCtxGetLimit) \
+    X(cuMemRetainAllocationHandle) \
+    X(cuMemExportToShareableHandle) \
+    X(cuMemImportFromShareableHandle) \
+    X(cuDeviceGetMemPool) \
+    X(cuMemPoolSetAttribute) \
+    X(cuMemPoolGetAttribute) \
+    X(cuMemPoolTrimTo) \
+    X(cuGraphAddMemAllocNode) \
+    X(cuLaunch) \
+    X(cuLaunchGrid) \
+    X(cuLaunchGridAsync) \
     X(cuMemGetInfo_v2) \
     X(cuMemAlloc) \
     X(cuMemAlloc_v2) \

@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "stub_devices.h"
+#include "nvml_stub_mig.h"
 
 #define STUB_API __attribute__((visibility("default")))
 #define STUB_MAX_SETS 16
@@ -260,6 +261,14 @@ static nvmlReturn_t enter(const char *call, nvmlDevice_t d) {
 #define ENTER(dev) do { nvmlReturn_t r_ = enter(__func__, (dev)); if (r_ != NVML_SUCCESS) return r_; } while (0)
 #define ENTER_SYS() ENTER(NULL)
 
+/* For the stub's other files (nvml_stub_procs.c, nvml_stub_mig.c): `enter`, and the device's NVML
+   index when `index` is not NULL. */
+nvmlReturn_t stub_nvml_enter(const char *call, nvmlDevice_t d, unsigned *index) {
+    nvmlReturn_t r = enter(call, d);
+    if (r == NVML_SUCCESS && d && index) *index = d->index;
+    return r;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Init, errors, system
  * ------------------------------------------------------------------------------------------- */
@@ -298,6 +307,8 @@ STUB_API const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case 19: return "In use by another client";          /* NVML_ERROR_IN_USE (MIG) */
+    case 23: return "Insufficient resources";            /* NVML_ERROR_INSUFFICIENT_RESOURCES (MIG) */
     default: return "Unknown Error";
     }
 }
@@ -385,6 +396,8 @@ STUB_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, nvmlDevi
  * Device queries
  * ------------------------------------------------------------------------------------------- */
 STUB_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) {
+    int mig_r;
+    if (stub_mig_device_uuid(d, uuid, len, &mig_r)) return mig_r;   /* a MIG device (nvml_stub_mig.c) */
     ENTER(d);
     return put_string(uuid, len, d->uuid);
 }
@@ -579,4 +592,28 @@ STUB_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     if (r == NVML_SUCCESS) set->used = 0;
     pthread_mutex_unlock(&g_lock);
     return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * For nvml_stub_mig.c (hidden; see nvml_stub_mig.h)
+ * ------------------------------------------------------------------------------------------- */
+
+static void view(const struct nvmlDevice_st *d, stub_gpu_view *out) {
+    out->position = (unsigned)(d - g_dev);
+    out->uuid = d->uuid;
+    out->total = d->total;
+    out->mig = d->mig;
+}
+
+int stub_nvml_gpu_at(unsigned position, stub_gpu_view *out, struct nvmlDevice_st **handle) {
+    if (position >= g_count) return -1;
+    view(&g_dev[position], out);
+    *handle = &g_dev[position];
+    return 0;
+}
+
+int stub_nvml_gpu_of(const struct nvmlDevice_st *d, stub_gpu_view *out) {
+    if (!valid((nvmlDevice_t)d)) return -1;
+    view(d, out);
+    return 0;
 }

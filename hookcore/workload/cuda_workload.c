@@ -11,7 +11,8 @@
  *   3. allocates the rest plus one MiB, one MiB past <total>: prints over_quota_alloc=refused
  *      (CUDA_ERROR_OUT_OF_MEMORY) or over_quota_alloc=allowed.
  *
- * Usage: cuda_workload [--device N]        Output: one key=value per line on stdout.
+ * Usage: cuda_workload [--device N] [--hold S]   Output: one key=value per line on stdout.
+ * --hold S: keep the half allocated S seconds before exiting (a long-running process to watch).
  * Exit status: 0 the over-quota allocation was refused (the quota holds); 1 it was allowed
  * (not enforced); 2 bad usage; 3 the driver could not be loaded or initialised; 4 an allocation
  * within the quota failed (the quota is smaller than reported, or the device is full).
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult; /* CUDA_SUCCESS = 0 */
 typedef int CUdevice;
@@ -56,12 +58,14 @@ static void check(CUresult r, const char *what) {
 }
 
 int main(int argc, char **argv) {
-    int ordinal = 0;
+    int ordinal = 0, hold = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             ordinal = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc) {
+            hold = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [--device N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--device N] [--hold S]\n", argv[0]);
             return 2;
         }
     }
@@ -120,6 +124,7 @@ int main(int argc, char **argv) {
     r = cuMemAlloc(&rest, total - total / 2 + MiB);
     printf("over_quota_alloc=%s\n", r == OUT_OF_MEMORY ? "refused" : r == 0 ? "allowed" : "failed");
     if (r == 0) cuMemFree(rest);
+    if (hold > 0) sleep((unsigned)hold);
     cuMemFree(half);
     return r == OUT_OF_MEMORY ? 0 : 1;
 }

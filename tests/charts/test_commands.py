@@ -28,7 +28,8 @@ from dra.daemon import parse_settings
 from dra.kubelet.paths import KubeletPaths
 
 # What the downward API gives the container (fieldRef values) in these tests.
-FIELD_VALUES = {"spec.nodeName": "node-a", "metadata.uid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}
+FIELD_VALUES = {"spec.nodeName": "node-a", "metadata.uid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+                "metadata.namespace": "dra-system", "status.podIP": "10.0.0.7"}
 ENVVARS_OF_THE_CLI = ("NODE_NAME", "POD_UID", "KUBECONFIG", "DRA_FAKE_DEVICES")
 
 

@@ -176,7 +176,7 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
         kinds = sorted(n.split("/")[0] for n in labelled_objects(kubectl, release) if not derived(n))
         assert kinds == sorted([
             "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io",
-            "daemonset.apps", "deviceclass.resource.k8s.io", "serviceaccount",
+            "daemonset.apps", "deviceclass.resource.k8s.io", "networkpolicy.networking.k8s.io", "serviceaccount",
             "validatingadmissionpolicy.admissionregistration.k8s.io",
             "validatingadmissionpolicybinding.admissionregistration.k8s.io",
             # Below 1.35: the two policies and bindings of the kubernetes#133705 fence (test_fence.py).

@@ -150,13 +150,18 @@ def test_host_paths_are_mounted_where_the_host_has_them_and_named_in_the_flags(h
 
 
 def test_the_gpu_daemon_runs_without_privileges_or_capabilities(helm: Tool) -> None:
-    spec = pod_spec(render(helm, "hami-core-gpu"))
+    spec = pod_spec(render(helm, "hami-core-gpu", values={"daemon.watchdog.action": "off"}))
     for c in [*spec["containers"], *spec.get("initContainers", [])]:
         sc = c["securityContext"]
         assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
         assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
         assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "hostNetwork" not in spec and "hostPID" not in spec
+    # The watchdog (on by default) adds the host PID namespace and CAP_KILL to the daemon alone.
+    watched = pod_spec(render(helm, "hami-core-gpu"))
+    assert watched["hostPID"] is True and "--watchdog=report" in container(watched, "daemon")["args"]
+    assert container(watched, "daemon")["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL"]}
+    assert all(c["securityContext"]["capabilities"] == {"drop": ["ALL"]} for c in watched.get("initContainers", []))
     privileged = pod_spec(render(helm, "hami-core-gpu", values={"kubeletPlugin.privileged": True}))
     assert container(privileged, "daemon")["securityContext"]["privileged"] is True
 
@@ -238,6 +243,7 @@ def test_rbac_grants_only_what_the_daemon_calls(helm: Tool, chart: str) -> None:
         ("resource.k8s.io", "resourceclaims"): ["get"],
         ("", "nodes"): ["get"],
         ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ["list"],  # the fence check (k134)
+        ("", "events"): ["create"],  # the watchdog's verdicts
     }
     binding = one(objects, "ClusterRoleBinding")
     sa = one(objects, "ServiceAccount")["metadata"]

@@ -226,7 +226,7 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
         assert created == sorted([
             "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io",
             "deployment.apps", "mutatingwebhookconfiguration.admissionregistration.k8s.io",
-            "poddisruptionbudget.policy", "secret", "service", "serviceaccount",
+            "networkpolicy.networking.k8s.io", "poddisruptionbudget.policy", "secret", "service", "serviceaccount",
             "validatingwebhookconfiguration.admissionregistration.k8s.io",
         ])
         before = tls_secret(kubectl, namespace, f"{fullname(release)}-tls")["data"]
@@ -239,6 +239,7 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
         sa = f"system:serviceaccount:{namespace}:{fullname(release)}"
         for verb, resource, allowed in (("watch", "resourceslices.resource.k8s.io", "yes"),
                                         ("create", "resourceclaimtemplates.resource.k8s.io", "yes"),
+                                        ("get", "deviceclasses.resource.k8s.io", "yes"),
                                         ("delete", "resourceclaimtemplates.resource.k8s.io", "no"),
                                         ("create", "resourceclaims.resource.k8s.io", "no"),
                                         ("create", "resourceslices.resource.k8s.io", "no"),

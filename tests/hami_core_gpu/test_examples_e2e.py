@@ -94,7 +94,9 @@ def rig(cluster: ControlPlane, api_client: client.ApiClient, stub_nvml: Path) ->
     client.CoreV1Api(api_client).create_namespace({"metadata": {"name": ns}})
     with tempfile.TemporaryDirectory(prefix="dra-gx-", dir="/tmp") as work:
         daemon = DaemonProcess("hami-core-gpu", node, cluster.kubeconfig, Path(work),
-                               args=["--fake", "h200x8", "--set", "health=off", "--hook-dir", f"{work}/hook-dir"])
+                               # memory-only.yaml lifts its own compute limit: the admin's permission
+                               args=["--fake", "h200x8", "--set", "health=off", "--hook-dir", f"{work}/hook-dir",
+                                     "--allow-claim-loosening"])
         daemon.start()
         harness = KubeletHarness(daemon.registrar_dir)
         harness.watch()

@@ -105,3 +105,26 @@ def test_command_line_with_no_time_left(tmp_path: Path, hookcore_libs: HookLibs)
                                         "launch", "alloc", "start"}
     assert all("skipped" in v for v in results["sections"].values())
     assert "Not measured: probe" in (out / "summary.md").read_text()
+
+
+def test_context_rows(bench: ModuleType, tmp_path: Path) -> None:
+    """The context section's rows (issue 17): met only when the claim's processes together stay
+    within 4096 MiB in nvidia-smi and torch saw a 4 GiB device."""
+    b = bench.Bench(tmp_path, BUILD)
+    four = 4 * bench.GiB
+
+    def run(smi: list[int], free: float) -> dict[str, Any]:
+        return {"workers": [{"start_total": four, "start_free": free, "held_mib": 3072}] * len(smi), "smi_mib": smi,
+                "smi_total_mib": sum(smi), "errors": []}
+
+    b.results = {"env": {}, "sections": {"context": {
+        "native_context_mib": 508, "charged": "508Mi", "native-4GiB": {"smi_total_mib": 4604},
+        "1p-uncharged": run([4604], four), "1p-charged": run([4090], four - 508 * bench.MiB),
+        "4p-uncharged": run([1500, 1500, 1500, 1628], four), "4p-charged": run([1020, 1020, 1020, 1100], 0),
+    }}}
+    rows = [ln for ln in b.summary().splitlines() if ln.startswith("| 4 GiB claim")]
+    assert len(rows) == 4
+    verdict = {ln.split(",")[1].strip() + " " + ln.split("context ")[1].split(":")[0]: ln.rstrip(" |").rsplit("| ", 1)[1]
+               for ln in rows}
+    assert verdict == {"1 process(es) charged": "yes", "1 process(es) uncharged": "?",
+                       "4 process(es) charged": "NO", "4 process(es) uncharged": "?"}   # 4160 MiB > 4096

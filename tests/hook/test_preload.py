@@ -37,7 +37,7 @@ def exported(lib: Path) -> set[str]:
 
 
 def test_libvgpu_exports_exactly_dlsym_and_the_hook_table(hookcore_libs: HookLibs, testing_lib: Path) -> None:
-    want = {"dlsym"} | hook_names(ROOT / "hookcore/cuda/hooks.def", ROOT / "hookcore/nvml/hooks.def")
+    want = {"dlsym", "dlvsym"} | hook_names(ROOT / "hookcore/cuda/hooks.def", ROOT / "hookcore/nvml/hooks.def")
     assert len(want) > 30
     assert exported(hookcore_libs.libvgpu) == want
     assert exported(testing_lib) == want
@@ -50,11 +50,11 @@ def test_every_other_hook_library_exports_exactly_its_shims_tables(hookcore_libs
             lib = ROOT / "hookcore/build" / f"lib{stem}.so"
             assert lib.exists(), lib
             defs = [ROOT / "hookcore" / d / "hooks.def" for d in dirs.split()]
-            assert exported(lib) == {"dlsym"} | hook_names(*defs), lib
+            assert exported(lib) == {"dlsym", "dlvsym"} | hook_names(*defs), lib
 
 
 def test_second_library_exports_its_own_table(demo: DemoLibs) -> None:
-    assert exported(demo.libvdemo) == {"dlsym"} | hook_names(demo.shim_dir / "hooks.def")
+    assert exported(demo.libvdemo) == {"dlsym", "dlvsym"} | hook_names(demo.shim_dir / "hooks.def")
 
 
 # --------------------------------------------------------------------------------------------

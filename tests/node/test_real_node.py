@@ -168,8 +168,13 @@ def test_pod_with_a_claim_runs_with_the_cdi_edits_applied(
     assert f"EXAMPLE_MEMORY_LIMIT={4 * GI}" in env and "EXAMPLE_CORES_LIMIT=25" in env, env
     uid = claim_uid(api_client, namespace, "share")
     mounts = {m["destination"]: m["source"] for m in spec["mounts"]}
-    assert {"/usr/lib/hookcore", "/etc/ld.so.preload", "/run/hookcore/vgpu"} <= set(mounts), mounts
-    assert mounts["/run/hookcore/vgpu"] == str(daemon.state_dir / "hooks" / uid)
+    hook = "/run/hookcore/vgpu"
+    assert {"/usr/lib/hookcore", "/etc/ld.so.preload", f"{hook}/config", f"{hook}/ledger"} <= set(mounts), mounts
+    assert hook not in mounts  # two files of the claim's hook dir, not the dir
+    assert mounts[f"{hook}/config"] == str(daemon.state_dir / "hooks" / uid / "config")
+    assert mounts[f"{hook}/ledger"] == str(daemon.state_dir / "hooks" / uid / "ledger")
+    options = {m["destination"]: m.get("options") or [] for m in spec["mounts"]}
+    assert "ro" in options[f"{hook}/config"] and "rw" in options[f"{hook}/ledger"], options
 
 
 def test_container_sees_exactly_its_quota_and_is_refused_past_it(

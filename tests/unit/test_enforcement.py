@@ -72,7 +72,12 @@ def test_a_share_becomes_a_validated_config_and_ledger_mounted_with_the_hook_set
     assert hset is not None
     assert targets["/usr/lib/hookcore"].host_path == str(hset.path) and "ro" in targets["/usr/lib/hookcore"].options
     assert targets["/etc/ld.so.preload"].host_path == str(hset.path / "ld.so.preload")
-    assert targets["/run/hookcore/vgpu"].host_path == str(hook) and "rw" in targets["/run/hookcore/vgpu"].options
+    # Two files, not the dir: the config read-only, the ledger the one writable thing.
+    assert "/run/hookcore/vgpu" not in targets
+    assert targets["/run/hookcore/vgpu/config"].host_path == str(hook / "config")
+    assert "ro" in targets["/run/hookcore/vgpu/config"].options
+    assert targets["/run/hookcore/vgpu/ledger"].host_path == str(hook / "ledger")
+    assert "rw" in targets["/run/hookcore/vgpu/ledger"].options
     assert "LD_PRELOAD" not in env
     assert not [k for k in env if k.startswith("HOOKCORE_") and k != "HOOKCORE_STUB_DEVICES"], "limits come from the file"
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and UUID1 in env["HOOKCORE_STUB_DEVICES"]

@@ -13,7 +13,7 @@ import yaml
 from dra.errors import UserError
 from dra.node import config as cfg
 from dra.node.images import PAUSE_IMAGE
-from dra.node.node import NodeState, pick_subnet
+from dra.node.node import NodeState, RealNode, pick_subnet
 
 RESTRICTED = cfg.MachineSettings(restrict_oom_score_adj=True, kubelet_oom_score_adj=0, max_open_files=20000)
 
@@ -101,3 +101,48 @@ def test_machine_settings_follow_cap_sys_resource(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(cfg, "has_sys_resource", lambda: True)
     free = cfg.MachineSettings.detect()
     assert not free.restrict_oom_score_adj and free.kubelet_oom_score_adj == -999 and free.max_open_files == 1_000_000
+
+
+def test_kube_proxy_config_is_iptables_mode_and_leaves_the_machine_settings_alone(tmp_path: Path) -> None:
+    lay = cfg.NodeLayout(tmp_path)
+    conf = yaml.safe_load(cfg.kube_proxy_config(lay, node_name="n1", healthz_port=1234, metrics_port=1235, settings=RESTRICTED))
+    assert conf["kind"] == "KubeProxyConfiguration" and conf["mode"] == "iptables"
+    assert conf["clientConnection"]["kubeconfig"] == str(lay.kube_proxy_kubeconfig)
+    assert conf["hostnameOverride"] == "n1"
+    assert conf["healthzBindAddress"] == "127.0.0.1:1234" and conf["metricsBindAddress"] == "127.0.0.1:1235"
+    assert conf["oomScoreAdj"] == 0  # refused below 0 without CAP_SYS_RESOURCE, as kubelet's
+    assert conf["conntrack"]["maxPerCore"] == 0 and conf["conntrack"]["min"] == 0  # 0: sysctls untouched
+    assert conf["iptables"]["localhostNodePorts"] is False  # would set route_localnet on the host
+
+
+def _node_with_state(tmp_path: Path, image: str) -> RealNode:
+    state = NodeState(name="n1", cluster_dir=str(tmp_path / "cluster"), k8s_version="v1.34.4", kubelet_port=1,
+                      healthz_port=2, subnet="10.213.7.0/24", bridge="drax", cgroup_root="/x", service_network=True,
+                      image=image)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    state.save(cfg.NodeLayout(tmp_path).state_file)
+    return RealNode(tmp_path, settings=RESTRICTED)
+
+
+def test_helm_values_name_the_node_image_and_paths(tmp_path: Path) -> None:
+    node = _node_with_state(tmp_path, "localhost/dra-hami:0.1.0")
+    values = node.helm_values("hami-core-gpu")
+    assert values["image"] == {"repository": "localhost/dra-hami", "tag": "0.1.0", "pullPolicy": "Never"}
+    lay = node.layout
+    assert values["paths"] == {"kubeletPluginsDir": str(lay.plugin_dir), "kubeletRegistrarDir": str(lay.registry_dir),
+                               "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
+    plugin = values["kubeletPlugin"]
+    assert plugin["nodeSelector"] == {"gpu": None, "kubernetes.io/hostname": "n1"}, "the chart's gpu=on removed"
+    env = {e["name"]: e["value"] for e in plugin["env"]}
+    assert env["DRA_FAKE_STUB_DIR"] == str(lay.fake_stub_dir)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all", "the chart's own env is kept (a values list replaces it whole)"
+    assert plugin["extraVolumeMounts"] == [{"name": "fake-stubs", "mountPath": str(lay.fake_stub_dir)}]
+    assert plugin["extraVolumes"][0]["hostPath"]["path"] == str(lay.fake_stub_dir), "same path inside and out"
+    assert node.helm_values("dra-webhook") == {"image": values["image"]}
+
+
+def test_helm_values_refuse_an_unknown_chart_and_a_node_without_the_image(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="pick one of hami-core-gpu, ascend, dra-webhook"):
+        _node_with_state(tmp_path / "a", "localhost/dra-hami:0.1.0").helm_values("hami-core")
+    with pytest.raises(UserError, match="run `make image`"):
+        _node_with_state(tmp_path / "b", "").helm_values("hami-core-gpu")

@@ -178,7 +178,7 @@ def test_annotations_become_cel_selectors(annotations: dict[str, str], cel: list
 ANNOTATION_PROBLEMS = [
     ({"nvidia.com/use-gputype": "A100,"}, "has an empty entry"),
     ({"nvidia.com/nouse-gpuuuid": ""}, "annotation nvidia.com/nouse-gpuuuid is empty"),
-    ({"nvidia.com/vgpu-mode": "mig"}, "only 'hami-core' is"),
+    ({"nvidia.com/vgpu-mode": "time-slicing"}, "served: 'hami-core', 'mps', 'mig'"),
     ({"nvidia.com/numa-bind": "yes"}, "must be true or false"),
 ]
 

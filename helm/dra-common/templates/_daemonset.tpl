@@ -27,6 +27,10 @@ The node daemon: one `dra run <driver>` pod per selected node.
 - {{ printf "--hook-dir=%s" $v.paths.hookDir | quote }}
 - {{ printf "--preload=%s" $v.daemon.preload | quote }}
 - {{ printf "--metrics-port=%d" (int $v.daemon.metricsPort) | quote }}
+- {{ printf "--metrics-address=%s" (ternary "$(POD_IP)" "0.0.0.0" (eq $v.daemon.metricsBind "podIP")) | quote }}
+{{- if $v.daemon.allowClaimLoosening }}
+- "--allow-claim-loosening"
+{{- end }}
 - {{ printf "--grpc-workers=%d" (int $v.daemon.grpcWorkers) | quote }}
 - {{ printf "--log-format=%s" $v.daemon.logFormat | quote }}
 - {{ printf "--log-level=%s" $v.daemon.logLevel | quote }}
@@ -36,6 +40,9 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- if $v.daemon.fake }}
 - {{ printf "--fake=%s" $v.daemon.fake | quote }}
 {{- end }}
+{{- with ($v.daemon.watchdog | default dict).action }}
+- {{ printf "--watchdog=%s" . | quote }}
+{{- end }}
 {{- range $v.daemon.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -44,7 +51,9 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- define "dra-common.daemonset" -}}
 {{- $v := .Values -}}
 {{- $kp := $v.kubeletPlugin -}}
+{{- $watchdog := not (has (($v.daemon.watchdog | default dict).action | default "off") (list "off")) -}}
 {{- $security := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged) -}}
+{{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "KILL") list $watchdog)) -}}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -84,6 +93,9 @@ spec:
       {{- end }}
       {{- with $kp.runtimeClassName }}
       runtimeClassName: {{ . }}
+      {{- end }}
+      {{- if $watchdog }}
+      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (README, "The watchdog")
       {{- end }}
       enableServiceLinks: false
       terminationGracePeriodSeconds: {{ $kp.terminationGracePeriodSeconds }}
@@ -138,6 +150,10 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.uid
+            - name: POD_IP
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.podIP
             {{- with $kp.env }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -165,7 +181,7 @@ spec:
             periodSeconds: {{ $kp.probes.periodSeconds }}
             timeoutSeconds: {{ $kp.probes.timeoutSeconds }}
           securityContext:
-            {{- $security | nindent 12 }}
+            {{- $daemonSecurity | nindent 12 }}
           resources:
             {{- toYaml $kp.resources | nindent 12 }}
           volumeMounts:
@@ -208,10 +224,40 @@ spec:
         {{- end }}
 {{- end -}}
 
+{{/* Only what needs the daemon's HTTP port may reach it (tenants' pods may not scrape it). */}}
+{{- define "dra-common.networkPolicy" -}}
+{{- $v := .Values -}}
+{{- if $v.networkPolicy.enabled -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "dra-common.fullname" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "dra-common.labels" . | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "dra-common.selectorLabels" . | nindent 6 }}
+      app.kubernetes.io/component: kubelet-plugin
+  policyTypes: [Ingress]
+  {{- if $v.networkPolicy.metricsFrom }}
+  ingress:
+    - from:
+        {{- toYaml $v.networkPolicy.metricsFrom | nindent 8 }}
+      ports:
+        - port: {{ $v.daemon.metricsPort }}
+          protocol: TCP
+  {{- else }}
+  ingress: []
+  {{- end }}
+{{- end -}}
+{{- end -}}
+
 {{/* Everything a node-daemon chart installs; its templates/driver.yaml includes just this. */}}
 {{- define "dra-common.driverChart" -}}
 {{- include "dra-common.checks" . -}}
-{{- $parts := list "dra-common.serviceAccount" "dra-common.nodeRBAC" "dra-common.sliceNodePolicy" "dra-common.daemonset" "dra-common.deviceClasses" -}}
+{{- $parts := list "dra-common.serviceAccount" "dra-common.nodeRBAC" "dra-common.sliceNodePolicy" "dra-common.daemonset" "dra-common.networkPolicy" "dra-common.deviceClasses" -}}
 {{- range $parts }}
 {{- $doc := include . $ | trim }}
 {{- if $doc }}

@@ -95,6 +95,9 @@ allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
+  {{- with .add }}
+  add: {{ toJson . }}
+  {{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}

@@ -4,7 +4,8 @@ What a node daemon may do, and nothing more:
 - RBAC (ClusterRole): ResourceSlices get/list/watch/create/update/delete (it publishes its
   node's pool and removes stale slices), ResourceClaims get (prepare reads the allocation),
   Nodes get (the slices' owner reference and label-selected allocations),
-  ValidatingAdmissionPolicies list (the start warning when the fence of _fence.tpl is missing). No patch, no
+  ValidatingAdmissionPolicies list (the start warning when the fence of _fence.tpl is missing),
+  Events create (the watchdog's verdicts). No patch, no
   DeviceClass or Namespace writes, no Secrets.
 - ValidatingAdmissionPolicy: RBAC cannot tell nodes apart, so a policy holds each daemon to
   ResourceSlices of its own node and its own driver. The node comes from the service account
@@ -33,6 +34,9 @@ rules:
   - apiGroups: ["admissionregistration.k8s.io"]  # on 1.34: is the fence of kubernetes#133705 there?
     resources: ["validatingadmissionpolicies"]
     verbs: ["list"]
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create"]  # the watchdog's verdicts on pods and the Node
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

@@ -412,6 +412,46 @@ static void test_two_handles(void) {
   printf("ok two_handles\n");
 }
 
+/* The file is the tenant's: limits raised, my usage zeroed, a snapshot reader on a shrinking file.
+   Admission must follow the config the handle was opened with and the handle's own count. */
+static void test_tampered_ledger(void) {
+  const char *env[] = {"HOOKCORE_MEMORY_LIMIT_0=64Mi", NULL};
+  hk_config c = config_of(env);
+  char path[1200], err[HK_ERR_MAX];
+  ledger_path(path, sizeof path, "tamper");
+  hk_ledger *a = open_ok(path, &c), *b = open_ok(path, &c);
+  if (!a || !b) return;
+  CHECK(hk_ledger_reserve(a, 0, 40 * MiB) == HK_OK);
+  a->dev[0].mem_limit = HK_MEM_UNLIMITED;                              /* the quota "raised" */
+  uint64_t w = hk_atomic_load_seq_cst(&a->me->xused[0]);
+  hk_atomic_store_seq_cst(&a->me->xused[0], HK_USED_MAKE(HK_USED_TAG(w), 0));   /* my usage zeroed */
+  CHECK(hk_ledger_reserve(a, 0, 40 * MiB) == HK_ENOMEM);              /* 80 > 64 by my own count */
+  CHECK_EQ_U64(HK_USED_BYTES(hk_atomic_load_seq_cst(&a->me->xused[0])), 40 * MiB);   /* rewritten */
+  CHECK(hk__ledger_repairs(a) >= 1);
+  CHECK(hk_ledger_reserve(b, 0, 40 * MiB) == HK_ENOMEM);              /* b sees the repaired slot */
+  CHECK(hk_ledger_reserve(b, 0, 24 * MiB) == HK_OK);
+  /* a snapshot is a private copy: the file shrinking afterwards cannot fault its reader */
+  hk_ledger *s = NULL;
+  CHECK(hk_ledger_open_snapshot(path, &s, err, sizeof err) == HK_OK);
+  if (s) {
+    CHECK(truncate(path, 4096) == 0);
+    hk_device_info di;
+    CHECK(hk_ledger_device(s, 0, &di) == HK_OK && di.used == 64 * MiB);
+    hk_ledger_close(s);
+    CHECK(hk_ledger_open_snapshot(path, &s, err, sizeof err) == HK_EFAILCLOSED && strstr(err, "wrong size"));
+    CHECK(truncate(path, HK_LEDGER_SIZE) == 0);   /* a and b map it: their own accesses would fault */
+  }
+  char link[1300];
+  snprintf(link, sizeof link, "%s.link", path);
+  CHECK(symlink(path, link) == 0);
+  CHECK(hk_ledger_open_snapshot(link, &s, err, sizeof err) == HK_EFAILCLOSED && strstr(err, "a symbolic link"));
+  unlink(link);
+  hk_ledger_close(a);
+  hk_ledger_close(b);
+  unlink(path);
+  printf("ok tampered_ledger\n");
+}
+
 /* A process whose slot is taken over while it reserves and releases: the next owner's counter must
    end exactly where the next owner set it (with untagged counters the loser's roll-back could land
    on the new owner's charge and under-count it). Races a hammering thread against the takeover. */
@@ -1258,6 +1298,7 @@ int main(int argc, char **argv) {
   test_config_sources();
   test_reserve_release();
   test_two_handles();
+  test_tampered_ledger();
   test_lost_slot_race();
   test_track();
   test_validation();

@@ -1,0 +1,52 @@
+"""bench/mps_h200.py without a GPU (--cpu-selftest: the fake MPS control daemon, a CPU loop): every
+configuration reported, the MPS daemon stopped at the end and also when the run is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench" / "mps_h200.py"
+CONFIGS = ["native", "native 2 tenants", "hook 30+70", "mps 100 (default)", "mps 30", "mps 70", "mps 30+70",
+           "mps memory 8G"]
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
+def test_selftest_reports_every_configuration_and_stops_the_daemon(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(BENCH), "--cpu-selftest", "--out", str(out), "--build",
+                           str(tmp_path / "build")], capture_output=True, text=True, timeout=300, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    r = json.loads((out / "mps-results.json").read_text())
+    assert list(r["configs"]) == CONFIGS
+    assert len(r["configs"]["mps 30+70"]["rates"]) == 2 and all(r["configs"]["mps 30+70"]["rates"])
+    assert r["mps"]["stopped"] is True
+    assert r["mps"]["control_log"].rstrip().endswith("quit")
+    assert "MPS control daemon stopped: True" in (out / "mps-summary.md").read_text()
+
+
+def test_a_killed_run_still_stops_the_daemon_and_writes_what_it_has(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(BENCH), "--cpu-selftest", "--out", str(out), "--build",
+                             str(tmp_path / "build")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path))
+    deadline = time.time() + 240
+    sockets: list[Path] = []
+    while time.time() < deadline and not sockets and proc.poll() is None:
+        sockets = list(tmp_path.glob("mpsbench-*/mps/pipe/control"))
+        time.sleep(0.05)
+    assert sockets, "the MPS control daemon never started"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    r = json.loads((out / "mps-results.json").read_text())
+    assert r["mps"]["stopped"] is True and r["mps"]["control_log"].rstrip().endswith("quit")

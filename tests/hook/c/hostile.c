@@ -1,0 +1,309 @@
+/* hostile.c - a tenant trying to get past the hook: every way around the quota the security
+ * review found, as commands. Run under LD_PRELOAD=libvgpu.so against the stub libcuda.
+ *
+ *   dlroutes BYTES        reach glibc's dlsym through dlvsym (every version), libc's handle,
+ *                         RTLD_NEXT; print "ROUTE <how> <library the cuMemAlloc_v2 came from>", then
+ *                         allocate BYTES through each route's pointer: "ALLOC <how> <CUresult>"
+ *   ctxloop N             cuCtxCreate_v2 up to N times: "CTX created=<n> rc=<CUresult>"
+ *   heap BYTES            cuCtxSetLimit(MALLOC_HEAP_SIZE, BYTES), (STACK_SIZE, BYTES/132+1024), then a
+ *                         1 MiB cuMemAlloc: "HEAP <rc> STACK <rc> ALLOC <rc>"
+ *   graph BYTES           a captured cuMemAllocAsync+cuMemFreeAsync of BYTES, the graph launched 10
+ *                         times, then cuMemAlloc(BYTES): "CAPTURED <rc> AFTER <rc>"; then
+ *                         cuGraphAddMemAllocNode(BYTES) until it fails: "NODES <n> <rc>"
+ *   pools BYTES           4 pools with release threshold UINT64_MAX, each BYTES allocated and freed:
+ *                         "POOL <i> <rc>"; then pool 0 trimmed and pool 1 again: "TRIMMED <rc>"
+ *   vmm BYTES             create, export, import, map the import, release the original, then
+ *                         cuMemCreate(BYTES): "IMPORT <rc> AFTER <rc>"; create, map, retain, release
+ *                         twice, cuMemCreate(BYTES): "RETAIN <rc>", unmap, again: "UNMAPPED <rc>"
+ *   legacy WHICH US SECONDS  cuLaunch / cuLaunchGrid / cuLaunchGridAsync of US-microsecond stub
+ *                         kernels for SECONDS: "RATE <completed per second>"
+ *   hold BYTES            allocate BYTES, print "HELD", then per stdin line "alloc N": "RC <rc>"
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../../hookcore/cuda/cuda_abi.h"
+
+#define MiB ((size_t)1 << 20)
+
+static void *cuda;
+static void *sym(const char *name) {
+    void *p = dlsym(cuda, name);
+    if (!p) {
+        printf("FAIL no %s\n", name);
+        exit(1);
+    }
+    return p;
+}
+#define F(ret, name, args) ret(*name) args = (ret(*) args)sym(#name)
+
+static size_t size_arg(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'G') v *= 1 << 30;
+    else if (*end == 'M') v *= 1 << 20;
+    else if (*end == 'K') v *= 1 << 10;
+    return (size_t)v;
+}
+
+static void setup(void) {
+    cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!cuda) {
+        printf("FAIL dlopen: %s\n", dlerror());
+        exit(1);
+    }
+    F(CUresult, cuInit, (unsigned));
+    F(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice));
+    F(CUresult, cuCtxSetCurrent, (CUcontext));
+    CUcontext c;
+    CUresult r = cuInit(0);
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&c, 0);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(c);
+    printf("SETUP %d\n", r);
+}
+
+static const char *where(void *p) {
+    Dl_info info;
+    if (!p) return "none";
+    if (!dladdr(p, &info) || !info.dli_fname) return "unknown";
+    const char *slash = strrchr(info.dli_fname, '/');
+    return slash ? slash + 1 : info.dli_fname;
+}
+
+typedef void *(*dlsym_t)(void *, const char *);
+typedef void *(*dlvsym_t)(void *, const char *, const char *);
+typedef CUresult (*alloc_t)(CUdeviceptr *, size_t);
+
+static void route(const char *how, dlsym_t real, size_t bytes) {
+    alloc_t a = real ? (alloc_t)real(cuda, "cuMemAlloc_v2") : NULL;
+    printf("ROUTE %s %s\n", how, where((void *)a));
+    if (a) {
+        CUdeviceptr p = 0;
+        printf("ALLOC %s %d\n", how, a(&p, bytes));
+    }
+}
+
+static void cmd_dlroutes(size_t bytes) {
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    route("dlvsym-2.34", (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"), bytes);
+    route("dlvsym-2.2.5", (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5"), bytes);
+    route("dlvsym-next", (dlsym_t)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), bytes);
+    route("dlvsym-libc", (dlsym_t)dlvsym(libc, "dlsym", "GLIBC_2.34"), bytes);
+    route("dlsym-libc", (dlsym_t)dlsym(libc, "dlsym"), bytes);
+    route("dlsym-next", (dlsym_t)dlsym(RTLD_NEXT, "dlsym"), bytes);
+    dlvsym_t v = (dlvsym_t)dlsym(libc, "dlvsym");
+    route("libc-dlvsym", v ? (dlsym_t)v(libc, "dlsym", "GLIBC_2.34") : NULL, bytes);
+    v = (dlvsym_t)dlvsym(libc, "dlvsym", "GLIBC_2.34");
+    route("dlvsym-dlvsym", v ? (dlsym_t)v(libc, "dlsym", "GLIBC_2.2.5") : NULL, bytes);
+    alloc_t direct = (alloc_t)dlvsym(cuda, "cuMemAlloc_v2", "GLIBC_2.34");
+    printf("ROUTE dlvsym-cuda %s\n", direct ? where((void *)direct) : "none");
+    dlsym_t priv = (dlsym_t)dlsym(libc, "__libc_dlsym");
+    printf("ROUTE libc-private %s\n", priv && priv(cuda, "cuMemAlloc_v2") ? "found" : "none");
+}
+
+static void cmd_ctxloop(int n) {
+    F(CUresult, cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice));
+    int i;
+    CUresult r = CUDA_SUCCESS;
+    for (i = 0; i < n; i++) {
+        CUcontext c;
+        r = cuCtxCreate_v2(&c, 0, 0);
+        if (r != CUDA_SUCCESS) break;
+    }
+    printf("CTX created=%d rc=%d\n", i, r);
+}
+
+static void cmd_heap(size_t bytes) {
+    F(CUresult, cuCtxSetLimit, (int, size_t));
+    F(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
+    CUresult h = cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, bytes);
+    CUresult s = cuCtxSetLimit(CU_LIMIT_STACK_SIZE, bytes / 132 + 1024);
+    CUdeviceptr p;
+    printf("HEAP %d STACK %d ALLOC %d\n", h, s, cuMemAlloc_v2(&p, MiB));
+}
+
+static void cmd_graph(size_t bytes) {
+    F(CUresult, cuStreamCreate, (CUstream *, unsigned));
+    F(CUresult, cuStreamBeginCapture_v2, (CUstream, int));
+    F(CUresult, cuStreamEndCapture, (CUstream, void **));
+    F(CUresult, cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream));
+    F(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
+    F(CUresult, cuGraphLaunch, (CUgraphExec, CUstream));
+    F(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
+    F(CUresult, cuMemFree_v2, (CUdeviceptr));
+    F(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                         CUDA_MEM_ALLOC_NODE_PARAMS *));
+    CUstream s;
+    cuStreamCreate(&s, 0);
+    cuStreamBeginCapture_v2(s, 0);
+    CUdeviceptr p = 0;
+    CUresult cap = cuMemAllocAsync(&p, bytes, s);
+    if (cap == CUDA_SUCCESS) cuMemFreeAsync(p, s);
+    void *g;
+    cuStreamEndCapture(s, &g);
+    for (int i = 0; i < 10; i++) cuGraphLaunch((CUgraphExec)(uintptr_t)1, s);
+    CUdeviceptr q = 0;
+    CUresult after = cuMemAlloc_v2(&q, bytes);
+    printf("CAPTURED %d AFTER %d\n", cap, after);
+    if (after == CUDA_SUCCESS) cuMemFree_v2(q);
+    int n = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; n < 64; n++) {
+        CUDA_MEM_ALLOC_NODE_PARAMS prm;
+        memset(&prm, 0, sizeof prm);
+        prm.poolProps.allocType = 1;
+        prm.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prm.poolProps.location.id = 0;
+        prm.bytesize = bytes;
+        CUgraphNode node;
+        r = cuGraphAddMemAllocNode(&node, (CUgraph)(uintptr_t)1, NULL, 0, &prm);
+        if (r != CUDA_SUCCESS) break;
+    }
+    printf("NODES %d %d\n", n, r);
+}
+
+static void cmd_pools(size_t bytes) {
+    F(CUresult, cuMemPoolCreate, (CUmemoryPool *, const CUmemPoolProps *));
+    F(CUresult, cuMemPoolSetAttribute, (CUmemoryPool, int, void *));
+    F(CUresult, cuMemPoolTrimTo, (CUmemoryPool, size_t));
+    F(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+    F(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
+    CUmemoryPool pools[4];
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = 1;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    for (int i = 0; i < 4; i++) {
+        cuMemPoolCreate(&pools[i], &props);
+        uint64_t max = UINT64_MAX;
+        cuMemPoolSetAttribute(pools[i], CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max);
+    }
+    for (int i = 0; i < 4; i++) {
+        CUdeviceptr p = 0;
+        CUresult r = cuMemAllocFromPoolAsync(&p, bytes, pools[i], NULL);
+        if (r == CUDA_SUCCESS) cuMemFreeAsync(p, NULL);
+        printf("POOL %d %d\n", i, r);
+    }
+    cuMemPoolTrimTo(pools[0], 0);
+    CUdeviceptr p = 0;
+    printf("TRIMMED %d\n", cuMemAllocFromPoolAsync(&p, bytes, pools[0], NULL));
+}
+
+static void cmd_vmm(size_t bytes) {
+    F(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                              unsigned long long));
+    F(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
+    F(CUresult, cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, int, unsigned long long));
+    F(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, int));
+    F(CUresult, cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *));
+    F(CUresult, cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long));
+    F(CUresult, cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long));
+    F(CUresult, cuMemUnmap, (CUdeviceptr, size_t));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.requestedHandleTypes = 1;   /* POSIX file descriptor */
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    /* export -> import -> map the import -> release the original */
+    CUmemGenericAllocationHandle h, imp, probe;
+    CUresult r = cuMemCreate(&h, bytes, &prop, 0);
+    int fd = -1;
+    if (r == CUDA_SUCCESS) r = cuMemExportToShareableHandle(&fd, h, 1, 0);
+    if (r == CUDA_SUCCESS) r = cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, 1);
+    CUdeviceptr va = 0;
+    if (r == CUDA_SUCCESS) r = cuMemAddressReserve(&va, bytes, 0, 0, 0);
+    if (r == CUDA_SUCCESS) r = cuMemMap(va, bytes, 0, imp, 0);
+    if (r == CUDA_SUCCESS) r = cuMemRelease(h);
+    CUresult after = cuMemCreate(&probe, bytes, &prop, 0);
+    printf("IMPORT %d AFTER %d\n", r, after);
+    if (after == CUDA_SUCCESS) cuMemRelease(probe);
+    cuMemUnmap(va, bytes);
+    cuMemRelease(imp);
+    /* create -> map -> retain -> release twice: the mapping still holds the memory */
+    CUmemGenericAllocationHandle h2, again;
+    CUdeviceptr va2 = 0;
+    r = cuMemCreate(&h2, bytes, &prop, 0);
+    if (r == CUDA_SUCCESS) r = cuMemAddressReserve(&va2, bytes, 0, 0, 0);
+    if (r == CUDA_SUCCESS) r = cuMemMap(va2, bytes, 0, h2, 0);
+    if (r == CUDA_SUCCESS) r = cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va2);
+    if (r == CUDA_SUCCESS) r = cuMemRelease(again);
+    if (r == CUDA_SUCCESS) r = cuMemRelease(h2);
+    after = cuMemCreate(&probe, bytes, &prop, 0);
+    printf("RETAIN %d AFTER %d\n", r, after);
+    if (after == CUDA_SUCCESS) cuMemRelease(probe);
+    cuMemUnmap(va2, bytes);
+    after = cuMemCreate(&probe, bytes, &prop, 0);
+    printf("UNMAPPED %d\n", after);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void cmd_legacy(const char *which, unsigned us, double seconds) {
+    F(CUresult, cuLaunch, (CUfunction));
+    F(CUresult, cuLaunchGrid, (CUfunction, int, int));
+    F(CUresult, cuLaunchGridAsync, (CUfunction, int, int, CUstream));
+    F(CUresult, cuCtxSynchronize, (void));
+    CUfunction f = (CUfunction)(uintptr_t)us;
+    double t0 = now_s();
+    long n = 0;
+    while (now_s() - t0 < seconds) {
+        CUresult r = !strcmp(which, "launch") ? cuLaunch(f)
+                     : !strcmp(which, "grid") ? cuLaunchGrid(f, 2, 2)
+                                              : cuLaunchGridAsync(f, 2, 2, NULL);
+        if (r != CUDA_SUCCESS) {
+            printf("FAIL launch %d\n", r);
+            exit(1);
+        }
+        if (++n % 10 == 0) cuCtxSynchronize();   /* completed work, not a queue running ahead */
+    }
+    cuCtxSynchronize();
+    printf("RATE %.1f\n", (double)n / (now_s() - t0));
+}
+
+static void cmd_hold(size_t bytes) {
+    F(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
+    CUdeviceptr p;
+    CUresult r = cuMemAlloc_v2(&p, bytes);
+    printf("HELD %d\n", r);
+    fflush(stdout);
+    char line[128];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "alloc ", 6) != 0) break;
+        CUdeviceptr q;
+        printf("RC %d\n", cuMemAlloc_v2(&q, size_arg(line + 6)));
+        fflush(stdout);
+    }
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: hostile COMMAND ...\n");
+        return 2;
+    }
+    setup();
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "dlroutes") && argc > 2) cmd_dlroutes(size_arg(argv[2]));
+    else if (!strcmp(cmd, "ctxloop") && argc > 2) cmd_ctxloop(atoi(argv[2]));
+    else if (!strcmp(cmd, "heap") && argc > 2) cmd_heap(size_arg(argv[2]));
+    else if (!strcmp(cmd, "graph") && argc > 2) cmd_graph(size_arg(argv[2]));
+    else if (!strcmp(cmd, "pools") && argc > 2) cmd_pools(size_arg(argv[2]));
+    else if (!strcmp(cmd, "vmm") && argc > 2) cmd_vmm(size_arg(argv[2]));
+    else if (!strcmp(cmd, "legacy") && argc > 4) cmd_legacy(argv[2], (unsigned)atoi(argv[3]), atof(argv[4]));
+    else if (!strcmp(cmd, "hold") && argc > 2) cmd_hold(size_arg(argv[2]));
+    else {
+        fprintf(stderr, "unknown command %s\n", cmd);
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,225 @@
+"""Nothing a tenant can write decides its quota (issue 17, hook side).
+
+The claim's container sees its config read-only and its ledger read-write (it must: every process
+of the claim counts its usage there). These tests write what a hostile tenant would write, with
+the real libvgpu.so in the processes of the claim, against the stub libcuda:
+
+- a claim directory whose config is gone fails closed (it was dormant, i.e. unlimited);
+- quota variables in the environment do not raise a config file's quota;
+- the ledger's limits raised and the process's own usage zeroed: the process is still refused past
+  its quota (limits come from its own config; it counts its own usage and rewrites its slot);
+- garbage, or another claim's ledger copied over, fails closed or is rebuilt from the config;
+- the limiter's token balance written in a loop: the compute share still holds.
+Each failed on 165651d (the ledger's limits were read at every admission, the bucket was only
+the shared one, a missing config meant dormant).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hook.clients import client_env
+from tests.hook.conftest import HookLibs, cc, hookcore_libs, testing_lib  # noqa: F401  (fixtures)
+
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+OOM = 2
+# core/internal.h: device records from 4096 (512 bytes each: mem_limit at 64, the limiter area at
+# 256 with tokens at +8), process slots from 12288 (256 bytes each: used[] at 64, tag in bits 48+).
+DEV0_MEM_LIMIT = 4096 + 64
+DEV0_TOKENS = 4096 + 256 + 8
+SLOTS, SLOT_SIZE, SLOT_USED = 12288, 256, 64
+
+
+@pytest.fixture(scope="module")
+def hostile(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    return cc(tmp_path_factory.mktemp("hostile") / "hostile", str(ROOT / "tests/hook/c/hostile.c"), "-ldl")
+
+
+def write_config(root: Path, text: str) -> Path:
+    d = root / "vgpu"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config").write_text(text)
+    return d
+
+
+def test_claim_directory_without_config_fails_closed(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                     testing_lib: Path, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "vgpu").mkdir()
+    (tmp_path / "vgpu" / "ledger").write_bytes(b"")   # what a container keeps after deleting its config
+    env = client_env(hookcore_libs, testing_lib, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
+                     HOOKCORE_MEMORY_LIMIT_0="8Gi")   # an environment does not stand in for the claim
+    proc = subprocess.run([str(hostile), "hold", "64M"], env=env, input="", capture_output=True, text=True,
+                          timeout=30)
+    assert "HELD 3" in proc.stdout, proc.stdout + proc.stderr   # CUDA_ERROR_NOT_INITIALIZED: refused
+    assert f"claim directory {tmp_path}/vgpu exists but has no config file" in proc.stderr
+    assert "(fail closed)" in proc.stderr
+
+
+def test_environment_cannot_raise_the_claims_quota(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                   testing_lib: Path, tmp_path: Path) -> None:  # noqa: F811
+    write_config(tmp_path, "HOOKCORE_MEMORY_LIMIT_0=256Mi\n")
+    env = client_env(hookcore_libs, testing_lib, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
+                     HOOKCORE_MEMORY_LIMIT_0="8Gi", HOOKCORE_MEMORY_LIMIT="8Gi", CUDA_DEVICE_MEMORY_LIMIT_0="8Gi",
+                     CUDA_DEVICE_MEMORY_LIMIT="8Gi", HOOKCORE_LEDGER=str(tmp_path / "mine"))
+    proc = subprocess.run([str(hostile), "hold", "512M"], env=env, input="", capture_output=True, text=True,
+                          timeout=30)
+    assert f"HELD {OOM}" in proc.stdout, proc.stdout + proc.stderr
+    assert not (tmp_path / "mine").exists()
+
+
+def slot_of(ledger: Path, pid: int) -> int:
+    data = ledger.read_bytes()
+    for i in range(1024):
+        off = SLOTS + i * SLOT_SIZE
+        if struct.unpack_from("<i", data, off + 8)[0] == pid:
+            return i
+    raise AssertionError(f"no slot of pid {pid}")
+
+
+def test_ledger_edits_grant_no_byte(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path) -> None:  # noqa: F811
+    ledger = tmp_path / "ledger"
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(ledger))
+    p = subprocess.Popen([str(hostile), "hold", "768M"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdin is not None and p.stdout is not None
+        assert p.stdout.readline().strip() == "SETUP 0"
+        assert p.stdout.readline().strip() == "HELD 0"
+        used_off = SLOTS + slot_of(ledger, p.pid) * SLOT_SIZE + SLOT_USED
+        with ledger.open("r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            struct.pack_into("<Q", m, DEV0_MEM_LIMIT, (1 << 64) - 1)       # the quota "raised" to unlimited
+            word = struct.unpack_from("<Q", m, used_off)[0]
+            assert word & ((1 << 48) - 1) == 768 * MiB
+            struct.pack_into("<Q", m, used_off, word & ~((1 << 48) - 1))   # its usage zeroed, tag kept
+        p.stdin.write("alloc 512M\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == f"RC {OOM}"                # 768 + 512 MiB > 1 GiB: refused
+        word = struct.unpack_from("<Q", ledger.read_bytes(), used_off)[0]
+        assert word & ((1 << 48) - 1) == 768 * MiB                       # and its slot rewritten from its count
+        p.stdin.write("alloc 200M\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "RC 0"                     # what the quota holds still works
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def test_a_lowered_slot_mark_hides_no_process(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                              tmp_path: Path) -> None:
+    """Two processes of the claim: the first holds 768 MiB in slot 0, the second (slot 1) is
+    running; the slot high-water mark in the header is set to 0 so that admission would scan no
+    slot. The second is still refused what the first holds (its own slot puts the mark back, and
+    it keeps the highest mark it has read)."""
+    ledger = tmp_path / "ledger"
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(ledger))
+    procs = []
+    try:
+        for size in ("768M", "1M"):
+            p = subprocess.Popen([str(hostile), "hold", size], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            procs.append(p)
+            assert p.stdin is not None and p.stdout is not None
+            assert p.stdout.readline().strip() == "SETUP 0"
+            assert p.stdout.readline().strip() == "HELD 0"
+        with ledger.open("r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            struct.pack_into("<I", m, 64, 0)   # hk__hdr.xslot_hwm
+        second = procs[1]
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write("alloc 512M\n")
+        second.stdin.flush()
+        assert second.stdout.readline().strip() == f"RC {OOM}"   # 768 + 1 + 512 MiB > 1 GiB
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def test_garbage_ledger_fails_closed(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path) -> None:  # noqa: F811
+    ledger = tmp_path / "ledger"
+    ledger.write_bytes(os.urandom(268 * 1024))
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(ledger))
+    proc = subprocess.run([str(hostile), "hold", "64M"], env=env, input="", capture_output=True, text=True,
+                          timeout=30)
+    assert "HELD 3" in proc.stdout and "(fail closed)" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_another_claims_ledger_gives_its_limits_to_nobody(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    """A copy of a generous claim's ledger over ours: our process still holds our own quota."""
+    other, ours = tmp_path / "other", tmp_path / "ours"
+    big = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="64Gi", HOOKCORE_LEDGER=str(other))
+    subprocess.run([str(hostile), "hold", "1M"], env=big, input="", capture_output=True, text=True, timeout=30)
+    ours.write_bytes(other.read_bytes())
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(ours))
+    proc = subprocess.run([str(hostile), "hold", "2G"], env=env, input="", capture_output=True, text=True, timeout=30)
+    assert f"HELD {OOM}" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_written_tokens_do_not_lift_the_compute_share(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                      tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    native = subprocess.run([str(hostile), "legacy", "async", "1000", "2"], env=client_env(hookcore_libs, None),
+                            capture_output=True, text=True, timeout=60)
+    base = float(native.stdout.split("RATE ")[1])
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi",
+                     HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_LEDGER=str(ledger))
+    p = subprocess.Popen([str(hostile), "legacy", "async", "1000", "2"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    stop = threading.Event()
+    writes = 0
+
+    def tamper() -> None:   # a second process of the tenant: the bucket always full, and more
+        nonlocal writes
+        while not ledger.exists() or ledger.stat().st_size < DEV0_TOKENS + 8:
+            if stop.wait(0.001):
+                return
+        with ledger.open("r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            while not stop.is_set():
+                struct.pack_into("<q", m, DEV0_TOKENS, 1 << 62)
+                writes += 1
+                time.sleep(0.0002)
+
+    t = threading.Thread(target=tamper)
+    t.start()
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:
+        stop.set()
+        t.join()
+    assert p.returncode == 0, out + err
+    got = float(out.split("RATE ")[1])
+    assert writes > 100
+    # 1 ms kernels: the stub's engine completes at most 1000 a second (load only lowers that), so
+    # 30% is at most 300 a second; unmetered, the tenant ran at the native rate
+    assert got <= 350 < base, (got, base)
+
+
+def test_a_limiter_area_written_out_of_shape_still_limits(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    """The limiter's version word overwritten before the claim's process starts: on 165651d the
+    process took it for a foreign layout and ran without a limit."""
+    import hookcore
+
+    ledger = tmp_path / "ledger"
+    env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi",
+                     HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_LEDGER=str(ledger))
+    hookcore.create_ledger(ledger, {k: v for k, v in env.items() if k.startswith("HOOKCORE_")})
+    with ledger.open("r+b") as f:
+        f.seek(DEV0_TOKENS - 8)   # the limiter area's version word
+        f.write(b"\xde\xad\xbe\xef")
+    native = subprocess.run([str(hostile), "legacy", "async", "1000", "1.5"], env=client_env(hookcore_libs, None),
+                            capture_output=True, text=True, timeout=60)
+    base = float(native.stdout.split("RATE ")[1])
+    proc = subprocess.run([str(hostile), "legacy", "async", "1000", "1.5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    got = float(proc.stdout.split("RATE ")[1])
+    assert got <= 350 < base, (got, base)   # at most 30% of the stub engine's 1000 kernels a second

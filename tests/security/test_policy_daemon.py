@@ -1,0 +1,148 @@
+"""The node daemon survives its tenants (security review 2026-12, §3 and finding 3's trigger).
+
+At 165651d `/healthz`, `/readyz` and `/metrics` ran one thread per connection with no timeout, so
+a tenant's pod could hold connections (and threads) open for ever; a ``*.json`` file in the
+checkpoint dir whose name is no claim UID stopped the daemon at start. Here: 500 idle
+connections, a stalled request head and a slow ``/metrics`` leave ``/healthz`` answering within a
+second on a bounded number of threads, and the daemon starts beside the stray file.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import wait_for
+from prometheus_client.core import GaugeMetricFamily
+
+from dra.cdi import CDISpecs
+from dra.checkpoint import Checkpoint
+from dra.enforcement import ClaimHooks
+from dra.hookdir import HookDir
+from dra.metrics import HealthServer, Metrics
+from dra.prepare import ClaimPreparer
+from dra.testing.claims import RecordedClaims
+from drivers.example.driver import ExampleDriver
+
+
+class SlowCollector:
+    """A collector whose scrape takes `seconds` (a ledger read stuck on a tenant's file)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def collect(self) -> Iterator[Any]:
+        time.sleep(self.seconds)
+        yield GaugeMetricFamily("slow", "a slow series", value=1)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[HealthServer, Metrics]]:
+    metrics = Metrics("d")
+    srv = HealthServer(metrics, lambda: "", lambda: "", 0, "127.0.0.1", request_timeout=2.0, max_connections=256)
+    srv.start()
+    yield srv, metrics
+    srv.stop()
+
+
+def get(port: int, path: str, timeout: float = 5) -> tuple[int, float]:
+    t0 = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+        resp.read()
+        return int(resp.status), time.monotonic() - t0
+
+
+def test_500_idle_connections_leave_healthz_answering_within_a_second(server: tuple[HealthServer, Metrics]) -> None:
+    srv, _ = server
+    before = threading.active_count()
+    socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(500)]
+    try:
+        for _ in range(3):
+            status, took = get(srv.port, "/healthz", timeout=1)
+            assert status == 200 and took < 1, took
+        assert threading.active_count() - before <= 4  # two small pools, not a thread per connection
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_stalled_request_is_dropped_after_the_timeout(server: tuple[HealthServer, Metrics]) -> None:
+    srv, _ = server
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never ends its head
+    s.settimeout(10)
+    t0 = time.monotonic()
+    assert s.recv(1) == b""  # closed by the daemon, not by us
+    assert 1.5 < time.monotonic() - t0 < 6
+    s.close()
+
+
+def test_an_oversized_request_head_is_dropped(server: tuple[HealthServer, Metrics]) -> None:
+    srv, _ = server
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.settimeout(10)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nX: " + b"a" * (64 << 10))
+    except OSError:
+        pass  # closed while we were still sending: fine
+    try:
+        assert s.recv(1) == b""
+    except ConnectionResetError:
+        pass
+    s.close()
+
+
+def test_a_slow_metrics_scrape_does_not_delay_healthz(server: tuple[HealthServer, Metrics]) -> None:
+    srv, metrics = server
+    metrics.registry.register(SlowCollector(1.5))  # type: ignore[arg-type]
+    answers: list[int] = []
+    scrapes = [threading.Thread(target=lambda: answers.append(get(srv.port, "/metrics", timeout=10)[0]), daemon=True)
+               for _ in range(2)]
+    for t in scrapes:
+        t.start()
+    time.sleep(0.2)  # the scrapes are in flight (what is measured is /healthz meanwhile)
+    status, took = get(srv.port, "/healthz", timeout=1)
+    assert status == 200 and took < 1, took
+    for t in scrapes:
+        t.join(15)
+    assert answers == [200, 200]  # the scrapes themselves finished too
+
+
+def test_a_stray_file_in_the_checkpoint_dir_does_not_stop_the_daemon(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path / "state", boot_id="b")
+    cp.claims_dir.mkdir(parents=True, exist_ok=True)
+    (cp.claims_dir / "not a uid!.json").write_text("{}")  # no claim UID has a space or a "!"
+    (cp.claims_dir / "-x.json").write_text("{}")
+    driver = ExampleDriver(count=1)
+    prep = ClaimPreparer(driver, RecordedClaims(), "node-a", cp, CDISpecs(driver.cdi_kind, tmp_path / "cdi"),
+                         hooks=ClaimHooks(cp.state_dir, HookDir(tmp_path / "hook-dir")))
+    prep.start()  # raised ValueError at 165651d
+    assert cp.records() == [] and cp.uids() == set()
+    assert (cp.claims_dir / "not a uid!.json").exists() and (cp.claims_dir / "-x.json").exists()  # left alone
+
+
+def test_the_daemon_counts_a_cut_back_ledger(tmp_path: Path) -> None:
+    """The daemon's `LedgerGuard` thread, wired to ``dra_ledger_oversized_total``."""
+    from dra.enforcement import LedgerGuard
+
+    hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
+    metrics = Metrics("d")
+    counter = metrics.ledger_oversized.labels("d")
+    guard = LedgerGuard(hooks, lambda _uid: counter.inc(), interval=0.05)
+    uid = "0c6a3f6e-0000-4000-8000-00000000c1a1"
+    (hooks.root / uid).mkdir(parents=True)
+    ledger = hooks.root / uid / "ledger"
+    ledger.write_bytes(b"\0" * (guard.ledger_bytes() + (1 << 20)))
+    guard.start()
+    try:
+        wait_for(lambda: counter._value.get() == 1 or None, 5, what="the guard to cut the ledger back")
+        assert ledger.stat().st_size == guard.ledger_bytes()
+        assert b"dra_ledger_oversized_total" in metrics.exposition()
+    finally:
+        guard.stop()

@@ -1,0 +1,189 @@
+"""The admin's word wins: a claim's own opaque config cannot loosen its enforcement.
+
+Security review 2026-12, §1 "Opting out with no code at all": at 165651d a claim's config
+``computeLimit: false`` gave a 1-core claim the whole GPU's compute, ``preload: env`` let its
+processes drop the hook with ``env -u LD_PRELOAD``, and a claim's ``computeMode: share``
+overrode an admin's strict class. Here each is refused by prepare (the real NVIDIA driver on fake
+H200s, the real hook config written) and by the webhook's validation with the same words, and
+honoured where the admin said so: in a DeviceClass's config, or with ``allowClaimLoosening``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from driver_helpers import fake_drivers, isolated_env
+
+import dra
+from dra.cdi import CDISpecs
+from dra.checkpoint import Checkpoint
+from dra.enforcement import ClaimHooks
+from dra.hookdir import HookDir
+from dra.prepare import ClaimPreparer
+from dra.testing.cdi import apply_cdi
+from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
+from dra.webhook import checks, vendors
+from dra.webhook.review import Admission
+from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+
+GPU = "hami-core-gpu.project-hami.io"
+CLASS = "hami-core-gpu.project-hami.io"
+STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA",
+            "HOOKCORE_STUB_NVML_FAIL", "HOOKCORE_STUB_NVML_EVENTS")
+
+
+def cfg(**fields: Any) -> dict[str, Any]:
+    return {"apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig", **fields}
+
+
+class Node:
+    """A fake-H200 node's prepare path: the real driver, checkpoint, hook config and CDI spec."""
+
+    def __init__(self, root: Path, driver: HamiCoreGpuDriver, allow: bool) -> None:
+        self.root, self.claims = root, RecordedClaims()
+        cp = Checkpoint(root / "state", boot_id="b")
+        self.prep = ClaimPreparer(driver, self.claims, "node-a", cp, CDISpecs(driver.cdi_kind, root / "cdi"),
+                                  hooks=ClaimHooks(cp.state_dir, HookDir(root / "hook-dir")),
+                                  allow_claim_loosening=allow)
+
+    def prepare(self, *config: dict[str, Any]) -> tuple[str, dra.ClaimRef]:
+        obj = claim_dict("c", results=[result("hami-gpu-0", driver=GPU, share_id="s1", cores="1", memory="1Gi")],
+                         config=list(config))
+        c = self.claims.add(obj)
+        ref = dra.ClaimRef(c.uid, c.namespace, c.name)
+        return self.prep.prepare_claims([ref])[ref.uid].error, ref
+
+    def hook_config(self, ref: dra.ClaimRef) -> dict[str, str]:
+        text = (self.root / "state" / "hooks" / ref.uid / "config").read_text()
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+    def env(self, ref: dra.ClaimRef) -> dict[str, str]:
+        (out,) = [o for o in [self.prep.checkpoint.get(ref.uid)] if o is not None]
+        ids = [i for d in out.devices for i in d.cdi_ids]
+        return apply_cdi(self.root / "cdi", ids)[0]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    with isolated_env(STUB_ENV):
+        made = fake_drivers(HamiCoreGpuDriver, "h200x8")
+        make = next(made)
+        n = 0
+
+        def build(allow: bool = False) -> Node:
+            nonlocal n
+            n += 1
+            return Node(tmp_path / f"n{n}", make(settings={"health": "off"}), allow)
+
+        yield build
+        with contextlib.suppress(StopIteration):
+            next(made)
+
+
+CLAIM_LOOSENS = [
+    ("computeLimit", [opaque(GPU, cfg(computeLimit=False))], "computeLimit=false is weaker than the default true"),
+    ("preload", [opaque(GPU, cfg(preload="env"))], "preload=env is weaker than the default file"),
+    ("computeMode", [opaque(GPU, cfg(computeMode="strict"), "FromClass"), opaque(GPU, cfg(computeMode="share"))],
+     "computeMode=share is weaker than the DeviceClass's strict"),
+    ("computeMode unset", [opaque(GPU, cfg(computeMode="strict"), "FromClass"), opaque(GPU, cfg(preload="file"))],
+     "computeMode=unset is weaker than the DeviceClass's strict"),
+    ("watchdogAction", [opaque(GPU, cfg(watchdogAction="kill"), "FromClass"), opaque(GPU, cfg(watchdogAction="report"))],
+     "watchdogAction=report is weaker than the DeviceClass's kill"),
+    ("fullLoadClockMhz", [opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=1500), "FromClass"),
+                          opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=3000))],
+     "fullLoadClockMhz=3000 is weaker than the DeviceClass's 1500"),
+]
+
+
+@pytest.mark.parametrize(("field", "config", "words"), CLAIM_LOOSENS, ids=[c[0] for c in CLAIM_LOOSENS])
+def test_prepare_refuses_a_claim_config_that_loosens_enforcement(node: Callable[..., Node], field: str,
+                                                                 config: list[dict[str, Any]], words: str) -> None:
+    n = node()
+    error, ref = n.prepare(*config)
+    assert words in error and "allowClaimLoosening" in error and "daemon.allowClaimLoosening" in error, error
+    assert n.prep.checkpoint.get(ref.uid) is None  # nothing prepared, nothing left
+    assert not (n.root / "state" / "hooks" / ref.uid).exists()
+
+
+def test_a_compute_limit_off_from_the_claim_is_refused_and_the_share_holds(node: Callable[..., Node]) -> None:
+    strict = node()
+    assert "computeLimit" in strict.prepare(opaque(GPU, cfg(computeLimit=False)))[0]
+    error, ref = strict.prepare()  # the same claim without its opt-out: held to its 1 core
+    assert error == ""
+    assert strict.hook_config(ref)["HOOKCORE_COMPUTE_LIMIT_0"] == "1"
+
+
+def test_the_admins_class_config_may_loosen_and_the_claim_may_repeat_it(node: Callable[..., Node]) -> None:
+    n = node()
+    error, ref = n.prepare(opaque(GPU, cfg(computeLimit=False, preload="env"), "FromClass"),
+                           opaque(GPU, cfg(computeLimit=False, preload="env")))
+    assert error == ""
+    assert "HOOKCORE_COMPUTE_LIMIT_0" not in n.hook_config(ref)  # no compute limit: the admin's class says so
+    assert "LD_PRELOAD" in n.env(ref)
+
+
+def test_a_strict_class_holds_a_claim_without_config_and_a_claim_may_tighten(node: Callable[..., Node]) -> None:
+    n = node()
+    error, ref = n.prepare(opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=1500), "FromClass"))
+    assert error == ""
+    got = n.hook_config(ref)
+    assert (got["HOOKCORE_COMPUTE_MODE_0"], got["HOOKCORE_COMPUTE_REF_MHZ_0"]) == ("strict", "1500")
+    error, ref = node().prepare(opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=1500)))  # no class: stricter
+    assert error == ""
+
+
+def test_with_the_admins_permission_a_claim_may_loosen(node: Callable[..., Node]) -> None:
+    n = node(allow=True)
+    error, ref = n.prepare(opaque(GPU, cfg(computeLimit=False, preload="env")))
+    assert error == ""
+    assert "HOOKCORE_COMPUTE_LIMIT_0" not in n.hook_config(ref) and "LD_PRELOAD" in n.env(ref)
+
+
+# --- the webhook: the same rule, the same words, at `kubectl apply` ------------------------------
+
+class Classes:
+    def __init__(self, configs: dict[str, list[dict[str, Any]]]) -> None:
+        self.configs = configs
+
+    def opaque(self, class_name: str) -> list[dict[str, Any]] | None:
+        return self.configs.get(class_name)
+
+
+def claim_review(config: list[dict[str, Any]]) -> dict[str, Any]:
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "t"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}],
+                                  "config": [{"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": p}}
+                                             for p in config]}}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "kind": {"kind": "ResourceClaim"}, "operation": "CREATE", "namespace": "t",
+                        "object": claim}}
+
+
+@pytest.mark.parametrize(("claim", "cls", "words"), [
+    ([cfg(computeLimit=False)], [], "computeLimit=false is weaker than the default true"),
+    ([cfg(preload="env")], [], "preload=env is weaker than the default file"),
+    ([cfg(computeMode="share")], [cfg(computeMode="strict")], "computeMode=share is weaker than the DeviceClass's strict"),
+])
+def test_validation_refuses_the_same_claims_with_the_same_words(claim: list[dict[str, Any]], cls: list[dict[str, Any]],
+                                                               words: str) -> None:
+    classes = Classes({CLASS: [{"driver": GPU, "parameters": p} for p in cls]})
+    admission = Admission(vendors.load(None), drivers=checks.driver_classes(), classes=classes)
+    resp = admission.validate(claim_review(claim))["response"]
+    assert resp["allowed"] is False
+    assert words in resp["status"]["message"] and "allowClaimLoosening" in resp["status"]["message"]
+    allowed = Admission(vendors.load(None), drivers=checks.driver_classes(), classes=classes,
+                        allow_claim_loosening=True)
+    assert allowed.validate(claim_review(claim))["response"]["allowed"] is True
+
+
+def test_validation_admits_what_the_class_already_allows() -> None:
+    classes = Classes({CLASS: [{"driver": GPU, "parameters": cfg(computeLimit=False)}]})
+    admission = Admission(vendors.load(None), drivers=checks.driver_classes(), classes=classes)
+    t0 = time.monotonic()
+    assert admission.validate(claim_review([cfg(computeLimit=False)]))["response"]["allowed"] is True
+    assert time.monotonic() - t0 < 1

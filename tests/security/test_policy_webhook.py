@@ -1,0 +1,266 @@
+"""The webhook survives its callers (security review 2026-12, §4 and findings 6 and 8).
+
+At 165651d: a valid quantity such as ``nvidia.com/gpumem: "1e999999999"`` stalled a replica for
+minutes in ``int(Decimal)``; ``/mutate`` created templates in whatever namespace the request body
+named; a template was adopted by its label alone; nothing authenticated the caller and every
+connection got a thread. Each is shown answered here: in-process (timed), over HTTPS (client
+certificates, bounded threads) and through the real API server (the refusal a user sees).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import create_node, unique, wait_for
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from dra.cluster.certs import new_ca, new_serving_cert, write_pair, write_pki
+from dra.cluster.controlplane import ControlPlane
+from dra.driver import Capacity, Device, RequestPolicy
+from dra.publish.desired import desired_pool, slice_object
+from dra.webhook import checks, install, translate, vendors
+from dra.webhook.inventory import StaticInventory
+from dra.webhook.review import Admission
+from dra.webhook.server import BACKLOG, WORKERS, WebhookServer
+
+GPU = "hami-core-gpu.project-hami.io"
+MAPPING = vendors.load()
+HUGE = ["1e999999999", "1e1000000", "-1e30", "9" * 200]
+
+
+class RecordingTemplates:
+    def __init__(self) -> None:
+        self.created: list[Mapping[str, Any]] = []
+
+    def ensure(self, body: Mapping[str, Any]) -> None:
+        self.created.append(body)
+
+
+def pod_review(limits: Mapping[str, str], namespace: str = "team-a", object_namespace: str | None = None,
+               kind: str = "Pod") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p"}
+    if object_namespace is not None:
+        meta["namespace"] = object_namespace
+    pod = {"metadata": meta, "spec": {"containers": [{"name": "main", "resources": {"limits": dict(limits)}}]}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": kind}, "operation": "CREATE",
+        "namespace": namespace, "object": pod}}
+
+
+def admission(templates: Any = None) -> Admission:
+    return Admission(MAPPING, StaticInventory({GPU: (80 << 30,)}), templates, checks.driver_classes())
+
+
+@pytest.mark.parametrize("value", HUGE)
+def test_a_huge_quantity_is_refused_with_the_limit_in_milliseconds(value: str) -> None:
+    t = RecordingTemplates()
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": value}
+    webhook = admission(t)
+    t0 = time.monotonic()
+    mutated = webhook.mutate(pod_review(limits))["response"]
+    validated = webhook.validate(pod_review(limits))["response"]
+    took = time.monotonic() - t0
+    assert took < 0.1, f"{value}: {took * 1000:.1f} ms"
+    assert mutated["allowed"] is True and "patch" not in mutated and t.created == []  # left for /validate
+    assert validated["allowed"] is False
+    assert "10^18" in validated["status"]["message"] and "nvidia.com/gpumem" in validated["status"]["message"]
+
+
+@pytest.mark.parametrize("value", HUGE)
+def test_a_huge_claim_capacity_is_refused_with_the_limit_in_milliseconds(value: str) -> None:
+    claim = {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": GPU, "capacity": {"requests": {"memory": value, "cores": value}}}}]}}}
+    review = pod_review({}, kind="ResourceClaim")
+    review["request"]["object"] = claim
+    webhook = admission()
+    t0 = time.monotonic()
+    resp = webhook.validate(review)["response"]
+    assert time.monotonic() - t0 < 0.1
+    assert resp["allowed"] is False and "10^18" in resp["status"]["message"]
+
+
+@pytest.mark.parametrize(("namespace", "object_namespace"), [("kube-system", "team-a"), ("team-b", "team-a"),
+                                                              ("", "team-a"), ("kube-system", None)])
+def test_templates_are_created_only_in_the_namespace_of_the_pod(namespace: str, object_namespace: str | None) -> None:
+    t = RecordingTemplates()
+    resp = admission(t).mutate(pod_review({"nvidia.com/gpu": "1"}, namespace, object_namespace))["response"]
+    assert resp["allowed"] is False and "request.namespace" in resp["status"]["message"]
+    assert t.created == []  # no create call: the forged review names another namespace
+    admission(t).mutate(pod_review({"nvidia.com/gpu": "1"}, "team-a", "team-a"))
+    assert [b["metadata"]["namespace"] for b in t.created] == ["team-a"]
+
+
+# --- over HTTPS: who may call, and how many connections cost a thread ---------------------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[WebhookServer, Path, Any]]:
+    ca, ca_key = new_ca("serving-ca")
+    cert, key = new_serving_cert(ca, ca_key, "dra-webhook", ["localhost"], ["127.0.0.1"])
+    write_pair(tmp_path / "ca.crt", tmp_path / "ca.key", ca, ca_key)
+    write_pair(tmp_path / "tls.crt", tmp_path / "tls.key", cert, key)
+    callers = write_pki(tmp_path / "api-server-pki")  # its CA signs the API server's client certificate
+    srv = WebhookServer(admission(RecordingTemplates()), tmp_path / "tls.crt", tmp_path / "tls.key", port=0,
+                        host="127.0.0.1", health_port=0, client_ca=callers.ca_cert)
+    srv.start()
+    yield srv, tmp_path / "ca.crt", callers
+    srv.stop()
+
+
+def post(port: int, ctx: ssl.SSLContext) -> int:
+    body = json.dumps(pod_review({"nvidia.com/gpu": "1"})).encode()
+    req = urllib.request.Request(f"https://127.0.0.1:{port}/validate", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+        return int(resp.status)
+
+
+def test_only_a_caller_with_the_api_servers_client_certificate_is_answered(served: tuple[WebhookServer, Path, Any]
+                                                                            ) -> None:
+    srv, ca, callers = served
+    anonymous = ssl.create_default_context(cafile=str(ca))
+    with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+        post(srv.port, anonymous)
+    other, other_key = new_ca("someone-else")  # a self-made certificate is no better
+    write_pair(ca.parent / "other.crt", ca.parent / "other.key", other, other_key)
+    forged = ssl.create_default_context(cafile=str(ca))
+    forged.load_cert_chain(str(ca.parent / "other.crt"), str(ca.parent / "other.key"))
+    with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+        post(srv.port, forged)
+    api_server = ssl.create_default_context(cafile=str(ca))
+    api_server.load_cert_chain(str(callers.admin_cert), str(callers.admin_key))
+    assert post(srv.port, api_server) == 200
+
+
+def test_idle_connections_cost_no_thread_past_the_pool(served: tuple[WebhookServer, Path, Any]) -> None:
+    srv, ca, callers = served
+    before = threading.active_count()
+    socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(300)]
+    try:
+        # Past workers + backlog, a new connection is closed at once instead of waiting.
+        wait_for(lambda: srv.metrics.refused._value.get() >= 300 - WORKERS - BACKLOG or None, 10,
+                 what="the connections past the pool and backlog to be closed")
+        assert threading.active_count() - before <= 2 * WORKERS  # both ports' pools at most, not 300
+    finally:
+        for s in socks:
+            s.close()
+    api_server = ssl.create_default_context(cafile=str(ca))
+    api_server.load_cert_chain(str(callers.admin_cert), str(callers.admin_key))
+    deadline = time.monotonic() + 15  # idle ones time out (REQUEST_TIMEOUT) and free their workers
+    while True:
+        try:
+            assert post(srv.port, api_server) == 200
+            break
+        except (OSError, urllib.error.URLError):
+            if time.monotonic() > deadline:
+                raise
+
+
+# --- through the real API server ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def webhook(cluster: ControlPlane, api_client: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[str]:
+    resource: Any = client.ResourceV1Api(api_client)
+    made = False
+    try:
+        resource.create_device_class({"metadata": {"name": GPU}, "spec": {"selectors": [
+            {"cel": {"expression": f'device.driver == "{GPU}"'}}]}})
+        made = True
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    directory = tmp_path_factory.mktemp("policy-webhook")
+    install.up(cluster.kubeconfig, directory, name="dra-policy-webhook")
+    node = unique("polwh")
+    create_node(api_client, node)
+    memory = "80Gi"
+    dev = Device(name="gpu-0", attributes={"uuid": "GPU-policy-0", "productName": "NVIDIA H200"},
+                 capacity={"cores": Capacity("100", RequestPolicy(default="100", min="1", max="100", step="1")),
+                           "memory": Capacity(memory, RequestPolicy(default=memory, min="1Mi", max=memory,
+                                                                    step="1Mi"))},
+                 allow_multiple_allocations=True)
+    pool = desired_pool(GPU, node, [dev])
+    uid = client.CoreV1Api(api_client).read_node(node).metadata.uid
+    resource.create_resource_slice(slice_object(pool, 0, 1, uid))
+    ns = unique("polwh")
+    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": ns}})
+    yield ns
+    install.down(cluster.kubeconfig, directory, name="dra-policy-webhook")
+    client.CoreV1Api(api_client).delete_namespace(ns)
+    for s in resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items:
+        resource.delete_resource_slice(s.metadata.name)
+    client.CoreV1Api(api_client).delete_node(node)
+    if made:
+        resource.delete_device_class(GPU)
+
+
+def refusal(call: Any) -> tuple[str, float]:
+    t0 = time.monotonic()
+    with pytest.raises(ApiException) as err:
+        call()
+    return str(json.loads(str(err.value.body))["message"]), time.monotonic() - t0
+
+
+def hami_pod(name: str, limits: Mapping[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"limits": dict(limits)}}]}}
+
+
+@pytest.mark.cluster
+def test_the_api_server_refuses_a_huge_quantity_at_once(api_client: client.ApiClient, webhook: str) -> None:
+    # 1e1000000: int() of it took 35 s at 165651d. (kube-apiserver v1.34.4 itself times out on
+    # 1e999999999 before calling any webhook: measured 34 s with no webhook registered.)
+    core: Any = client.CoreV1Api(api_client)
+    message, took = refusal(lambda: core.create_namespaced_pod(webhook, hami_pod("huge", {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1e1000000"})))
+    assert "10^18" in message, message
+    assert took < 5, f"{took:.1f} s: the webhook must answer in milliseconds, not at the API server's timeout"
+
+
+@pytest.mark.cluster
+def test_the_api_server_refuses_a_claim_that_lifts_its_compute_limit(api_client: client.ApiClient,
+                                                                    webhook: str) -> None:
+    resource: Any = client.ResourceV1Api(api_client)
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "opt-out"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU}}],
+                                  "config": [{"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {
+                                      "apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig",
+                                      "computeLimit": False}}}]}}}
+    message, _ = refusal(lambda: resource.create_namespaced_resource_claim(webhook, claim))
+    assert "computeLimit=false is weaker than the default true" in message and "allowClaimLoosening" in message
+
+
+@pytest.mark.cluster
+def test_a_planted_template_with_the_webhooks_label_is_not_adopted(api_client: client.ApiClient, webhook: str) -> None:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "20"}
+    plan = translate.plan_pod(hami_pod("x", limits), MAPPING, StaticInventory({GPU: (80 << 30,)}))
+    (share,) = {cs.share for cs in plan.shares}
+    body = translate.template_object(share, webhook, StaticInventory({GPU: (80 << 30,)}))
+    resource: Any = client.ResourceV1Api(api_client)
+    planted = json.loads(json.dumps(body))
+    planted["spec"]["spec"]["devices"]["config"] = [{"requests": [], "opaque": {"driver": GPU, "parameters": {
+        "apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig", "preload": "env"}}}]
+    message, _ = refusal(lambda: resource.create_namespaced_resource_claim_template(webhook, planted))
+    assert "preload=env is weaker" in message  # a loosening plant does not even get stored
+    planted = json.loads(json.dumps(body))  # a valid one: the victims' pods would get 1Mi instead of 2000Mi
+    planted["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = "1Mi"
+    resource.create_namespaced_resource_claim_template(webhook, planted)
+    core: Any = client.CoreV1Api(api_client)
+    message, _ = refusal(lambda: core.create_namespaced_pod(webhook, hami_pod("victim", limits)))
+    assert "another spec" in message and body["metadata"]["name"] in message, message
+    # The webhook's own template (same name, its spec) is adopted: delete the planted one, retry.
+    resource.delete_namespaced_resource_claim_template(body["metadata"]["name"], webhook)
+    resource.create_namespaced_resource_claim_template(webhook, body)
+    core.create_namespaced_pod(webhook, hami_pod("victim", limits))

@@ -1,0 +1,56 @@
+"""The poll thread: a failing driver is logged once per distinct failure, and the loop goes on."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dra.driver import DeviceProcess, Driver
+from dra.watchdog import Watchdog, WatchdogSettings
+
+
+class FlakyDriver(Driver):
+    """A fake driver whose process list fails a few times (an NVML outage), then answers."""
+
+    name = "flaky.example.com"
+    cdi_kind = "k8s.flaky.example.com/claim"
+
+    def __init__(self, failures: int) -> None:
+        self.calls = 0
+        self.failures = failures
+
+    def devices(self):  # type: ignore[no-untyped-def]
+        return []
+
+    def prepare(self, claim, devices):  # type: ignore[no-untyped-def]
+        return []
+
+    def unprepare(self, claim, prepared):  # type: ignore[no-untyped-def]
+        return None
+
+    def processes(self) -> Sequence[DeviceProcess]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("NVML nvmlInit() failed: Driver Not Loaded")
+        return []
+
+
+def test_a_failing_poll_is_logged_once_and_the_loop_recovers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    driver = FlakyDriver(failures=5)
+    wd = Watchdog(driver, lambda: [], tmp_path / "hooks", events=type("E", (), {"emit": lambda self, v: None})(),
+                  registry=CollectorRegistry(), settings=WatchdogSettings(interval=0.05, share_window=1))
+    with caplog.at_level(logging.INFO, logger="dra.watchdog"):
+        wd.start()
+        deadline = time.monotonic() + 10
+        while wd.polls < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        wd.stop()
+    assert driver.calls >= 8 and wd.polls >= 3
+    failed = [r for r in caplog.records if "poll failed" in r.getMessage()]
+    assert len(failed) == 1
+    assert any("polls again" in r.getMessage() for r in caplog.records)
