@@ -194,8 +194,9 @@ def test_a_negative_consumed_capacity_is_stored_by_the_api_server_and_refused_by
 # allocator mishandled the counters: #134100 (fixed in 1.35, #134103) refused a second share of a
 # device whose counters the first share had drawn, #139034 (fixed in 1.36 by #139040, in 1.37)
 # forgot in later scheduling cycles the counters that shared allocations draw, so a device that
-# excludes another could be allocated beside it. The framework publishes no counters (a `Device`
-# has none): shareable devices are bounded by their consumable capacity alone, which the last
+# excludes another could be allocated beside it. The framework never publishes the pair (MIG
+# partitions draw counters and are exclusive; `desired_pool` refuses a shared device that draws
+# counters): shareable devices are bounded by their consumable capacity alone, which the last
 # test shows working on every version.
 FIXED_134100, FIXED_139034 = 35, 36
 
@@ -270,8 +271,8 @@ def test_a_shared_allocation_keeps_its_counters_in_later_cycles_from_1_36(
 
 
 def test_shares_bounded_by_capacity_alone_work_on_every_version(cluster: ControlPlane, rig: Callable[..., Rig]) -> None:
-    """Our form: no counters; two requests of one claim and a second claim share one device up to
-    its 100 cores, and the share past them waits."""
+    """Our form: a shared device draws no counters; two requests of one claim and a second claim
+    share it up to its 100 cores, and the share past them waits."""
     r = rig(shared(1))
     assert not any("sharedCounters" in s["spec"] or any("consumesCounters" in d for d in s["spec"].get("devices", []))
                    for s in json.loads(r.resource.list_resource_slice(field_selector=f"spec.nodeName={r.node}",
