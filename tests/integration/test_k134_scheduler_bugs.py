@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_helpers import running_daemon
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
@@ -24,7 +25,6 @@ from dra.cluster.binaries import parse_version
 from dra.cluster.controlplane import ControlPlane
 from dra.driver import Capacity, ClaimRef, Device, RequestPolicy
 from dra.publish import Publisher, PublishSettings, SliceLayout
-from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
@@ -140,17 +140,12 @@ def test_distinct_attribute_across_requests_holds_on_every_version(cluster: Cont
 def example_daemon(cluster: ControlPlane, api_client: client.ApiClient) -> Iterator[tuple[str, KubeletHarness]]:
     node = unique("neg")
     create_node(api_client, node)
-    with tempfile.TemporaryDirectory(prefix="dra-neg-", dir="/tmp") as work:
-        daemon = DaemonProcess("example", node, cluster.kubeconfig, Path(work), args=["--set", "count=2"]).start()
-        harness = KubeletHarness(daemon.registrar_dir)
-        harness.watch()
-        try:
-            daemon.wait_http("/readyz", timeout=60)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dra-neg-", dir="/tmp") as work, \
+                running_daemon(cluster, "example", node, Path(work), ["--set", "count=2"]) as (_daemon, harness):
             yield node, harness
-        finally:
-            harness.close()
-            daemon.stop()
-            client.CoreV1Api(api_client).delete_node(node)
+    finally:
+        client.CoreV1Api(api_client).delete_node(node)
 
 
 def test_a_negative_consumed_capacity_is_stored_by_the_api_server_and_refused_by_prepare(
