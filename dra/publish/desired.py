@@ -207,6 +207,13 @@ def encode_device(device: Device) -> dict[str, Any]:
                 entry["value"] = taint.value
             taints.append(entry)
         out["taints"] = taints
+    if device.consumes_counters and device.allow_multiple_allocations:
+        # kube-scheduler mishandles the pair: before 1.35 a second share of the device is refused
+        # for its counters (kubernetes#134100), before 1.36 shares' counters are forgotten in later
+        # cycles, so devices excluding each other are allocated together (kubernetes#139034).
+        raise fail("draws on a counter set and allows multiple allocations; kube-scheduler before 1.36"
+                   " mis-counts that pair (kubernetes#134100, #139034): bound a shared device by its"
+                   " consumable capacity alone, or make the counter-drawing device exclusive")
     if device.consumes_counters:
         consumption = []
         for c in device.consumes_counters:

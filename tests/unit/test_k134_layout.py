@@ -75,3 +75,19 @@ def test_the_version_matrix_takes_the_newest_release_of_each_minor_from_1_34() -
               "v1.38.0-beta.0", "v1.38.0-rc.1", "v2.0.0", "latest"]
     assert newest_patches(listed) == ["v1.34.10", "v1.35.4", "v1.36.3", "v1.37.2"]  # numbers, not strings
     assert newest_patches([]) == []
+
+
+def test_a_shared_device_that_draws_counters_is_refused_naming_both_bugs() -> None:
+    """kubernetes#134100 / #139034: counters and multiple allocations on one device are
+    mis-counted before 1.36; the framework publishes either, never both on one device."""
+    from dra.driver import CounterConsumption, CounterSet
+    from dra.publish import DeviceValidationError
+
+    memory = CounterSet("gpu-0-memory", {"slices": "8"})
+    exclusive = Device(name="mig-0", consumes_counters=(CounterConsumption(memory, {"slices": "4"}),))
+    assert desired_pool("gpu.example.com", "node-1", [exclusive]).device_count == 1
+    shared = Device(name="mig-1", allow_multiple_allocations=True, capacity=gpus(1)[0].capacity,
+                    consumes_counters=(CounterConsumption(memory, {"slices": "4"}),))
+    with pytest.raises(DeviceValidationError, match=r"device 'mig-1': draws on a counter set and allows multiple"
+                                                    r" allocations.*kubernetes#134100, #139034"):
+        desired_pool("gpu.example.com", "node-1", [exclusive, shared])
