@@ -414,7 +414,8 @@ def test_the_charts_daemon_command_publishes_its_node_as_the_charts_service_acco
               "daemon.metricsPort": port, "daemon.settings": {"health": "off"}}
     spec = one(render(helm, chart, values=values), "DaemonSet")["spec"]["template"]["spec"]
     daemon = container(spec, "daemon")
-    env = {**container_env(daemon), "NODE_NAME": node, "POD_UID": pod_uid}
+    # run here, the pod's IP is this host's loopback (the metrics port binds to $(POD_IP))
+    env = {**container_env(daemon), "NODE_NAME": node, "POD_UID": pod_uid, "POD_IP": "127.0.0.1"}
     assert daemon["command"] == ["python3", "-m", "dra.daemon"]
     argv = [sys.executable, "-m", "dra.daemon", *(expand(a, env) for a in daemon["args"]),
             f"--kubeconfig={token_kubeconfig(cluster, token, work / 'kubeconfig')}"]
