@@ -169,9 +169,15 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "hami-core-g
         plugin = _wait("the daemon to register with the (played) kubelet",
                        lambda: harness.plugins() if daemon.poll() is None else _daemon_died(work), 60)[0]
         _out.print(f"    registered {plugin.name} at {plugin.endpoint}", highlight=False)
-        slices = _wait("the node's ResourceSlice",
-                       lambda: [s for s in resource.list_resource_slice().items if s.spec.node_name == node], 60)
-        devices = [d.name for s in slices for d in s.spec.devices or []]
+        def whole_pool() -> list[Any] | None:
+            """The node's slices once all of its pool is there (one device per slice on 1.34)."""
+            got = [s for s in resource.list_resource_slice().items if s.spec.node_name == node]
+            return got if got and len(got) >= got[0].spec.pool.resource_slice_count else None
+
+        slices = _wait("the node's ResourceSlices", whole_pool, 60)
+        from dra.publish.desired import natural_key
+
+        devices = sorted((d.name for s in slices for d in s.spec.devices or []), key=natural_key)
         _out.print(f"    published pool {node}: devices {', '.join(devices)}", highlight=False)
 
         _step("two claims share one device by consumable capacity; kube-scheduler allocates")
