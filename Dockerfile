@@ -21,14 +21,15 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 # pyproject.toml's [build-system] requires (the test keeps this list equal to it), in a venv of
 # its own: Debian's python3 refuses installs into the system (PEP 668).
-RUN --mount=type=cache,target=/root/.cache/pip \
+ENV PIP_CACHE_DIR=/var/cache/pip
+RUN --mount=type=cache,target=/var/cache/pip \
     python3 -m venv /opt/build && /opt/build/bin/pip install "setuptools>=69" "wheel" "Cython>=3.0"
 WORKDIR /src
 COPY . .
 # The project's wheel (C hook libraries, stubs for --fake, the Cython extension), then the wheels
 # of its dependencies, so the runtime stage installs without a compiler or the network. pip's
 # cache is a build cache mount: a rebuild after a source change downloads nothing again.
-RUN --mount=type=cache,target=/root/.cache/pip \
+RUN --mount=type=cache,target=/var/cache/pip \
     make wheel PY=/opt/build/bin/python DIST=/wheels \
     && /opt/build/bin/pip wheel --wheel-dir /wheels /wheels/dra_hami-*.whl
 
