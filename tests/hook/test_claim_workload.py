@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 GiB = 1 << 30
 WHY = runtime_unavailable()
-pytestmark = pytest.mark.skipif(bool(WHY), reason=f"runtime-like runner: {WHY}")
+pytestmark = pytest.mark.skipif(bool(WHY) and os.environ.get("CI") != "true", reason=f"runtime-like runner: {WHY}")
 
 
 class Node:
