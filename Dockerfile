@@ -1,5 +1,5 @@
 # The dra-hami image: every chart runs it (helm/hami-core-gpu and helm/ascend: `python3 -m
-# dra.daemon <driver>` and the `dra hookdir install` init container; helm/dra-webhook: `dra
+# dra._runtime.daemon <driver>` and the `dra hookdir install` init container; helm/dra-webhook: `dra
 # webhook run`). Build and push it yourself, from any Debian-based Python >= 3.11 image:
 #
 #   docker build -t ghcr.io/project-hami/dra-hami:0.1.0 . && docker push ghcr.io/project-hami/dra-hami:0.1.0
@@ -26,18 +26,19 @@ RUN --mount=type=cache,target=/var/cache/pip \
     python3 -m venv /opt/build && /opt/build/bin/pip install "setuptools>=69" "wheel" "Cython>=3.0"
 WORKDIR /src
 COPY . .
-# The project's wheel (C hook libraries, stubs for --fake, the Cython extension), then the wheels
-# of its dependencies, so the runtime stage installs without a compiler or the network. pip's
+# The runtime's wheel (C hook libraries, stubs for --fake, the Cython extension; the dev rig in
+# dev/ is another distribution and stays out), then the wheels of its dependencies and of the
+# NVIDIA driver's extra (nvidia-ml-py), so the runtime stage installs without a compiler or the network. pip's
 # cache is a build cache mount: a rebuild after a source change downloads nothing again.
 RUN --mount=type=cache,target=/var/cache/pip \
     make wheel PY=/opt/build/bin/python DIST=/wheels \
-    && /opt/build/bin/pip wheel --wheel-dir /wheels /wheels/dra_hami-*.whl
+    && /opt/build/bin/pip wheel --wheel-dir /wheels "$(echo /wheels/dra_hami-*.whl)[nvidia]"
 
 FROM ${BASE}
 # The wheels are bind-mounted from the build stage, so they are in no layer of the image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python3 -m venv /opt/dra && /opt/dra/bin/pip install --no-cache-dir --no-index --find-links /wheels dra-hami
-# The venv first on PATH: the charts run `dra ...` and `python3 -m dra.daemon`. Long-lived
+    python3 -m venv /opt/dra && /opt/dra/bin/pip install --no-cache-dir --no-index --find-links /wheels 'dra-hami[nvidia]'
+# The venv first on PATH: the charts run `dra ...` and `python3 -m dra._runtime.daemon`. Long-lived
 # processes on a read-only root filesystem (the charts set readOnlyRootFilesystem): no bytecode
 # written next to site-packages.
 ENV PATH=/opt/dra/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

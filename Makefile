@@ -17,8 +17,10 @@ install: $(STAMP)
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py | $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/bin/python)
-	$(PY) -m pip install -q -e '.[dev]'
+# Two distributions: the runtime (this directory, with the NVIDIA driver's extra and the test
+# tools) and the dev rig (dev/: control plane, real node, demo), which adds `dra cluster|node|demo`.
+$(STAMP): pyproject.toml setup.py dev/pyproject.toml | $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/bin/python)
+	$(PY) -m pip install -q -e '.[dev,nvidia]' -e ./dev
 	@touch $@
 
 # The real node's parts that come from the distribution (runc, built with seccomp; iproute2).
@@ -75,7 +77,7 @@ wheel:
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation --wheel-dir $(DIST) .
 
 # The image the charts run, built from the Dockerfile with buildah on a base made from Debian's
-# packages by mmdebstrap (dra/node/project_image.py says why): dist/dra-hami-<version>.oci.tar.
+# packages by mmdebstrap (dev/dra_dev/node/project_image.py says why): dist/dra-hami-<version>.oci.tar.
 # image-deps installs the two builders where missing (root + apt), like node-deps.
 image-deps:
 	@if command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1; then :; \

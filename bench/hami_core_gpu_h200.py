@@ -97,7 +97,7 @@ def discover(node: str, fake: str | None) -> Any:
 
 
 def slice_json(driver: Any, node: str) -> dict[str, Any]:
-    from dra.publish.desired import desired_pool, slice_object
+    from dra._runtime.publish.desired import desired_pool, slice_object
 
     pool = desired_pool(driver.name, node, driver.devices())
     return slice_object(pool, 0, 1, NODE_UID, name=f"{node}-{driver.name}-0")
@@ -107,11 +107,11 @@ def prepare(driver: Any, node: str, work: Path, strict_mhz: int | None = None) -
     """The recorded claim, retargeted at this node's first GPU, prepared by the framework; with
     `strict_mhz` its config asks for a strict cap at that full-load clock."""
     import dra
-    from dra.cdi import CDISpecs
-    from dra.checkpoint import Checkpoint
-    from dra.enforcement import ClaimHooks
-    from dra.hookdir import HookDir
-    from dra.prepare import ClaimPreparer
+    from dra._runtime.cdi import CDISpecs
+    from dra._runtime.checkpoint import Checkpoint
+    from dra._runtime.enforcement import ClaimHooks
+    from dra._runtime.hookdir import HookDir
+    from dra._runtime.prepare import ClaimPreparer
     from dra.testing.claims import RecordedClaims
 
     claim = json.loads(CLAIM.read_text())
@@ -259,7 +259,7 @@ def main() -> int:
         log(f"prepared: CDI devices {ids}")
 
         if args.fake:
-            import dra.testing.stub as stub
+            import dra.fakes.stub as stub
 
             argv = [str(stub.workload_program())]
             how, proc = run_workload(work / "cdi", ids, argv, args.host_links, 60)

@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from kubernetes import client, watch  # noqa: E402
 
 from dra import DriverContext, quantity_to_int  # noqa: E402
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build  # noqa: E402
-from dra.cluster.controlplane import running  # noqa: E402
-from dra.publish import Publisher, PublishSettings  # noqa: E402
-from dra.publish.layout import parse_layout  # noqa: E402
+from dra._runtime.publish import Publisher, PublishSettings  # noqa: E402
+from dra._runtime.publish.layout import parse_layout  # noqa: E402
+from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build  # noqa: E402
+from dra_dev.cluster.controlplane import running  # noqa: E402
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver  # noqa: E402
 
 DRIVER = "hami-core-gpu.project-hami.io"

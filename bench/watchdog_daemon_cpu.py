@@ -40,9 +40,9 @@ def main() -> None:
     args = ap.parse_args()
     from kubernetes import client
 
-    from dra.cluster.controlplane import ControlPlane
     from dra.testing.daemon import DaemonProcess
     from dra.testing.kubelet import KubeletHarness
+    from dra_dev.cluster.controlplane import ControlPlane
 
     sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.processes)]
     with tempfile.TemporaryDirectory(prefix="dra-wdc-", dir="/tmp") as tmp:
@@ -62,7 +62,7 @@ def main() -> None:
                 client.CoreV1Api(api).create_node({"metadata": {"name": node}})
                 d = DaemonProcess("hami-core-gpu", node, cluster.kubeconfig, work / mode,
                                   args=["--fake", "h200x8", "--set", "health=off", "--watchdog", mode],
-                                  env={"STUB_NVML_PROCESSES": str(procs)}, module="dra.daemon")
+                                  env={"STUB_NVML_PROCESSES": str(procs)}, module="dra._runtime.daemon")
                 d.start()
                 daemons[mode] = d
                 harness = KubeletHarness(d.registrar_dir)  # plays kubelet's registration

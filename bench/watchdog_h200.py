@@ -145,11 +145,11 @@ def main() -> int:
     from prometheus_client import CollectorRegistry
 
     import dra
-    from dra.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
-    from dra.enforcement import ClaimHooks
-    from dra.hookdir import HookDir
+    from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
+    from dra._runtime.enforcement import ClaimHooks
+    from dra._runtime.hookdir import HookDir
+    from dra._runtime.watchdog import Watchdog, WatchdogSettings
     from dra.testing.runtime import mount_script, runtime_unavailable
-    from dra.watchdog import Watchdog, WatchdogSettings
     from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
     why = runtime_unavailable()

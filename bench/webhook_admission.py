@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, config
 from prepare_latency import control_plane, cpu_seconds, percentile  # bench/, beside this file
 
-from dra.webhook import install
+from dra_dev import webhook_local as install
 
 LIMITS = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dra._runtime.loosening import strength
 from dra.capacity import DeviceShare, ShareConfig, claim_share_config, device_shares, share_capacity, whole_mib
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
@@ -53,7 +54,6 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
-from dra.loosening import strength
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
 
+from dra._runtime.loosening import strength
 from dra.driver import AllocatedDevice, Capacity, PrepareError, RequestPolicy
-from dra.loosening import strength
 
 MiB = 1 << 20
 CORES = "100"
@@ -42,7 +42,7 @@ class ShareConfig:
     """The opaque-config fields of a shared device (subclass it as a driver's `config_type`).
 
     Each loosens enforcement when set weaker (`dra.strength`): a claim's own config may set it
-    weaker than its DeviceClass's only where the admin allowed it (`dra.loosening`)."""
+    weaker than its DeviceClass's only where the admin allowed it (`dra._runtime.loosening`)."""
 
     preload: Literal["file", "env"] | None = dataclasses.field(default=None, metadata=strength("env", None, "file"))
     """``file``: a read-only /etc/ld.so.preload (every process, also ones started with a clean
@@ -56,7 +56,7 @@ class ShareConfig:
     watchdog_action: Literal["report", "kill", "taint"] | None = dataclasses.field(
         default=None, metadata=strength("report", None, "taint", "kill"))
     """What the node daemon's watchdog does about this claim's unheld, over-quota or over-share
-    processes (`dra.watchdog`); unset: the daemon's ``--watchdog`` action. A tenant's own claim
+    processes (`dra._runtime.watchdog`); unset: the daemon's ``--watchdog`` action. A tenant's own claim
     cannot weaken it below its DeviceClass's (``report`` where the class says ``kill``)."""
 
     def validate(self) -> None:

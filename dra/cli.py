@@ -1,30 +1,29 @@
 """The `dra` command: one entry point, one sub-command per concern.
 
-Each sub-command lives next to the code it drives (`dra.cluster.cli`, `dra.node.cli`, `dra.daemon`,
-`dra.demo`, `hookcore.cli`, `dra.hookdir_cli`); this module only assembles them and turns
-`UserError` into a one-paragraph message and exit code 2. `main()` imports only the sub-command being run, so the long-lived
-`dra run` daemon does not carry the control-plane, PKI and hook modules in its memory.
+The runtime's sub-commands (`run`, `hookdir`, `hook`, `webhook`, `drivers`) live next to the code
+they drive; more come from the ``dra.commands`` entry-point group (`dra._runtime.registry`): the
+dev rig (dra-hami-dev) adds `cluster`, `node`, `demo` and `webhook up|down` there, so an image
+with only the runtime lists only runtime commands. This module assembles them and turns
+`UserError` into a one-paragraph message and exit code 2. `main()` imports only the sub-command
+being run, so the long-lived `dra run` daemon does not carry the others in its memory.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import entry_points
 from typing import Any
 
 import typer
 
+from dra._runtime import registry
 from dra.errors import UserError
 
 # name -> (module, attribute, kind): "group" is a Typer sub-app, "command" a register(app) function.
 _PARTS: dict[str, tuple[str, str, str]] = {
-    "cluster": ("dra.cluster.cli", "app", "group"),
-    "node": ("dra.node.cli", "app", "group"),
     "hook": ("hookcore.cli", "app", "group"),
-    "hookdir": ("dra.hookdir_cli", "app", "group"),
-    "run": ("dra.daemon", "register", "command"),
-    "demo": ("dra.demo", "register", "command"),
+    "hookdir": ("dra._runtime.hookdir_cli", "app", "group"),
+    "run": ("dra._runtime.daemon", "register", "command"),
     "webhook": ("dra.webhook.cli", "app", "group"),
 }
 
@@ -35,13 +34,20 @@ def list_drivers() -> None:
     from rich.table import Table
 
     table = Table("entry point", "driver name", "class")
-    for ep in sorted(entry_points(group="dra.drivers"), key=lambda e: e.name):
+    for name, ep in registry.registered(registry.DRIVERS).items():
         try:
             cls = ep.load()
-            table.add_row(ep.name, getattr(cls, "name", "?"), ep.value)
+            table.add_row(name, getattr(cls, "name", "?"), ep.value)
         except Exception as exc:  # a broken third-party driver must not hide the others
-            table.add_row(ep.name, f"[red]failed to load: {exc}[/red]", ep.value)
+            table.add_row(name, f"[red]failed to load: {exc}[/red]", ep.value)
     Console().print(table)
+
+
+def _add(app: typer.Typer, name: str, part: Any) -> None:
+    if isinstance(part, typer.Typer):
+        app.add_typer(part, name=name)
+    else:
+        part(app)
 
 
 def build_app(only: str | None = None) -> typer.Typer:
@@ -54,19 +60,29 @@ def build_app(only: str | None = None) -> typer.Typer:
         add_completion=False,
     )
     app.command("drivers")(list_drivers)
+    plugins = registry.registered(registry.COMMANDS)
+    known = set(_PARTS) | {n.split(".", 1)[0] for n in plugins}
+    groups: dict[str, typer.Typer] = {}
     for name, (module, attr, kind) in _PARTS.items():
-        if only in _PARTS and name != only:
+        if only in known and name != only:
             continue
-        try:
-            part = getattr(importlib.import_module(module), attr)
-        except ImportError as exc:  # an optional part that is not built must not hide the rest
-            if only == name:
-                raise UserError(f"`dra {name}` is not available: {exc}. Reinstall with pip install -e '.[dev]'.") from exc
-            continue
+        part = getattr(importlib.import_module(module), attr)
         if kind == "group":
+            groups[name] = part
             app.add_typer(part, name=name)
         else:
             part(app)
+    for name, ep in plugins.items():
+        group, _, sub = name.partition(".")
+        if only in known and group != only:
+            continue
+        if sub:  # a command added to a runtime group: `webhook.up` is `dra webhook up`
+            if group not in groups:
+                raise UserError(f"entry point {name!r} ({ep.value}) extends `dra {group}`, which this version lacks")
+            if all(c.name != sub for c in groups[group].registered_commands):  # build_app may run twice
+                groups[group].command(sub)(registry.load(ep))
+        elif name not in _PARTS:
+            _add(app, name, registry.load(ep))
     return app
 
 

@@ -313,7 +313,7 @@ class DriverContext:
 
 def quantity_to_int(quantity: str) -> int:
     """A Kubernetes quantity ("16Gi", "100", "1.5k") in integer base units, rounded up."""
-    from dra import client  # the API client's parser, loaded on first use
+    from dra._runtime import client  # the API client's parser, loaded on first use
 
     return client.quantity_to_int(quantity)
 

@@ -1,6 +1,6 @@
 """Shared fixtures: a real embedded control plane for the whole session.
 
-`cluster` runs the same code as `dra cluster up` (dra.cluster.controlplane) on free loopback
+`cluster` runs the same code as `dra cluster up` (dra_dev.cluster.controlplane) on free loopback
 ports in a temporary directory, so tests never touch a developer's own cluster.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build
-from dra.cluster.controlplane import ControlPlane, running
+from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build
+from dra_dev.cluster.controlplane import ControlPlane, running
 
 K8S_VERSION = os.environ.get("DRA_TEST_K8S_VERSION", DEFAULT_K8S_VERSION)
 

@@ -19,9 +19,9 @@ from kubernetes import client
 
 import hookcore
 from dra import DriverContext, HealthEvent
-from dra.cluster.controlplane import ControlPlane
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
+from dra_dev.cluster.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -83,7 +83,7 @@ def validate_cdi_spec(spec: dict[str, Any], schema_dir: Path | str) -> None:
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT7
 
-    from dra.cdi import minimum_version
+    from dra._runtime.cdi import minimum_version
 
     schema_dir = Path(schema_dir)
     schema = json.loads((schema_dir / "schema.json").read_text())

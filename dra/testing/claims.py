@@ -2,7 +2,7 @@
 
 `RecordedClaims` serves ResourceClaims in their wire form (as the API server sends them, or as
 recorded from it), from memory or from a directory of JSON files (so child processes in
-crash tests see the same claims). Integration tests use `dra.api.ApiClaimSource` instead.
+crash tests see the same claims). Integration tests use `dra._runtime.claims.ApiClaimSource` instead.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dra.api import ResourceClaim
+from dra._runtime.claims import ResourceClaim
 
 
 def claim_manifest(name: str, device_class: str, request: str = "gpu", **capacity: str) -> dict[str, Any]:

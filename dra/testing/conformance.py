@@ -36,15 +36,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from dra import faults
-from dra.cdi import CDISpecs
-from dra.checkpoint import PREPARED, Checkpoint
+from dra._runtime import faults
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import PREPARED, Checkpoint
+from dra._runtime.enforcement import ClaimHooks
+from dra._runtime.hookdir import HookDir
+from dra._runtime.prepare import ClaimPreparer
+from dra._runtime.publish.desired import comparable_devices, desired_pool, slice_object
 from dra.config import decode_config, encode_config
 from dra.driver import AllocatedDevice, ClaimRef, Driver, DriverContext
-from dra.enforcement import ClaimHooks
-from dra.hookdir import HookDir
-from dra.prepare import ClaimPreparer
-from dra.publish.desired import comparable_devices, desired_pool, slice_object
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 
 NODE = "conformance-node"

@@ -3,10 +3,8 @@
 The daemon gets its own directories (registrar, plugins, CDI, state) under a short work dir, so
 unix socket paths stay well within 107 bytes, and a free port for /healthz, /readyz, /metrics.
 
-Drivers are found through the ``dra.drivers`` entry-point group. When this checkout is not
-installed (no entry points yet), `ensure_entry_points` puts a minimal ``*.dist-info`` with the
-bundled drivers' entry points on the child's PYTHONPATH: the daemon then resolves them exactly
-as it resolves an installed third-party driver.
+The driver is found through the ``dra.drivers`` entry-point group, exactly as a node finds it:
+the distribution that ships it must be installed in this interpreter's environment.
 """
 
 from __future__ import annotations
@@ -17,47 +15,16 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
-
-_REPO = Path(__file__).resolve().parents[2]
-
-
-def _bundled() -> dict[str, str]:
-    """The drivers of this checkout, read from its pyproject.toml's ``dra.drivers`` entry points
-    (none outside a checkout: an installed package has registered its own)."""
-    try:
-        with (_REPO / "pyproject.toml").open("rb") as f:
-            return dict(tomllib.load(f)["project"]["entry-points"]["dra.drivers"])
-    except FileNotFoundError:
-        return {}
-
-
-BUNDLED = _bundled()
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def ensure_entry_points(directory: Path, drivers: Mapping[str, str] = BUNDLED) -> list[str]:
-    """Extra PYTHONPATH entries that make `drivers` resolvable (none when already installed)."""
-    installed = {ep.name for ep in entry_points(group="dra.drivers")}
-    missing = {k: v for k, v in drivers.items() if k not in installed}
-    if not missing:
-        return [str(_REPO)]
-    info = directory / "dra_test_drivers-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dra-test-drivers\nVersion: 0\n")
-    lines = "".join(f"{name} = {target}\n" for name, target in sorted(missing.items()))
-    (info / "entry_points.txt").write_text(f"[dra.drivers]\n{lines}")
-    return [str(directory), str(_REPO)]
 
 
 class DaemonProcess:
@@ -76,7 +43,7 @@ class DaemonProcess:
         module: str = "dra.cli",
         kubelet_dirs: Mapping[str, Path] | None = None,
     ) -> None:
-        """`module` "dra.cli" runs ``dra run``; "dra.daemon" runs the lean ``python -m dra.daemon``.
+        """`module` "dra.cli" runs ``dra run``; "dra._runtime.daemon" runs the lean ``python -m dra._runtime.daemon``.
         `kubelet_dirs` ("registrar", "plugins", "cdi") points the daemon at a real node's
         directories instead of its own (a real kubelet then calls it)."""
         self.driver = driver
@@ -92,10 +59,7 @@ class DaemonProcess:
         self.metrics_port = free_port()
         for d in (self.registrar_dir, self.plugin_dir, self.cdi_dir, self.state_dir):
             d.mkdir(parents=True, exist_ok=True)
-        path = ensure_entry_points(workdir / "site")
-        if os.environ.get("PYTHONPATH"):
-            path.append(os.environ["PYTHONPATH"])
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(env or {})}
+        self.env = {**os.environ, **(env or {})}
         self.argv = [
             sys.executable, "-m", module, *(["run"] if module == "dra.cli" else []), driver,
             "--node-name", node,
@@ -114,7 +78,7 @@ class DaemonProcess:
 
     def start(self) -> DaemonProcess:
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=_REPO)
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         log.close()
         return self
 

@@ -48,8 +48,7 @@ from typing import Any
 
 import grpc
 
-from dra.driver import ClaimRef
-from dra.kubelet._proto import (
+from dra._runtime.kubelet._proto import (
     dra_health_v1_pb2,
     dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
@@ -61,7 +60,8 @@ from dra.kubelet._proto import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
-from dra.kubelet.handler import ClaimOutcome, PreparedResult
+from dra._runtime.kubelet.handler import ClaimOutcome, PreparedResult
+from dra.driver import ClaimRef
 
 KUBELET_DRA_SERVICES: tuple[str, ...] = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 """What a 1.34+ kubelet knows, in the order of its own list (the plugin's order decides)."""

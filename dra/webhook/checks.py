@@ -4,7 +4,7 @@ A claim is refused at admission, with a message saying what to change, when it c
 prepared: a capacity request beyond what any published device of a mapped DeviceClass has
 (cores over the vendor's maximum, memory over the largest device), or an opaque config for an
 installed driver that the driver's own decoder rejects, or that loosens enforcement below the
-DeviceClass's config where the admin did not allow it (`dra.loosening`, prepare's same rule). The decoder is the one prepare runs
+DeviceClass's config where the admin did not allow it (`dra._runtime.loosening`, prepare's same rule). The decoder is the one prepare runs
 (`decode_config`), on the driver *class* from the ``dra.drivers`` entry points: the webhook
 never instantiates a driver, and its verdict is prepare's.
 """
@@ -13,34 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
 from dra import ConfigError, decode_config
-from dra.loosening import describe as describe_loosening
-from dra.loosening import loosened
+from dra._runtime.loosening import describe as describe_loosening
+from dra._runtime.loosening import loosened
 from dra.webhook.classes import ClassConfigs, NoClasses
 from dra.webhook.translate import Inventory, NoInventory, QuantityTooLarge, bounded_quantity, describe_bytes
 from dra.webhook.vendors import Vendor, VendorMapping
 
 log = logging.getLogger(__name__)
 DAEMON_DEFAULTS = {"preload": "file", "watchdogAction": "report"}  # unset fields on a daemon with the charts' defaults
-
-
-def driver_classes() -> dict[str, type]:
-    """Installed driver classes by DRA driver name (loaded, not instantiated)."""
-    out: dict[str, type] = {}
-    for ep in entry_points(group="dra.drivers"):
-        try:
-            cls = ep.load()
-        except Exception as exc:  # a broken third-party driver must not stop admission
-            log.warning("driver entry point failed to load; its configs are not checked",
-                        extra={"entry_point": ep.name, "error": str(exc)})
-            continue
-        name = getattr(cls, "name", None)
-        if isinstance(name, str) and name:
-            out[name] = cls
-    return out
 
 
 def claim_spec(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -99,7 +82,7 @@ def _applies(requests: tuple[str, ...], name: str) -> bool:
 
 def _loosening(spec: Mapping[str, Any], decoded: list[tuple[int, str, tuple[str, ...], Any]],
                drivers: Mapping[str, type], classes: ClassConfigs) -> list[str]:
-    """Prepare's rule (`dra.loosening`): per request, the last claim config of a driver against
+    """Prepare's rule (`dra._runtime.loosening`): per request, the last claim config of a driver against
     the last config of the same driver in the request's DeviceClass."""
     out: list[str] = []
     for name, req in _requests(spec):

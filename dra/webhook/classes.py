@@ -1,7 +1,7 @@
 """DeviceClasses' opaque configs: the admin's baseline a claim's config is judged against.
 
 The validating webhook refuses a claim whose own config loosens enforcement below its class's
-(`dra.loosening`), as prepare would; for that it needs each class's ``spec.config``. Read with a
+(`dra._runtime.loosening`), as prepare would; for that it needs each class's ``spec.config``. Read with a
 GET per class, remembered for `ttl` seconds (classes change rarely; admission stays fast).
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from dra import client
+from dra._runtime import client
 
 
 class ClassConfigs(Protocol):

@@ -1,4 +1,4 @@
-"""`dra webhook run|up|down|manifests`.
+"""`dra webhook run|manifests` (the dev rig, dra-hami-dev, adds `up` and `down`).
 
 `run` is what a Deployment runs (flags kept few and plain for the Helm chart):
 
@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dra._runtime import registry
 from dra.errors import UserError
 
 app = typer.Typer(help="The admission webhook: HAMi-style pod limits become DRA claims.", no_args_is_help=True)
@@ -30,7 +31,7 @@ _ConfigOpt = Annotated[Path | None, typer.Option("--config", help="vendor mappin
 
 
 def _client(kubeconfig: Path | None) -> Any:
-    from dra import client
+    from dra._runtime import client
 
     if kubeconfig is not None:
         return client.new_client_from_config(config_file=str(kubeconfig))
@@ -65,7 +66,7 @@ def run(
     """Serve the webhook until SIGTERM."""
     import logging
 
-    from dra.logging import setup
+    from dra._runtime.logging import setup
     from dra.webhook import vendors
     from dra.webhook.classes import DeviceClassReader
     from dra.webhook.inventory import SliceInventory
@@ -109,37 +110,6 @@ def run(
 
 
 @app.command()
-def up(
-    kubeconfig: Annotated[Path, typer.Option(help="the cluster's admin kubeconfig")],
-    dir: Annotated[Path | None, typer.Option("--dir", help="state, certificates, log (default ~/.local/share/dra/webhook)")] = None,
-    port: Annotated[int, typer.Option(help="HTTPS port (0: a free one)")] = 0,
-    config: _ConfigOpt = None,
-    failure_policy: Annotated[str, typer.Option(help="Fail or Ignore")] = "Fail",
-    namespace: Annotated[str, typer.Option(help="the webhook's own namespace (never served)")] = "dra-system",
-) -> None:
-    """Certificates, the server in the background and the webhook configurations."""
-    from dra.webhook import install
-
-    if failure_policy not in ("Fail", "Ignore"):
-        raise UserError(f"--failure-policy must be Fail or Ignore, not {failure_policy!r}")
-    state = install.up(kubeconfig, dir, port=port, config=config, failure_policy=failure_policy, namespace=namespace)
-    typer.echo(f"webhook serving on https://127.0.0.1:{state.port} (pid {state.pid}, health :{state.health_port}); "
-               f"registered {state.name} with failurePolicy {failure_policy}")
-
-
-@app.command()
-def down(
-    kubeconfig: Annotated[Path | None, typer.Option(help="default: the one `up` used")] = None,
-    dir: Annotated[Path | None, typer.Option("--dir")] = None,
-) -> None:
-    """Undo `up`: the configurations, the process, the certificates."""
-    from dra.webhook import install
-
-    done = install.down(kubeconfig, dir)
-    typer.echo("removed: " + (", ".join(done) if done else "nothing (not up)"))
-
-
-@app.command()
 def manifests(
     ca_bundle: Annotated[Path, typer.Option(help="PEM of the CA that signed the serving certificate")],
     url: Annotated[str | None, typer.Option(help="https://HOST:PORT the API server reaches")] = None,
@@ -153,7 +123,7 @@ def manifests(
 
     import yaml
 
-    from dra.webhook import checks, registration, vendors
+    from dra.webhook import registration, vendors
 
     svc = None
     if service is not None:
@@ -166,7 +136,7 @@ def manifests(
     try:
         objs = registration.configurations(
             vendors.load(config), base64.b64encode(ca_bundle.read_bytes()).decode(), url=url, service=svc,
-            namespace=namespace, failure_policy=failure_policy, drivers=sorted(checks.driver_classes()))
+            namespace=namespace, failure_policy=failure_policy, drivers=sorted(registry.driver_classes()))
     except (ValueError, OSError) as e:
         raise UserError(str(e)) from None
     typer.echo(yaml.safe_dump_all(objs, sort_keys=False), nl=False)

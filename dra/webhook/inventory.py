@@ -14,9 +14,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from dra import client
-from dra.client import iter_resp_lines
-from dra.publish.timing import Backoff
+from dra._runtime import client
+from dra._runtime.client import iter_resp_lines
+from dra._runtime.publish.timing import Backoff
 from dra.webhook.translate import bounded_quantity
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from dra._runtime import registry
 from dra.webhook import checks, translate
 from dra.webhook.classes import ClassConfigs, NoClasses
 from dra.webhook.templates import TemplateError, TemplateStore
@@ -73,14 +74,14 @@ class Admission:
                  templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None,
                  classes: ClassConfigs | None = None, allow_claim_loosening: bool = False,
                  protected_namespaces: Collection[str] = ("kube-system",)) -> None:
-        """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra.loosening`);
+        """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra._runtime.loosening`);
         `allow_claim_loosening`: the admin's word that claims may loosen their enforcement (the
         node daemons' setting of the same name); `protected_namespaces`: never written to (the
         webhook's own namespace belongs there too)."""
         self.mapping = mapping
         self.inventory = inventory or NoInventory()
         self.templates = templates
-        self.drivers = dict(drivers) if drivers is not None else checks.driver_classes()
+        self.drivers = dict(drivers) if drivers is not None else registry.driver_classes()
         self.classes = classes or NoClasses()
         self.allow_claim_loosening = allow_claim_loosening
         self.protected_namespaces = frozenset(protected_namespaces)

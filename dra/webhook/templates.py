@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dra import client
-from dra.client import ApiException
+from dra._runtime import client
+from dra._runtime.client import ApiException
 
 
 class TemplateError(Exception):

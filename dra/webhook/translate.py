@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
-from dra.client import quantity_decimal
+from dra._runtime.client import quantity_decimal
 from dra.webhook import selectors as sel
 from dra.webhook.vendors import Vendor, VendorMapping
 
@@ -398,7 +398,7 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
 
     # One request per device (count 1 each, distinct by UUID), never one request of count N:
     # kube-scheduler 1.34 crashes on count > 1 with the per-device slice layout
-    # (kubernetes#133705, dra/publish/layout.py) and before 1.37 does not hold distinctAttribute
+    # (kubernetes#133705, dra/_runtime/publish/layout.py) and before 1.37 does not hold distinctAttribute
     # within one request (kubernetes#140438); across requests every pair is compared.
     per_device = share.count > 1 and bool(v.uuid_attribute)
     count = 1 if per_device else share.count

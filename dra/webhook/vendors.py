@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from dra.client import quantity_decimal
+from dra._runtime.client import quantity_decimal
 from dra.errors import UserError
 
 DEFAULT_PATH = Path(__file__).with_name("vendors.yaml")

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dra
-from dra.testing.stub import STUB_DEVICES_ENV, parse_stub_devices, stub_devices, stub_library_mounts
+from dra.fakes.stub import STUB_DEVICES_ENV, parse_stub_devices, stub_devices, stub_library_mounts
 
 STUB_UUID = "GPU-57554201-0000-4000-8000-{:012x}"
 """UUID of fake device i: the stub libcuda's own numbering, so its default devices match too."""

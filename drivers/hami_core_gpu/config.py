@@ -15,7 +15,7 @@ naming the field. The memory quota is always enforced; it is what the scheduler 
 
 Every field loosens enforcement when set weaker than the DeviceClass's config says (a higher
 clock charges a boosted batch less: hookcore/core/meter.c), so a claim's own config may do so
-only where the admin allowed it (`dra.loosening`, ``daemon.allowClaimLoosening``).
+only where the admin allowed it (`dra._runtime.loosening`, ``daemon.allowClaimLoosening``).
 """
 
 from __future__ import annotations

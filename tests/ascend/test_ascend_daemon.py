@@ -14,7 +14,7 @@ from driver_helpers import running_daemon, slice_devices
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra.cluster.controlplane import ControlPlane
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 DRIVER = "ascend.project-hami.io"

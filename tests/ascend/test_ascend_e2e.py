@@ -27,12 +27,12 @@ from kubernetes import client
 
 import dra
 from dra import ClaimRef
-from dra.cluster.controlplane import ControlPlane
-from dra.hookdir import HookDir
+from dra._runtime.hookdir import HookDir
+from dra.fakes.stub import workload_program
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 from dra.testing.runtime import run_with_cdi, runtime_unavailable
-from dra.testing.stub import workload_program
+from dra_dev.cluster.controlplane import ControlPlane
 
 NPU, GPU = "ascend.project-hami.io", "hami-core-gpu.project-hami.io"
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,11 +234,11 @@ def test_demo_heterogeneous_part(cluster: ControlPlane, stub_dcmi: Path, monkeyp
 
     from rich.console import Console
 
-    import dra.demo
+    import dra_dev.demo
 
     buf = io.StringIO()
-    monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=220))
-    assert dra.demo.run_heterogeneous(cluster) == 0
+    monkeypatch.setattr(dra_dev.demo, "_out", Console(file=buf, width=220))
+    assert dra_dev.demo.run_heterogeneous(cluster) == 0
     out = buf.getvalue()
     print(out)
     assert "heterogeneous claim complete" in out and "skipped" not in out
@@ -252,7 +252,7 @@ def test_hami_style_ascend_pod_through_the_webhook(npu_rig: Rig, tmp_path: Path)
     """examples/hami-compat/ascend-pod.yaml, unchanged (huawei.com/Ascend910B3: 1, 28672 MiB, 40%):
     the admission webhook makes its claim, kube-scheduler puts it on a fake 910B3 of this driver,
     and the workload started with the claim's CDI edits is held to 28672 MiB and 40%."""
-    from dra.webhook import install
+    from dra_dev import webhook_local as install
 
     install.up(npu_rig.cluster.kubeconfig, tmp_path / "webhook")
     try:

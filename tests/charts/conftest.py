@@ -8,8 +8,8 @@ import sys
 import pytest
 from chart_helpers import Tool
 
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build, build_helm
-from dra.cluster.controlplane import ControlPlane
+from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build, build_helm
+from dra_dev.cluster.controlplane import ControlPlane
 
 K8S_VERSION = os.environ.get("DRA_TEST_K8S_VERSION", DEFAULT_K8S_VERSION)
 

@@ -1,6 +1,6 @@
 """The charts' commands are the daemon's: drift between a chart and the CLI it runs fails here.
 
-Each container command a chart renders (`python3 -m dra.daemon ...`, `dra hookdir install ...`) is
+Each container command a chart renders (`python3 -m dra._runtime.daemon ...`, `dra hookdir install ...`) is
 parsed by that command's own typer CLI, with the container's environment, as the container would
 run it; then the ports and paths the parsed flags name must be the ones the pod exposes and
 mounts, the driver must be installed under the chart's entry point with the chart's DRA driver
@@ -24,8 +24,8 @@ from test_render import VALUE_SETS, chart_values
 from typer.main import get_command
 
 import dra
-from dra.daemon import parse_settings
-from dra.kubelet.paths import KubeletPaths
+from dra._runtime.daemon import parse_settings
+from dra._runtime.kubelet.paths import KubeletPaths
 
 # What the downward API gives the container (fieldRef values) in these tests.
 FIELD_VALUES = {"spec.nodeName": "node-a", "metadata.uid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
@@ -50,13 +50,13 @@ def expand(arg: str, env: dict[str, str]) -> str:
 
 def cli_for(command: list[str]) -> tuple[Any, str, list[str]]:
     """The click command a container command line runs, its name, and the words after it."""
-    if command[:3] == ["python3", "-m", "dra.daemon"]:
-        from dra.daemon import register
+    if command[:3] == ["python3", "-m", "dra._runtime.daemon"]:
+        from dra._runtime.daemon import register
 
         app = typer.Typer()
         register(app)
         return get_command(app), "dra run", command[3:]
-    assert command[0] == "dra", f"the charts run dra or python3 -m dra.daemon, not {command}"
+    assert command[0] == "dra", f"the charts run dra or python3 -m dra._runtime.daemon, not {command}"
     from dra.cli import build_app
 
     cmd: Any = get_command(build_app(command[1]))

@@ -22,11 +22,11 @@ from chart_helpers import DRIVER_CHARTS, Tool, render, render_error
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra.cluster.binaries import parse_version
-from dra.cluster.controlplane import ControlPlane
-from dra.publish import needs_fence
-from dra.publish.fence import DRIVER_ANNOTATION, FENCE_LABEL, fence_policies
+from dra._runtime.publish import needs_fence
+from dra._runtime.publish.fence import DRIVER_ANNOTATION, FENCE_LABEL, fence_policies
 from dra.testing.daemon import DaemonProcess
+from dra_dev.cluster.binaries import parse_version
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
 
@@ -207,7 +207,7 @@ def daemon_log(cluster: ControlPlane, api_client: client.ApiClient) -> str:
             try:
                 # No kubelet registers it here: the log tells when it has published and checked.
                 return wait_for(lambda: (log := daemon.log()) and any(
-                    m in log for m in (" W dra.publish", "fence of kubernetes#133705 found", "packed slices")) and log, 60,
+                    m in log for m in (" W dra._runtime.publish", "fence of kubernetes#133705 found", "packed slices")) and log, 60,
                                 what="the daemon's fence check")
             finally:
                 daemon.stop()

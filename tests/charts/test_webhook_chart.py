@@ -25,7 +25,8 @@ from kubernetes import client
 from test_commands import parse
 from test_install import assert_nothing_left, derived, helm_release_secrets, labelled_objects
 
-from dra.webhook import checks, registration, vendors
+from dra._runtime import registry
+from dra.webhook import registration, vendors
 
 CHART = "dra-webhook"
 CERT_MANAGER = ["--api-versions", "cert-manager.io/v1"]
@@ -68,7 +69,7 @@ def test_the_webhooks_are_the_ones_dra_webhook_registers(helm: Tool, name: str) 
     want = registration.configurations(
         vendors.load(None), "CA", service=("hami-system", fullname("rel"), svc["spec"]["ports"][0]["port"]),
         namespace="hami-system", failure_policy=values.get("webhook.failurePolicy", "Fail"), name=fullname("rel"),
-        drivers=sorted(checks.driver_classes()))
+        drivers=sorted(registry.driver_classes()))
     excluded = values.get("webhook.excludeNamespaces", [])
     for expected in want:
         for w in expected["webhooks"]:  # the chart's extra exclusions join the builder's

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra.cluster.controlplane import ControlPlane
-from dra.demo_scenario import expected_pods, load_scenario, run_scenario
+from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.demo.scenario import expected_pods, load_scenario, run_scenario
 
 pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
 

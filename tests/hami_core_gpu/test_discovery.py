@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dra import topology
-from dra.publish.desired import desired_pool, encode_device
+from dra._runtime.publish.desired import desired_pool, encode_device
 from drivers.hami_core_gpu import devices, fake, nvml
 
 GiB = 1 << 30

@@ -202,8 +202,8 @@ def test_a_strict_claim_is_capped_at_the_full_load_clock_of_its_config_or_the_da
 
 
 def test_contexts_are_charged_to_a_memory_quota_as_the_setting_says(driver) -> None:
-    from dra.enforcement import ClaimHooks
-    from dra.hookdir import HookDir
+    from dra._runtime.enforcement import ClaimHooks
+    from dra._runtime.hookdir import HookDir
 
     d = driver(settings={"health": "off", "contextMemory": "300Mi"})
     e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=30)]))

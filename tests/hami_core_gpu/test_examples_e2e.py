@@ -26,11 +26,11 @@ from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 from dra import ClaimRef
-from dra.cluster.controlplane import ControlPlane
+from dra.fakes.stub import workload_program
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 from dra.testing.runtime import run_with_cdi, runtime_unavailable
-from dra.testing.stub import workload_program
+from dra_dev.cluster.controlplane import ControlPlane
 
 DRIVER = "hami-core-gpu.project-hami.io"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hami-core-gpu"

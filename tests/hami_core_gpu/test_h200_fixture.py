@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from dra.publish.desired import desired_pool, slice_object
+from dra._runtime.publish.desired import desired_pool, slice_object
 from drivers.hami_core_gpu import devices, nvml
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "h200-slice.json"

@@ -24,9 +24,9 @@ from driver_helpers import running_daemon
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra.cluster.binaries import parse_version
-from dra.cluster.controlplane import ControlPlane
-from dra.publish import needs_fence
+from dra._runtime.publish import needs_fence
+from dra_dev.cluster.binaries import parse_version
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 DRIVER = "hami-core-gpu.project-hami.io"

@@ -10,7 +10,7 @@ import pytest
 from driver_helpers import isolated_env
 
 from dra import AllocatedDevice, ClaimRef, DriverContext, PrepareError
-from dra.publish.desired import desired_pool, slice_object
+from dra._runtime.publish.desired import desired_pool, slice_object
 from drivers.hami_core_gpu import fake, mig
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver

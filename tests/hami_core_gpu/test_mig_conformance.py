@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from dra import Driver, faults
+from dra import Driver
+from dra._runtime import faults
 from dra.testing.conformance import NODE, DriverConformance, result
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver

@@ -27,14 +27,14 @@ from kubernetes import client
 from test_examples_e2e import DRIVER, EXAMPLES, Rig, _drop_foreign_gpu_nodes, results
 
 from dra import ClaimRef
-from dra.checkpoint import PREPARING, Checkpoint
-from dra.client import get_json
-from dra.cluster.controlplane import ControlPlane
+from dra._runtime.checkpoint import PREPARING, Checkpoint
+from dra._runtime.client import get_json
+from dra.fakes.stub import workload_program
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
 from dra.testing.runtime import run_with_cdi, runtime_unavailable
-from dra.testing.stub import workload_program
-from dra.webhook import install
+from dra_dev import webhook_local as install
+from dra_dev.cluster.controlplane import ControlPlane
 
 MIG_MPS = EXAMPLES / "mig-mps"
 FAKE_CONTROL = Path(__file__).resolve().parents[2] / "drivers" / "hami_core_gpu" / "fake_mps" / "nvidia-cuda-mps-control"

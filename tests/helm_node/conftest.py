@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build, build_helm
-from dra.cluster.controlplane import ControlPlane, running
-from dra.node.binaries import build_node, node_binaries
-from dra.node.node import RealNode, unavailable_reason
-from dra.node.project_image import ImageInfo, build_image
+from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build, build_helm
+from dra_dev.cluster.controlplane import ControlPlane, running
+from dra_dev.node.binaries import build_node, node_binaries
+from dra_dev.node.node import RealNode, unavailable_reason
+from dra_dev.node.project_image import ImageInfo, build_image
 from tests.charts.chart_helpers import Tool
 
 K8S_VERSION = os.environ.get("DRA_TEST_K8S_VERSION", DEFAULT_K8S_VERSION)

@@ -21,10 +21,10 @@ import yaml
 from kube_helpers import unique, wait_for
 from kubernetes import client
 
-from dra.cluster.controlplane import ControlPlane
-from dra.node.images import PAUSE_IMAGE, WORKLOAD_IMAGE
-from dra.node.node import RealNode
 from dra.testing.claims import claim_manifest, pod_manifest
+from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.node.images import PAUSE_IMAGE, WORKLOAD_IMAGE
+from dra_dev.node.node import RealNode
 from tests.charts.chart_helpers import HELM_DIR, Tool
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]

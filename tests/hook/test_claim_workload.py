@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 import dra
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
-from dra.enforcement import ClaimHooks
-from dra.hookdir import HookDir
-from dra.prepare import ClaimPreparer
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.enforcement import ClaimHooks
+from dra._runtime.hookdir import HookDir
+from dra._runtime.prepare import ClaimPreparer
+from dra.fakes.stub import workload_program
 from dra.testing.claims import RecordedClaims, claim_dict, result
 from dra.testing.runtime import mount_script, run_with_cdi, runtime_unavailable
-from dra.testing.stub import workload_program
 from drivers.example.driver import ExampleDriver
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Each test gets its own driver name (as upstream's DRA integration tests do), node, namespace and
 DeviceClass, so kube-scheduler never allocates one test's claim from another test's devices.
-Slices are encoded by the framework's own publisher code (`dra.publish.desired`) from the
+Slices are encoded by the framework's own publisher code (`dra._runtime.publish.desired`) from the
 example driver's devices; allocation is done by kube-scheduler for a Pod using the claim.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client, config
 
-from dra.api import ApiClaimSource, ResourceClaim
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.claims import ApiClaimSource, ResourceClaim
+from dra._runtime.prepare import ClaimPreparer
+from dra._runtime.publish.desired import desired_pool, slice_object
 from dra.driver import ClaimRef
-from dra.prepare import ClaimPreparer
-from dra.publish.desired import desired_pool, slice_object
 from dra.testing.claims import pod_manifest
 from drivers.example.driver import ExampleDriver
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dra.cluster.binaries import DEFAULT_K8S_VERSION, binary_set
-from dra.cluster.controlplane import ClusterState, ControlPlane, _pid_runs
+from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set
+from dra_dev.cluster.controlplane import ClusterState, ControlPlane, _pid_runs
 
 pytestmark = pytest.mark.cluster
 
@@ -59,7 +59,7 @@ def test_occupied_port_is_a_clear_error(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         cp = ControlPlane(tmp_path)
         tmp_path.mkdir(exist_ok=True)
-        from dra.cluster.controlplane import Ports
+        from dra_dev.cluster.controlplane import Ports
 
         ports = Ports.free()
         ports.apiserver = port
@@ -114,6 +114,6 @@ def _pid_runs_any(pid: int) -> bool:
 
 
 def test_pid_reuse_is_not_mistaken_for_ours() -> None:
-    from dra.cluster.controlplane import ProcessRecord
+    from dra_dev.cluster.controlplane import ProcessRecord
 
     assert not _pid_runs(ProcessRecord(os.getpid(), "/nonexistent/kube-apiserver", "x"))

@@ -14,8 +14,8 @@ import pytest
 from kube_helpers import create_node, pod_scheduled, unique, wait_for
 from kubernetes import client
 
-from dra.cluster.controlplane import ControlPlane
 from dra.testing.claims import claim_manifest, pod_manifest
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 DRIVER = "smoke.example.com"

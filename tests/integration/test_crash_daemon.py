@@ -22,8 +22,8 @@ from helpers import Env, create_claim, create_pod, request, wait_allocated
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra import faults
-from dra.checkpoint import PREPARED, Checkpoint
+from dra._runtime import faults
+from dra._runtime.checkpoint import PREPARED, Checkpoint
 from dra.driver import ClaimRef
 from dra.testing.cdi import apply_cdi, validate_cdi_spec
 from dra.testing.daemon import DaemonProcess

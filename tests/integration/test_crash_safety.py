@@ -5,7 +5,7 @@ of the library into the hook dir, the claim's hook dir) is among the steps kille
 
 Level: a ClaimPreparer in a forked child process (the daemon, `dra run`, did not exist when this
 was written), reading claims allocated by kube-scheduler from the real API server. The child is
-armed through `dra.faults` exactly as ``DRA_FAULT_POINT`` arms a daemon. The driver is the
+armed through `dra._runtime.faults` exactly as ``DRA_FAULT_POINT`` arms a daemon. The driver is the
 example driver plus a "ledger" of files that stands for hardware state (a reservation per
 prepared device), so a lost claim (prepared by the driver, forgotten by the framework) shows.
 """
@@ -26,12 +26,12 @@ import pytest
 from helpers import Env, create_claim, create_pod, pooled_client, request, setup_env, wait_allocated
 from kubernetes import client
 
-from dra import faults
-from dra.api import ApiClaimSource
-from dra.cdi import CDISpecs
-from dra.checkpoint import PREPARED, Checkpoint
+from dra._runtime import faults
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import PREPARED, Checkpoint
+from dra._runtime.claims import ApiClaimSource
+from dra._runtime.prepare import ClaimPreparer
 from dra.driver import AllocatedDevice, ClaimRef, PreparedDevice
-from dra.prepare import ClaimPreparer
 from dra.testing.cdi import apply_cdi, validate_cdi_spec
 from drivers.example.driver import ExampleDriver
 

@@ -7,16 +7,16 @@ import io
 import pytest
 from rich.console import Console
 
-import dra.demo
-from dra.cluster.controlplane import ControlPlane
+import dra_dev.demo
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
 
 def test_demo_shares_one_device_and_prepares_both_claims(cluster: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
     buf = io.StringIO()
-    monkeypatch.setattr(dra.demo, "_out", Console(file=buf, width=200))
-    assert dra.demo.run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="harness") == 0
+    monkeypatch.setattr(dra_dev.demo, "_out", Console(file=buf, width=200))
+    assert dra_dev.demo.run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="harness") == 0
     out = buf.getvalue()
     print(out)  # shown with pytest -s
     assert "published pool demo-node-" in out and "devices gpu-0, gpu-1" in out

@@ -12,9 +12,9 @@ import pytest
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra.cluster.controlplane import ControlPlane
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -21,11 +21,11 @@ from driver_helpers import running_daemon
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra.cluster.binaries import parse_version
-from dra.cluster.controlplane import ControlPlane
+from dra._runtime.publish import Publisher, PublishSettings, SliceLayout
 from dra.driver import Capacity, ClaimRef, Device, RequestPolicy
-from dra.publish import Publisher, PublishSettings, SliceLayout
 from dra.testing.kubelet import KubeletHarness
+from dra_dev.cluster.binaries import parse_version
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 

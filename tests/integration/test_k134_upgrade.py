@@ -21,11 +21,11 @@ import pytest
 from kube_helpers import create_node, wait_for
 from kubernetes import client
 
-from dra.cluster.binaries import binary_set, build
-from dra.cluster.controlplane import ControlPlane, Ports
 from dra.driver import ClaimRef
 from dra.testing.daemon import DaemonProcess
 from dra.testing.kubelet import KubeletHarness
+from dra_dev.cluster.binaries import binary_set, build
+from dra_dev.cluster.controlplane import ControlPlane, Ports
 
 # The timeout covers building v1.37.2 on first use (11 minutes on two cores; .ci/run builds it
 # in the background while the suite runs, so this test may wait for that build's lock).

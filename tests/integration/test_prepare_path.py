@@ -27,7 +27,7 @@ from helpers import (
 from kube_helpers import create_node, unique
 from kubernetes import client
 
-from dra.api import ApiClaimSource, node_labels_reader
+from dra._runtime.claims import ApiClaimSource, node_labels_reader
 from dra.driver import ClaimRef
 from dra.testing.cdi import apply_cdi, validate_cdi_spec
 

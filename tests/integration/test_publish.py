@@ -17,8 +17,8 @@ import pytest
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
+from dra._runtime.publish import Publisher, PublishSettings, SliceLayout
 from dra.driver import Capacity, Device, RequestPolicy, Taint, Version
-from dra.publish import Publisher, PublishSettings, SliceLayout
 from drivers.example.driver import ExampleDriver
 
 pytestmark = pytest.mark.cluster

@@ -24,11 +24,12 @@ from kube_helpers import create_node, pod_scheduled, unique, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from dra.cluster.controlplane import ControlPlane
+from dra._runtime.publish.desired import desired_pool, slice_object
 from dra.driver import Capacity, Device, RequestPolicy
-from dra.publish.desired import desired_pool, slice_object
-from dra.webhook import install, translate
+from dra.webhook import translate
 from dra.webhook.inventory import SliceInventory
+from dra_dev import webhook_local as install
+from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 GPU = "hami-core-gpu.project-hami.io"

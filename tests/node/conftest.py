@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dra.cluster.controlplane import ControlPlane
-from dra.node.binaries import build_node, node_binaries
-from dra.node.node import RealNode, unavailable_reason
+from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.node.binaries import build_node, node_binaries
+from dra_dev.node.node import RealNode, unavailable_reason
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,10 @@ import pytest
 from kube_helpers import wait_for
 from kubernetes import client
 
-from dra.cluster.controlplane import ControlPlane
-from dra.node.images import PAUSE_IMAGE
-from dra.node.node import RealNode, unavailable_reason
 from dra.testing.claims import pod_manifest
+from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.node.images import PAUSE_IMAGE
+from dra_dev.node.node import RealNode, unavailable_reason
 
 
 def dra(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

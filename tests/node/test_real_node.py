@@ -25,11 +25,11 @@ import yaml
 from kube_helpers import unique, wait_for
 from kubernetes import client, watch
 
-from dra.cluster.controlplane import ControlPlane
-from dra.node.images import PAUSE_IMAGE, WORKLOAD_IMAGE
-from dra.node.node import RealNode
 from dra.testing.claims import claim_manifest, pod_manifest
 from dra.testing.daemon import DaemonProcess
+from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.node.images import PAUSE_IMAGE, WORKLOAD_IMAGE
+from dra_dev.node.node import RealNode
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 

@@ -19,12 +19,12 @@ import pytest
 from kube_helpers import unique, wait_for
 from kubernetes import client
 
-from dra import procinfo
-from dra.cluster.controlplane import ControlPlane
-from dra.node.images import PAUSE_IMAGE, WORKLOAD_BINARY, WORKLOAD_IMAGE
-from dra.node.node import RealNode
+from dra._runtime import procinfo
 from dra.testing.claims import claim_manifest, pod_manifest
 from dra.testing.daemon import DaemonProcess
+from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.node.images import PAUSE_IMAGE, WORKLOAD_BINARY, WORKLOAD_IMAGE
+from dra_dev.node.node import RealNode
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 

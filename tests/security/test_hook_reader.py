@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import hookcore
-from dra.ledger_metrics import LedgerCollector
+from dra._runtime.ledger_metrics import LedgerCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -115,7 +115,7 @@ def test_a_ledger_truncated_in_a_loop_never_kills_the_reader(ext: None, tmp_path
         import sys, time
         from pathlib import Path
         from prometheus_client import CollectorRegistry, generate_latest
-        from dra.ledger_metrics import LedgerCollector
+        from dra._runtime.ledger_metrics import LedgerCollector
         class C:
             uid, namespace, name = {TENANT!r}, "t", "t"
         col = LedgerCollector("gpu.test", Path({str(hooks)!r}), lambda: [C()])

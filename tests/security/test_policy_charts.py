@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra.cluster.binaries import build_helm
+from dra_dev.cluster.binaries import build_helm
 
 HELM_DIR = Path(__file__).resolve().parents[2] / "helm"
 

@@ -21,12 +21,12 @@ import pytest
 from kube_helpers import wait_for
 from prometheus_client.core import GaugeMetricFamily
 
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
-from dra.enforcement import ClaimHooks
-from dra.hookdir import HookDir
-from dra.metrics import HealthServer, Metrics
-from dra.prepare import ClaimPreparer
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.enforcement import ClaimHooks
+from dra._runtime.hookdir import HookDir
+from dra._runtime.metrics import HealthServer, Metrics
+from dra._runtime.prepare import ClaimPreparer
 from dra.testing.claims import RecordedClaims
 from drivers.example.driver import ExampleDriver
 
@@ -129,7 +129,7 @@ def test_a_stray_file_in_the_checkpoint_dir_does_not_stop_the_daemon(tmp_path: P
 
 def test_the_daemon_counts_a_cut_back_ledger(tmp_path: Path) -> None:
     """The daemon's `LedgerGuard` thread, wired to ``dra_ledger_oversized_total``."""
-    from dra.enforcement import LedgerGuard
+    from dra._runtime.enforcement import LedgerGuard
 
     hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
     metrics = Metrics("d")
@@ -150,7 +150,7 @@ def test_the_daemon_counts_a_cut_back_ledger(tmp_path: Path) -> None:
 
 def test_a_write_to_a_ledger_wakes_the_guard_at_once(tmp_path: Path) -> None:
     """inotify: the growth is cut within milliseconds, not at the next interval (here 60 s)."""
-    from dra.enforcement import LedgerGuard
+    from dra._runtime.enforcement import LedgerGuard
 
     hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
     cut: list[str] = []

@@ -20,14 +20,15 @@ import pytest
 from driver_helpers import fake_drivers, isolated_env
 
 import dra
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
-from dra.enforcement import ClaimHooks
-from dra.hookdir import HookDir
-from dra.prepare import ClaimPreparer
+from dra._runtime import registry
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.enforcement import ClaimHooks
+from dra._runtime.hookdir import HookDir
+from dra._runtime.prepare import ClaimPreparer
 from dra.testing.cdi import apply_cdi
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
-from dra.webhook import checks, vendors
+from dra.webhook import vendors
 from dra.webhook.review import Admission
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
@@ -172,18 +173,18 @@ def claim_review(config: list[dict[str, Any]]) -> dict[str, Any]:
 def test_validation_refuses_the_same_claims_with_the_same_words(claim: list[dict[str, Any]], cls: list[dict[str, Any]],
                                                                words: str) -> None:
     classes = Classes({CLASS: [{"driver": GPU, "parameters": p} for p in cls]})
-    admission = Admission(vendors.load(None), drivers=checks.driver_classes(), classes=classes)
+    admission = Admission(vendors.load(None), drivers=registry.driver_classes(), classes=classes)
     resp = admission.validate(claim_review(claim))["response"]
     assert resp["allowed"] is False
     assert words in resp["status"]["message"] and "allowClaimLoosening" in resp["status"]["message"]
-    allowed = Admission(vendors.load(None), drivers=checks.driver_classes(), classes=classes,
+    allowed = Admission(vendors.load(None), drivers=registry.driver_classes(), classes=classes,
                         allow_claim_loosening=True)
     assert allowed.validate(claim_review(claim))["response"]["allowed"] is True
 
 
 def test_validation_admits_what_the_class_already_allows() -> None:
     classes = Classes({CLASS: [{"driver": GPU, "parameters": cfg(computeLimit=False)}]})
-    admission = Admission(vendors.load(None), drivers=checks.driver_classes(), classes=classes)
+    admission = Admission(vendors.load(None), drivers=registry.driver_classes(), classes=classes)
     t0 = time.monotonic()
     assert admission.validate(claim_review([cfg(computeLimit=False)]))["response"]["allowed"] is True
     assert time.monotonic() - t0 < 1
@@ -191,7 +192,7 @@ def test_validation_admits_what_the_class_already_allows() -> None:
 
 def test_every_field_that_loosens_is_marked_in_both_drivers_configs() -> None:
     """What the rule covers is the config types' declaration (`dra.strength`), one place per field."""
-    from dra.loosening import marked_fields
+    from dra._runtime.loosening import marked_fields
     from drivers.ascend.config import NpuConfig
     from drivers.hami_core_gpu.config import GpuConfig
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import dra
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
-from dra.enforcement import ClaimHooks, LedgerGuard
-from dra.hookdir import HookDir
-from dra.prepare import ClaimPreparer
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.enforcement import ClaimHooks, LedgerGuard
+from dra._runtime.hookdir import HookDir
+from dra._runtime.prepare import ClaimPreparer
 from dra.testing.cdi import apply_cdi, validate_cdi_spec
 from dra.testing.claims import RecordedClaims, claim_dict, result
 from dra.testing.runtime import run_with_cdi, runtime_unavailable

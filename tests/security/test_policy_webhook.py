@@ -25,14 +25,16 @@ from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from dra.cluster.certs import new_ca, new_serving_cert, write_pair, write_pki
-from dra.cluster.controlplane import ControlPlane
+from dra._runtime import registry
+from dra._runtime.publish.desired import desired_pool, slice_object
 from dra.driver import Capacity, Device, RequestPolicy
-from dra.publish.desired import desired_pool, slice_object
-from dra.webhook import checks, install, translate, vendors
+from dra.webhook import translate, vendors
 from dra.webhook.inventory import StaticInventory
 from dra.webhook.review import Admission
 from dra.webhook.server import BACKLOG, WORKERS, WebhookServer
+from dra_dev import webhook_local as install
+from dra_dev.cluster.certs import new_ca, new_serving_cert, write_pair, write_pki
+from dra_dev.cluster.controlplane import ControlPlane
 
 GPU = "hami-core-gpu.project-hami.io"
 MAPPING = vendors.load()
@@ -59,7 +61,7 @@ def pod_review(limits: Mapping[str, str], namespace: str = "team-a", object_name
 
 
 def admission(templates: Any = None) -> Admission:
-    return Admission(MAPPING, StaticInventory({GPU: (80 << 30,)}), templates, checks.driver_classes())
+    return Admission(MAPPING, StaticInventory({GPU: (80 << 30,)}), templates, registry.driver_classes())
 
 
 @pytest.mark.parametrize("value", HUGE)

@@ -7,12 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-from dra.cluster.binaries import build_lock
+from dra_dev.cluster.binaries import build_lock
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from dra.cluster.binaries import build_lock
+from dra_dev.cluster.binaries import build_lock
 with build_lock(Path(sys.argv[1]), progress=lambda m: None):
     print("holding", flush=True)
     time.sleep(float(sys.argv[2]))

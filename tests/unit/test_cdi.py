@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra.cdi import CDISpecs, device_name, minimum_version
-from dra.checkpoint import Checkpoint
+from dra._runtime.cdi import CDISpecs, device_name, minimum_version
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.prepare import ClaimPreparer
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceNode, Mount, PreparedDevice
 from dra.errors import UserError
-from dra.prepare import ClaimPreparer
 from dra.testing.cdi import CDIResolutionError, apply_cdi, validate_cdi_spec
 from dra.testing.claims import RecordedClaims, claim_dict, result
 from drivers.example.driver import ExampleDriver

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dra.cdi import CDISpecs
-from dra.checkpoint import (
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import (
     API_VERSION,
     PREPARED,
     PREPARING,
@@ -24,8 +24,8 @@ from dra.checkpoint import (
     DeviceRecord,
     atomic_write,
 )
+from dra._runtime.prepare import ClaimPreparer
 from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Mount, PreparedDevice
-from dra.prepare import ClaimPreparer
 from dra.testing.claims import RecordedClaims, claim_dict, result
 from drivers.example.driver import ExampleDriver
 
@@ -108,11 +108,11 @@ def test_corrupt_record_is_moved_aside_loudly_never_a_crash(tmp_path: Path, dama
         cp.delete(other)
     elif damage == "missing-field":
         del doc["claim"]["bootID"]
-        from dra.checkpoint import checksum
+        from dra._runtime.checkpoint import checksum
 
         doc["checksum"] = checksum(doc["claim"])
         path.write_text(json.dumps(doc))
-    with caplog.at_level(logging.ERROR, logger="dra.checkpoint"):
+    with caplog.at_level(logging.ERROR, logger="dra._runtime.checkpoint"):
         assert cp.get(UID) is None
     assert not path.exists()
     aside = list(tmp_path.glob(f"claims/{UID}.json.corrupt-*"))
@@ -143,7 +143,7 @@ def test_atomic_write_leaves_old_content_when_interrupted(tmp_path: Path) -> Non
     class Boom(Exception):
         pass
 
-    import dra.checkpoint as ckpt
+    import dra._runtime.checkpoint as ckpt
 
     orig = ckpt.os.replace
 

@@ -9,11 +9,11 @@ from typing import Literal
 
 import pytest
 
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.prepare import ClaimPreparer
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import AllocatedDevice, ClaimRef, PreparedDevice
-from dra.prepare import ClaimPreparer
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 from drivers.example.driver import ExampleConfig, ExampleDriver
 
@@ -134,7 +134,7 @@ def test_encode_config_round_trips() -> None:
 
 def test_old_import_path_still_works() -> None:
     import dra
-    from dra import prepare
+    from dra._runtime import prepare
 
     assert prepare.decode_config is dra.decode_config is decode_config
     assert prepare.ConfigError is dra.ConfigError

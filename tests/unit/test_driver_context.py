@@ -13,10 +13,10 @@ from kubernetes import client
 from typer.testing import CliRunner
 
 import dra
-from dra import daemon as daemon_mod
-from dra.daemon import Daemon, DaemonSettings, parse_settings
+from dra._runtime import daemon as daemon_mod
+from dra._runtime.daemon import Daemon, DaemonSettings, parse_settings
+from dra._runtime.kubelet.health import HealthFeed
 from dra.errors import UserError
-from dra.kubelet.health import HealthFeed
 from drivers.example.driver import ExampleDriver
 
 
@@ -161,7 +161,7 @@ def test_the_daemon_installs_every_drivers_hook_library_at_start_so_heterogeneou
         d = _daemon(tmp_path / driver.name, driver, hook_dir=hook_dir)
         d.install_hook_libraries()
         daemons.append(d)
-    from dra.hookdir import HookDir
+    from dra._runtime.hookdir import HookDir
 
     cur = HookDir(hook_dir).current()
     assert cur is not None and set(cur.members) == {"libvgpu.so", "libvother.so"}

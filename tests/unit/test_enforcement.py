@@ -11,11 +11,11 @@ import pytest
 
 import dra
 import hookcore
-from dra.cdi import CDISpecs
-from dra.checkpoint import PREPARED, Checkpoint
-from dra.enforcement import ClaimHooks, EnforcementError
-from dra.hookdir import HookDir
-from dra.prepare import ClaimPreparer
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import PREPARED, Checkpoint
+from dra._runtime.enforcement import ClaimHooks, EnforcementError
+from dra._runtime.hookdir import HookDir
+from dra._runtime.prepare import ClaimPreparer
 from dra.testing.cdi import apply_cdi
 from dra.testing.claims import RecordedClaims, claim_dict, result
 from drivers.example.driver import STUB_UUID, ExampleDriver

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dra import faults
+from dra._runtime import faults
 
 
 def _hits(spec: str | None, names: list[str], done: object) -> None:
@@ -62,7 +62,7 @@ def test_bad_specs_fail_loudly(bad: str) -> None:
 
 
 def test_environment_variable_arms_a_fresh_process() -> None:
-    code = f"from dra.faults import fault\nfault('{B}')\nfault('{A}')\nprint('survived')"
+    code = f"from dra._runtime.faults import fault\nfault('{B}')\nfault('{A}')\nprint('survived')"
     root = str(Path(faults.__file__).resolve().parents[1])
     env = {**os.environ, "DRA_FAULT_POINT": A, "PYTHONPATH": root}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

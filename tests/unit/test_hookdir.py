@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dra import faults
-from dra.hookdir import CONTAINER_DIR, HookDir, HookDirError, library_stem, set_id
+from dra._runtime import faults
+from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, library_stem, set_id
 
 ELF = b"\x7fELF"
 

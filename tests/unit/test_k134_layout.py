@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from dra._runtime.publish import SliceLayout, desired_pool, layout_for, needs_fence, parse_server_version
+from dra._runtime.publish.layout import parse_layout
 from dra.driver import Capacity, Device, RequestPolicy
 from dra.errors import UserError
-from dra.publish import SliceLayout, desired_pool, layout_for, needs_fence, parse_server_version
-from dra.publish.layout import parse_layout
 
 pytestmark = pytest.mark.scheduler  # `make test-versions` runs it on every minor
 
@@ -69,7 +69,7 @@ def test_the_layout_setting_is_checked() -> None:
 
 
 def test_the_version_matrix_takes_the_newest_release_of_each_minor_from_1_34() -> None:
-    from dra.cluster.binaries import newest_patches
+    from dra_dev.cluster.binaries import newest_patches
 
     listed = ["v1.33.9", "v1.34.0", "v1.34.10", "v1.34.4", "v1.35.4", "v1.36.1", "v1.36.3", "v1.37.2",
               "v1.38.0-beta.0", "v1.38.0-rc.1", "v2.0.0", "latest"]
@@ -80,8 +80,8 @@ def test_the_version_matrix_takes_the_newest_release_of_each_minor_from_1_34() -
 def test_a_shared_device_that_draws_counters_is_refused_naming_both_bugs() -> None:
     """kubernetes#134100 / #139034: counters and multiple allocations on one device are
     mis-counted before 1.36; the framework publishes either, never both on one device."""
+    from dra._runtime.publish import DeviceValidationError
     from dra.driver import CounterConsumption, CounterSet
-    from dra.publish import DeviceValidationError
 
     memory = CounterSet("gpu-0-memory", {"slices": "8"})
     exclusive = Device(name="mig-0", consumes_counters=(CounterConsumption(memory, {"slices": "4"}),))

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from dra._runtime.kubelet import ClaimOutcome, KubeletPaths, KubeletPlugin, PreparedResult
+from dra._runtime.kubelet._proto import dra_v1_pb2, dra_v1_pb2_grpc
 from dra.driver import ClaimRef
-from dra.kubelet import ClaimOutcome, KubeletPaths, KubeletPlugin, PreparedResult
-from dra.kubelet._proto import dra_v1_pb2, dra_v1_pb2_grpc
 from dra.testing.kubelet import KubeletHarness, PreparedDevice, RecordingHandler, short_tmpdir
 
 DRIVER = "gpu.example.com"

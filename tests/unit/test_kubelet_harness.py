@@ -11,9 +11,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from dra._runtime.kubelet._proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2_grpc
+from dra._runtime.kubelet.registration import RegistrationServicer
 from dra.driver import ClaimRef
-from dra.kubelet._proto import dra_v1_pb2, dra_v1_pb2_grpc, pluginregistration_v1_pb2_grpc
-from dra.kubelet.registration import RegistrationServicer
 from dra.testing.kubelet import KubeletCallError, KubeletHarness, short_tmpdir
 
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from dra._runtime.kubelet import KubeletPaths, KubeletPlugin
+from dra._runtime.kubelet.health import HealthMonitor, truncate_message
 from dra.driver import HealthEvent
-from dra.kubelet import KubeletPaths, KubeletPlugin
-from dra.kubelet.health import HealthMonitor, truncate_message
 from dra.testing.kubelet import KubeletHarness, RecordingHandler, short_tmpdir
 
 DRIVER = "gpu.example.com"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dra._runtime.kubelet import ClaimOutcome, KubeletPaths, KubeletPlugin, LockTimeout, SerializeLock
 from dra.driver import ClaimRef
-from dra.kubelet import ClaimOutcome, KubeletPaths, KubeletPlugin, LockTimeout, SerializeLock
 from dra.testing.kubelet import KubeletHarness, RecordingHandler, short_tmpdir
 
 

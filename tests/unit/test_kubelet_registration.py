@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from dra._runtime.kubelet import KubeletPaths, KubeletPlugin
+from dra._runtime.kubelet._proto import pluginregistration_v1_pb2 as regpb
+from dra._runtime.kubelet._proto import pluginregistration_v1_pb2_grpc as reggrpc
 from dra.driver import ClaimRef, HealthEvent
 from dra.errors import UserError
-from dra.kubelet import KubeletPaths, KubeletPlugin
-from dra.kubelet._proto import pluginregistration_v1_pb2 as regpb
-from dra.kubelet._proto import pluginregistration_v1_pb2_grpc as reggrpc
 from dra.testing.kubelet import KubeletHarness, RecordingHandler, short_tmpdir
 
 DRIVER = "gpu.example.com"

@@ -34,13 +34,13 @@ def test_ruff_is_clean() -> None:
 
 
 @pytest.mark.parametrize(("path", "line", "contract"), [
-    ("drivers/example/driver.py", "from dra.prepare import ClaimPreparer", "import only the public face"),
-    ("drivers/example/driver.py", "import dra.hookdir", "import only the public face"),
+    ("drivers/example/driver.py", "from dra._runtime.prepare import ClaimPreparer", "import only the public face"),
+    ("drivers/example/driver.py", "import dra._runtime.hookdir", "import only the public face"),
     ("drivers/example/driver.py", "import grpc", "neither gRPC nor the Kubernetes API"),
-    ("dra/prepare.py", "import kubernetes", "imported in one runtime module"),
-    ("dra/cdi.py", "import dra.prepare", "Layers of the framework"),
-    ("dra/driver.py", "import dra.kubelet", "Layers of the framework"),
-    ("dra/checkpoint.py", "import drivers.example.driver", "never names a vendor driver"),
+    ("dra/_runtime/prepare.py", "import kubernetes", "imported in one runtime module"),
+    ("dra/_runtime/cdi.py", "import dra._runtime.prepare", "Layers of the framework"),
+    ("dra/driver.py", "import dra._runtime.kubelet", "Layers of the framework"),
+    ("dra/_runtime/checkpoint.py", "import drivers.example.driver", "never names a vendor driver"),
 ])
 def test_each_contract_catches_its_violation(tmp_path: Path, path: str, line: str, contract: str) -> None:
     for part in ("dra", "drivers", "hookcore"):

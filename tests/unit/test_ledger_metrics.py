@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import hookcore
-from dra.ledger_metrics import LedgerCollector
+from dra._runtime.ledger_metrics import LedgerCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "tests" / "hami_core_gpu" / "stub_workload.py"

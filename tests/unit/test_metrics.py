@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from dra._runtime.kubelet.handler import ClaimOutcome
+from dra._runtime.metrics import HealthServer, MeteredHandler, Metrics
 from dra.driver import ClaimRef
-from dra.kubelet.handler import ClaimOutcome
-from dra.metrics import HealthServer, MeteredHandler, Metrics
 
 
 def value(m: Metrics, name: str, **labels: str) -> float:

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from dra.errors import UserError
-from dra.node import config as cfg
-from dra.node.images import PAUSE_IMAGE
-from dra.node.node import NodeState, RealNode, pick_subnet
+from dra_dev.node import config as cfg
+from dra_dev.node.images import PAUSE_IMAGE
+from dra_dev.node.node import NodeState, RealNode, pick_subnet
 
 RESTRICTED = cfg.MachineSettings(restrict_oom_score_adj=True, kubelet_oom_score_adj=0, max_open_files=20000)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dra.node import images
-from dra.node.oci import ImageSpec, layer_tar, normalize_reference, write_archive
+from dra_dev.node import images
+from dra_dev.node.oci import ImageSpec, layer_tar, normalize_reference, write_archive
 
 
 def members(archive: Path) -> dict[str, bytes]:

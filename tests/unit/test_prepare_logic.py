@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dra.api import NodeSelector, ResourceClaim, SelectorRequirement, SelectorTerm, quantity_to_int
-from dra.cdi import CDISpecs
-from dra.checkpoint import PREPARING, Checkpoint
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import PREPARING, Checkpoint
+from dra._runtime.claims import NodeSelector, ResourceClaim, SelectorRequirement, SelectorTerm, quantity_to_int
+from dra._runtime.prepare import ClaimPreparer
 from dra.driver import AllocatedDevice, ClaimRef, PreparedDevice, PrepareError
-from dra.prepare import ClaimPreparer
 from dra.testing.claims import RecordedClaims, claim_dict, result
 from drivers.example.driver import ExampleDriver
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from dra.kubelet import gen_proto
-from dra.kubelet._proto import (
+from dra._runtime.kubelet._proto import (
     dra_health_v1_pb2,
     dra_health_v1alpha1_pb2,
     dra_v1_pb2,
     dra_v1beta1_pb2,
     pluginregistration_v1_pb2,
 )
+from dra_dev import gen_proto
 
 
 def test_committed_stubs_are_fresh() -> None:
     fresh = gen_proto.generate()
     stale = gen_proto.stale(fresh, gen_proto.committed())
-    assert not stale, f"stale stubs {stale}: run `python -m dra.kubelet.gen_proto`"
+    assert not stale, f"stale stubs {stale}: run `python -m dra_dev.gen_proto`"
 
 
 def test_stale_detects_changed_missing_and_extra_files() -> None:

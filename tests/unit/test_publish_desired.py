@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from dra.driver import Capacity, Device, RequestPolicy, Taint, Version
-from dra.publish.desired import (
+from dra._runtime.publish.desired import (
     DeviceValidationError,
     comparable_devices,
     desired_pool,
     encode_device,
     slice_object,
 )
-from dra.publish.timing import Backoff
+from dra._runtime.publish.timing import Backoff
+from dra.driver import Capacity, Device, RequestPolicy, Taint, Version
 from drivers.example.driver import ExampleDriver
 
 DRIVER = "gpu.example.com"

@@ -14,8 +14,8 @@ import time
 import pytest
 from kubernetes import client
 
+from dra._runtime.publish import Backoff, Publisher, PublishSettings
 from dra.driver import Device
-from dra.publish import Backoff, Publisher, PublishSettings
 
 
 class RecordingClock:

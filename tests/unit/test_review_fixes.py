@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import dra
-from dra.cdi import CDISpecs
-from dra.checkpoint import Checkpoint
-from dra.prepare import ClaimPreparer
+from dra._runtime.cdi import CDISpecs
+from dra._runtime.checkpoint import Checkpoint
+from dra._runtime.prepare import ClaimPreparer
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,10 +127,10 @@ def _sources() -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("what", "pattern", "home"), [
-    ("flock", r"fcntl\.flock\(", "dra/fsutil.py"),
-    ("quantity parsing", r"\bparse_quantity\(", "dra/client.py"),
-    ("raw JSON GET with release_conn", r"release_conn", "dra/client.py"),
-    ("the client's generic call", r"\.param_serialize\(", "dra/client.py"),
+    ("flock", r"fcntl\.flock\(", "dra/_runtime/fsutil.py"),
+    ("quantity parsing", r"\bparse_quantity\(", "dra/_runtime/client.py"),
+    ("raw JSON GET with release_conn", r"release_conn", "dra/_runtime/client.py"),
+    ("the client's generic call", r"\.param_serialize\(", "dra/_runtime/client.py"),
     ("the main-request rule", r"""request[\w.]*\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
 ])
 def test_each_helper_has_one_implementation(what: str, pattern: str, home: str) -> None:
@@ -146,7 +146,7 @@ def test_the_daemon_wires_the_node_label_reader(tmp_path: Path) -> None:
     tests/integration/test_prepare_path.py."""
     from kubernetes import client
 
-    from dra.daemon import Daemon, DaemonSettings
+    from dra._runtime.daemon import Daemon, DaemonSettings
 
     settings = DaemonSettings(node_name="node-a", plugin_dir=tmp_path / "p", registrar_dir=tmp_path / "r",
                               cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "s", metrics_port=-1,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from dra.cluster.controlplane import FEATURE_GATES
+from dra_dev.cluster.controlplane import FEATURE_GATES
 
 ROOT = Path(__file__).resolve().parents[2]
 

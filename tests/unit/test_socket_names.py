@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dra._runtime.kubelet.paths import MAX_SOCKET_PATH_BYTES, KubeletPaths
 from dra.errors import UserError
-from dra.kubelet.paths import MAX_SOCKET_PATH_BYTES, KubeletPaths
 
 UID = "0f8a7c34-1b6e-4d2a-9c3e-5b7d9e1f2a3c"
 

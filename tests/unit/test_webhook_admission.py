@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from dra.cluster.certs import new_ca, new_serving_cert, write_pair
+from dra._runtime import registry
 from dra.webhook import checks, registration, vendors
 from dra.webhook.inventory import StaticInventory
 from dra.webhook.review import Admission, BadReview
 from dra.webhook.server import WebhookServer
 from dra.webhook.templates import TemplateError
+from dra_dev.cluster.certs import new_ca, new_serving_cert, write_pair
 from drivers.example.driver import ExampleDriver
 
 MAPPING = vendors.load()
@@ -183,7 +184,7 @@ def test_claims_within_limits_and_configs_for_other_drivers_pass() -> None:
 
 
 def test_installed_driver_classes_come_from_entry_points_uninstantiated() -> None:
-    assert checks.driver_classes()["gpu.example.com"] is ExampleDriver
+    assert registry.driver_classes()["gpu.example.com"] is ExampleDriver
 
 
 # --- configurations ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra.watchdog import ApiEvents, ClaimView, Verdict
+from dra._runtime.watchdog import ApiEvents, ClaimView, Verdict
 
 pytestmark = pytest.mark.cluster
 DRIVER = "hami-core-gpu.project-hami.io"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from dra._runtime.watchdog import Watchdog, WatchdogSettings
 from dra.driver import DeviceProcess, Driver
-from dra.watchdog import Watchdog, WatchdogSettings
 
 
 class FlakyDriver(Driver):
@@ -44,7 +44,7 @@ def test_a_failing_poll_is_logged_once_and_the_loop_recovers(tmp_path: Path, cap
     driver = FlakyDriver(failures=5)
     wd = Watchdog(driver, lambda: [], tmp_path / "hooks", events=type("E", (), {"emit": lambda self, v: None})(),
                   registry=CollectorRegistry(), settings=WatchdogSettings(interval=0.05, share_window=1))
-    with caplog.at_level(logging.INFO, logger="dra.watchdog"):
+    with caplog.at_level(logging.INFO, logger="dra._runtime.watchdog"):
         wd.start()
         deadline = time.monotonic() + 10
         while wd.polls < 3 and time.monotonic() < deadline:

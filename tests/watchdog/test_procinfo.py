@@ -1,11 +1,11 @@
-"""dra.procinfo's readers on the text the kernel writes, and on hostile text a tenant might arrange."""
+"""dra._runtime.procinfo's readers on the text the kernel writes, and on hostile text a tenant might arrange."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from dra import procinfo
+from dra._runtime import procinfo
 
 POD = "5ae2730d-6b61-478f-a856-d947fc297498"
 CID = "0a9c5e58dc66497a89faf38e4cf71b57ae228b0454bd4b9095989979c33e8ea4"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import dra
-from dra.watchdog import WatchdogSettings
+from dra._runtime.watchdog import WatchdogSettings
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
@@ -42,14 +42,14 @@ def test_daemon_settings_are_checked() -> None:
 
 def test_dra_run_refuses_a_bad_watchdog_flag() -> None:
     for args in (["--watchdog", "nuke"], ["--watchdog-context-overhead", "lots"], ["--watchdog-interval", "0"]):
-        proc = subprocess.run([sys.executable, "-m", "dra.daemon", "hami-core-gpu", "--node-name", "n", *args],
+        proc = subprocess.run([sys.executable, "-m", "dra._runtime.daemon", "hami-core-gpu", "--node-name", "n", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "--watchdog" in proc.stderr, (args, proc.stderr)
 
 
 def test_a_tenants_claim_cannot_weaken_its_classs_action() -> None:
     """watchdogAction is marked with dra.strength: report < unset < taint < kill."""
-    from dra.loosening import loosened
+    from dra._runtime.loosening import loosened
 
     kill = GpuConfig(watchdog_action="kill")
     assert [x.field for x in loosened(GpuConfig(watchdog_action="report"), kill)] == ["watchdogAction"]

@@ -203,7 +203,7 @@ def test_the_stub_process_list_skips_hostile_lines(rig: Rig, capfd: pytest.Captu
 def test_a_gone_pid_or_unreadable_proc_is_skipped_not_judged(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
     rig.on_gpu(2**22 + 12345, "hami-gpu-0", GiB)  # no such process here (beyond pid_max): another PID namespace
     wd = rig.watchdog()
-    with caplog.at_level(logging.WARNING, logger="dra.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="dra._runtime.watchdog"):
         for _ in range(4):
             assert wd.poll() == []
     blind = [r for r in caplog.records if "cannot see in /proc" in r.getMessage()]

@@ -21,12 +21,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 import dra
-from dra.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
+from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
+from dra._runtime.enforcement import ClaimHooks
+from dra._runtime.hookdir import HookDir
+from dra._runtime.watchdog import Verdict, Watchdog, WatchdogSettings
 from dra.driver import DriverContext, Enforcement, Preload, Quota
-from dra.enforcement import ClaimHooks
-from dra.hookdir import HookDir
 from dra.testing.runtime import mount_script, runtime_unavailable
-from dra.watchdog import Verdict, Watchdog, WatchdogSettings
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
 STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA",

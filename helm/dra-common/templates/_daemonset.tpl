@@ -138,7 +138,7 @@ spec:
         - name: daemon
           image: {{ include "dra-common.image" . }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
-          command: ["python3", "-m", "dra.daemon"]
+          command: ["python3", "-m", "dra._runtime.daemon"]
           args:
             {{- include "dra-common.daemonArgs" . | nindent 12 }}
           env:

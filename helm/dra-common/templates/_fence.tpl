@@ -3,7 +3,7 @@ The fence of kubernetes#133705, rendered only for Kubernetes older than 1.35.
 
 kube-scheduler 1.34 reads a multi-allocatable device's capacity at the index the device has
 within its *request*, not within its ResourceSlice. The daemons therefore publish one device per
-slice on 1.34 (dra/publish/layout.py), which makes every device shareable; but then a request
+slice on 1.34 (dra/_runtime/publish/layout.py), which makes every device shareable; but then a request
 for a second device (index 1) reads past the end of its one-device slice and kube-scheduler
 panics and exits, for the whole cluster. These policies refuse, at admission, what reaches that
 index for this chart's DeviceClasses:

@@ -1,0 +1,493 @@
+"""`dra run DRIVER`: the node daemon, one per driver per node (a DaemonSet pod).
+
+It wires the parts together and owns nothing else:
+
+    driver (entry point in `dra.drivers`)
+      ├── Publisher        the driver's devices -> this node's ResourceSlice pool, kept in sync
+      ├── ClaimPreparer    kubelet's prepare/unprepare: claim checks, checkpoint, CDI specs
+      │     └── MeteredHandler (counts and latencies)
+      ├── KubeletPlugin    registration + DRA gRPC sockets that kubelet dials
+      ├── Watchdog         every process on the devices checked against its claim (`dra._runtime.watchdog`)
+      └── HealthServer     /healthz (sockets answer), /readyz (published and registered), /metrics
+
+Start order: local state repaired first (orphaned CDI specs), then publishing (in the
+background; an unreachable API server is retried, not fatal), then the sockets, so kubelet
+never reaches a daemon that cannot prepare. SIGTERM/SIGINT stop it in the reverse order and
+remove this instance's sockets; the slices stay (kubelet removes them 30 s after the last
+instance of the driver is gone, and a restarted daemon adopts them). SIGHUP re-reads the
+driver's devices and republishes them if they changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from dra._runtime import logging as dra_logging
+from dra._runtime import registry
+from dra._runtime.metrics import HealthServer, MeteredHandler, Metrics
+from dra._runtime.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
+from dra._runtime.publish.fence import warn_if_unfenced
+from dra._runtime.publish.layout import parse_layout
+from dra._runtime.watchdog import ACTIONS as WATCHDOG_ACTIONS
+from dra._runtime.watchdog import WatchdogSettings
+from dra.driver import Driver, DriverContext
+from dra.errors import UserError
+
+log = logging.getLogger("dra._runtime.daemon")
+
+
+
+@dataclasses.dataclass
+class DaemonSettings:
+    """Everything `dra run` is told on its command line."""
+
+    node_name: str
+    """The Node this daemon serves (downward API ``spec.nodeName``); also the pool name."""
+
+    kubeconfig: Path | None = None
+    """None: the in-cluster service account."""
+
+    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
+    """Root of the plugins' data dirs; the DRA socket is ``<plugin_dir>/<driver>/dra.sock``."""
+
+    registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    """Where kubelet looks for registration sockets."""
+
+    cdi_dir: Path = Path("/var/run/cdi")
+    """Where the per-claim CDI specs go (the container runtime reads them)."""
+
+    state_dir: Path | None = None
+    """The checkpoint; default ``<plugin_dir>/<driver>/state`` (survives pod restarts on the host)."""
+
+    pod_uid: str | None = None
+    """The pod's UID for rolling updates (downward API ``metadata.uid``): per-instance socket names."""
+
+    metrics_port: int = 8080
+    """/healthz, /readyz and /metrics; 0 picks a free port (logged), -1 serves none."""
+
+    metrics_address: str = "0.0.0.0"
+
+    grpc_workers: int = 64
+    """Threads serving kubelet's calls (and health streams, one each); calls beyond them queue."""
+
+    publish: PublishSettings = dataclasses.field(default_factory=PublishSettings)
+
+    driver_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """``--set key=value`` pairs, given to the driver as `DriverContext.settings`."""
+
+    fake: str | None = None
+    """``--fake PROFILE_OR_FILE`` (or ``DRA_FAKE_DEVICES``): the driver's fake backend."""
+
+    hook_dir: Path = Path("/var/lib/dra-hookcore")
+    """Hook libraries, content-addressed and shared by every driver's daemon on the node."""
+
+    preload: str = "file"
+    """How an enforced claim's containers load the hook when the driver does not say: ``file``
+    (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
+
+    allow_claim_loosening: bool = False
+    """Honour a claim's own opaque config where it loosens enforcement below its DeviceClass's
+    (`dra._runtime.loosening`); off: such claims fail, naming the field."""
+    watchdog: WatchdogSettings | None = dataclasses.field(default_factory=WatchdogSettings)
+    """The process watchdog (drivers that list their devices' processes); None: off."""
+
+
+def recorded_devices(checkpoint: Any, driver: str) -> set[str] | None:
+    """`DriverContext.recorded_devices`: None while any record cannot be read (it may name devices)."""
+    records = checkpoint.records()
+    if len(records) != len(checkpoint.uids()):
+        return None
+    return {d.device for r in records for d in r.devices if d.driver == driver}
+
+
+def setup_driver(driver: Driver, ctx: DriverContext) -> None:
+    """`driver.setup(ctx)`, with a failure reported as the driver's (UserError: exit 2)."""
+    try:
+        driver.setup(ctx)
+    except Exception as exc:
+        raise UserError(f"Driver {driver.name} refused its setup (settings {dict(ctx.settings)}, fake {ctx.fake!r}):"
+                        f" {exc}") from exc
+
+
+def parse_settings(pairs: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a mapping (a later key wins); UserError on a pair without '='."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {pair!r}: expected key=value, e.g. --set count=4")
+        out[key.strip()] = value
+    return out
+
+
+def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
+    """A kubernetes ApiClient from `kubeconfig`, or from the pod's service account when None."""
+    from dra._runtime import client
+
+    return client.api_client(kubeconfig, pool_size)
+
+
+class Daemon:
+    """The running pieces of one `dra run`; `start()`, then `stop()` (idempotent)."""
+
+    def __init__(self, driver: Driver, settings: DaemonSettings, claims_client: Any, publish_client: Any) -> None:
+        from dra._runtime.cdi import CDISpecs
+        from dra._runtime.checkpoint import Checkpoint
+        from dra._runtime.claims import ApiClaimSource, node_labels_reader
+        from dra._runtime.enforcement import ClaimHooks, LedgerGuard
+        from dra._runtime.hookdir import HookDir
+        from dra._runtime.kubelet import KubeletPlugin
+        from dra._runtime.kubelet.health import HealthFeed
+        from dra._runtime.kubelet.paths import KubeletPaths
+        from dra._runtime.prepare import ClaimPreparer
+        from dra.driver import Preload
+
+        self.driver = driver
+        self.settings = settings
+        name = driver.name
+        self.metrics = Metrics(name)
+        self.watchdog: Any = None
+        self.publisher = Publisher(
+            publish_client,
+            name,
+            settings.node_name,
+            self._devices,
+            settings=settings.publish,
+            on_sync=self._published,
+            on_error=lambda _exc: self.metrics.error("publish"),
+        )
+        self.health_feed = HealthFeed()
+        state_dir = settings.state_dir or settings.plugin_dir / name / "state"
+        checkpoint = Checkpoint(state_dir)
+        self.context = DriverContext(
+            node_name=settings.node_name,
+            pool_name=settings.node_name,  # the pool the Publisher writes (one pool per node)
+            settings=dict(settings.driver_settings),
+            fake=settings.fake,
+            on_devices_changed=self.publisher.devices_changed,
+            on_health=self.health_feed.push,
+            on_recorded_devices=lambda: recorded_devices(checkpoint, name),
+        )
+        setup_driver(driver, self.context)
+        self.preparer = ClaimPreparer(
+            driver,
+            ApiClaimSource(claims_client),
+            settings.node_name,
+            checkpoint,
+            CDISpecs(driver.cdi_kind, settings.cdi_dir),
+            # Allocations whose nodeSelector tests labels (pools selected by label) need the Node's.
+            node_labels=node_labels_reader(claims_client, settings.node_name),
+            hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
+            allow_claim_loosening=settings.allow_claim_loosening,
+            config_defaults={"watchdogAction": settings.watchdog.action if settings.watchdog else "report"},
+        )
+        oversized = self.metrics.ledger_oversized.labels(name)
+        self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())
+        from dra._runtime.ledger_metrics import LedgerCollector, device_names_by_uuid
+
+        self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
+            name, state_dir / "hooks", self.preparer.checkpoint.records, lambda: device_names_by_uuid(driver.devices())))
+        self.plugin = KubeletPlugin(
+            name,
+            MeteredHandler(self.preparer, self.metrics),
+            self._health_source,
+            KubeletPaths(registrar_dir=settings.registrar_dir, plugins_dir=settings.plugin_dir),
+            pod_uid=settings.pod_uid,
+            max_workers=settings.grpc_workers,
+            pool_name=self.context.pool_name,
+        )
+        if settings.watchdog is not None and type(driver).processes is not Driver.processes:
+            from dra._runtime.watchdog import ApiEvents, Watchdog
+
+            claims_dir = self.preparer.checkpoint.claims_dir
+            self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",
+                                     ApiEvents(claims_client, name, settings.node_name), self.metrics.registry,
+                                     settings.watchdog, on_taints=self.publisher.devices_changed,
+                                     records_stamp=lambda: os.stat(claims_dir).st_mtime_ns)
+        self.http: HealthServer | None = None
+        if settings.metrics_port >= 0:
+            where = f"{settings.metrics_address}:{settings.metrics_port}"
+            try:
+                self.http = HealthServer(self.metrics, self.liveness, self.readiness, settings.metrics_port, settings.metrics_address)
+            except OSError as exc:
+                raise UserError(
+                    f"Cannot serve /healthz, /readyz and /metrics on {where}: {exc.strerror or exc}."
+                    " Pick another --metrics-port (0: any free port; -1: none)."
+                ) from exc
+        self._stopped = False
+        self._fence_checked = False
+
+    def _devices(self) -> Any:
+        """The driver's devices, with the watchdog's taints added."""
+        devices = self.driver.devices()
+        if self.watchdog is None:
+            return devices
+        out = []
+        for d in devices:
+            extra = self.watchdog.taints(d.name)
+            out.append(dataclasses.replace(d, taints=(*d.taints, *extra)) if extra else d)
+        return out
+
+    def _health_source(self) -> Any:
+        """The driver's own health iterator, else the snapshots it pushes through its context."""
+        return self.driver.health() or self.health_feed()
+
+    def _published(self, result: SyncResult) -> None:
+        self.metrics.published(result.devices, result.slices, result.generation)
+        version = self.publisher.server_version
+        if not self._fence_checked and version is not None and needs_fence(version):
+            self._fence_checked = True  # once per start: the warning is for the operator, not a loop
+            warn_if_unfenced(self.publisher.api.api_client, self.driver.name, version)
+
+    def liveness(self) -> str:
+        return self.plugin.check()
+
+    def readiness(self) -> str:
+        problems = []
+        if not self.publisher.ready:
+            problems.append("ResourceSlices not published yet")
+        if not self.plugin.registered:
+            error = self.plugin.registration_error
+            problems.append(f"kubelet registration failed: {error}" if error else "not registered with kubelet yet")
+        return "; ".join(problems)
+
+    def start(self) -> None:
+        removed = self.preparer.start()
+        if removed:
+            log.info("removed leftovers of earlier runs", extra={"paths": removed})
+        self.install_hook_libraries()
+        try:
+            self.publisher.start()
+        except DeviceValidationError as exc:
+            raise UserError(f"Driver {self.driver.name} reported a device the API would reject: {exc}") from exc
+        self.plugin.start()
+        self.ledger_guard.start()
+        if self.watchdog is not None:
+            self.watchdog.start()
+        if self.http is not None:
+            self.http.start()
+            log.info("serving /healthz /readyz /metrics", extra={"port": self.http.port})
+
+    def install_hook_libraries(self) -> None:
+        """Put the driver's hook libraries into the node's current hook set (see Driver.hook_libraries)."""
+        from dra._runtime.hookdir import HookDirError
+
+        try:
+            libraries = list(self.driver.hook_libraries())
+        except FileNotFoundError as exc:  # e.g. dra.hook_library(stem) of a library not built
+            raise UserError(f"Driver {self.driver.name}: {exc}") from exc
+        for library in libraries:
+            try:
+                hset = self.preparer.hooks.hook_dir.install(Path(library))
+            except HookDirError as exc:
+                raise UserError(f"Driver {self.driver.name}: cannot install its hook library: {exc}") from exc
+            log.info("hook library in the current set", extra={"library": str(library), "set": hset.id})
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.plugin.stop()  # first: kubelet must stop sending calls before the handler goes away
+        self.health_feed.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog.close()
+        self.publisher.stop()
+        self.preparer.close()
+        self.ledger_guard.stop()
+        if self.http is not None:
+            self.http.stop()
+
+
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """Cap glibc's per-thread malloc arenas before threads start.
+
+    gRPC workers and claim threads each get an arena under contention (up to 8 per core), and
+    Python rarely returns memory to them: after a burst of concurrent prepares RSS stays high.
+    Two arenas keep the daemon small at no measurable cost in latency. No-op off glibc.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(ctypes.c_int(-8), ctypes.c_int(arenas))  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
+def run(driver_entry: str, settings: DaemonSettings) -> None:
+    """Build the daemon, serve until SIGTERM/SIGINT, stop cleanly."""
+    limit_malloc_arenas()
+    driver = registry.load_driver(driver_entry)
+    # The claim client's pool holds a connection per gRPC worker: a prepare call beyond the pool
+    # would open (and then drop) a fresh TLS connection, a handshake's CPU on every call.
+    claims = api_client(settings.kubeconfig, pool_size=settings.grpc_workers + 8)
+    daemon = Daemon(driver, settings, claims, api_client(settings.kubeconfig, pool_size=4))
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            log.info("SIGHUP: re-reading devices")
+            daemon.publisher.devices_changed()
+            return
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        daemon.start()
+        log.info(
+            "daemon running",
+            extra={"driver": driver.name, "node": settings.node_name, "entry_point": driver_entry},
+        )
+        while not stop.wait(3600):
+            pass
+    finally:
+        daemon.stop()
+        log.info("daemon stopped", extra={"driver": driver.name})
+
+
+def register(app: typer.Typer) -> None:
+    """Add `dra run` to the CLI."""
+
+    @app.command("run")
+    def run_command(
+        driver: Annotated[str, typer.Argument(help="Driver entry-point name (see `dra drivers`), e.g. example.")],
+        node_name: Annotated[str, typer.Option("--node-name", envvar="NODE_NAME", help="This node's name (downward API spec.nodeName).")],
+        kubeconfig: Annotated[
+            Path | None,
+            typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster service account."),
+        ] = None,
+        plugin_dir: Annotated[
+            Path, typer.Option("--plugin-dir", help="Root of kubelet plugin dirs (DRA socket in <dir>/<driver>/).")
+        ] = DaemonSettings.plugin_dir,
+        registrar_dir: Annotated[
+            Path, typer.Option("--registrar-dir", help="kubelet's plugin registration directory.")
+        ] = DaemonSettings.registrar_dir,
+        cdi_dir: Annotated[Path, typer.Option("--cdi-dir", help="Where CDI specs are written.")] = DaemonSettings.cdi_dir,
+        state_dir: Annotated[
+            Path | None, typer.Option("--state-dir", help="Checkpoint directory; default <plugin-dir>/<driver>/state.")
+        ] = None,
+        pod_uid: Annotated[
+            str | None,
+            typer.Option("--pod-uid", envvar="POD_UID", help="Pod UID for rolling updates (per-instance socket names)."),
+        ] = None,
+        metrics_port: Annotated[
+            int, typer.Option("--metrics-port", help="Port of /healthz /readyz /metrics; 0: any free port; -1: off.")
+        ] = DaemonSettings.metrics_port,
+        metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address to bind it to.")] = "0.0.0.0",
+        grpc_workers: Annotated[
+            int, typer.Option("--grpc-workers", min=32, help="Threads serving kubelet calls and health streams.")
+        ] = DaemonSettings.grpc_workers,
+        log_format: Annotated[str, typer.Option("--log-format", help="json or text.")] = "json",
+        log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+        set_: Annotated[
+            list[str] | None,
+            typer.Option("--set", help="A driver setting key=value (repeatable); see the driver's README."),
+        ] = None,
+        fake: Annotated[
+            str | None,
+            typer.Option("--fake", envvar="DRA_FAKE_DEVICES", help="Use the driver's fake backend: a profile name or a file."),
+        ] = None,
+        hook_dir: Annotated[
+            Path, typer.Option("--hook-dir", help="Where hook libraries are installed (shared by every driver on the node).")
+        ] = DaemonSettings.hook_dir,
+        preload: Annotated[
+            str, typer.Option("--preload", help="Default hook preload of enforced claims: file (/etc/ld.so.preload) or env.")
+        ] = DaemonSettings.preload,
+        slice_layout: Annotated[
+            str, typer.Option("--slice-layout", help="auto (from the API server's version), per-device or packed.")
+        ] = "auto",
+        allow_claim_loosening: Annotated[bool, typer.Option(
+            "--allow-claim-loosening",
+            help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...).")
+        ] = False,
+        watchdog: Annotated[
+            str, typer.Option("--watchdog", help="Process watchdog action: report, kill, taint, or off.")
+        ] = "report",
+        watchdog_interval: Annotated[
+            float, typer.Option("--watchdog-interval", help="Seconds between the watchdog's polls.")
+        ] = WatchdogSettings.interval,
+        watchdog_context_overhead: Annotated[
+            str, typer.Option("--watchdog-context-overhead",
+                              help="Memory per process a claim may hold beyond its quota (its context), e.g. 1Gi.")
+        ] = "1Gi",
+        watchdog_share_window: Annotated[
+            float, typer.Option("--watchdog-share-window", help="Seconds over which compute use is averaged.")
+        ] = WatchdogSettings.share_window,
+        watchdog_share_tolerance: Annotated[
+            float, typer.Option("--watchdog-share-tolerance", help="Percentage points of compute beyond the share.")
+        ] = WatchdogSettings.share_tolerance,
+    ) -> None:
+        """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
+        if log_format not in ("json", "text"):
+            raise UserError(f"--log-format must be 'json' or 'text', not {log_format!r}")
+        if log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise UserError(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+        if preload not in ("file", "env"):
+            raise UserError(f"--preload must be 'file' or 'env', not {preload!r}")
+        if not node_name:
+            raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
+        watchdog_settings = None
+        if watchdog != "off":
+            if watchdog not in WATCHDOG_ACTIONS:
+                raise UserError(f"--watchdog must be one of {', '.join(WATCHDOG_ACTIONS)} or off, not {watchdog!r}")
+            try:
+                from dra._runtime.client import quantity_to_int
+
+                overhead = quantity_to_int(watchdog_context_overhead)
+                watchdog_settings = WatchdogSettings(watchdog, watchdog_interval, overhead, watchdog_share_window,
+                                                     watchdog_share_tolerance)
+            except (ValueError, ArithmeticError) as exc:
+                raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-context-overhead 1Gi)"
+                                ) from exc
+        dra_logging.setup(log_format, log_level)
+        # The client's connection retries log a warning each; the publisher reports outages itself.
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
+        settings = DaemonSettings(
+            node_name=node_name,
+            kubeconfig=kubeconfig,
+            plugin_dir=plugin_dir,
+            registrar_dir=registrar_dir,
+            cdi_dir=cdi_dir,
+            state_dir=state_dir,
+            pod_uid=pod_uid or os.environ.get("POD_UID") or None,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
+            grpc_workers=grpc_workers,
+            driver_settings=parse_settings(set_),
+            fake=fake or None,
+            hook_dir=hook_dir,
+            preload=preload,
+            publish=PublishSettings(layout=parse_layout(slice_layout)),
+            allow_claim_loosening=allow_claim_loosening,
+            watchdog=watchdog_settings,
+        )
+        run(driver, settings)
+
+
+def main() -> None:
+    """`python -m dra._runtime.daemon DRIVER ...`: the same command as `dra run`, without loading the rest of
+    the CLI (control plane, demo, hook tools), which keeps the long-running process ~10 MiB smaller."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    register(app)
+    try:
+        app()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""Quota enforcement of one claim, carried out by the framework for the driver.
+
+A driver answers `Driver.enforcement(claim, prepared)` with an `Enforcement` (hook library and
+one `Quota` per visible device). For that claim the framework then
+
+1. turns the quotas into the hook's settings with hookcore's own writer (`hookcore.claim_env`)
+   and checks them with hookcore's own parser (`hookcore.parse_config`): a share the library
+   would reject is refused here, at prepare, with the claim and the fix in the message;
+2. creates the claim's hook dir ``<state-dir>/hooks/<claimUID>/`` holding ``config`` (written
+   by `hookcore.config_file_text`, parsed back with the library's parser) and ``ledger`` (created by `hookcore.create_ledger`), built
+   in a temp dir and renamed into place, *before* the CDI spec exists;
+3. adds to the claim's CDI edits: the hook set at ``/usr/lib/hookcore`` (read-only), the preload
+   (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``) and two files of the claim's hook dir
+   at ``/run/hookcore/<stem>/``: ``config`` read-only, ``ledger`` read-write (the dir itself is
+   not mounted); no quota variables (the file is authoritative, and two hooks in one container
+   would clash on them);
+4. keeps an existing hook dir with the same config at a re-prepare (running containers charge
+   its ledger); removes the claim's hook dir at unprepare, after the CDI spec; sweeps dirs of
+   claims that have no checkpoint record at start; `LedgerGuard` cuts a ledger that a tenant
+   grew back to its size.
+
+The config file is what makes every process of the container limited, also children started by
+``su``, ``ssh`` or a shell with a clean environment (HAMi #2125): the preload file loads the
+library into them and the library reads its limits from the file, not from their environment.
+The framework never spells a vendor's variable: the keys are hookcore's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import secrets
+import select
+import shutil
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from dra._runtime.fsutil import UID_RE
+from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, library_stem
+from dra.driver import ContainerEdits, Enforcement, Mount, Preload
+from dra.errors import DRAError
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config"
+LEDGER_FILE = "ledger"
+RO = ("ro", "nosuid", "nodev", "bind")
+RW = ("rw", "nosuid", "nodev", "noexec", "bind")
+MAX_CONFIG_BYTES = 64 << 10  # hookcore refuses larger config files
+
+
+class EnforcementError(DRAError):
+    """The driver's enforcement settings cannot be carried out (the message says why and what to do)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimHookPlan:
+    """A claim's enforcement, validated, before any file exists."""
+
+    library: Path
+    stem: str
+    preload: Preload
+    settings: Mapping[str, str]  # the hook's KEY=VALUE settings (container paths)
+    config_text: str  # the config file, exactly as hookcore writes and parsed back by it
+    config_dir: str  # where the library looks for it in the container: /run/hookcore/<stem>
+
+    def to_json(self) -> dict[str, Any]:
+        return {"library": str(self.library), "stem": self.stem, "preload": self.preload.value,
+                "settings": dict(self.settings), "configDir": self.config_dir}
+
+
+def _hookcore() -> Any:
+    import hookcore  # the Cython extension loads on the first call that needs it
+
+    return hookcore
+
+
+class ClaimHooks:
+    """Per-claim hook dirs under ``<state_dir>/hooks`` and the node's `HookDir`."""
+
+    def __init__(self, state_dir: Path, hook_dir: HookDir, default_preload: Preload = Preload.FILE) -> None:
+        self.root = Path(state_dir) / "hooks"
+        self.hook_dir = hook_dir
+        self.default_preload = default_preload
+        self._plans: dict[tuple[Any, ...], ClaimHookPlan] = {}
+        self._root_made = False
+
+    def claim_dir(self, uid: str) -> Path:
+        if not UID_RE.match(uid):
+            raise ValueError(f"claim UID {uid!r} is not a valid UID")
+        return self.root / uid
+
+    # -- prepare ---------------------------------------------------------------------------------
+
+    def plan(self, enforcement: Enforcement) -> ClaimHookPlan:
+        """Validate the driver's enforcement with hookcore's writer and parser; EnforcementError.
+
+        Deterministic in its inputs, so a verdict is remembered per (library version, quotas,
+        preload): claims of the same shape, the common case, pay for the parse once."""
+        try:
+            library_stem(enforcement.library)
+            digest = self.hook_dir.digest(Path(enforcement.library))  # exists, is ELF
+        except HookDirError as e:
+            raise EnforcementError(str(e)) from None
+        key = (str(enforcement.library), digest, tuple(enforcement.quotas), enforcement.preload)
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plan(enforcement)
+            if len(self._plans) >= 1024:
+                self._plans.clear()
+            self._plans[key] = got
+        return got
+
+    def _plan(self, enforcement: Enforcement) -> ClaimHookPlan:
+        hk = _hookcore()
+        stem = library_stem(enforcement.library)
+        quotas = list(enforcement.quotas)
+        if not quotas:
+            raise EnforcementError("the enforcement lists no device quota; return None from enforcement() to leave"
+                                   " a claim unenforced")
+        for i, q in enumerate(quotas):
+            if q.memory is not None and q.memory <= 0:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): memory must be a positive number of bytes,"
+                                       f" not {q.memory}")
+            if not 1 <= q.cores <= 100:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): cores must be a percentage in 1..100,"
+                                       f" not {q.cores}")
+            if q.strict and q.cores >= 100:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): a strict cap needs cores below 100, not"
+                                       f" {q.cores}; drop strict for a claim without a compute limit")
+            if q.full_load_mhz is not None and not (q.strict and q.full_load_mhz > 0):
+                raise EnforcementError(f"quota {i} (device {q.uuid}): full_load_mhz={q.full_load_mhz} needs a strict"
+                                       " cap and a positive clock in MHz")
+        devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None, "strict" if q.strict else "share",
+                                  q.full_load_mhz, q.context_memory) for i, q in enumerate(quotas)]
+        try:
+            config_path = str(hk.container_config_path(enforcement.library))
+            config_dir = os.path.dirname(config_path)
+            settings = dict(hk.claim_env(devices, f"{config_dir}/{LEDGER_FILE}"))
+            text = hk.config_file_text(settings)
+            # The library's own parser, on exactly the file it will read.
+            parsed = hk.parse_config({}, file_text=text, file_path=config_path, stem=stem)
+        except hk.HookConfigError as e:
+            raise EnforcementError(f"the hook library rejects these settings: {e}") from None
+        for i, q in enumerate(quotas):
+            got = parsed.devices[i]
+            mode = "strict" if q.strict else "share"
+            if (got.memory_limit != q.memory or got.sm_limit != q.cores or got.compute_mode != mode
+                    or got.ref_mhz != q.full_load_mhz or got.context_memory != (q.context_memory or None)):
+                raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
+                                       f" cores={got.sm_limit} {got.compute_mode}, not memory={q.memory}"
+                                       f" cores={q.cores} {mode}")
+        return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload, settings,
+                             text, config_dir)
+
+    def create(self, uid: str, plan: ClaimHookPlan) -> Path:
+        """The claim's hook dir with ``config`` and ``ledger``, built aside and renamed into place.
+
+        An existing dir with exactly this config is kept as it is: a re-prepare of a claim whose
+        containers run (its CDI spec was lost, its hook set collected) must not give new
+        containers a fresh ledger beside the one the running ones charge (the claim-wide quota
+        would count twice). Any other existing dir (an interrupted earlier attempt, a changed
+        config) is replaced."""
+        final = self.claim_dir(uid)
+        if not self._root_made:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
+            self._root_made = True
+        if self._reusable(final, plan):
+            log.info("claim hook dir kept (same config): its ledger stays the one running containers charge",
+                     extra={"claim": uid, "path": str(final)})
+            return final
+        # Hot path (every enforced prepare): os calls on strings rather than pathlib.
+        tmp = f"{self.root}/.{uid}.{secrets.token_hex(4)}.tmp"
+        os.mkdir(tmp, 0o755)
+        try:
+            fd = os.open(f"{tmp}/{CONFIG_FILE}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, plan.config_text.encode())
+                os.fchmod(fd, 0o644)  # whatever the umask
+            finally:
+                os.close(fd)
+            try:
+                # Any user of the claim's containers may charge the ledger: the dir is the claim's alone.
+                _hookcore().create_ledger(f"{tmp}/{LEDGER_FILE}", dict(plan.settings), mode=0o666, stem=plan.stem)
+            except Exception as e:
+                raise EnforcementError(f"cannot create the claim's ledger in {tmp}: {e}") from e
+            try:
+                os.rename(tmp, final)
+            except OSError:  # an interrupted earlier attempt left the dir: replace it
+                shutil.rmtree(final)
+                os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    @staticmethod
+    def _reusable(final: Path, plan: ClaimHookPlan) -> bool:
+        """`final` holds this plan's config and a regular ledger file (nothing followed, nothing opened
+        but the daemon's own config file)."""
+        try:
+            if not stat.S_ISREG(os.lstat(f"{final}/{LEDGER_FILE}").st_mode):
+                return False
+            fd = os.open(f"{final}/{CONFIG_FILE}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+                return False
+            return os.read(fd, MAX_CONFIG_BYTES + 1) == plan.config_text.encode()
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def pinned_edits(self, uid: str, plan: ClaimHookPlan) -> Iterator[tuple[ContainerEdits, HookSet]]:
+        """The claim's CDI edits for its hook, with the set kept from collection (write the CDI
+        spec inside the block)."""
+        try:
+            with self.hook_dir.pinned(plan.library) as hset:
+                yield self.edits(uid, plan, hset), hset
+        except HookDirError as e:
+            raise EnforcementError(str(e)) from None
+
+    def edits(self, uid: str, plan: ClaimHookPlan, hset: HookSet) -> ContainerEdits:
+        # No quota variables: the config file is authoritative, and two hooks' claims in one
+        # container (a GPU and an NPU claim) would clash on the neutral names.
+        env: dict[str, str] = {}
+        mounts = [Mount(str(hset.path), CONTAINER_DIR, RO)]
+        if plan.preload is Preload.FILE:
+            mounts.append(Mount(str(hset.preload_file), "/etc/ld.so.preload", RO))
+        else:
+            env["LD_PRELOAD"] = ":".join(hset.container_paths())
+        # Two files, not the dir: the config read-only (it cannot be edited, replaced or removed:
+        # a mount point), the ledger the one writable thing, and nothing else can be created in
+        # the daemon's dir (kubelet's disk) from the container.
+        claim_dir = self.claim_dir(uid)
+        mounts.append(Mount(f"{claim_dir}/{CONFIG_FILE}", f"{plan.config_dir}/{CONFIG_FILE}", RO))
+        mounts.append(Mount(f"{claim_dir}/{LEDGER_FILE}", f"{plan.config_dir}/{LEDGER_FILE}", RW))
+        return ContainerEdits(env=env, mounts=tuple(mounts))
+
+    # -- unprepare and repair --------------------------------------------------------------------
+
+    def remove(self, uid: str) -> bool:
+        path = self.claim_dir(uid)
+        if not path.exists():
+            return False
+        shutil.rmtree(path)
+        return True
+
+    def uids(self) -> set[str]:
+        if not self.root.is_dir():
+            return set()
+        return {p.name for p in self.root.iterdir() if UID_RE.match(p.name) and not p.name.startswith(".")}
+
+    def temp_dirs(self) -> list[tuple[Path, str]]:
+        """(path, claim UID) of dirs that an interrupted `create` left."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for p in self.root.glob(".*.tmp"):
+            uid = p.name[1:].rsplit(".", 2)[0]
+            if UID_RE.match(uid):
+                out.append((p, uid))
+        return out
+
+    def sweep_orphans(self, known_uids: Iterable[str]) -> list[Path]:
+        """Remove hook dirs of claims with no checkpoint record (the record outlives its dir)."""
+        known = set(known_uids)
+        removed = []
+        for uid in sorted(self.uids() - known):
+            path = self.claim_dir(uid)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            log.warning("removed orphaned claim hook dir (no checkpoint record)", extra={"claim": uid, "path": str(path)})
+        return removed
+
+
+class LedgerGuard:
+    """Holds every claim's ledger to its size: the one file a claim's containers can write lives on
+    kubelet's disk, where a ``write()`` past its end (or a ``fallocate``) would grow it unbounded.
+
+    Each ledger is checked with ``lstat`` (``st_size`` and ``st_blocks``) when it is written to
+    (inotify ``IN_MODIFY``, 50 ms to let a burst coalesce) and every `interval` seconds anyway;
+    one larger than a fresh ledger is cut back to that size (``ftruncate``: the bytes the hook maps
+    are kept, what was appended goes) and reported to `on_oversized` (the daemon's
+    ``dra_ledger_oversized_total``). So a tenant holds at most what it writes in about 50 ms
+    (without inotify: in one interval)."""
+
+    def __init__(self, hooks: ClaimHooks, on_oversized: Callable[[str], None] = lambda uid: None,
+                 interval: float = 1.0) -> None:
+        self.hooks = hooks
+        self.on_oversized = on_oversized
+        self.interval = interval
+        self._size: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wake = (-1, -1)
+        self._logged: dict[str, float] = {}
+
+    def ledger_bytes(self) -> int:
+        """The size of a ledger as hookcore creates it (measured once on a scratch ledger)."""
+        if self._size is None:
+            with tempfile.TemporaryDirectory(prefix="dra-ledger-probe-") as tmp:
+                path = f"{tmp}/{LEDGER_FILE}"
+                _hookcore().create_ledger(path, {"HOOKCORE_LEDGER": path, "HOOKCORE_MEMORY_LIMIT_0": str(1 << 20)})
+                self._size = os.stat(path).st_size
+        return self._size
+
+    def check(self) -> list[str]:
+        """One pass; returns the UIDs of the claims whose ledger was cut back."""
+        uids = sorted(self.hooks.uids())
+        if not uids:
+            return []
+        size = self.ledger_bytes()
+        cut = []
+        for uid in uids:
+            path = f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}"
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue  # the daemon made a regular file and the container cannot replace it: not ours
+            if st.st_size <= size and st.st_blocks * 512 <= size + (64 << 10):
+                continue
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(fd, size)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                log.error("oversized claim ledger could not be cut back", extra={"claim": uid, "path": path,
+                                                                                 "bytes": st.st_size, "error": str(e)})
+                continue
+            now = time.monotonic()
+            if now - self._logged.get(uid, -60.0) >= 60:  # a tenant writing in a loop: one line a minute, every cut counted
+                self._logged[uid] = now
+                log.warning("claim ledger grew past its size (written from the claim's container); cut back",
+                            extra={"claim": uid, "path": path, "bytes": st.st_size, "allocated": st.st_blocks * 512,
+                                   "size": size})
+            cut.append(uid)
+            self.on_oversized(uid)
+        return cut
+
+    def start(self) -> None:
+        self._wake = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="dra-ledger-guard", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            notify: _Modified | None = _Modified()
+        except OSError as e:  # no inotify (or out of instances): the interval alone
+            log.warning("ledger guard polls only (no inotify)", extra={"error": str(e)})
+            notify = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if notify is not None:
+                        notify.watch(f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}" for uid in self.hooks.uids())
+                    self.check()
+                except Exception:
+                    log.exception("ledger size check failed; retrying")
+                if notify is None or not notify.wait(self.interval, self._wake[0]):
+                    self._stop.wait(0 if notify is not None else self.interval)
+                else:
+                    self._stop.wait(0.05)  # a write() to a ledger: let the burst coalesce, then check
+        finally:
+            if notify is not None:
+                notify.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            os.write(self._wake[1], b"x")
+            self._thread.join(5)
+            for fd in self._wake:
+                os.close(fd)
+            self._thread = None
+
+
+class _Modified:
+    """inotify ``IN_MODIFY`` on the claims' ledger files: a ``write()`` or ``truncate`` wakes the
+    guard at once (the hook updates its ledger through a shared mapping, which raises no event)."""
+
+    IN_MODIFY = 0x2
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self._watched: set[str] = set()
+
+    def watch(self, paths: Iterable[str]) -> None:
+        """Watch these files (the kernel drops the watch of a removed one by itself)."""
+        now = set(paths)
+        for path in now - self._watched:
+            if self._libc.inotify_add_watch(self.fd, os.fsencode(path), self.IN_MODIFY) < 0:
+                now.discard(path)  # gone already, or the watch limit: the interval still checks it
+        self._watched = now
+
+    def wait(self, timeout: float, wake: int) -> bool:
+        """True when a watched file was modified within `timeout` seconds (the events are drained);
+        False at the timeout or once `wake` (a pipe's read end) is readable."""
+        ready, _, _ = select.select([self.fd, wake], [], [], timeout)
+        if self.fd not in ready:
+            return False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.fd, 65536):
+                pass
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def merge_edits(a: ContainerEdits, b: ContainerEdits) -> ContainerEdits:
+    """`a` then `b` (b's environment wins on a clash)."""
+    return ContainerEdits(env={**a.env, **b.env}, mounts=(*a.mounts, *b.mounts),
+                          device_nodes=(*a.device_nodes, *b.device_nodes))
