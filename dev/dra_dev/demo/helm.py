@@ -15,17 +15,16 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 
 from dra.errors import UserError
 from dra_dev.cluster.binaries import build_helm
 from dra_dev.cluster.controlplane import ControlPlane, Ports
+from dra_dev.demo.console import progress, say, step, wait
 from dra_dev.node.images import WORKLOAD_IMAGE
 from dra_dev.node.node import RealNode, unavailable_reason
 from dra_dev.node.project_image import build_image, project_root
@@ -34,39 +33,25 @@ NAMESPACE = "dra-system"
 _REPORT = re.compile(r"^(quota_total_bytes|over_quota_alloc)=(\S+)$", re.M)
 
 
-def _until(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            got = check()
-        except Exception:  # the API answering 404 while objects appear
-            got = None
-        if got:
-            return got
-        time.sleep(0.5)
-    raise UserError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def _ready_pods(core: Any, release: str) -> list[Any] | None:
     pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/instance={release}").items
     return pods if pods and all(p.status.phase == "Running" and all(s.ready for s in p.status.container_statuses or [])
                                 for p in pods) else None
 
 
-def helm_demo(k8s_version: str, out: Console, step: Callable[[str], None], keep: bool = False) -> int:
+def helm_demo(k8s_version: str, keep: bool = False) -> int:
     reason = unavailable_reason()
     if reason:
         raise UserError(f"`dra demo --helm` needs a real node: {reason}")
-    say = lambda m: out.print(f"    {m}", style="dim", highlight=False)  # noqa: E731
     work = Path(tempfile.mkdtemp(prefix="dra-demo-helm-", dir="/tmp"))
     step("the image, from the Dockerfile (`make image`: buildah on a Debian base; cached)")
-    info = build_image(progress=say)
-    out.print(f"    {info.reference} {info.digest[:19]}, {info.archive_bytes / 1e6:.0f} MB", highlight=False)
+    info = build_image(progress=progress)
+    say(f"    {info.reference} {info.digest[:19]}, {info.archive_bytes / 1e6:.0f} MB")
     step(f"a control plane that serves pods (Kubernetes {k8s_version}: ServiceAccount tokens, the kubernetes Service)")
     cp = ControlPlane(work / "cluster", k8s_version, ports=Ports.free(), pod_access=True)
-    cp.up(progress=say)
+    cp.up(progress=progress)
     node = RealNode(work / "node", f"demo-helm-{uuid.uuid4().hex[:6]}", cp.directory)
-    helm = build_helm(progress=say)
+    helm = build_helm(progress=progress)
     env_kubeconfig = {"KUBECONFIG": str(cp.kubeconfig)}
     charts = project_root() / "helm"
 
@@ -82,16 +67,15 @@ def helm_demo(k8s_version: str, out: Console, step: Callable[[str], None], keep:
     core: Any = client.CoreV1Api(api)
     try:
         step(f"a real node with kube-proxy (`dra node up`), node {node.name}; the image imported")
-        node.up(progress=say)
+        node.up(progress=progress)
         for chart, extra in (("hami-core-gpu", ["--set", "daemon.fake=h200x8"]), ("dra-webhook", [])):
             values = work / f"{chart}.values.yaml"
             values.write_text(yaml.safe_dump(node.helm_values(chart)))
             step(f"helm install {chart} helm/{chart} -n {NAMESPACE} -f <(dra node values {chart}) {' '.join(extra)}")
             started = time.monotonic()
             run_helm("install", chart, str(charts / chart), "-n", NAMESPACE, "--create-namespace", "-f", str(values), *extra)
-            pods = _until(f"the {chart} pods to be Ready", partial(_ready_pods, core, chart))
-            out.print(f"    {len(pods)} pod(s) Ready on {node.name} {time.monotonic() - started:.0f} s after helm install",
-                      highlight=False)
+            pods = wait(f"the {chart} pods to be Ready", partial(_ready_pods, core, chart), 120, 0.5, tolerate=(Exception,))
+            say(f"    {len(pods)} pod(s) Ready on {node.name} {time.monotonic() - started:.0f} s after helm install")
         step("a pod written for HAMi (nvidia.com/gpu 1, gpumem 4096, gpucores 30), image " + WORKLOAD_IMAGE)
         core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami-gpu"}, "spec": {
             "restartPolicy": "Never", "containers": [{"name": "cuda", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
@@ -99,24 +83,24 @@ def helm_demo(k8s_version: str, out: Console, step: Callable[[str], None], keep:
                                                                                "nvidia.com/gpucores": "30"}}}]}})
         stored = core.read_namespaced_pod("hami-gpu", "default")
         template = stored.spec.resource_claims[0].resource_claim_template_name if stored.spec.resource_claims else None
-        out.print(f"    converted by the webhook's pod: claim template {template}", highlight=False)
-        phase = _until("the pod to finish", lambda: (p := core.read_namespaced_pod("hami-gpu", "default").status.phase)
-                       in ("Succeeded", "Failed") and p)
+        say(f"    converted by the webhook's pod: claim template {template}")
+        phase = wait("the pod to finish", lambda: (p := core.read_namespaced_pod("hami-gpu", "default").status.phase)
+                     in ("Succeeded", "Failed") and p, 120, 0.5, tolerate=(Exception,))
         seen = dict(_REPORT.findall(core.read_namespaced_pod_log("hami-gpu", "default")))
-        out.print(f"    {phase}; its process saw " + ", ".join(f"{k}={v}" for k, v in seen.items()), highlight=False)
+        say(f"    {phase}; its process saw " + ", ".join(f"{k}={v}" for k, v in seen.items()))
         held = phase == "Succeeded" and seen == {"quota_total_bytes": str(4 << 30), "over_quota_alloc": "refused"}
         core.delete_namespaced_pod("hami-gpu", "default")
         if keep:
-            out.print(f"kept: KUBECONFIG={cp.kubeconfig}; stop with `dra node down --dir {node.directory} --purge` and "
-                      f"`dra cluster down --dir {cp.directory}`", highlight=False)
+            say(f"kept: KUBECONFIG={cp.kubeconfig}; stop with `dra node down --dir {node.directory} --purge` and "
+                f"`dra cluster down --dir {cp.directory}`")
             return 0 if held else 1
         step("helm uninstall dra-webhook hami-core-gpu")
         run_helm("uninstall", "dra-webhook", "hami-core-gpu", "-n", NAMESPACE, "--wait")
         if held:
-            out.print("[bold green]demo complete with Helm[/bold green]: the charts' pods ran the image built here, the "
-                      "webhook's pod converted the HAMi pod and the daemon's pod held it to its 4Gi.")
+            say("[bold green]demo complete with Helm[/bold green]: the charts' pods ran the image built here, the "
+                "webhook's pod converted the HAMi pod and the daemon's pod held it to its 4Gi.")
             return 0
-        out.print("[bold red]the quota did not hold[/bold red]: read the pod's log above.")
+        say("[bold red]the quota did not hold[/bold red]: read the pod's log above.")
         return 1
     finally:
         api.close()

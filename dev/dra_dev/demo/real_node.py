@@ -1,9 +1,11 @@
 """The demo's claim path on a real node: upstream kubelet prepares the claims, containerd applies
 the CDI specs, and each pod's own process reports the quota it sees.
 
-`dra demo` calls `real_node_demo` first; where a real node cannot start here (not root, no
-runc, a kubelet that will not come up) it says why and returns None, and the demo plays
-kubelet with the harness instead.
+`dra demo` runs it after the driver's scenario and the heterogeneous claim (both on fake nodes
+whose kubelet the harness plays), unless ``--node harness`` or the scenario says the driver's
+claims do not suit it (``realNode: false``: the pods' workload image speaks CUDA). Where a real
+node cannot start here (not root, no runc, a kubelet that will not come up) it says why and
+returns None; with ``--node real`` that is an error instead.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from dra._runtime.client import quantity_to_int
 from dra.errors import UserError
 from dra_dev.cluster.controlplane import ControlPlane
-from dra_dev.demo import _wait as _until
+from dra_dev.demo.console import progress, say, show, step, wait
 from dra_dev.node.images import WORKLOAD_IMAGE
 from dra_dev.node.node import RealNode, unavailable_reason
 
@@ -42,8 +43,8 @@ def _finished(core: Any, ns: str, name: str) -> str | None:
     return str(phase) if phase in ("Succeeded", "Failed") else None
 
 
-def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Callable[[str], None],
-                   keep: bool = False, required: bool = False, daemon_args: Sequence[str] = ()) -> int | None:
+def real_node_demo(cp: ControlPlane, driver_entry: str, keep: bool = False, required: bool = False,
+                   daemon_args: Sequence[str] = ()) -> int | None:
     """Run the claims on a real node; None (after saying why) where none can start here.
     `daemon_args` go to `dra run` (e.g. ``--fake h200x8`` for a fake-backed driver)."""
     from kubernetes import client
@@ -58,7 +59,7 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
     if reason is None:
         step(f"a real node: kubelet {cp.k8s_version} + containerd + runc (`dra node up`), node {node.name}")
         try:
-            node.up(progress=lambda m: out.print(f"    {m}", style="dim", highlight=False))
+            node.up(progress=progress)
         except UserError as exc:
             reason = str(exc)
             node.down(purge=True)
@@ -66,8 +67,8 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
         shutil.rmtree(work, ignore_errors=True)
         if required:
             raise UserError(f"the demo cannot start a real node here: {reason}")
-        out.print(f"[yellow]no real node here[/yellow] ({reason}); playing kubelet with the harness instead.",
-                  highlight=False)
+        say(f"[yellow]no real node here[/yellow] ({reason}): the claims ran only on nodes whose kubelet the"
+            " demo plays.")
         return None
 
     api = cp.api_client()
@@ -81,11 +82,11 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
         step(f"the node daemon `dra run {driver_entry}` registers with the real kubelet")
         daemon.start()
         daemon.wait_http("/readyz", timeout=60)
-        slices = _until("the node's ResourceSlice", lambda: resource.list_resource_slice(
+        slices = wait("the node's ResourceSlice", lambda: resource.list_resource_slice(
             field_selector=f"spec.nodeName={node.name}").items)
         driver = slices[0].spec.driver
-        out.print(f"    registered {driver}; pool {node.name}: devices "
-                  f"{', '.join(d.name for s in slices for d in s.spec.devices or [])}", highlight=False)
+        say(f"    registered {driver}; pool {node.name}: devices "
+            f"{', '.join(d.name for s in slices for d in s.spec.devices or [])}")
 
         step(f"two claims share one device; kube-scheduler allocates, kubelet prepares, pods run {WORKLOAD_IMAGE}")
         core.create_namespace({"metadata": {"name": ns}})
@@ -96,13 +97,13 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
             resource.create_namespaced_resource_claim(ns, claim_manifest(name, cls, cores=cores, memory=memory))
             core.create_namespaced_pod(ns, pod_manifest(name, [name], node.name, image=WORKLOAD_IMAGE))
             # Read while the pod holds it: a claim no pod reserves any more is deallocated.
-            results[name] = _until(f"claim {name} to be allocated", partial(_allocation, resource, ns, name))
+            results[name] = wait(f"claim {name} to be allocated", partial(_allocation, resource, ns, name))
         table = Table("pod", "device (share)", "consumed", "what its process saw (pod log)", "quota", "hook (CDI mounts)")
         for column in table.columns:
             column.overflow = "fold"
         failed = []
         for name in CLAIMS:
-            phase = _until(f"pod {name} to finish", partial(_finished, core, ns, name))
+            phase = wait(f"pod {name} to finish", partial(_finished, core, ns, name))
             r = results[name]
             consumed = r.consumed_capacity or {}
             seen = dict(_REPORT.findall(core.read_namespaced_pod_log(name, ns)))
@@ -116,26 +117,25 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, out: Console, step: Call
                           f"cores {consumed.get('cores')}, memory {consumed.get('memory')}",
                           "\n".join(f"{k}={v}" for k, v in seen.items()) or "(no report)",
                           "[green]holds[/green]" if holds else "[red]not enforced[/red]", "\n".join(mounts) or "none")
-        out.print(table)
+        show(table)
 
         step("pods deleted: kubelet calls NodeUnprepareResources")
         for name in CLAIMS:
             core.delete_namespaced_pod(name, ns)
-        _until("the claims' CDI specs to be removed", lambda: not any(lay.cdi_dir.iterdir()), 60)
-        out.print("    CDI specs left: none")
+        wait("the claims' CDI specs to be removed", lambda: not any(lay.cdi_dir.iterdir()), 60)
+        say("    CDI specs left: none")
         if failed:
-            out.print(f"[bold red]demo finished on a real node, but the quota did not hold for {', '.join(failed)}[/bold red]: "
-                      "read the pods' logs above.", highlight=False)
+            say(f"[bold red]demo finished on a real node, but the quota did not hold for {', '.join(failed)}[/bold red]: "
+                "read the pods' logs above.")
             return 1
-        out.print("[bold green]demo complete on a real node[/bold green]: upstream kubelet prepared both shares "
-                  "through the daemon, containerd applied their CDI edits, and each pod's process saw exactly its "
-                  "claim's memory and was refused past it.")
+        say("[bold green]demo complete on a real node[/bold green]: upstream kubelet prepared both shares "
+            "through the daemon, containerd applied their CDI edits, and each pod's process saw exactly its "
+            "claim's memory and was refused past it.")
         return 0
     finally:
         daemon.stop()
         if keep:
-            out.print(f"kept: namespace {ns}, the node (stop it with `dra node down --dir {node.directory} --purge`)",
-                      highlight=False)
+            say(f"kept: namespace {ns}, the node (stop it with `dra node down --dir {node.directory} --purge`)")
         else:
             deletes: list[Callable[[], object]] = [lambda: core.delete_namespace(ns), lambda: resource.delete_device_class(cls)]
             for delete in deletes:

@@ -1,12 +1,15 @@
-"""`dra demo --driver NAME` for a driver that ships a demo scenario: ``examples/NAME/demo.yaml``.
+"""A driver's demo scenario: ``examples/DIR/demo.yaml``, the data behind `dra demo --driver NAME`.
 
-The scenario names the driver's fake profile, how many nodes to fake, its DeviceClass file, the
-examples to apply (each optionally from a minimum Kubernetes version), and optionally the
-driver's chart and a request its admission fence refuses. The demo then, each step by the real
-part:
+Every bundled driver ships one (DIR is the driver's examples directory; the file's ``driver``
+names its entry point, by default DIR). The scenario names how the daemon runs (its fake
+profile and other ``dra run`` arguments), how many nodes to fake, its DeviceClass file, the
+examples to apply (each optionally from a minimum Kubernetes version), the workload program
+that reports each share's quota, whether the real-node part suits the driver, and optionally
+the driver's chart and a request its admission fence refuses. `run_scenario` then, each step
+by the real part:
 
 1. creates the Node objects and starts one node daemon per node (``dra run NAME --fake
-   PROFILE``), each publishing its node's ResourceSlice, each played kubelet to by a harness;
+   PROFILE ARGS``), each publishing its node's ResourceSlice, each played kubelet to by a harness;
 2. applies the DeviceClass (and, where the chart renders one for this Kubernetes version, its
    admission fence: `helm template --kube-version V`, then the fenced request, refused with its
    message) and the examples unchanged with kubectl, one example at a time, and waits until
@@ -39,6 +42,8 @@ from dra.driver import ClaimRef
 from dra.errors import UserError
 from dra_dev.checkout import ROOT
 from dra_dev.cluster.controlplane import ControlPlane
+from dra_dev.demo.console import say, show, step, wait
+from dra_dev.demo.housekeeping import clean_up, create_fake_node, left_running, workload_report
 
 EXAMPLES = ROOT / "examples"
 CHARTS = ROOT / "helm"
@@ -54,12 +59,20 @@ class Example:
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     driver_entry: str
-    fake: str
+    fake: str | None
     nodes: int
     device_class: Path
     examples: tuple[Example, ...]
     chart: Path | None = None
     fenced: Path | None = None
+    args: tuple[str, ...] = ()  # more `dra run` arguments (e.g. --set count=2)
+    workload: str | None = None  # a program of hookcore/build/workload; None: cuda_workload
+    real_node: bool = True  # the real-node part runs this driver's claims (its workload image is CUDA's)
+
+    @property
+    def daemon_args(self) -> tuple[str, ...]:
+        """What `dra run NAME` gets besides the node's own paths: the fake profile and `args`."""
+        return (("--fake", self.fake) if self.fake else ()) + self.args
 
     def for_version(self, version: str) -> tuple[list[Example], list[Example]]:
         """(examples to apply, examples left out) on Kubernetes `version` (e.g. v1.34.4)."""
@@ -69,13 +82,24 @@ class Scenario:
         return use, [e for e in self.examples if e not in use]
 
 
-def load_scenario(driver_entry: str, root: Path = EXAMPLES) -> Scenario | None:
-    """The driver's scenario, or None when it ships none (or the examples are not installed)."""
-    path = root / driver_entry / "demo.yaml"
-    if not path.is_file():
-        return None
-    doc = yaml.safe_load(path.read_text())
+def scenario_files(root: Path = EXAMPLES) -> dict[str, Path]:
+    """Each driver entry point that ships a scenario under `root`, and its file."""
+    found = {}
+    for path in sorted(root.glob("*/demo.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if isinstance(doc, dict) and "examples" in doc:  # examples/heterogeneous/demo.yaml has parts instead
+            found[str(doc.get("driver", path.parent.name))] = path
+    return found
 
+
+def load_scenario(driver_entry: str, root: Path = EXAMPLES) -> Scenario | None:
+    """The scenario of `driver_entry` among ``root/*/demo.yaml``, or None when it ships none (or
+    the examples are not installed)."""
+    path = scenario_files(root).get(driver_entry)
+    return None if path is None else _scenario(driver_entry, path, yaml.safe_load(path.read_text()))
+
+
+def _scenario(driver_entry: str, path: Path, doc: dict[str, Any]) -> Scenario:
     def version(v: Any) -> tuple[int, int] | None:
         if v is None:
             return None
@@ -83,12 +107,15 @@ def load_scenario(driver_entry: str, root: Path = EXAMPLES) -> Scenario | None:
         return int(major), int(minor)
 
     try:
-        return Scenario(driver_entry, str(doc["fake"]), int(doc.get("nodes", 1)), path.parent / doc["deviceClass"],
+        return Scenario(driver_entry, str(doc["fake"]) if doc.get("fake") else None, int(doc.get("nodes", 1)),
+                        path.parent / doc["deviceClass"],
                         tuple(Example(path.parent / e["file"], version(e.get("minVersion"))) for e in doc["examples"]),
                         CHARTS / doc["chart"] if doc.get("chart") else None,
-                        path.parent / doc["fenced"] if doc.get("fenced") else None)
+                        path.parent / doc["fenced"] if doc.get("fenced") else None,
+                        tuple(str(a) for a in doc.get("args") or ()), doc.get("workload"),
+                        bool(doc.get("realNode", True)))
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{path}: not a demo scenario ({exc!r}); it needs fake, deviceClass and examples[].file") from None
+        raise UserError(f"{path}: not a demo scenario ({exc!r}); it needs deviceClass and examples[].file") from None
 
 
 def expected_pods(path: Path) -> int:
@@ -136,10 +163,6 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
     from dra.testing.daemon import DaemonProcess
     from dra.testing.kubelet import KubeletHarness
     from dra.testing.runtime import run_with_cdi, runtime_unavailable
-    from dra_dev.demo import _out as out
-    from dra_dev.demo import _step as step
-    from dra_dev.demo import _wait as wait
-    from dra_dev.demo import clean_up, create_fake_node, left_running
 
     api = cp.api_client()
     core: Any = client.CoreV1Api(api)
@@ -168,14 +191,15 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
         return list(json.loads(sh("get", kind, "-n", ns, "-o", "json"))["items"])
 
     try:
-        step(f"{scenario.nodes} nodes with fake devices ({scenario.fake}), a node daemon `dra run "
-             f"{scenario.driver_entry} --fake {scenario.fake}` each")
+        run = " ".join(("dra run", scenario.driver_entry, *scenario.daemon_args))
+        step(f"{scenario.nodes} nodes with fake devices" + (f" ({scenario.fake})" if scenario.fake else "")
+             + f", a node daemon `{run}` each")
         for i in range(scenario.nodes):
             name = f"demo-{run_id}-{i}"
             create_fake_node(core, name)
             daemon = DaemonProcess(scenario.driver_entry, name, cp.kubeconfig, work / name,
                                    # the memory-only example lifts its own compute limit: the admin allows it
-                                   args=["--fake", scenario.fake, "--hook-dir", str(work / name / "hook-dir"),
+                                   args=[*scenario.daemon_args, "--hook-dir", str(work / name / "hook-dir"),
                                          "--allow-claim-loosening"])
             daemon.start()
             harness = KubeletHarness(daemon.registrar_dir)
@@ -185,28 +209,28 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
             n.daemon.wait_http("/readyz", timeout=60)
             data = resource.list_resource_slice(field_selector=f"spec.nodeName={n.name}", _preload_content=False).data
             devices = [d["name"] for s in json.loads(data)["items"] for d in s["spec"].get("devices", [])]
-            out.print(f"    {n.name}: published {len(devices)} devices ({', '.join(devices)})", highlight=False)
+            say(f"    {n.name}: published {len(devices)} devices ({', '.join(devices)})")
 
         step("DeviceClass and examples applied with kubectl; kube-scheduler allocates")
         cls_name = yaml.safe_load(scenario.device_class.read_text())["metadata"]["name"]
         created_class = not any(c.metadata.name == cls_name for c in resource.list_device_class().items)
         sh("apply", "-f", str(scenario.device_class))
         core.create_namespace({"metadata": {"name": ns}})
-        if scenario.chart is not None and scenario.fenced is not None:
+        if scenario.chart is not None and (fenced := scenario.fenced) is not None:
             fence = fence_manifest(scenario.chart, cp.k8s_version)
             if fence:
                 sh("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in fence))
                 names = ", ".join(o["metadata"]["name"] for o in fence if o["kind"] == "ValidatingAdmissionPolicy")
-                out.print(f"    admission fence of kubernetes#133705 applied ({names}, from `helm template"
-                          f" {scenario.chart.name} --kube-version {cp.k8s_version}`)", highlight=False)
-                message = wait(f"the fence to refuse {scenario.fenced.name}", lambda: refusal(scenario.fenced), 60)
-                out.print(f"    [yellow]refused[/yellow] {scenario.fenced.name}: {message}", highlight=False)
+                say(f"    admission fence of kubernetes#133705 applied ({names}, from `helm template"
+                    f" {scenario.chart.name} --kube-version {cp.k8s_version}`)")
+                message = wait(f"the fence to refuse {fenced.name}", lambda: refusal(fenced), 60)
+                say(f"    [yellow]refused[/yellow] {fenced.name}: {message}")
             else:
-                why = refusal(scenario.fenced)
+                why = refusal(fenced)
                 if why:
-                    raise UserError(f"{scenario.fenced.name} refused on {cp.k8s_version}, which needs no fence: {why}")
-                out.print(f"    {scenario.fenced.name}: admitted (no fence on {cp.k8s_version}: its scheduler"
-                          " has the fix of kubernetes#133705)", highlight=False)
+                    raise UserError(f"{fenced.name} refused on {cp.k8s_version}, which needs no fence: {why}")
+                say(f"    {fenced.name}: admitted (no fence on {cp.k8s_version}: its scheduler"
+                    " has the fix of kubernetes#133705)")
         use, left_out = scenario.for_version(cp.k8s_version)
         pods_wanted = 0
         for ex in use:
@@ -226,11 +250,10 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
                 unscheduled = {p["metadata"]["name"]: [c.get("message") for c in (p.get("status") or {}).get("conditions", [])]
                                for p in listed("pods") if not p["spec"].get("nodeName")}
                 raise UserError(f"{ex.file.name}: pods not scheduled: {unscheduled}") from None
-            out.print(f"    {ex.file.name}: allocated", highlight=False)
+            say(f"    {ex.file.name}: allocated")
         for ex in left_out:
             need = ".".join(map(str, ex.min_version or ()))
-            out.print(f"    [yellow]left out[/yellow] {ex.file.name}: needs Kubernetes >= {need} (this is {cp.k8s_version})",
-                      highlight=False)
+            say(f"    [yellow]left out[/yellow] {ex.file.name}: needs Kubernetes >= {need} (this is {cp.k8s_version})")
 
         pods = listed("pods")
         claims = {c["metadata"]["name"]: c for c in listed("resourceclaims")}
@@ -247,13 +270,14 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
                 cc = r.get("consumedCapacity") or {}
                 pod, node = users.get(name, ("-", r["pool"]))
                 table.add_row(name, pod, node, r["device"], cc.get("cores", "-"), cc.get("memory", "-"))
-        out.print(table)
+        show(table)
 
         step("NodePrepareResources on each pod's node; one workload per device of each claim, started with "
              "the claim's CDI edits (stub driver, real hook)")
         by_name = {n.name: n for n in nodes}
         why = runtime_unavailable()
-        program = workload or workload_program()
+        program = workload or (workload_program().parent / scenario.workload if scenario.workload
+                               else workload_program())
         runs = Table("claim", "device", "consumed memory", "memory it sees", "allocation past it", "ledger peak (/metrics)")
         prepared: list[tuple[FakeNode, ClaimRef]] = []
         for name, c in sorted(claims.items()):
@@ -274,7 +298,7 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
                 continue
             for index, r in enumerate(results):
                 proc = run_with_cdi(node.daemon.cdi_dir, ids, [str(program), "--device", str(index)])
-                got = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+                got = workload_report(proc.stdout)
                 if "quota_total_bytes" not in got:
                     raise UserError(f"the workload of claim {name} failed (exit {proc.returncode}):"
                                     f" {got.get('error') or proc.stderr.strip()}")
@@ -282,19 +306,19 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
                              _gib(int(got["quota_total_bytes"])), got.get("over_quota_alloc", "?"),
                              _peak(node.daemon, ref.uid, index))
         if why:
-            out.print(f"    [yellow]workloads skipped[/yellow]: starting processes with CDI edits {why}", highlight=False)
+            say(f"    [yellow]workloads skipped[/yellow]: starting processes with CDI edits {why}")
         elif not program.is_file():
-            out.print(f"    [yellow]workloads skipped[/yellow]: no workload program at {program}", highlight=False)
+            say(f"    [yellow]workloads skipped[/yellow]: no workload program at {program}")
         else:
-            out.print(runs)
+            show(runs)
 
         step("NodeUnprepareResources and clean-up")
         errors = [e for node, ref in prepared for e in node.harness.unprepare([ref]).values() if e]
-        out.print(f"    unprepare errors: {errors or 'none'}", highlight=False)
-        out.print(f"[bold green]demo complete[/bold green]: {len(claims)} claims on {len(nodes)} nodes, "
-                  "allocated by kube-scheduler, prepared by the node daemons, each workload held to its share.")
+        say(f"    unprepare errors: {errors or 'none'}")
+        say(f"[bold green]demo complete[/bold green]: {len(claims)} claims on {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
+            "allocated by kube-scheduler, prepared by the node daemons, each workload held to its share.")
         if epilogue:
-            out.print(left_running(cp, keep, work), highlight=False)
+            say(left_running(cp, keep, work))
         return 0
     finally:
         for n in nodes:
