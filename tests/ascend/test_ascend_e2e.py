@@ -234,11 +234,12 @@ def test_demo_heterogeneous_part(cluster: ControlPlane, stub_dcmi: Path, monkeyp
 
     from rich.console import Console
 
-    import dra_dev.demo
+    from dra_dev.demo import console
+    from dra_dev.demo.heterogeneous import run_heterogeneous
 
     buf = io.StringIO()
-    monkeypatch.setattr(dra_dev.demo, "_out", Console(file=buf, width=220))
-    assert dra_dev.demo.run_heterogeneous(cluster) == 0
+    monkeypatch.setattr(console, "out", Console(file=buf, width=220))
+    assert run_heterogeneous(cluster) == 0
     out = buf.getvalue()
     print(out)
     assert "heterogeneous claim complete" in out and "skipped" not in out

@@ -18,7 +18,7 @@ from dra_dev.cluster.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-MANIFESTS = sorted((EXAMPLES / "gpu.example.com").glob("*.yaml"))
+MANIFESTS = sorted(p for p in (EXAMPLES / "gpu.example.com").glob("*.yaml") if p.name != "demo.yaml")  # demo.yaml: the demo's data
 
 
 def kubectl(cluster: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import dra_dev.demo
 from dra_dev.cluster.controlplane import ControlPlane, running
+from dra_dev.demo import console
+from dra_dev.demo.tour import run_demo
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
@@ -18,8 +19,8 @@ def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: 
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # `real_node` only to skip (or fail under CI) where no real node can start; the demo starts its own.
     buf = io.StringIO()
-    monkeypatch.setattr(dra_dev.demo, "_out", Console(file=buf, width=400))
-    assert dra_dev.demo.run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="real") == 0
+    monkeypatch.setattr(console, "out", Console(file=buf, width=400))
+    assert run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="real") == 0
     out = buf.getvalue()
     assert "a real node: kubelet" in out and "registers with the real kubelet" in out
     assert out.count("(Succeeded)") == 2 and out.count("/gpu-0 (") == 2
@@ -37,9 +38,9 @@ def test_the_readmes_demo_is_the_full_tour(cluster: ControlPlane, real_node: obj
     heterogeneous GPU + NPU claim, then a hami-core-gpu share on a real node, and what is left.
     On a control plane of its own, as `make demo` has (the session's has other tests' nodes)."""
     buf = io.StringIO()
-    monkeypatch.setattr(dra_dev.demo, "_out", Console(file=buf, width=400))
+    monkeypatch.setattr(console, "out", Console(file=buf, width=400))
     with running(tmp_path / "cluster", cluster.k8s_version) as own:  # free loopback ports; stopped after
-        assert dra_dev.demo.run_demo(own.directory, own.k8s_version, node_mode="real") == 0
+        assert run_demo(own.directory, own.k8s_version, node_mode="real") == 0
     out = buf.getvalue()
     print(out)
     tour = [out.index("demo complete: "), out.index("heterogeneous claim complete"),
