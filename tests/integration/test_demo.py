@@ -34,6 +34,7 @@ def test_every_bundled_driver_ships_a_scenario_whose_files_exist() -> None:
         assert all(e.file.is_file() for e in scenario.examples), entry
     example = load_scenario("example")
     assert example is not None and example.fake is None and example.daemon_args == ("--set", "count=2")
+    assert load_scenario("gpu.example.com") == example  # the examples directory's name works too
     ascend = load_scenario("ascend")
     assert ascend is not None and ascend.daemon_args[:1] == ("--fake",) and ascend.workload == "acl_workload"
     assert not ascend.real_node  # the real node's workload image speaks CUDA only

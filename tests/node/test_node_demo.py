@@ -20,8 +20,10 @@ def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: 
     # `real_node` only to skip (or fail under CI) where no real node can start; the demo starts its own.
     buf = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=buf, width=400))
-    assert run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="real") == 0
+    # By its examples directory's name: the real-node part still runs the entry point `example`.
+    assert run_demo(cluster.directory, cluster.k8s_version, driver_entry="gpu.example.com", node_mode="real") == 0
     out = buf.getvalue()
+    assert "`dra run example --set count=2` each" in out and "demo complete: 6 claims on 2 nodes" in out
     assert "a real node: kubelet" in out and "registers with the real kubelet" in out
     assert out.count("(Succeeded)") == 2 and out.count("/gpu-0 (") == 2
     # Each pod's own process saw exactly its claim's memory (10Gi, 4Gi) and was refused past it.

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         k8s_version: Annotated[str, typer.Option("--k8s-version")] = DEFAULT_K8S_VERSION,
         directory: Annotated[Path | None, typer.Option("--dir", help="Cluster directory")] = None,
         driver: Annotated[str, typer.Option(
-            help="Driver entry point whose scenario (examples/*/demo.yaml) runs, with its fake backend")] = "hami-core-gpu",
+            help="Driver (entry point or examples/ directory name) whose scenario, examples/*/demo.yaml, runs")] = "hami-core-gpu",
         keep: Annotated[bool, typer.Option(help="Keep the demo's objects and files")] = False,
         workload: Annotated[
             Path | None, typer.Option(help="Program started per claim device (default: the scenario's, from hookcore)")

@@ -92,11 +92,14 @@ def scenario_files(root: Path = EXAMPLES) -> dict[str, Path]:
     return found
 
 
-def load_scenario(driver_entry: str, root: Path = EXAMPLES) -> Scenario | None:
-    """The scenario of `driver_entry` among ``root/*/demo.yaml``, or None when it ships none (or
-    the examples are not installed)."""
-    path = scenario_files(root).get(driver_entry)
-    return None if path is None else _scenario(driver_entry, path, yaml.safe_load(path.read_text()))
+def load_scenario(driver: str, root: Path = EXAMPLES) -> Scenario | None:
+    """The scenario of `driver` (an entry point, or the name of its examples directory such as
+    ``gpu.example.com``) among ``root/*/demo.yaml``, or None when it ships none (or the examples
+    are not installed)."""
+    for entry, path in scenario_files(root).items():
+        if driver in (entry, path.parent.name):
+            return _scenario(entry, path, yaml.safe_load(path.read_text()))
+    return None
 
 
 def _scenario(driver_entry: str, path: Path, doc: dict[str, Any]) -> Scenario:

@@ -52,7 +52,7 @@ def run_demo(directory: Path, k8s_version: str, driver_entry: str = "hami-core-g
     rc = run_scenario(cp, scenario, workload, keep, epilogue=False)
     rc = rc or run_heterogeneous(cp, keep=keep)
     if node_mode != "harness" and scenario.real_node and not rc:
-        rc = real_node_demo(cp, driver_entry, keep=keep, required=node_mode == "real",
+        rc = real_node_demo(cp, scenario.driver_entry, keep=keep, required=node_mode == "real",
                             daemon_args=scenario.daemon_args) or 0
     say(left_running(cp, keep, None))
     return rc
