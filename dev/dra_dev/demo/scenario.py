@@ -8,8 +8,8 @@ that reports each share's quota, whether the real-node part suits the driver, an
 the driver's chart and a request its admission fence refuses. `run_scenario` then, each step
 by the real part:
 
-1. creates the Node objects and starts one node daemon per node (``dra run NAME --fake
-   PROFILE ARGS``), each publishing its node's ResourceSlice, each played kubelet to by a harness;
+1. creates the Node objects and starts one node daemon per node (``dra run NAME [--fake
+   PROFILE] ARGS``), each publishing its node's ResourceSlice, each played kubelet to by a harness;
 2. applies the DeviceClass (and, where the chart renders one for this Kubernetes version, its
    admission fence: `helm template --kube-version V`, then the fenced request, refused with its
    message) and the examples unchanged with kubectl, one example at a time, and waits until
