@@ -74,3 +74,15 @@ def test_the_example_drivers_demo_runs_its_examples_and_holds_every_share(
     assert "unprepare errors: none" in out
     assert "heterogeneous claim complete" in out and "skipped" not in out
     assert "left running: the embedded control plane" in out and "cluster down --dir" in out
+
+
+def test_a_broken_scenario_or_parts_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "demo.yaml").write_text("driver: mine\nexamples: [{file: a.yaml}]\n")  # no deviceClass
+    with pytest.raises(UserError, match=r"mine/demo.yaml: not a demo scenario .*deviceClass"):
+        load_scenario("mine", root=tmp_path)
+    assert load_scenario("other", root=tmp_path) is None
+    parts = tmp_path / "parts.yaml"
+    parts.write_text("parts: [{driver: mine, fake: f, cores: '1'}]\n")  # no memory, no workload
+    with pytest.raises(UserError, match=r"parts.yaml: not a heterogeneous demo .*memory"):
+        load_parts(parts)
