@@ -205,30 +205,21 @@ int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *er
 /* ---------------------------------------------------------------------------------------------
    UUIDs                                                                                        */
 
-void hk_uuid_format(const unsigned char raw[16], char out[HK_UUID_MAX]) {
-  static const char hex[] = "0123456789abcdef";
-  char *o = out;
-  memcpy(o, "GPU-", 4);
-  o += 4;
-  for (int i = 0; i < 16; i++) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) *o++ = '-';
-    *o++ = hex[raw[i] >> 4];
-    *o++ = hex[raw[i] & 15];
-  }
-  *o = '\0';
-}
-
 static char lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
 
-static const char *skip_gpu_prefix(const char *s) {
-  if (lower(s[0]) == 'g' && lower(s[1]) == 'p' && lower(s[2]) == 'u' && s[3] == '-') return s + 4;
-  return s;
+/* A device-kind word before the UUID proper ("KIND-xxxxxxxx-..."): 1..8 letters, one of them not
+   a hex digit (so a UUID's own first group is never taken for it), then '-'. Returns what follows. */
+static const char *skip_kind_prefix(const char *s) {
+  size_t i = 0;
+  int word = 0;
+  for (; i < 8 && lower(s[i]) >= 'a' && lower(s[i]) <= 'z'; i++) word |= lower(s[i]) > 'f';
+  return (word && s[i] == '-') ? s + i + 1 : s;
 }
 
 int hk_uuid_equal(const char *a, const char *b) {
   if (a == NULL || b == NULL || *a == '\0' || *b == '\0') return 0;
-  a = skip_gpu_prefix(a);
-  b = skip_gpu_prefix(b);
+  a = skip_kind_prefix(a);
+  b = skip_kind_prefix(b);
   for (; *a && *b; a++, b++) {
     if (lower(*a) != lower(*b)) return 0;
   }

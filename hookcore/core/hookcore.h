@@ -37,7 +37,7 @@
  *   HOOKCORE_COMPUTE_MODE        limit is a share of full-load throughput (limiter.h, meter.h)
  *   HOOKCORE_COMPUTE_REF_MHZ_<i> strict only: the device's clock under full load, MHz (default: the
  *                                shim's own estimate, see the shim's README)
- *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("GPU-xxxxxxxx-..."): the claim is UUID-keyed
+ *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("KIND-xxxxxxxx-..."): the claim is UUID-keyed
  *   HOOKCORE_CONTEXT_MEMORY_<i>  device memory a context takes on index i (a quantity, 0 allowed);
  *   HOOKCORE_CONTEXT_MEMORY      charged to the quota once per process and device when the process
  *                                first uses the device, and once per extra context it creates
@@ -74,7 +74,8 @@
  * UUIDs: 1..HK_UUID_MAX-1 characters of [A-Za-z0-9-_/:.]; duplicates rejected. When at least one
  *   HOOKCORE_DEVICE_UUID_<i> is set the claim is UUID-keyed: the shim maps every device ordinal to
  *   its UUID and asks hk_device_resolve(); a device whose UUID is not listed is not in the claim.
- *   Comparison ignores case and an optional "GPU-" prefix.
+ *   Comparison ignores case and an optional device-kind word before the UUID ("KIND-...": 1..8
+ *   letters, one outside a-f, then '-'), as a vendor's API may or may not print it.
  * Unset memory limit = unlimited (HK_MEM_UNLIMITED); unset compute limit = 100.
  * Error messages are one line: `hookcore: HOOKCORE_MEMORY_LIMIT_1="12x": unknown unit "x" ...`
  * (non-printable characters of the value are escaped, long values truncated).
@@ -216,10 +217,7 @@ int hk_config_read_file(const char *path, char **text, char *err, size_t errlen)
 int hk_parse_mem(const char *name, const char *value, uint64_t *bytes, char *err, size_t errlen);
 int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *err, size_t errlen);
 
-/* Format a raw 16-byte UUID (cuDeviceGetUuid) as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
-void hk_uuid_format(const unsigned char raw[16], char out[HK_UUID_MAX]);
-
-/* 1 if two UUID strings name the same device (case-insensitive, optional "GPU-" prefix). */
+/* 1 if two UUID strings name the same device (case-insensitive, optional device-kind word). */
 int hk_uuid_equal(const char *a, const char *b);
 
 /* ------------------------------------------------------------------------------------------- */
@@ -230,6 +228,12 @@ typedef struct hk_options {
   const char *stem;                         /* "vgpu" for libvgpu.so: picks the config file; NULL = none */
   const hk_env_alias *aliases;              /* the shim's legacy environment names; NULL = none */
 } hk_options;
+
+/* The legacy environment names of hook library `stem`: its shims' env_aliases.def in SHIMS_<stem>
+   order, or NULL when it has none. Not the core's: the Makefile generates it for every library it
+   builds (build/gen/env_aliases.c), for callers outside a hook library (the Python wrapper) that
+   parse a configuration as library `stem` will. */
+const hk_env_alias *hk_env_aliases_for(const char *stem);
 
 /* Initialise once (config file or environment, ledger, process slot). The first call decides
    (later options are ignored); idempotent and thread safe; cheap after the first call. Waits at

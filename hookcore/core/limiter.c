@@ -1,4 +1,4 @@
-/* limiter.c - claim-wide GPU-time token bucket (see limiter.h). */
+/* limiter.c - claim-wide device-time token bucket (see limiter.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

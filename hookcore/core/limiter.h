@@ -32,7 +32,7 @@ extern "C" {
 typedef struct hk_limiter_shared {
     _Atomic uint32_t xversion;              /* 0 = untouched, 1 = being set up, HK_LIMITER_VERSION */
     _Atomic uint32_t xshare;                /* percent, written at set-up (for inspection) */
-    _Atomic int64_t xtokens_ns;             /* GPU-time credit; negative = debt */
+    _Atomic int64_t xtokens_ns;             /* device-time credit; negative = debt */
     _Atomic int64_t xlast_refill_ns;        /* CLOCK_MONOTONIC of the last refill */
     _Atomic int64_t xcharged_ns;            /* total GPU time charged (statistics) */
     _Atomic int64_t xthrottled_ns;          /* total time launching threads waited (statistics) */

@@ -3,8 +3,10 @@
  * A hook library lib<stem>.so = core/ (config, ledger, admission, limiter, meter) + preload/ (this)
  * + a set of shims (see the Makefile's SHIMS_<stem>). A shim describes itself with one hk_shim:
  * the real library it stands in front of, its interposers (from its hooks.def), the real functions
- * it only calls, its legacy environment names. The Makefile generates, per library, the list of its
- * shims (hk_preload_shims) and the export list (only dlsym and the HK_HOOK names of hooks.def).
+ * it only calls, its legacy environment names (HK_ENV_ALIAS lines of the shim's env_aliases.def,
+ * optional). The Makefile generates, per library, the list of its shims (hk_preload_shims) and the
+ * export list (only dlsym and the HK_HOOK names of hooks.def); and for all libraries one lookup of
+ * the legacy names by stem, hk_env_aliases_for() (build/gen/env_aliases.c), for the Python wrapper.
  *
  * What this layer does for every shim:
  *   - dlsym: a lookup of a policed name (dlopen + dlsym bypasses LD_PRELOAD) gets the interposer;
@@ -55,7 +57,7 @@ typedef struct hk_shim {
     const hk_hook *hooks;
     size_t nhooks;                      /* hooks[0..nhooks) are interposers, the rest aux */
     size_t ntotal;
-    const hk_env_alias *aliases;        /* legacy environment names, NULL = none */
+    const hk_env_alias *aliases;        /* legacy environment names (env_aliases.def), NULL = none */
     int (*ordinal_of_uuid)(const char *uuid);  /* optional: this API's device ordinal of a UUID */
     uint32_t (*clock_ratio_milli)(int ldev);   /* optional: clock now / clock at full load, x1000 */
     void (*setup)(void);                /* optional: once configured (READY), e.g. install meter ops */

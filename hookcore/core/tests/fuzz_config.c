@@ -30,7 +30,7 @@ static uint64_t rnd(void) {   /* splitmix64 */
 
 static const char *const g_seeds[] = {
   "3000m", "2g", "512k", "10Gi", "512Mi", "1G", "1073741824", "1e9", "1.5Gi", "0.5Ki", "+7", "4Ei",
-  "100", "50", "1", "007", "1E18", "2.50Mi", "1000e-3", "GPU-00112233-4455-6677-8899-aabbccddeeff",
+  "100", "50", "1", "007", "1E18", "2.50Mi", "1000e-3", "KIND-00112233-4455-6677-8899-aabbccddeeff",
   "/tmp/x.ledger", "4611686018427387904",
 };
 static const char g_alpha[] = "0123456789.eE+-kKmMgGiTPEi %x\n";

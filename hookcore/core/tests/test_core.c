@@ -181,11 +181,11 @@ static void test_config(void) {
     CHECK(hk_config_parse(NULL, &c, err, sizeof err) == HK_OK);
   }
   {
-    const char *env[] = {"HOOKCORE_MEMORY_LIMIT_0=1Gi", "HOOKCORE_DEVICE_UUID_0=GPU-aaaa",
-                         "HOOKCORE_DEVICE_UUID_1=gpu-BBBB", "HOOKCORE_LEDGER=/x/y.ledger", NULL};
+    const char *env[] = {"HOOKCORE_MEMORY_LIMIT_0=1Gi", "HOOKCORE_DEVICE_UUID_0=KIND-aaaa",
+                         "HOOKCORE_DEVICE_UUID_1=kind-BBBB", "HOOKCORE_LEDGER=/x/y.ledger", NULL};
     CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_OK);
     CHECK(c.uuid_keyed && c.device_count == 2);
-    CHECK(strcmp(c.uuid[1], "gpu-BBBB") == 0);
+    CHECK(strcmp(c.uuid[1], "kind-BBBB") == 0);
     CHECK(strcmp(c.ledger_path, "/x/y.ledger") == 0);
     CHECK(c.mem_limit[1] == HK_MEM_UNLIMITED);
   }
@@ -213,22 +213,26 @@ static void test_config(void) {
     }
   }
   {
-    const char *env[] = {"HOOKCORE_DEVICE_UUID_0=GPU-1", "HOOKCORE_MEMORY_LIMIT_1=1g", NULL};
+    const char *env[] = {"HOOKCORE_DEVICE_UUID_0=KIND-1", "HOOKCORE_MEMORY_LIMIT_1=1g", NULL};
     CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_EFAILCLOSED);
     CHECK(strstr(err, "HOOKCORE_DEVICE_UUID_1 is not") != NULL);
   }
   {
-    const char *env[] = {"HOOKCORE_DEVICE_UUID_0=GPU-abc", "HOOKCORE_DEVICE_UUID_3=ABC", NULL};
+    const char *env[] = {"HOOKCORE_DEVICE_UUID_0=KIND-abc", "HOOKCORE_DEVICE_UUID_3=ABC", NULL};
     CHECK(hk_config_parse(env, &c, err, sizeof err) == HK_EFAILCLOSED);
     CHECK(strstr(err, "same device as HOOKCORE_DEVICE_UUID_0") != NULL);
   }
-  unsigned char raw[16];
-  for (int i = 0; i < 16; i++) raw[i] = (unsigned char)(i * 17);
-  char u[HK_UUID_MAX];
-  hk_uuid_format(raw, u);
-  CHECK(strcmp(u, "GPU-00112233-4455-6677-8899-aabbccddeeff") == 0);
-  CHECK(hk_uuid_equal(u, "00112233-4455-6677-8899-AABBCCDDEEFF"));
-  CHECK(!hk_uuid_equal(u, "GPU-00112233-4455-6677-8899-aabbccddeefe"));
+  {
+    const char *u = "KIND-00112233-4455-6677-8899-aabbccddeeff";
+    CHECK(hk_uuid_equal(u, "00112233-4455-6677-8899-AABBCCDDEEFF"));
+    CHECK(hk_uuid_equal(u, "kind-00112233-4455-6677-8899-aabbccddeeff"));
+    CHECK(hk_uuid_equal("Xy-1", "xY-1"));
+    CHECK(!hk_uuid_equal(u, "KIND-00112233-4455-6677-8899-aabbccddeefe"));
+    /* a leading hex group is the UUID itself, not a kind word */
+    CHECK(!hk_uuid_equal("abcdef12-34", "34"));
+    CHECK(!hk_uuid_equal("beef-1", "1"));
+    CHECK(!hk_uuid_equal("TOOLONGWORD-1", "1"));
+  }
   CHECK(!hk_uuid_equal("", ""));
   printf("ok config\n");
 }
@@ -291,7 +295,7 @@ static void test_config_sources(void) {
     {"=1\n", "is not a KEY=VALUE line"},
     {"HOOKCORE_LEDGER=relative\n", "not an absolute path"},
     {"HOOKCORE_COMPUTE_LIMIT_16=5\n", "bad device index"},
-    {"HOOKCORE_DEVICE_UUID_0=GPU-a\nHOOKCORE_MEMORY_LIMIT_1=1Gi\n", "HOOKCORE_MEMORY_LIMIT_1 is set but HOOKCORE_DEVICE_UUID_1"},
+    {"HOOKCORE_DEVICE_UUID_0=KIND-a\nHOOKCORE_MEMORY_LIMIT_1=1Gi\n", "HOOKCORE_MEMORY_LIMIT_1 is set but HOOKCORE_DEVICE_UUID_1"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     hk_config_source src = {.file_text = bad[i].text, .file_path = "/c"};
@@ -957,8 +961,8 @@ static void global_fork_body(void) {
   CHECK_EQ_U64(hk_mem_limit(1), HK_MEM_UNLIMITED);
   CHECK_EQ_U64(hk_sm_limit(0), 40);
   CHECK_EQ_U64(hk_sm_limit(1), 100);
-  CHECK(hk_device_resolve(3, "GPU-whatever") == 3);
-  CHECK(hk_device_index_for_uuid("GPU-x") == HK_ENODEV);
+  CHECK(hk_device_resolve(3, "KIND-whatever") == 3);
+  CHECK(hk_device_index_for_uuid("KIND-x") == HK_ENODEV);
   CHECK(hk_mem_reserve(0, 40 * MiB) == HK_OK);
   CHECK(hk_track_alloc(0x1000, HK_KIND_PTR, 0, 40 * MiB) == HK_OK);
   CHECK(hk_limiter_area(0) != NULL);
@@ -1006,16 +1010,16 @@ static void global_bad_body(void) {
 }
 
 static void global_uuid_body(void) {
-  setenv("HOOKCORE_DEVICE_UUID_0", "GPU-00000000-0000-0000-0000-0000000000b1", 1);
-  setenv("HOOKCORE_DEVICE_UUID_1", "GPU-00000000-0000-0000-0000-0000000000a0", 1);
+  setenv("HOOKCORE_DEVICE_UUID_0", "KIND-00000000-0000-0000-0000-0000000000b1", 1);
+  setenv("HOOKCORE_DEVICE_UUID_1", "KIND-00000000-0000-0000-0000-0000000000a0", 1);
   setenv("HOOKCORE_MEMORY_LIMIT_0", "1Gi", 1);
   setenv("HOOKCORE_MEMORY_LIMIT_1", "2Gi", 1);
   setenv("HOOKCORE_LEDGER", g_global_path, 1);
   CHECK(hk_init() == HK_OK);
   /* devices reordered by the runtime: ordinal 0 is the device the claim calls index 1 */
-  CHECK(hk_device_resolve(0, "GPU-00000000-0000-0000-0000-0000000000A0") == 1);
+  CHECK(hk_device_resolve(0, "KIND-00000000-0000-0000-0000-0000000000A0") == 1);
   CHECK(hk_device_resolve(1, "00000000-0000-0000-0000-0000000000b1") == 0);
-  CHECK(hk_device_resolve(2, "GPU-00000000-0000-0000-0000-0000000000c2") == HK_ENODEV);
+  CHECK(hk_device_resolve(2, "KIND-00000000-0000-0000-0000-0000000000c2") == HK_ENODEV);
   CHECK_EQ_U64(hk_mem_limit(1), 2 * GiB);
 }
 
