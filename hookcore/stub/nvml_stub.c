@@ -103,8 +103,9 @@ static char g_events_path[4096];   /* the events file g_events_off is an offset 
  * Devices: the shared HOOKCORE_STUB_DEVICES parser (stub_devices.c), plus the NVML keys
  * ------------------------------------------------------------------------------------------- */
 static unsigned long long parse_size(const char *s, unsigned long long dflt) {
-    long long v = s && *s ? stub_parse_quantity(s) : -1;
-    return v > 0 ? (unsigned long long)v : dflt;
+    unsigned long long v = 0;
+    char why[200];
+    return s && *s && stub_quantity(s, &v, why, sizeof why) == 0 ? v : dflt;
 }
 
 static void set_str(char *dst, size_t n, const char *val) {   /* truncates, like NVML's buffers */
