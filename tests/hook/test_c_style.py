@@ -3,7 +3,8 @@
 - One atomics style: every atomic operation goes through core/atomic.h, whose names carry the
   memory order (hk_atomic_load_acquire, ...). The bare C11 forms, GCC's __atomic/__sync builtins,
   memory_order_* constants and atomic_flag appear nowhere else.
-- core/ and preload/ are vendor-neutral: no CUDA, NVML, NVIDIA, Ascend/ACL or DCMI names.
+- core/, preload/ and the Python wrapper (_hookcore.pyx/.pxd) are vendor-neutral: no CUDA, NVML,
+  NVIDIA (nor its "GPU-" UUID form), Ascend/ACL or DCMI names, in code and comments alike.
 - A shim names only its own vendor: cuda/ does not include nvml/ and nvml/ does not include cuda/.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOKCORE = ROOT / "hookcore"
@@ -21,7 +24,10 @@ C_FILES = sorted(p for p in HOOKCORE.rglob("*.[ch]") if "build" not in p.parts a
 BARE_ATOMICS = re.compile(
     r"\b(atomic_(load|store|exchange|fetch_\w+|compare_exchange_\w+|flag\w*|thread_fence|signal_fence)"
     r"|__atomic_\w+|__sync_\w+|memory_order_\w+)\b")
-VENDOR = re.compile(r"cuda|nvml|nvidia|ascend|\bacl\b|\baclrt|dcmi|cupti|\bnpu\b", re.I)
+VENDOR = re.compile(r"cuda|nvml|nvidia|\bgpu-|ascend|\bacl\b|\baclrt|dcmi|cupti|\bnpu\b", re.I)
+# The files that must stay neutral: the core, the preload layer, the wrapper the runtime imports.
+NEUTRAL_DIRS = ("core", "preload")
+NEUTRAL_FILES = ("_hookcore.pyx", "_hookcore.pxd")
 
 
 def code_lines(path: Path) -> list[tuple[int, str]]:
@@ -54,16 +60,46 @@ def test_atomic_h_spells_every_order_out() -> None:
     assert names and all(re.search(r"_(relaxed|acquire|release|acq_rel|seq_cst)$", n) for n in names), names
 
 
-def test_core_and_preload_name_no_vendor() -> None:
+def neutral_files(root: Path) -> list[Path]:
+    files = [p for d in NEUTRAL_DIRS for p in sorted((root / d).rglob("*"))
+             if p.suffix in (".c", ".h", ".md", ".def") and "build" not in p.parts]
+    return files + [root / name for name in NEUTRAL_FILES if (root / name).exists()]
+
+
+def vendor_hits(root: Path) -> list[str]:
+    """Every line of the neutral files, comments and strings included, that names a vendor."""
     bad = []
-    for d in ("core", "preload"):
-        for path in sorted((HOOKCORE / d).rglob("*")):
-            if path.suffix not in (".c", ".h", ".md") and path.name != "hooks.def":
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if VENDOR.search(line):
-                    bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not bad, "core/ and preload/ must stay vendor-neutral:\n" + "\n".join(bad)
+    for path in neutral_files(root):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if VENDOR.search(line):
+                bad.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    return bad
+
+
+def test_core_preload_and_wrapper_name_no_vendor() -> None:
+    assert {"hookcore.h", "preload.h", "_hookcore.pyx", "_hookcore.pxd"} <= {p.name for p in neutral_files(HOOKCORE)}
+    bad = vendor_hits(HOOKCORE)
+    assert not bad, "core/, preload/ and the wrapper must stay vendor-neutral:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(("where", "line"), [
+    ("core/x.c", 'memcpy(o, "GPU-", 4);'),              # NVIDIA's UUID form, in a string
+    ("core/x.h", "/* a gpu-0123 UUID */"),              # in a comment, lower case
+    ("preload/y.c", "#include <cuda.h>"),
+    ("core/tests/t.c", "int npu = 0;"),
+    ("_hookcore.pyx", 'if stem == "vgpu": return nvml_aliases'),
+    ("_hookcore.pxd", 'cdef extern from "../ascend/x.h":'),
+])
+def test_the_vendor_rule_fires(tmp_path: Path, where: str, line: str) -> None:
+    """The rule catches what it is for, in every kind of file it scans (and spares neutral text)."""
+    for d in NEUTRAL_DIRS:
+        (tmp_path / d).mkdir()
+    (tmp_path / "core/ok.c").write_text("/* device-time token bucket; a KIND-0123 UUID; libvgpu.so */\n")
+    assert vendor_hits(tmp_path) == []
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"/* neutral */\n{line}\n")
+    assert vendor_hits(tmp_path) == [f"{where}:2: {line}"]
 
 
 def test_shims_include_only_their_own_vendor() -> None:
