@@ -15,7 +15,7 @@
 #include "shim.h"
 
 #define HK_MAX_ORDINALS 64
-static _Atomic int g_ordmap[HK_MAX_ORDINALS];   /* ordinal -> ledger index + 1000 (0 = unknown) */
+static _Atomic int g_ordmap[HK_MAX_ORDINALS]; /* ordinal -> ledger index + 1000 (0 = unknown) */
 
 /* The driver's 16 UUID bytes (cuDeviceGetUuid) in the form its other tools print and claims name:
    "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
@@ -98,7 +98,7 @@ HK_EXPORT CUresult cuInit(unsigned int flags) {
 /* Reports should not count processes that died since the last admission failure: virtual_meminfo
    reclaims their slots first (one fcntl per used slot; memory-info calls are rare). */
 static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t *free_b, size_t *total_b) {
-    if (dev < 0) {             /* a GPU outside a UUID-keyed claim: no quota for it */
+    if (dev < 0) { /* a GPU outside a UUID-keyed claim: no quota for it */
         *free_b = 0;
         *total_b = 0;
         return;

@@ -28,7 +28,7 @@
 #pragma GCC visibility push(hidden)
 
 #define ASD_MAX_DEVICES 32
-#define ASD_VALUE_MAX STUB_VALUE_MAX
+#define ASD_VALUE_MAX   STUB_VALUE_MAX
 
 typedef struct asd_device {
     char uuid[ASD_VALUE_MAX];

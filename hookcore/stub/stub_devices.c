@@ -79,8 +79,10 @@ static int take_device(void *ctx, int pos, const stub_entry *e, char *err, size_
         return -1;
     }
     const char *name = stub_device_get(d, "name");
-    if (name) memcpy(d->name, name, strlen(name) + 1);
-    else snprintf(d->name, sizeof d->name, "Stub GPU %d", pos);
+    if (name)
+        memcpy(d->name, name, strlen(name) + 1);
+    else
+        snprintf(d->name, sizeof d->name, "Stub GPU %d", pos);
     c->n++;
     return 0;
 }
@@ -98,8 +100,7 @@ int stub_devices_from_env(stub_device_desc *out, int max) {
         if (n >= 0) return n;
         char line[400];
         int len = snprintf(line, sizeof line, "stub: HOOKCORE_STUB_DEVICES: %s; the stub has no device\n", err);
-        if (len > 0 && write(STDERR_FILENO, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1) < 0) {
-        }
+        if (len > 0 && write(STDERR_FILENO, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1) < 0) {}
         return 0;
     }
     const char *c = getenv("STUB_CUDA_DEVICES");
@@ -121,7 +122,10 @@ int stub_devices_from_env(stub_device_desc *out, int max) {
 }
 
 int stub_device_lookup(const stub_device_desc *devs, int n, const char *entry, size_t len) {
-    while (len > 0 && (*entry == ' ')) { entry++; len--; }
+    while (len > 0 && (*entry == ' ')) {
+        entry++;
+        len--;
+    }
     while (len > 0 && entry[len - 1] == ' ') len--;
     if (len == 0) return -1;
     size_t digits = 0;
@@ -130,12 +134,15 @@ int stub_device_lookup(const stub_device_desc *devs, int n, const char *entry, s
         long v = len < 9 ? strtol(entry, NULL, 10) : -1;
         return v >= 0 && v < n ? (int)v : -1;
     }
-    if (len >= 4 && strncasecmp(entry, "GPU-", 4) == 0) { entry += 4; len -= 4; }
+    if (len >= 4 && strncasecmp(entry, "GPU-", 4) == 0) {
+        entry += 4;
+        len -= 4;
+    }
     if (len == 0) return -1;
     int found = -1;
     for (int i = 0; i < n; i++) {
         if (strncasecmp(devs[i].uuid + 4, entry, len) != 0) continue;
-        if (found >= 0) return -1;   /* ambiguous prefix */
+        if (found >= 0) return -1; /* ambiguous prefix */
         found = i;
     }
     return found;

@@ -25,7 +25,7 @@
 
 #include "stub_grammar.h"
 
-#pragma GCC visibility push(hidden)   /* each stub library has its own copy; none exports it */
+#pragma GCC visibility push(hidden) /* each stub library has its own copy; none exports it */
 
 #define STUB_MAX_DEVICES 16
 

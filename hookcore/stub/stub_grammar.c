@@ -47,8 +47,8 @@ static int parse_entry(const char *b, const char *e, const char *what, int pos, 
         trim(&vb, &ve);
         if (ke == kb || (size_t)(ke - kb) >= STUB_KEY_MAX || ve == vb || (size_t)(ve - vb) >= STUB_VALUE_MAX ||
             memchr(vb, '=', (size_t)(ve - vb))) {
-            snprintf(err, errlen, "%s %d: bad entry \"%.*s\" (key 1..%d, value 1..%d characters, one '=')", what,
-                     pos, (int)(te - tb), tb, STUB_KEY_MAX - 1, STUB_VALUE_MAX - 1);
+            snprintf(err, errlen, "%s %d: bad entry \"%.*s\" (key 1..%d, value 1..%d characters, one '=')", what, pos,
+                     (int)(te - tb), tb, STUB_KEY_MAX - 1, STUB_VALUE_MAX - 1);
             return -1;
         }
         if (out->nkeys == STUB_MAX_KEYS) {

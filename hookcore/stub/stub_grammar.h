@@ -19,9 +19,9 @@
 
 #pragma GCC visibility push(hidden) /* each stub library has its own copy; none exports it */
 
-#define STUB_MAX_KEYS 24
-#define STUB_KEY_MAX 24    /* with the NUL */
-#define STUB_VALUE_MAX 96  /* with the NUL */
+#define STUB_MAX_KEYS  24
+#define STUB_KEY_MAX   24 /* with the NUL */
+#define STUB_VALUE_MAX 96 /* with the NUL */
 
 typedef struct stub_entry {
     int nkeys; /* every key=value as given, in order */

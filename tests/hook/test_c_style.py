@@ -6,11 +6,16 @@
 - core/, preload/ and the Python wrapper (_hookcore.pyx/.pxd) are vendor-neutral: no CUDA, NVML,
   NVIDIA (nor its "GPU-" UUID form), Ascend/ACL or DCMI names, in code and comments alike.
 - A shim names only its own vendor: cuda/ does not include nvml/ and nvml/ does not include cuda/.
+- One layout: every C file of hookcore/ and of the tests is as the repository's .clang-format says
+  (clang-format pinned in pyproject's dev extras).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +112,33 @@ def test_shims_include_only_their_own_vendor() -> None:
         for path in sorted((HOOKCORE / shim).glob("*.[ch]")):
             includes = re.findall(r'#include\s+"([^"]+)"', path.read_text())
             assert not [i for i in includes if i.startswith(f"../{other}/")], (path, includes)
+
+
+def formatted_files() -> list[Path]:
+    dirs = [HOOKCORE, ROOT / "tests/hook/c", ROOT / "tests/ascend/c"]
+    return sorted(p for d in dirs for p in d.rglob("*.[ch]") if "build" not in p.relative_to(d).parts
+                  and not p.name.startswith("_"))
+
+
+def clang_format() -> str:
+    exe = Path(sys.executable).parent / "clang-format"
+    found = str(exe) if exe.exists() else shutil.which("clang-format")
+    assert found, "clang-format missing: pip install -e '.[dev]' installs the pinned one"
+    return found
+
+
+def test_c_files_follow_the_clang_format_style() -> None:
+    files = formatted_files()
+    assert {"config.c", "test_core.c", "stub_grammar.c", "shim_client.c"} <= {p.name for p in files}
+    proc = subprocess.run([clang_format(), "--dry-run", "--Werror", *map(str, files)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0, "run clang-format -i on these (style in .clang-format):\n" + proc.stderr[-4000:]
+
+
+def test_the_format_check_fires(tmp_path: Path) -> None:
+    (tmp_path / ".clang-format").write_text((ROOT / ".clang-format").read_text())
+    bad = tmp_path / "bad.c"
+    bad.write_text("int f(void) {\n  return 1;\n}\n")   # two-space indent
+    proc = subprocess.run([clang_format(), "--dry-run", "--Werror", str(bad)], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode != 0 and "bad.c" in proc.stderr
