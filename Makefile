@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 # The install stamp: redone when the project's metadata or build glue change.
 STAMP := $(dir $(PY)).dra-installed
 
-.PHONY: install node-deps demo test test-versions lint clean-venv wheel image image-deps
+.PHONY: install node-deps c-deps demo test test-versions lint clean-venv wheel image image-deps
 
 install: $(STAMP)
 
@@ -36,12 +36,20 @@ node-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null; \
 	else echo "node-deps: iptables missing (kube-proxy's Service network needs it) and cannot install it here"; fi
 
+# clang, the second C compiler of the hook's tests (tests/hook/test_clang_build.py; under CI=true
+# they fail without it). Installed when missing and this is a root shell with apt, like node-deps.
+c-deps:
+	@if command -v clang >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
+	else echo "c-deps: clang missing and cannot install it here (need root + apt)"; fi
+
 demo: install node-deps
 	$(PY) -m dra.cli cluster build
 	$(PY) -m dra.cli node build
 	$(PY) -m dra.cli demo
 
-test: install node-deps image-deps
+test: install node-deps image-deps c-deps
 	$(PY) -m dra.cli cluster build --k8s-version $(K8S_VERSION)
 	$(PY) -m dra.cli node build --k8s-version $(K8S_VERSION)
 	DRA_TEST_K8S_VERSION=$(K8S_VERSION) $(PY) -m pytest

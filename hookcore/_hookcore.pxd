@@ -87,6 +87,7 @@ cdef extern from "hookcore.h" nogil:
     int hk_parse_mem(const char *name, const char *value, uint64_t *bytes, char *err, size_t errlen)
     int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *err, size_t errlen)
     int hk_uuid_equal(const char *a, const char *b)
+    const hk_env_alias *hk_env_aliases_for(const char *stem)
 
     int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out,
                        char *err, size_t errlen)
@@ -110,7 +111,3 @@ cdef extern from "limiter.h" nogil:
         int64_t throttled_ns
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)
-
-
-cdef extern from "../cuda/hami_env.h" nogil:
-    const hk_env_alias hk_hami_env_aliases[]

@@ -57,15 +57,8 @@ def parse_sm(value, name="HOOKCORE_COMPUTE_LIMIT"):
 
 
 def uuid_equal(a, b):
-    """True if two UUID strings name the same GPU (case and `GPU-` prefix ignored)."""
+    """True if two UUID strings name the same device (case and a device-kind word before it ignored)."""
     return bool(hk_uuid_equal(_b(a, "uuid"), _b(b, "uuid")))
-
-
-# Legacy environment names per library stem (the shims' alias tables, compiled in from C).
-cdef const hk_env_alias *_aliases_of(str stem):
-    if stem == "vgpu":
-        return hk_hami_env_aliases
-    return NULL
 
 
 cdef class _Source:
@@ -91,7 +84,6 @@ cdef class _Source:
             i += 1
         self.envp[n] = NULL
         self.src.envp = self.envp
-        self.src.aliases = _aliases_of(stem)
         if file_text is not None:
             b = _b(file_text, str(file_path or "config file"))
             self._keep.append(b)
@@ -103,6 +95,8 @@ cdef class _Source:
         b = _b(stem, "stem")
         self._keep.append(b)
         self.src.stem = <const char *>b
+        # the library's legacy names, from its shims' env_aliases.def (build/gen/env_aliases.c)
+        self.src.aliases = hk_env_aliases_for(self.src.stem)
 
     def __dealloc__(self):
         free(self.envp)

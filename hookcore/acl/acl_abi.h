@@ -30,12 +30,12 @@ typedef void *rtEvent_t;
 typedef void *rtModel_t;
 typedef void *rtDrvMemHandle;
 
-#define ACL_SUCCESS 0
-#define ACL_ERROR_UNINITIALIZE 100001                /* libvnpu failed closed (ACL layer) */
-#define ACL_ERROR_RT_MEMORY_ALLOCATION 207001       /* device out of memory: also over quota */
-#define ACL_ERROR_RT_INTERNAL_ERROR 507000          /* libvnpu failed closed (runtime layer) */
-#define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000     /* the real library lacks the entry point */
-#define ACL_EVENT_TIME_LINE 0x00000008u             /* an event usable for elapsed time */
+#define ACL_SUCCESS                        0
+#define ACL_ERROR_UNINITIALIZE             100001      /* libvnpu failed closed (ACL layer) */
+#define ACL_ERROR_RT_MEMORY_ALLOCATION     207001      /* device out of memory: also over quota */
+#define ACL_ERROR_RT_INTERNAL_ERROR        507000      /* libvnpu failed closed (runtime layer) */
+#define ACL_ERROR_RT_FEATURE_NOT_SUPPORT   207000      /* the real library lacks the entry point */
+#define ACL_EVENT_TIME_LINE                0x00000008u /* an event usable for elapsed time */
 #define ACL_EVENT_RECORDED_STATUS_COMPLETE 1
 #define ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE 1
 

@@ -17,7 +17,7 @@
 __thread int hk_npu_depth;
 
 #define HK_MAX_ORDINALS 64
-static _Atomic int g_ordmap[HK_MAX_ORDINALS];   /* runtime device -> ledger index + 1000 (0 = unknown) */
+static _Atomic int g_ordmap[HK_MAX_ORDINALS]; /* runtime device -> ledger index + 1000 (0 = unknown) */
 
 void hk_npu_key(uint32_t phy, char out[HK_UUID_MAX]) { snprintf(out, HK_UUID_MAX, "davinci%u", phy); }
 
@@ -83,7 +83,7 @@ int hk_npu_admit(uint64_t charge, int *ldev, int *skip) {
         return HK_OK;
     }
     *ldev = hk_npu_ldev(dev);
-    if (*ldev < 0) return HK_ENOMEM;   /* an NPU outside the claim has no quota */
+    if (*ldev < 0) return HK_ENOMEM; /* an NPU outside the claim has no quota */
     return hk_mem_reserve(*ldev, charge);
 }
 

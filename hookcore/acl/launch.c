@@ -21,14 +21,14 @@
 /* ---------------------------------------------------------------------------
  * The meter's operations
  * ------------------------------------------------------------------------- */
-static int g_use_acl;   /* 1: ACL events; 0: rt events */
+static int g_use_acl; /* 1: ACL events; 0: rt events */
 
 /* The meter's "context" is the device, tagged 0 for asynchronous submissions and, for synchronous
    ones, 1 and 2 in turn: a change of context closes the thread's batch, so every synchronous call
    is a batch of its own, [start recorded before the call, end recorded when it returned], and the
    host's time between two calls (when the NPU is idle) is never charged. */
-static __thread int t_sync;      /* 0, or the tag of the synchronous call being submitted */
-static __thread int t_sync_tag;  /* the last tag used by this thread */
+static __thread int t_sync;     /* 0, or the tag of the synchronous call being submitted */
+static __thread int t_sync_tag; /* the last tag used by this thread */
 
 static int op_current(void **ctx, int *ldev) {
     int32_t dev;
@@ -108,21 +108,21 @@ void hk_npu_meter_setup(void) {
 #define ACL_GATED(real_fn, stream, sig, call) HK_NPU_GATED(real_fn, stream, sig, 0, ACL_ERROR_UNINITIALIZE, call)
 
 /* A synchronous call: its own batch on the default stream (see op_current). */
-#define ACL_GATED_SYNC(real_fn, sig, call)                                           \
-    do {                                                                             \
-        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;        \
-        if (hk_npu_fast()) return HK_NPU_NESTED(call);                               \
-        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return ACL_ERROR_UNINITIALIZE; \
-        if (!hk_preload_limiter_on()) return HK_NPU_NESTED(call);                    \
-        t_sync = t_sync_tag = t_sync_tag == 1 ? 2 : 1;                               \
-        hk_meter_batch *b_ = hk_meter_before(NULL);                                  \
-        t_sync = 0;                                                                  \
-        aclError r_ = HK_NPU_NESTED(call);                                           \
-        hk_meter_after(b_, NULL, r_ == ACL_SUCCESS, (sig));                          \
-        return r_;                                                                   \
+#define ACL_GATED_SYNC(real_fn, sig, call)                                                                 \
+    do {                                                                                                   \
+        if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
+        if (hk_npu_fast()) return HK_NPU_NESTED(call);                                                     \
+        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return ACL_ERROR_UNINITIALIZE;                      \
+        if (!hk_preload_limiter_on()) return HK_NPU_NESTED(call);                                          \
+        t_sync = t_sync_tag = t_sync_tag == 1 ? 2 : 1;                                                     \
+        hk_meter_batch *b_ = hk_meter_before(NULL);                                                        \
+        t_sync = 0;                                                                                        \
+        aclError r_ = HK_NPU_NESTED(call);                                                                 \
+        hk_meter_after(b_, NULL, r_ == ACL_SUCCESS, (sig));                                                \
+        return r_;                                                                                         \
     } while (0)
 
-#define KSIG ((uint64_t)(uintptr_t)f * 31 + blocks)
+#define KSIG    ((uint64_t)(uintptr_t)f * 31 + blocks)
 #define MSIG(m) ((uint64_t)(m) * 0x100000001b3ULL + 7)
 
 HK_EXPORT aclError aclrtLaunchKernel(aclrtFuncHandle f, uint32_t blocks, const void *args, size_t args_size,
@@ -161,14 +161,16 @@ HK_EXPORT aclError aclmdlRIExecute(aclmdlRI ri, int32_t timeout) {
  * aclmdlRI capture bookkeeping: no events while a capture is in progress
  * ------------------------------------------------------------------------- */
 HK_EXPORT aclError aclmdlRICaptureBegin(aclrtStream s, aclmdlRICaptureMode mode) {
-    if (HK_UNLIKELY(!hk_acl.aclmdlRICaptureBegin) && !HK_NPU_LOADED(hk_acl.aclmdlRICaptureBegin)) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    if (HK_UNLIKELY(!hk_acl.aclmdlRICaptureBegin) && !HK_NPU_LOADED(hk_acl.aclmdlRICaptureBegin))
+        return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
     aclError r = HK_NPU_NESTED(hk_acl.aclmdlRICaptureBegin(s, mode));
     hk_meter_capture_begun(r == ACL_SUCCESS);
     return r;
 }
 
 HK_EXPORT aclError aclmdlRICaptureEnd(aclrtStream s, aclmdlRI *ri) {
-    if (HK_UNLIKELY(!hk_acl.aclmdlRICaptureEnd) && !HK_NPU_LOADED(hk_acl.aclmdlRICaptureEnd)) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    if (HK_UNLIKELY(!hk_acl.aclmdlRICaptureEnd) && !HK_NPU_LOADED(hk_acl.aclmdlRICaptureEnd))
+        return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
     int was = hk_acl.aclmdlRICaptureGetInfo ? op_capturing(s) : 1;
     aclError r = HK_NPU_NESTED(hk_acl.aclmdlRICaptureEnd(s, ri));
     hk_meter_capture_ended(was);

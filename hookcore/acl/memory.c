@@ -56,7 +56,8 @@ HK_EXPORT aclError aclrtFreePhysical(aclrtDrvMemHandle h) {
 /* Every memory attribute gets the claim's view: HBM on the 910 series, DDR on 310P, where the
    device memory is DDR. */
 HK_EXPORT aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_b, size_t *total_b) {
-    if (HK_UNLIKELY(!hk_acl.aclrtGetMemInfo) && !HK_NPU_LOADED(hk_acl.aclrtGetMemInfo)) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    if (HK_UNLIKELY(!hk_acl.aclrtGetMemInfo) && !HK_NPU_LOADED(hk_acl.aclrtGetMemInfo))
+        return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
     int st = hk_preload_ready();
     if (st == HK_STATE_FAILCLOSED) return ACL_ERROR_UNINITIALIZE;
     aclError r = HK_NPU_NESTED(hk_acl.aclrtGetMemInfo(attr, free_b, total_b));

@@ -64,7 +64,7 @@ rtError_t rtModelExecute(rtModel_t model, rtStream_t s, uint32_t flag);
 
 /* The real functions, one slot per hooks.def entry (filled by the preload registry). */
 typedef struct hk_acl_table {
-#define HK_HOOK(name) __typeof__(&name) name;
+#define HK_HOOK(name)           __typeof__(&name) name;
 #define HK_AUX(name, ret, args) ret(*name) args;
 #include "hooks.def"
 #undef HK_HOOK
@@ -72,7 +72,7 @@ typedef struct hk_acl_table {
 } hk_acl_table;
 
 typedef struct hk_rt_table {
-#define HK_HOOK(name) __typeof__(&name) name;
+#define HK_HOOK(name)           __typeof__(&name) name;
 #define HK_AUX(name, ret, args) ret(*name) args;
 #include "../ascend_rt/hooks.def"
 #undef HK_HOOK
@@ -89,7 +89,13 @@ extern const hk_shim hk_shim_ascend_rt HK_HIDDEN;
  * ------------------------------------------------------------------------- */
 extern __thread int hk_npu_depth HK_HIDDEN;
 
-#define HK_NPU_NESTED(call) ({ hk_npu_depth++; __typeof__(call) r__ = (call); hk_npu_depth--; r__; })
+#define HK_NPU_NESTED(call)            \
+    ({                                 \
+        hk_npu_depth++;                \
+        __typeof__(call) r__ = (call); \
+        hk_npu_depth--;                \
+        r__;                           \
+    })
 
 /* A real function still NULL on the first call of a program linked with -lascendcl (its PLT call
    reached us before anything loaded the real libraries): initialise, then look again. */
@@ -135,36 +141,36 @@ static inline uint64_t hk_npu_charge(uint64_t size) { return (size + 31) / 32 * 
    charge, run the real call nested, give the charge back if it failed, else remember it. `pass`:
    call straight through (an rt* call inside an ACL one); `failclosed`: the layer's error code
    when the library refuses everything. Over quota: ACL_ERROR_RT_MEMORY_ALLOCATION. */
-#define HK_NPU_ALLOC(real_fn, out, kind, pass, failclosed, call, undo)                               \
-    do {                                                                                          \
+#define HK_NPU_ALLOC(real_fn, out, kind, pass, failclosed, call, undo)                                     \
+    do {                                                                                                   \
         if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        if ((pass) || !(out) || size == 0) return HK_NPU_NESTED(call);                            \
-        uint64_t charge_ = hk_npu_charge(size);                                                   \
-        int ldev_, skip_;                                                                         \
-        int rc_ = hk_npu_admit(charge_, &ldev_, &skip_);                                          \
-        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? ACL_ERROR_RT_MEMORY_ALLOCATION : (failclosed); \
-        int r_ = HK_NPU_NESTED(call);                                                             \
-        if (skip_) return r_;                                                                     \
-        if (r_ != 0) {                                                                            \
-            hk_mem_release(ldev_, charge_);                                                       \
-            return r_;                                                                            \
-        }                                                                                         \
-        if (hk_npu_remember((uint64_t)(uintptr_t)*(out), (kind), ldev_, charge_)) {               \
-            (void)HK_NPU_NESTED(undo);                                                            \
-            return ACL_ERROR_RT_MEMORY_ALLOCATION;                                                \
-        }                                                                                         \
-        return 0;                                                                                 \
+        if ((pass) || !(out) || size == 0) return HK_NPU_NESTED(call);                                     \
+        uint64_t charge_ = hk_npu_charge(size);                                                            \
+        int ldev_, skip_;                                                                                  \
+        int rc_ = hk_npu_admit(charge_, &ldev_, &skip_);                                                   \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? ACL_ERROR_RT_MEMORY_ALLOCATION : (failclosed);         \
+        int r_ = HK_NPU_NESTED(call);                                                                      \
+        if (skip_) return r_;                                                                              \
+        if (r_ != 0) {                                                                                     \
+            hk_mem_release(ldev_, charge_);                                                                \
+            return r_;                                                                                     \
+        }                                                                                                  \
+        if (hk_npu_remember((uint64_t)(uintptr_t)*(out), (kind), ldev_, charge_)) {                        \
+            (void)HK_NPU_NESTED(undo);                                                                     \
+            return ACL_ERROR_RT_MEMORY_ALLOCATION;                                                         \
+        }                                                                                                  \
+        return 0;                                                                                          \
     } while (0)
 
 /* The body of a free interposer: the real free first, the charge released only when it
    succeeded and the call was not inside another interposer (`pass`). */
-#define HK_NPU_FREE(real_fn, key, kind, pass, call)                                                  \
-    do {                                                                                          \
+#define HK_NPU_FREE(real_fn, key, kind, pass, call)                                                        \
+    do {                                                                                                   \
         if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        int pass_ = (pass);                                                                       \
-        int r_ = HK_NPU_NESTED(call);                                                             \
-        if (!pass_ && r_ == 0 && (key)) hk_npu_forget((uint64_t)(uintptr_t)(key), (kind));        \
-        return r_;                                                                                \
+        int pass_ = (pass);                                                                                \
+        int r_ = HK_NPU_NESTED(call);                                                                      \
+        if (!pass_ && r_ == 0 && (key)) hk_npu_forget((uint64_t)(uintptr_t)(key), (kind));                 \
+        return r_;                                                                                         \
     } while (0)
 
 /* ---------------------------------------------------------------------------
@@ -180,17 +186,17 @@ static inline int hk_npu_fast(void) {
 
 /* The body of a submission interposer of either layer: straight through on the fast path or
    when `pass`, else metered on `stream` (core/meter.h) with signature `sig`. */
-#define HK_NPU_GATED(real_fn, stream, sig, pass, failclosed, call)                                  \
-    do {                                                                                          \
+#define HK_NPU_GATED(real_fn, stream, sig, pass, failclosed, call)                                         \
+    do {                                                                                                   \
         if (HK_UNLIKELY(!(real_fn)) && !HK_NPU_LOADED((real_fn))) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT; \
-        if (hk_npu_fast() || (pass)) return HK_NPU_NESTED(call);                                  \
-        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return (failclosed);                       \
-        if (!hk_preload_limiter_on()) return HK_NPU_NESTED(call);                                 \
-        void *s_ = (stream);                                                                      \
-        hk_meter_batch *b_ = hk_meter_before(s_);                                                 \
-        int r_ = HK_NPU_NESTED(call);                                                             \
-        hk_meter_after(b_, s_, r_ == 0, (sig));                                                   \
-        return r_;                                                                                \
+        if (hk_npu_fast() || (pass)) return HK_NPU_NESTED(call);                                           \
+        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return (failclosed);                                \
+        if (!hk_preload_limiter_on()) return HK_NPU_NESTED(call);                                          \
+        void *s_ = (stream);                                                                               \
+        hk_meter_batch *b_ = hk_meter_before(s_);                                                          \
+        int r_ = HK_NPU_NESTED(call);                                                                      \
+        hk_meter_after(b_, s_, r_ == 0, (sig));                                                            \
+        return r_;                                                                                         \
     } while (0)
 
 #endif

@@ -45,7 +45,8 @@ HK_EXPORT rtError_t rtFreePhysical(rtDrvMemHandle h) {
 }
 
 HK_EXPORT rtError_t rtMemGetInfoEx(int type, size_t *free_b, size_t *total_b) {
-    if (HK_UNLIKELY(!hk_rt.rtMemGetInfoEx) && !HK_NPU_LOADED(hk_rt.rtMemGetInfoEx)) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    if (HK_UNLIKELY(!hk_rt.rtMemGetInfoEx) && !HK_NPU_LOADED(hk_rt.rtMemGetInfoEx))
+        return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
     if (hk_npu_nested()) return hk_rt.rtMemGetInfoEx(type, free_b, total_b);
     int st = hk_preload_ready();
     if (st == HK_STATE_FAILCLOSED) return ACL_ERROR_RT_INTERNAL_ERROR;

@@ -16,35 +16,35 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define hk_atomic_load_relaxed(p)        atomic_load_explicit((p), memory_order_relaxed)
-#define hk_atomic_load_acquire(p)        atomic_load_explicit((p), memory_order_acquire)
-#define hk_atomic_load_seq_cst(p)        atomic_load_explicit((p), memory_order_seq_cst)
+#define hk_atomic_load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
+#define hk_atomic_load_acquire(p) atomic_load_explicit((p), memory_order_acquire)
+#define hk_atomic_load_seq_cst(p) atomic_load_explicit((p), memory_order_seq_cst)
 
-#define hk_atomic_store_relaxed(p, v)    atomic_store_explicit((p), (v), memory_order_relaxed)
-#define hk_atomic_store_release(p, v)    atomic_store_explicit((p), (v), memory_order_release)
-#define hk_atomic_store_seq_cst(p, v)    atomic_store_explicit((p), (v), memory_order_seq_cst)
+#define hk_atomic_store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+#define hk_atomic_store_release(p, v) atomic_store_explicit((p), (v), memory_order_release)
+#define hk_atomic_store_seq_cst(p, v) atomic_store_explicit((p), (v), memory_order_seq_cst)
 
-#define hk_atomic_add_relaxed(p, v)      atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
-#define hk_atomic_add_acq_rel(p, v)      atomic_fetch_add_explicit((p), (v), memory_order_acq_rel)
-#define hk_atomic_add_seq_cst(p, v)      atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
-#define hk_atomic_sub_relaxed(p, v)      atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
-#define hk_atomic_sub_acq_rel(p, v)      atomic_fetch_sub_explicit((p), (v), memory_order_acq_rel)
-#define hk_atomic_sub_seq_cst(p, v)      atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
+#define hk_atomic_add_relaxed(p, v) atomic_fetch_add_explicit((p), (v), memory_order_relaxed)
+#define hk_atomic_add_acq_rel(p, v) atomic_fetch_add_explicit((p), (v), memory_order_acq_rel)
+#define hk_atomic_add_seq_cst(p, v) atomic_fetch_add_explicit((p), (v), memory_order_seq_cst)
+#define hk_atomic_sub_relaxed(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_relaxed)
+#define hk_atomic_sub_acq_rel(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_acq_rel)
+#define hk_atomic_sub_seq_cst(p, v) atomic_fetch_sub_explicit((p), (v), memory_order_seq_cst)
 
 #define hk_atomic_exchange_acquire(p, v) atomic_exchange_explicit((p), (v), memory_order_acquire)
 #define hk_atomic_exchange_acq_rel(p, v) atomic_exchange_explicit((p), (v), memory_order_acq_rel)
 
 #define hk_atomic_cas_weak_relaxed(p, e, d) \
-  atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_relaxed, memory_order_relaxed)
+    atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_relaxed, memory_order_relaxed)
 #define hk_atomic_cas_weak_release(p, e, d) \
-  atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_release, memory_order_relaxed)
+    atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_release, memory_order_relaxed)
 #define hk_atomic_cas_weak_acq_rel(p, e, d) \
-  atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_acq_rel, memory_order_acquire)
+    atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_acq_rel, memory_order_acquire)
 #define hk_atomic_cas_weak_seq_cst(p, e, d) \
-  atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_seq_cst, memory_order_seq_cst)
+    atomic_compare_exchange_weak_explicit((p), (e), (d), memory_order_seq_cst, memory_order_seq_cst)
 #define hk_atomic_cas_strong_acq_rel(p, e, d) \
-  atomic_compare_exchange_strong_explicit((p), (e), (d), memory_order_acq_rel, memory_order_acquire)
+    atomic_compare_exchange_strong_explicit((p), (e), (d), memory_order_acq_rel, memory_order_acquire)
 #define hk_atomic_cas_strong_seq_cst(p, e, d) \
-  atomic_compare_exchange_strong_explicit((p), (e), (d), memory_order_seq_cst, memory_order_seq_cst)
+    atomic_compare_exchange_strong_explicit((p), (e), (d), memory_order_seq_cst, memory_order_seq_cst)
 
 #endif /* HOOKCORE_ATOMIC_H */

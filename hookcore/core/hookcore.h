@@ -37,7 +37,7 @@
  *   HOOKCORE_COMPUTE_MODE        limit is a share of full-load throughput (limiter.h, meter.h)
  *   HOOKCORE_COMPUTE_REF_MHZ_<i> strict only: the device's clock under full load, MHz (default: the
  *                                shim's own estimate, see the shim's README)
- *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("GPU-xxxxxxxx-..."): the claim is UUID-keyed
+ *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("KIND-xxxxxxxx-..."): the claim is UUID-keyed
  *   HOOKCORE_CONTEXT_MEMORY_<i>  device memory a context takes on index i (a quantity, 0 allowed);
  *   HOOKCORE_CONTEXT_MEMORY      charged to the quota once per process and device when the process
  *                                first uses the device, and once per extra context it creates
@@ -74,7 +74,8 @@
  * UUIDs: 1..HK_UUID_MAX-1 characters of [A-Za-z0-9-_/:.]; duplicates rejected. When at least one
  *   HOOKCORE_DEVICE_UUID_<i> is set the claim is UUID-keyed: the shim maps every device ordinal to
  *   its UUID and asks hk_device_resolve(); a device whose UUID is not listed is not in the claim.
- *   Comparison ignores case and an optional "GPU-" prefix.
+ *   Comparison ignores case and an optional device-kind word before the UUID ("KIND-...": 1..8
+ *   letters, one outside a-f, then '-'), as a vendor's API may or may not print it.
  * Unset memory limit = unlimited (HK_MEM_UNLIMITED); unset compute limit = 100.
  * Error messages are one line: `hookcore: HOOKCORE_MEMORY_LIMIT_1="12x": unknown unit "x" ...`
  * (non-printable characters of the value are escaped, long values truncated).
@@ -117,34 +118,34 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------- */
 /* Limits and constants                                                                         */
 
-#define HK_MAX_DEVICES      16                  /* device indices 0..15 */
-#define HK_MAX_SLOTS        1024                /* processes per ledger */
-#define HK_UUID_MAX         64                  /* bytes incl. NUL */
-#define HK_PATH_MAX         4096                /* ledger path bytes incl. NUL */
-#define HK_ERR_MAX          512                 /* recommended error buffer size */
-#define HK_LIMITER_BYTES    256                 /* per-device area reserved for the compute limiter */
-#define HK_MEM_UNLIMITED    UINT64_MAX          /* mem limit of a device without a quota */
-#define HK_MEM_MAX          ((uint64_t)1 << 62) /* largest accepted quota (4 EiB) */
-#define HK_SM_UNLIMITED     100u                /* sm limit meaning "no compute limit" */
-#define HK_DEFAULT_LEDGER   "/tmp/hookcore.ledger"   /* environment config, no stem known */
+#define HK_MAX_DEVICES    16                     /* device indices 0..15 */
+#define HK_MAX_SLOTS      1024                   /* processes per ledger */
+#define HK_UUID_MAX       64                     /* bytes incl. NUL */
+#define HK_PATH_MAX       4096                   /* ledger path bytes incl. NUL */
+#define HK_ERR_MAX        512                    /* recommended error buffer size */
+#define HK_LIMITER_BYTES  256                    /* per-device area reserved for the compute limiter */
+#define HK_MEM_UNLIMITED  UINT64_MAX             /* mem limit of a device without a quota */
+#define HK_MEM_MAX        ((uint64_t)1 << 62)    /* largest accepted quota (4 EiB) */
+#define HK_SM_UNLIMITED   100u                   /* sm limit meaning "no compute limit" */
+#define HK_DEFAULT_LEDGER "/tmp/hookcore.ledger" /* environment config, no stem known */
 #ifndef HK_CONFIG_ROOT
-#define HK_CONFIG_ROOT      "/run/hookcore"          /* config files: HK_CONFIG_ROOT/<stem>/config */
+#define HK_CONFIG_ROOT "/run/hookcore" /* config files: HK_CONFIG_ROOT/<stem>/config */
 #endif
-#define HK_CONFIG_MAX       65536                    /* larger config files are rejected */
+#define HK_CONFIG_MAX 65536 /* larger config files are rejected */
 
-#define HK_LEDGER_MAGIC     0x52454744454c4b48ULL   /* "HKLEDGER" little endian */
-#define HK_LEDGER_VERSION   2u                      /* bumped on every incompatible change (2: tagged usage counters) */
+#define HK_LEDGER_MAGIC   0x52454744454c4b48ULL /* "HKLEDGER" little endian */
+#define HK_LEDGER_VERSION 2u                    /* bumped on every incompatible change (2: tagged usage counters) */
 
 /* Return codes (0 or negative). */
-#define HK_OK               0
-#define HK_ENOMEM           (-1)   /* quota exhausted: the shim returns its out-of-memory error */
-#define HK_EFAILCLOSED      (-2)   /* bad config or ledger: the shim returns an error, see hk_error_message() */
-#define HK_EINVAL           (-3)   /* bad argument (device index out of range, NULL, ...) */
-#define HK_ENODEV           (-4)   /* device not part of the claim (UUID-keyed claim) */
-#define HK_ENOENT           (-5)   /* hk_track_free: pointer not tracked */
-#define HK_EEXIST           (-6)   /* hk_track_alloc: pointer already tracked */
-#define HK_ENOSPC           (-7)   /* no free process slot / tracking node */
-#define HK_EIO              (-8)   /* I/O or OS error (message says which) */
+#define HK_OK          0
+#define HK_ENOMEM      (-1) /* quota exhausted: the shim returns its out-of-memory error */
+#define HK_EFAILCLOSED (-2) /* bad config or ledger: the shim returns an error, see hk_error_message() */
+#define HK_EINVAL      (-3) /* bad argument (device index out of range, NULL, ...) */
+#define HK_ENODEV      (-4) /* device not part of the claim (UUID-keyed claim) */
+#define HK_ENOENT      (-5) /* hk_track_free: pointer not tracked */
+#define HK_EEXIST      (-6) /* hk_track_alloc: pointer already tracked */
+#define HK_ENOSPC      (-7) /* no free process slot / tracking node */
+#define HK_EIO         (-8) /* I/O or OS error (message says which) */
 
 /* Human-readable name of a return code ("out of memory quota", ...). Never NULL. */
 const char *hk_strerror(int code);
@@ -152,44 +153,44 @@ const char *hk_strerror(int code);
 /* ------------------------------------------------------------------------------------------- */
 /* Configuration                                                                                */
 
-#define HK_CFG_MEM_SET      0x1u    /* hk_config.flags[i]: a memory limit was given for index i */
-#define HK_CFG_SM_SET       0x2u    /* an SM limit was given for index i */
-#define HK_CFG_UUID_SET     0x4u    /* HOOKCORE_DEVICE_UUID_<i> was given */
+#define HK_CFG_MEM_SET  0x1u /* hk_config.flags[i]: a memory limit was given for index i */
+#define HK_CFG_SM_SET   0x2u /* an SM limit was given for index i */
+#define HK_CFG_UUID_SET 0x4u /* HOOKCORE_DEVICE_UUID_<i> was given */
 
-#define HK_COMPUTE_SHARE    0u      /* hk_config.compute_mode: share of device time */
-#define HK_COMPUTE_STRICT   1u      /* share of full-load throughput */
+#define HK_COMPUTE_SHARE  0u /* hk_config.compute_mode: share of device time */
+#define HK_COMPUTE_STRICT 1u /* share of full-load throughput */
 
-#define HK_ORIGIN_NONE      0u      /* hk_config.origin: no configuration (dormant) */
-#define HK_ORIGIN_ENV       1u      /* from the environment */
-#define HK_ORIGIN_FILE      2u      /* from the config file */
+#define HK_ORIGIN_NONE 0u /* hk_config.origin: no configuration (dormant) */
+#define HK_ORIGIN_ENV  1u /* from the environment */
+#define HK_ORIGIN_FILE 2u /* from the config file */
 
 typedef struct hk_config {
-  uint32_t origin;                          /* HK_ORIGIN_* */
-  uint32_t device_count;                    /* 1 + highest index named by a _<i> variable; 0 = defaults only */
-  uint32_t uuid_keyed;                      /* 1 if any HOOKCORE_DEVICE_UUID_<i> is set */
-  uint64_t mem_limit[HK_MAX_DEVICES];       /* bytes, or HK_MEM_UNLIMITED */
-  uint32_t sm_limit[HK_MAX_DEVICES];        /* percent 1..100 (100 = unlimited) */
-  uint32_t flags[HK_MAX_DEVICES];           /* HK_CFG_* */
-  uint32_t compute_mode[HK_MAX_DEVICES];    /* HK_COMPUTE_* */
-  uint32_t ref_mhz[HK_MAX_DEVICES];         /* strict: full-load clock in MHz, 0 = not given */
-  char uuid[HK_MAX_DEVICES][HK_UUID_MAX];   /* "" when not given */
-  uint64_t ctx_bytes[HK_MAX_DEVICES];       /* device memory charged per context (0 = none) */
-  char ledger_path[HK_PATH_MAX];            /* "" when no ledger is needed (no limit set, no path) */
+    uint32_t origin;                        /* HK_ORIGIN_* */
+    uint32_t device_count;                  /* 1 + highest index named by a _<i> variable; 0 = defaults only */
+    uint32_t uuid_keyed;                    /* 1 if any HOOKCORE_DEVICE_UUID_<i> is set */
+    uint64_t mem_limit[HK_MAX_DEVICES];     /* bytes, or HK_MEM_UNLIMITED */
+    uint32_t sm_limit[HK_MAX_DEVICES];      /* percent 1..100 (100 = unlimited) */
+    uint32_t flags[HK_MAX_DEVICES];         /* HK_CFG_* */
+    uint32_t compute_mode[HK_MAX_DEVICES];  /* HK_COMPUTE_* */
+    uint32_t ref_mhz[HK_MAX_DEVICES];       /* strict: full-load clock in MHz, 0 = not given */
+    char uuid[HK_MAX_DEVICES][HK_UUID_MAX]; /* "" when not given */
+    uint64_t ctx_bytes[HK_MAX_DEVICES];     /* device memory charged per context (0 = none) */
+    char ledger_path[HK_PATH_MAX];          /* "" when no ledger is needed (no limit set, no path) */
 } hk_config;
 
 /* A legacy environment name and the neutral key it stands for (prefix mapping, see above). */
 typedef struct hk_env_alias {
-  const char *name;                         /* e.g. "OLD_SM_LIMIT" */
-  const char *key;                          /* e.g. "HOOKCORE_COMPUTE_LIMIT" */
+    const char *name; /* e.g. "OLD_SM_LIMIT" */
+    const char *key;  /* e.g. "HOOKCORE_COMPUTE_LIMIT" */
 } hk_env_alias;
 
 /* What to parse. With file_text set the environment is not looked at. */
 typedef struct hk_config_source {
-  const char *const *envp;                  /* NULL-terminated "NAME=VALUE" strings; NULL = empty */
-  const hk_env_alias *aliases;              /* environment only; ends with {NULL, NULL}; NULL = none */
-  const char *file_text;                    /* the config file's contents (NUL-terminated); NULL = no file */
-  const char *file_path;                    /* for messages; its directory holds the default ledger */
-  const char *stem;                         /* library stem for the default ledger name; NULL = none */
+    const char *const *envp;     /* NULL-terminated "NAME=VALUE" strings; NULL = empty */
+    const hk_env_alias *aliases; /* environment only; ends with {NULL, NULL}; NULL = none */
+    const char *file_text;       /* the config file's contents (NUL-terminated); NULL = no file */
+    const char *file_path;       /* for messages; its directory holds the default ledger */
+    const char *stem;            /* library stem for the default ledger name; NULL = none */
 } hk_config_source;
 
 /* Parse a configuration. Pure: touches no global state, reads no file. On error returns
@@ -216,10 +217,7 @@ int hk_config_read_file(const char *path, char **text, char *err, size_t errlen)
 int hk_parse_mem(const char *name, const char *value, uint64_t *bytes, char *err, size_t errlen);
 int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *err, size_t errlen);
 
-/* Format a raw 16-byte UUID (cuDeviceGetUuid) as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
-void hk_uuid_format(const unsigned char raw[16], char out[HK_UUID_MAX]);
-
-/* 1 if two UUID strings name the same device (case-insensitive, optional "GPU-" prefix). */
+/* 1 if two UUID strings name the same device (case-insensitive, optional device-kind word). */
 int hk_uuid_equal(const char *a, const char *b);
 
 /* ------------------------------------------------------------------------------------------- */
@@ -227,9 +225,15 @@ int hk_uuid_equal(const char *a, const char *b);
 
 /* How a hook library identifies itself to the core. */
 typedef struct hk_options {
-  const char *stem;                         /* "vgpu" for libvgpu.so: picks the config file; NULL = none */
-  const hk_env_alias *aliases;              /* the shim's legacy environment names; NULL = none */
+    const char *stem;            /* "vgpu" for libvgpu.so: picks the config file; NULL = none */
+    const hk_env_alias *aliases; /* the shim's legacy environment names; NULL = none */
 } hk_options;
+
+/* The legacy environment names of hook library `stem`: its shims' env_aliases.def in SHIMS_<stem>
+   order, or NULL when it has none. Not the core's: the Makefile generates it for every library it
+   builds (build/gen/env_aliases.c), for callers outside a hook library (the Python wrapper) that
+   parse a configuration as library `stem` will. */
+const hk_env_alias *hk_env_aliases_for(const char *stem);
 
 /* Initialise once (config file or environment, ledger, process slot). The first call decides
    (later options are ignored); idempotent and thread safe; cheap after the first call. Waits at
@@ -310,28 +314,27 @@ void *hk_limiter_area(int dev);
    `kind` separates key spaces (device pointers vs VMM handles vs arrays ...), chosen by the shim.
    A short per-bucket spinlock; cleared in a forked child. */
 
-#define HK_KIND_PTR     0u   /* cuMemAlloc*, managed, pitch */
-#define HK_KIND_VMM     1u   /* cuMemCreate handle */
-#define HK_KIND_ARRAY   3u   /* CUarray / mipmapped arrays */
+#define HK_KIND_PTR   0u /* cuMemAlloc*, managed, pitch */
+#define HK_KIND_VMM   1u /* cuMemCreate handle */
+#define HK_KIND_ARRAY 3u /* CUarray / mipmapped arrays */
 
-int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size);   /* HK_OK/HK_EEXIST/HK_ENOSPC */
-int hk_track_free(uint64_t key, uint32_t kind, int *dev, uint64_t *size);  /* HK_OK/HK_ENOENT; removes */
-int hk_track_lookup(uint64_t key, uint32_t kind, int *dev, uint64_t *size);/* HK_OK/HK_ENOENT; keeps */
+int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size);    /* HK_OK/HK_EEXIST/HK_ENOSPC */
+int hk_track_free(uint64_t key, uint32_t kind, int *dev, uint64_t *size);   /* HK_OK/HK_ENOENT; removes */
+int hk_track_lookup(uint64_t key, uint32_t kind, int *dev, uint64_t *size); /* HK_OK/HK_ENOENT; keeps */
 
 /* ------------------------------------------------------------------------------------------- */
 /* Ledger handles (used by the Python wrapper, tests and metrics; independent of hk_init)       */
 
 typedef struct hk_ledger hk_ledger;
 
-#define HK_OPEN_READONLY  0x1u   /* map read only; no slot; cfg may be NULL */
-#define HK_OPEN_NOCLAIM   0x2u   /* read-write, validate/create, but do not claim a slot */
+#define HK_OPEN_READONLY 0x1u /* map read only; no slot; cfg may be NULL */
+#define HK_OPEN_NOCLAIM  0x2u /* read-write, validate/create, but do not claim a slot */
 
 /* Open (and, read-write, create or validate against cfg) a ledger file; read-write opens claim a
    process slot unless HK_OPEN_NOCLAIM. Returns HK_OK or HK_EFAILCLOSED/HK_EIO/HK_ENOSPC with a
    message in err. path NULL: a private in-memory ledger (single process, for tests). */
-int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out,
-                   char *err, size_t errlen);
-void hk_ledger_close(hk_ledger *l);   /* releases the slot lock (the slot is reclaimed lazily) */
+int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_ledger **out, char *err, size_t errlen);
+void hk_ledger_close(hk_ledger *l); /* releases the slot lock (the slot is reclaimed lazily) */
 
 /* Read a ledger the caller must not trust (the node daemon reading a tenant-writable file): the
    path's last component is never followed (O_PATH|O_NOFOLLOW: a symlink is looked at, refused), nothing but a regular file of
@@ -344,39 +347,39 @@ void hk_ledger_close(hk_ledger *l);   /* releases the slot lock (the slot is rec
    HK_EIO with a message. */
 int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen);
 
-int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes);   /* as hk_mem_reserve */
-void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes);  /* as hk_mem_release */
-uint64_t hk_ledger_used(const hk_ledger *l, int dev);            /* claim-wide */
-int hk_ledger_slot_index(const hk_ledger *l);                     /* my slot, or -1 */
-int hk_ledger_reclaim(hk_ledger *l);  /* free slots of dead processes; returns how many (or <0) */
+int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes);  /* as hk_mem_reserve */
+void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes); /* as hk_mem_release */
+uint64_t hk_ledger_used(const hk_ledger *l, int dev);          /* claim-wide */
+int hk_ledger_slot_index(const hk_ledger *l);                  /* my slot, or -1 */
+int hk_ledger_reclaim(hk_ledger *l); /* free slots of dead processes; returns how many (or <0) */
 
 typedef struct hk_device_info {
-  char uuid[HK_UUID_MAX];
-  uint64_t mem_limit;        /* HK_MEM_UNLIMITED when none */
-  uint32_t sm_limit;         /* 1..100 */
-  uint32_t live_processes;   /* live slots with used > 0 on this device */
-  uint64_t used;             /* sum over live slots */
-  uint64_t peak;             /* highest admitted claim-wide usage seen */
+    char uuid[HK_UUID_MAX];
+    uint64_t mem_limit;      /* HK_MEM_UNLIMITED when none */
+    uint32_t sm_limit;       /* 1..100 */
+    uint32_t live_processes; /* live slots with used > 0 on this device */
+    uint64_t used;           /* sum over live slots */
+    uint64_t peak;           /* highest admitted claim-wide usage seen */
 } hk_device_info;
 
-#define HK_SLOT_FREE      0u
-#define HK_SLOT_CLAIMING  1u   /* a process is taking the slot (or died doing so) */
-#define HK_SLOT_LIVE      2u   /* owner holds the slot lock */
-#define HK_SLOT_DEAD      3u   /* marked live but nobody holds the lock: reclaimable */
+#define HK_SLOT_FREE     0u
+#define HK_SLOT_CLAIMING 1u /* a process is taking the slot (or died doing so) */
+#define HK_SLOT_LIVE     2u /* owner holds the slot lock */
+#define HK_SLOT_DEAD     3u /* marked live but nobody holds the lock: reclaimable */
 
 typedef struct hk_process_info {
-  uint32_t state;                    /* HK_SLOT_* (liveness checked with the slot lock) */
-  int32_t pid;                       /* in the owner's PID namespace */
-  uint64_t start_time;               /* /proc/<pid>/stat field 22, clock ticks since boot */
-  uint64_t nonce;                    /* random per claim */
-  uint64_t used[HK_MAX_DEVICES];     /* bytes charged per device */
+    uint32_t state;                /* HK_SLOT_* (liveness checked with the slot lock) */
+    int32_t pid;                   /* in the owner's PID namespace */
+    uint64_t start_time;           /* /proc/<pid>/stat field 22, clock ticks since boot */
+    uint64_t nonce;                /* random per claim */
+    uint64_t used[HK_MAX_DEVICES]; /* bytes charged per device */
 } hk_process_info;
 
-uint32_t hk_ledger_device_count(const hk_ledger *l);  /* header's device count (0 = defaults only) */
-uint32_t hk_ledger_slot_hwm(const hk_ledger *l);      /* slots ever used: scan [0, hwm) */
+uint32_t hk_ledger_device_count(const hk_ledger *l); /* header's device count (0 = defaults only) */
+uint32_t hk_ledger_slot_hwm(const hk_ledger *l);     /* slots ever used: scan [0, hwm) */
 uint32_t hk_ledger_version(const hk_ledger *l);
-int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out);        /* HK_OK/HK_EINVAL */
-int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out);     /* HK_OK/HK_EINVAL */
+int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out);    /* HK_OK/HK_EINVAL */
+int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out); /* HK_OK/HK_EINVAL */
 void *hk_ledger_limiter_area(hk_ledger *l, int dev);
 
 /* The process start time of `pid` (field 22 of /proc/<pid>/stat), 0 if unknown. */

@@ -1,4 +1,4 @@
-/* limiter.c - claim-wide GPU-time token bucket (see limiter.h). */
+/* limiter.c - claim-wide device-time token bucket (see limiter.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -64,7 +64,7 @@ static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, uint32_t 
     if (now - last >= HK_LIMITER_QUANTUM_NS && hk_atomic_cas_strong_acq_rel(lastp, &last, now)) {
         /* This thread won the quantum: credit (now - last) * share, capped at the burst. */
         int64_t span = now - last;
-        if (span > 1000000000LL) span = 1000000000LL;   /* a refill time written into the past */
+        if (span > 1000000000LL) span = 1000000000LL; /* a refill time written into the past */
         int64_t add = span * (int64_t)share / 100;
         int64_t cur = hk_atomic_load_relaxed(tokens);
         int64_t next;
@@ -75,7 +75,7 @@ static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, uint32_t 
         return next;
     }
     int64_t b = hk_atomic_load_acquire(tokens);
-    return b > HK_LIMITER_BURST_NS ? HK_LIMITER_BURST_NS : b;   /* more than the burst: written, not earned */
+    return b > HK_LIMITER_BURST_NS ? HK_LIMITER_BURST_NS : b; /* more than the burst: written, not earned */
 }
 
 int64_t hk_limiter_balance(hk_limiter *lim, int64_t now) {

@@ -24,18 +24,18 @@
 extern "C" {
 #endif
 
-#define HK_LIMITER_VERSION 0x4c494d31u      /* "LIM1": layout of hk_limiter_shared */
-#define HK_LIMITER_BURST_NS 10000000LL      /* at most 10 ms of GPU time banked while idle */
-#define HK_LIMITER_QUANTUM_NS 20000LL       /* refill at most every 20 us */
+#define HK_LIMITER_VERSION    0x4c494d31u /* "LIM1": layout of hk_limiter_shared */
+#define HK_LIMITER_BURST_NS   10000000LL  /* at most 10 ms of GPU time banked while idle */
+#define HK_LIMITER_QUANTUM_NS 20000LL     /* refill at most every 20 us */
 
 /* Layout of the shared area (fits in HK_LIMITER_BYTES = 256). */
 typedef struct hk_limiter_shared {
-    _Atomic uint32_t xversion;              /* 0 = untouched, 1 = being set up, HK_LIMITER_VERSION */
-    _Atomic uint32_t xshare;                /* percent, written at set-up (for inspection) */
-    _Atomic int64_t xtokens_ns;             /* GPU-time credit; negative = debt */
-    _Atomic int64_t xlast_refill_ns;        /* CLOCK_MONOTONIC of the last refill */
-    _Atomic int64_t xcharged_ns;            /* total GPU time charged (statistics) */
-    _Atomic int64_t xthrottled_ns;          /* total time launching threads waited (statistics) */
+    _Atomic uint32_t xversion;       /* 0 = untouched, 1 = being set up, HK_LIMITER_VERSION */
+    _Atomic uint32_t xshare;         /* percent, written at set-up (for inspection) */
+    _Atomic int64_t xtokens_ns;      /* device-time credit; negative = debt */
+    _Atomic int64_t xlast_refill_ns; /* CLOCK_MONOTONIC of the last refill */
+    _Atomic int64_t xcharged_ns;     /* total GPU time charged (statistics) */
+    _Atomic int64_t xthrottled_ns;   /* total time launching threads waited (statistics) */
 } hk_limiter_shared;
 
 /* A process-local handle on one device's bucket. The share comes from the process's own config
@@ -44,21 +44,21 @@ typedef struct hk_limiter_shared {
    is the lower of the two, so no write to the shared file lets one process run above its share
    (a shared balance above the burst is also clamped on read). */
 typedef struct hk_limiter {
-    hk_limiter_shared *shared;              /* NULL = no limit on this device */
-    uint32_t share;                         /* percent 1..99 */
-    int strict;                             /* charge full-load cost (see above) */
-    _Atomic int64_t xlocal_tokens_ns;       /* this process's own bucket */
+    hk_limiter_shared *shared;        /* NULL = no limit on this device */
+    uint32_t share;                   /* percent 1..99 */
+    int strict;                       /* charge full-load cost (see above) */
+    _Atomic int64_t xlocal_tokens_ns; /* this process's own bucket */
     _Atomic int64_t xlocal_last_ns;
-    hk_limiter_shared own;                  /* stands in for a shared area written out of shape */
+    hk_limiter_shared own; /* stands in for a shared area written out of shape */
 } hk_limiter;
 
 /* What a reader (the wrapper, metrics, bench) may show of a device's bucket. */
 typedef struct hk_limiter_stats {
-    uint32_t active;                        /* 1 if a limiter has been set up in this area */
-    uint32_t share;                         /* percent */
-    int64_t tokens_ns;                      /* current balance (negative = in debt) */
-    int64_t charged_ns;                     /* device time charged since the ledger was created */
-    int64_t throttled_ns;                   /* time submitting threads waited */
+    uint32_t active;      /* 1 if a limiter has been set up in this area */
+    uint32_t share;       /* percent */
+    int64_t tokens_ns;    /* current balance (negative = in debt) */
+    int64_t charged_ns;   /* device time charged since the ledger was created */
+    int64_t throttled_ns; /* time submitting threads waited */
 } hk_limiter_stats;
 
 /* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when

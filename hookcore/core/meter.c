@@ -17,12 +17,12 @@
 #include "limiter.h"
 
 #define HK_BATCH_MAX_SUBMITS 32
-#define HK_BATCH_MAX_AGE_NS 2000000LL
-#define HK_BATCH_GAP_NS 100000LL
+#define HK_BATCH_MAX_AGE_NS  2000000LL
+#define HK_BATCH_GAP_NS      100000LL
 #define HK_METER_MAX_PENDING 4
-#define HK_RING 64
-#define HK_POOL 64
-#define HK_EST 512
+#define HK_RING              64
+#define HK_POOL              64
+#define HK_EST               512
 
 typedef struct hk_pair {
     void *start, *end;
@@ -32,7 +32,7 @@ typedef struct hk_pair {
 struct hk_meter_batch {
     int open;
     int ldev;
-    uint64_t sig;                      /* hash of what the batch submitted */
+    uint64_t sig; /* hash of what the batch submitted */
     void *stream;
     void *ctx;
     hk_pair ev;
@@ -41,13 +41,17 @@ struct hk_meter_batch {
 };
 
 static const hk_meter_ops *g_ops;
-static _Atomic int g_ops_state;        /* 0 not set up, 1 usable, 2 unusable (logged) */
+static _Atomic int g_ops_state; /* 0 not set up, 1 usable, 2 unusable (logged) */
 static __thread hk_meter_batch t_batch;
-static pthread_key_t g_exit_key;       /* closes a thread's open batch when the thread exits */
+static pthread_key_t g_exit_key; /* closes a thread's open batch when the thread exits */
 static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { hk_pair ev; int ldev; uint64_t sig; } g_pending[HK_RING];
+static struct {
+    hk_pair ev;
+    int ldev;
+    uint64_t sig;
+} g_pending[HK_RING];
 static unsigned g_head, g_npending;
 static hk_pair g_pool[HK_POOL];
 static unsigned g_npool;
@@ -56,17 +60,20 @@ static _Atomic uint64_t g_batches;
 static _Atomic int64_t g_charged;
 
 /* Lowest cost seen per batch signature (open addressing, overwrite on collision). */
-static struct { uint64_t sig; int64_t ns; } g_est[HK_EST];
-static _Atomic int g_charge_elapsed = -1;   /* HOOKCORE_LIMITER_CHARGE=elapsed */
+static struct {
+    uint64_t sig;
+    int64_t ns;
+} g_est[HK_EST];
+static _Atomic int g_charge_elapsed = -1; /* HOOKCORE_LIMITER_CHARGE=elapsed */
 
 static hk_limiter g_lim[HK_MAX_DEVICES];
-static _Atomic int g_lim_state[HK_MAX_DEVICES];   /* 0 unknown, 1 attached, 2 unlimited */
+static _Atomic int g_lim_state[HK_MAX_DEVICES]; /* 0 unknown, 1 attached, 2 unlimited */
 
 void hk_meter_setup(const hk_meter_ops *ops) {
     int expect = 0;
-    if (!hk_atomic_cas_strong_acq_rel(&g_ops_state, &expect, 3)) return;   /* 3: being set up */
-    int ok = ops && ops->current && ops->capturing && ops->event_create && ops->event_destroy &&
-             ops->event_record && ops->event_done && ops->event_wait && ops->event_elapsed_ns;
+    if (!hk_atomic_cas_strong_acq_rel(&g_ops_state, &expect, 3)) return; /* 3: being set up */
+    int ok = ops && ops->current && ops->capturing && ops->event_create && ops->event_destroy && ops->event_record &&
+             ops->event_done && ops->event_wait && ops->event_elapsed_ns;
     g_ops = ops;
     hk_atomic_store_release(&g_ops_state, ok ? 1 : 2);
 }
@@ -147,7 +154,7 @@ static int64_t charge_of_batch(hk_limiter *lim, int ldev, uint64_t sig, int64_t 
     int64_t c = charge_for(sig, elapsed);
     if (lim->strict && g_ops->clock_ratio_milli) {
         uint32_t r = g_ops->clock_ratio_milli(ldev);
-        if (r > 1000) c = c * (int64_t)r / 1000;   /* a boost: the work was cheaper than at full load */
+        if (r > 1000) c = c * (int64_t)r / 1000; /* a boost: the work was cheaper than at full load */
     }
     return c;
 }
@@ -194,7 +201,7 @@ static unsigned pending_count(void) {
 static void close_batch(hk_meter_batch *b) {
     if (!b->open) return;
     b->open = 0;
-    if (b->count == 0) {            /* start recorded but nothing went through */
+    if (b->count == 0) { /* start recorded but nothing went through */
         put_pair(&b->ev);
         return;
     }
@@ -244,8 +251,7 @@ hk_meter_batch *hk_meter_before(void *s) {
     if (b->open && (b->stream != s || b->ctx != ctx || b->count >= HK_BATCH_MAX_SUBMITS ||
                     now - b->opened_ns > HK_BATCH_MAX_AGE_NS || now - b->last_ns > HK_BATCH_GAP_NS))
         close_batch(b);
-    while (collect_one(0)) {
-    }
+    while (collect_one(0)) {}
     int64_t bal = hk_limiter_balance(lim, now);
     if (bal < 0) {
         close_batch(b);
@@ -259,7 +265,7 @@ hk_meter_batch *hk_meter_before(void *s) {
     }
     while (pending_count() > HK_METER_MAX_PENDING) collect_one(1);
     if (!b->open) {
-        if (hk_unlikely(b->opened_ns == 0)) {      /* first batch of this thread */
+        if (hk_unlikely(b->opened_ns == 0)) { /* first batch of this thread */
             pthread_once(&g_exit_once, make_exit_key);
             pthread_setspecific(g_exit_key, b);
         }
@@ -299,8 +305,7 @@ void hk_meter_capture_begun(int ok) {
 void hk_meter_capture_ended(int was_capturing) {
     if (!was_capturing) return;
     int c = hk_atomic_load_acquire(&g_captures);
-    while (c > 0 && !hk_atomic_cas_weak_acq_rel(&g_captures, &c, c - 1)) {
-    }
+    while (c > 0 && !hk_atomic_cas_weak_acq_rel(&g_captures, &c, c - 1)) {}
 }
 
 void hk_meter_atfork_child(void) {

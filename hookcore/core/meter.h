@@ -47,12 +47,12 @@ typedef struct hk_meter_ops {
     int (*current)(void **ctx, int *ldev);
     /* 1 if work submitted to `stream` now would be captured into a graph, not run. */
     int (*capturing)(void *stream);
-    int (*event_create)(void **ev);                              /* 0 = ok */
+    int (*event_create)(void **ev); /* 0 = ok */
     void (*event_destroy)(void *ev);
-    int (*event_record)(void *ev, void *stream);                 /* 0 = ok */
-    int (*event_done)(void *ev);                                 /* 1 done (or failed), 0 pending */
+    int (*event_record)(void *ev, void *stream); /* 0 = ok */
+    int (*event_done)(void *ev);                 /* 1 done (or failed), 0 pending */
     void (*event_wait)(void *ev);
-    int (*event_elapsed_ns)(void *start, void *end, int64_t *ns);   /* 0 = ok */
+    int (*event_elapsed_ns)(void *start, void *end, int64_t *ns); /* 0 = ok */
     /* Strict cap only (may be NULL): the device's clock now relative to its clock under full
        load, x1000 (1000 = no boost; 1230 = running 23% faster). 0 = unknown. */
     uint32_t (*clock_ratio_milli)(int ldev);

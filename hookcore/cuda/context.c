@@ -21,7 +21,7 @@
 
 #define MiB ((uint64_t)1 << 20)
 
-static _Atomic int g_primary[HK_MAX_DEVICES];   /* 1: this process's primary context is charged */
+static _Atomic int g_primary[HK_MAX_DEVICES]; /* 1: this process's primary context is charged */
 
 static CUresult reserve(int ldev, uint64_t bytes) {
     if (bytes == 0) return CUDA_SUCCESS;
@@ -38,20 +38,19 @@ CUresult hk_context_charge_primary(int ldev) {
     int expect = 0;
     if (!hk_atomic_cas_strong_acq_rel(&g_primary[ldev], &expect, 1)) return CUDA_SUCCESS;
     CUresult r = reserve(ldev, bytes);
-    if (r != CUDA_SUCCESS) hk_atomic_store_release(&g_primary[ldev], 0);   /* the next use tries again */
+    if (r != CUDA_SUCCESS) hk_atomic_store_release(&g_primary[ldev], 0); /* the next use tries again */
     return r;
 }
 
 CUresult hk_context_charge_current(int ldev) {
-    if (ldev < 0 || ldev >= HK_MAX_DEVICES || HK_LIKELY(hk_atomic_load_acquire(&g_primary[ldev])))
-        return CUDA_SUCCESS;
+    if (ldev < 0 || ldev >= HK_MAX_DEVICES || HK_LIKELY(hk_atomic_load_acquire(&g_primary[ldev]))) return CUDA_SUCCESS;
     if (hk_context_bytes(ldev) == 0) return CUDA_SUCCESS;
     CUcontext c = NULL;
     int d;
     uint64_t sz;
     if (hk_real.cuCtxGetCurrent && hk_real.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c &&
         hk_track_lookup((uint64_t)(uintptr_t)c, HK_KIND_CTX, &d, &sz) == HK_OK)
-        return CUDA_SUCCESS;   /* a context this process created: charged at creation */
+        return CUDA_SUCCESS; /* a context this process created: charged at creation */
     return hk_context_charge_primary(ldev);
 }
 
@@ -81,34 +80,33 @@ HK_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
 }
 
 /* A created context: reserve its charge, create it, remember it (or give the charge back). */
-#define CREATE_BODY(real_fn, out, dev, call)                                          \
-    if (!(real_fn)) return CUDA_ERROR_NOT_INITIALIZED;                                \
-    int ldev = -1, st = ready_dev((dev), &ldev);                                      \
-    if (st < 0) return CUDA_ERROR_NOT_INITIALIZED;                                    \
-    if (st == 0 || !(out)) return call;                                               \
-    if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY;   /* a GPU outside the claim */     \
-    uint64_t bytes = hk_context_bytes(ldev);                                          \
-    CUresult r = reserve(ldev, bytes);                                                \
-    if (r != CUDA_SUCCESS) return r;                                                  \
-    r = call;                                                                         \
-    if (r != CUDA_SUCCESS) {                                                          \
-        hk_mem_release(ldev, bytes);                                                  \
-        return r;                                                                     \
-    }                                                                                 \
-    if (hk_track_alloc((uint64_t)(uintptr_t)*(out), HK_KIND_CTX, ldev, bytes) != HK_OK) \
-        hk_mem_release(ldev, bytes);   /* cannot remember it: do not hold a charge no destroy frees */ \
+#define CREATE_BODY(real_fn, out, dev, call)                                                         \
+    if (!(real_fn)) return CUDA_ERROR_NOT_INITIALIZED;                                               \
+    int ldev = -1, st = ready_dev((dev), &ldev);                                                     \
+    if (st < 0) return CUDA_ERROR_NOT_INITIALIZED;                                                   \
+    if (st == 0 || !(out)) return call;                                                              \
+    if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY; /* a GPU outside the claim */                     \
+    uint64_t bytes = hk_context_bytes(ldev);                                                         \
+    CUresult r = reserve(ldev, bytes);                                                               \
+    if (r != CUDA_SUCCESS) return r;                                                                 \
+    r = call;                                                                                        \
+    if (r != CUDA_SUCCESS) {                                                                         \
+        hk_mem_release(ldev, bytes);                                                                 \
+        return r;                                                                                    \
+    }                                                                                                \
+    if (hk_track_alloc((uint64_t)(uintptr_t)*(out), HK_KIND_CTX, ldev, bytes) != HK_OK)              \
+        hk_mem_release(ldev, bytes); /* cannot remember it: do not hold a charge no destroy frees */ \
     return CUDA_SUCCESS;
 
-HK_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev) {
-    CREATE_BODY(hk_real.cuCtxCreate_v2, ctx, dev, hk_real.cuCtxCreate_v2(ctx, flags, dev))
-}
-HK_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev) {
-    CREATE_BODY(hk_real.cuCtxCreate_v3, ctx, dev, hk_real.cuCtxCreate_v3(ctx, affinity, n, flags, dev))
-}
-HK_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev) {
-    CREATE_BODY(hk_real.cuCtxCreate_v4, ctx, dev, hk_real.cuCtxCreate_v4(ctx, params, flags, dev))
-}
-HK_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *ctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
+HK_EXPORT CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev){
+    CREATE_BODY(hk_real.cuCtxCreate_v2, ctx, dev, hk_real.cuCtxCreate_v2(ctx, flags, dev))} HK_EXPORT CUresult
+    cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags,
+                   CUdevice dev){CREATE_BODY(hk_real.cuCtxCreate_v3, ctx, dev,
+                                             hk_real.cuCtxCreate_v3(ctx, affinity, n, flags, dev))} HK_EXPORT CUresult
+    cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags,
+                   CUdevice dev){CREATE_BODY(hk_real.cuCtxCreate_v4, ctx, dev,
+                                             hk_real.cuCtxCreate_v4(ctx, params, flags, dev))} HK_EXPORT CUresult
+    cuGreenCtxCreate(CUgreenCtx *ctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
     CREATE_BODY(hk_real.cuGreenCtxCreate, ctx, dev, hk_real.cuGreenCtxCreate(ctx, desc, dev, flags))
 }
 
@@ -141,25 +139,23 @@ HK_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx ctx) {
 /* Device memory a limit of `value` takes beyond what the context already holds by default. */
 static uint64_t limit_bytes(CUlimit which, size_t value, CUdevice ord) {
     switch (which) {
-    case CU_LIMIT_MALLOC_HEAP_SIZE:
-        return value > 8 * MiB ? (uint64_t)value - 8 * MiB : 0;
-    case CU_LIMIT_PRINTF_FIFO_SIZE:
-        return value > MiB ? (uint64_t)value - MiB : 0;
-    case CU_LIMIT_STACK_SIZE: {
-        if (value <= 1024) return 0;
-        int sms = 0, threads = 0;
-        if (!hk_real.cuDeviceGetAttribute ||
-            hk_real.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ord) != CUDA_SUCCESS ||
-            hk_real.cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ord) !=
-                CUDA_SUCCESS || sms <= 0 || threads <= 0) {
-            sms = 256;       /* unknown: assume a large device (over- rather than under-charge) */
-            threads = 2048;
+        case CU_LIMIT_MALLOC_HEAP_SIZE: return value > 8 * MiB ? (uint64_t)value - 8 * MiB : 0;
+        case CU_LIMIT_PRINTF_FIFO_SIZE: return value > MiB ? (uint64_t)value - MiB : 0;
+        case CU_LIMIT_STACK_SIZE: {
+            if (value <= 1024) return 0;
+            int sms = 0, threads = 0;
+            if (!hk_real.cuDeviceGetAttribute ||
+                hk_real.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ord) != CUDA_SUCCESS ||
+                hk_real.cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ord) !=
+                    CUDA_SUCCESS ||
+                sms <= 0 || threads <= 0) {
+                sms = 256; /* unknown: assume a large device (over- rather than under-charge) */
+                threads = 2048;
+            }
+            uint64_t per = (uint64_t)value - 1024, n = (uint64_t)sms * (uint64_t)threads;
+            return per > UINT64_MAX / n ? UINT64_MAX : per * n;
         }
-        uint64_t per = (uint64_t)value - 1024, n = (uint64_t)sms * (uint64_t)threads;
-        return per > UINT64_MAX / n ? UINT64_MAX : per * n;
-    }
-    default:
-        return 0;
+        default: return 0;
     }
 }
 
@@ -173,7 +169,7 @@ HK_EXPORT CUresult cuCtxSetLimit(CUlimit which, size_t value) {
     CUcontext ctx = NULL;
     if (hk_current_dev(&ldev, &ord) != CUDA_SUCCESS || !hk_real.cuCtxGetCurrent ||
         hk_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
-        return hk_real.cuCtxSetLimit(which, value);   /* no context: the driver says so */
+        return hk_real.cuCtxSetLimit(which, value); /* no context: the driver says so */
     if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t key = limit_key((uint64_t)(uintptr_t)ctx, which), want = limit_bytes(which, value, ord), have = 0;
     int odev;

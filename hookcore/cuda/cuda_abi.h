@@ -19,7 +19,7 @@ extern "C" {
  * ------------------------------------------------------------------------- */
 typedef int CUresult;
 typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;            /* the _v2 (64-bit) device pointer */
+typedef unsigned long long CUdeviceptr; /* the _v2 (64-bit) device pointer */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
 
@@ -33,7 +33,7 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 
 /* Special stream handles. */
-#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_LEGACY     ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* ---------------------------------------------------------------------------
@@ -119,8 +119,8 @@ typedef struct CUmemLocation_st {
 } CUmemLocation;
 
 typedef struct CUmemAllocationProp_st {
-    int type;                        /* CUmemAllocationType, 1 = pinned */
-    int requestedHandleTypes;        /* CUmemAllocationHandleType */
+    int type;                 /* CUmemAllocationType, 1 = pinned */
+    int requestedHandleTypes; /* CUmemAllocationHandleType */
     CUmemLocation location;
     void *win32HandleMetaData;
     struct {
@@ -217,7 +217,12 @@ enum {
 }
 #endif
 /* 2D/3D copies (cuMemcpy2D*, cuMemcpy3D*): the shim reads only the extent fields. */
-typedef enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3, CU_MEMORYTYPE_UNIFIED = 4 } CUmemorytype;
+typedef enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4
+} CUmemorytype;
 
 typedef struct CUDA_MEMCPY2D_st {
     size_t srcXInBytes, srcY;

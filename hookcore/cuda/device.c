@@ -15,7 +15,22 @@
 #include "shim.h"
 
 #define HK_MAX_ORDINALS 64
-static _Atomic int g_ordmap[HK_MAX_ORDINALS];   /* ordinal -> ledger index + 1000 (0 = unknown) */
+static _Atomic int g_ordmap[HK_MAX_ORDINALS]; /* ordinal -> ledger index + 1000 (0 = unknown) */
+
+/* The driver's 16 UUID bytes (cuDeviceGetUuid) in the form its other tools print and claims name:
+   "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+static void cuda_uuid_format(const unsigned char raw[16], char out[HK_UUID_MAX]) {
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    memcpy(o, "GPU-", 4);
+    o += 4;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) *o++ = '-';
+        *o++ = hex[raw[i] >> 4];
+        *o++ = hex[raw[i] & 15];
+    }
+    *o = '\0';
+}
 
 int hk_dev_of_ordinal(CUdevice ord) {
     if (ord < 0 || ord >= HK_MAX_ORDINALS) return HK_ENODEV;
@@ -26,7 +41,7 @@ int hk_dev_of_ordinal(CUdevice ord) {
     if (hk_real.cuDeviceGetUuid_v2) r = hk_real.cuDeviceGetUuid_v2(&raw, ord);
     if (r != CUDA_SUCCESS && hk_real.cuDeviceGetUuid) r = hk_real.cuDeviceGetUuid(&raw, ord);
     char uuid[HK_UUID_MAX] = "";
-    if (r == CUDA_SUCCESS) hk_uuid_format((const unsigned char *)raw.bytes, uuid);
+    if (r == CUDA_SUCCESS) cuda_uuid_format((const unsigned char *)raw.bytes, uuid);
     int dev = hk_device_resolve(ord, r == CUDA_SUCCESS ? uuid : NULL);
     if (dev < 0) dev = HK_ENODEV;
     if (hk_log_debug()) hk_log("device ordinal %d (%s) -> ledger index %d", ord, uuid, dev);
@@ -55,7 +70,7 @@ int hk_cuda_ordinal_of_uuid(const char *uuid) {
         if (r != CUDA_SUCCESS && hk_real.cuDeviceGetUuid) r = hk_real.cuDeviceGetUuid(&raw, ord);
         if (r != CUDA_SUCCESS) continue;
         char s[HK_UUID_MAX];
-        hk_uuid_format((const unsigned char *)raw.bytes, s);
+        cuda_uuid_format((const unsigned char *)raw.bytes, s);
         if (hk_uuid_equal(s, uuid)) return ord;
     }
     return -1;
@@ -83,7 +98,7 @@ HK_EXPORT CUresult cuInit(unsigned int flags) {
 /* Reports should not count processes that died since the last admission failure: virtual_meminfo
    reclaims their slots first (one fcntl per used slot; memory-info calls are rare). */
 static void virtual_meminfo(int dev, size_t real_free, size_t real_total, size_t *free_b, size_t *total_b) {
-    if (dev < 0) {             /* a GPU outside a UUID-keyed claim: no quota for it */
+    if (dev < 0) { /* a GPU outside a UUID-keyed claim: no quota for it */
         *free_b = 0;
         *total_b = 0;
         return;

@@ -18,8 +18,8 @@
 /* ---------------------------------------------------------------------------
  * The meter's operations, in CUDA terms
  * ------------------------------------------------------------------------- */
-static __thread CUcontext t_ctx;   /* the last context this thread launched into ... */
-static __thread int t_ldev;        /* ... and its ledger device */
+static __thread CUcontext t_ctx; /* the last context this thread launched into ... */
+static __thread int t_ldev;      /* ... and its ledger device */
 
 static int op_current(void **ctx, int *ldev) {
     CUcontext c = NULL;
@@ -71,24 +71,28 @@ static hk_meter_ops g_ops = {
 void hk_cuda_meter_setup(void) {
     /* CUDA 12.8 added cuEventElapsedTime_v2 (same signature); prefer it where it exists. */
     g_elapsed = hk_real.cuEventElapsedTime_v2 ? hk_real.cuEventElapsedTime_v2 : hk_real.cuEventElapsedTime;
-    int have = hk_real.cuEventCreate && hk_real.cuEventDestroy_v2 && hk_real.cuEventRecord &&
-               hk_real.cuEventQuery && hk_real.cuEventSynchronize && g_elapsed && hk_real.cuCtxGetCurrent;
+    int have = hk_real.cuEventCreate && hk_real.cuEventDestroy_v2 && hk_real.cuEventRecord && hk_real.cuEventQuery &&
+               hk_real.cuEventSynchronize && g_elapsed && hk_real.cuCtxGetCurrent;
     if (!have && hk_preload_limiter_on()) {
         hk_log("the driver lacks the event API; compute limits are not enforced");
         return;
     }
     g_ops.event_create = op_event_create;
-    g_ops.clock_ratio_milli = hk_preload_clock_ratio_milli;   /* from whichever shim reads clocks */
+    g_ops.clock_ratio_milli = hk_preload_clock_ratio_milli; /* from whichever shim reads clocks */
     hk_meter_setup(&g_ops);
 }
 
 /* ---------------------------------------------------------------------------
  * Interposers. Fast path: state ready and no limiter -> straight to the driver.
  * ------------------------------------------------------------------------- */
-#define KSIG ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)gx << 40 ^ (uint64_t)gy << 20 ^ gz) * 17 + \
-              ((uint64_t)bx << 20 ^ (uint64_t)by << 10 ^ bz) + shmem)
-#define XSIG (c ? ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)c->gridDimX << 40 ^ (uint64_t)c->gridDimY << 20 ^ \
-                   c->gridDimZ) * 17 + ((uint64_t)c->blockDimX << 20 ^ c->blockDimY << 10 ^ c->blockDimZ)) : 1)
+#define KSIG                                                                             \
+    ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)gx << 40 ^ (uint64_t)gy << 20 ^ gz) * 17 + \
+     ((uint64_t)bx << 20 ^ (uint64_t)by << 10 ^ bz) + shmem)
+#define XSIG                                                                               \
+    (c ? ((uint64_t)(uintptr_t)f * 31 +                                                    \
+          ((uint64_t)c->gridDimX << 40 ^ (uint64_t)c->gridDimY << 20 ^ c->gridDimZ) * 17 + \
+          ((uint64_t)c->blockDimX << 20 ^ c->blockDimY << 10 ^ c->blockDimZ))              \
+       : 1)
 
 HK_EXPORT CUresult cuLaunchKernel(HK_LAUNCH_ARGS, void **params, void **extra) {
     GATED(hk_real.cuLaunchKernel, s, KSIG, hk_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
@@ -116,15 +120,14 @@ HK_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     GATED(hk_real.cuGraphLaunch, s, (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch(g, s));
 }
 HK_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-    GATED(hk_real.cuGraphLaunch_ptsz, HK_PTSZ(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL, hk_real.cuGraphLaunch_ptsz(g, s));
+    GATED(hk_real.cuGraphLaunch_ptsz, HK_PTSZ(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL,
+          hk_real.cuGraphLaunch_ptsz(g, s));
 }
 
 /* The legacy launches (deprecated, still exported): a 1x1 or WxH grid on the default stream, or
    on a stream. Metered like the rest, or they would be a way around the compute share. */
 #define LSIG(w, h) ((uint64_t)(uintptr_t)f * 31 + ((uint64_t)(unsigned)(w) << 40 ^ (uint64_t)(unsigned)(h) << 20) * 17)
-HK_EXPORT CUresult cuLaunch(CUfunction f) {
-    GATED(hk_real.cuLaunch, NULL, LSIG(1, 1), hk_real.cuLaunch(f));
-}
+HK_EXPORT CUresult cuLaunch(CUfunction f) { GATED(hk_real.cuLaunch, NULL, LSIG(1, 1), hk_real.cuLaunch(f)); }
 HK_EXPORT CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
     GATED(hk_real.cuLaunchGrid, NULL, LSIG(gw, gh), hk_real.cuLaunchGrid(f, gw, gh));
 }
@@ -148,13 +151,13 @@ HK_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) {
     if (!hk_real.cuStreamBeginCapture_v2_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
     return begun(hk_real.cuStreamBeginCapture_v2_ptsz(s, mode));
 }
-HK_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata,
-                                               size_t n, int mode) {
+HK_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata, size_t n,
+                                               int mode) {
     if (!hk_real.cuStreamBeginCaptureToGraph) return CUDA_ERROR_NOT_INITIALIZED;
     return begun(hk_real.cuStreamBeginCaptureToGraph(s, graph, deps, edata, n, mode));
 }
-HK_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *deps,
-                                                    const void *edata, size_t n, int mode) {
+HK_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *deps, const void *edata,
+                                                    size_t n, int mode) {
     if (!hk_real.cuStreamBeginCaptureToGraph_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
     return begun(hk_real.cuStreamBeginCaptureToGraph_ptsz(s, graph, deps, edata, n, mode));
 }
@@ -167,9 +170,7 @@ static CUresult ended(CUstream s, void **graph, __typeof__(hk_real.cuStreamEndCa
     hk_meter_capture_ended(capturing);
     return r;
 }
-HK_EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
-    return ended(s, graph, hk_real.cuStreamEndCapture);
-}
+HK_EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) { return ended(s, graph, hk_real.cuStreamEndCapture); }
 HK_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, void **graph) {
     return ended(s, graph, hk_real.cuStreamEndCapture_ptsz);
 }

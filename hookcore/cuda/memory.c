@@ -24,9 +24,7 @@
 
 static inline uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-static inline uint64_t charge_of(size_t size) {
-    return size >= MiB2 ? round_up(size, MiB2) : round_up(size, 512);
-}
+static inline uint64_t charge_of(size_t size) { return size >= MiB2 ? round_up(size, MiB2) : round_up(size, 512); }
 
 /* Reserve `charge` on the ledger device of the current context. Returns CUDA_SUCCESS with *dev
    set, CUDA_ERROR_OUT_OF_MEMORY when over quota, an error when failed closed; *skip = 1 when
@@ -39,8 +37,8 @@ static CUresult admit_current(uint64_t charge, int *dev, int *skip) {
         *skip = 1;
         return CUDA_SUCCESS;
     }
-    if (*dev < 0) return CUDA_ERROR_OUT_OF_MEMORY;   /* GPU outside the claim */
-    CUresult cr = hk_context_charge_current(*dev);  /* the process's context first (context.c) */
+    if (*dev < 0) return CUDA_ERROR_OUT_OF_MEMORY; /* GPU outside the claim */
+    CUresult cr = hk_context_charge_current(*dev); /* the process's context first (context.c) */
     if (cr != CUDA_SUCCESS) return cr;
     int rc = hk_mem_reserve(*dev, charge);
     if (HK_LIKELY(rc == HK_OK)) return CUDA_SUCCESS;
@@ -73,23 +71,23 @@ static void forget(uint64_t key, uint32_t kind) {
 /* ---------------------------------------------------------------------------
  * Linear allocations
  * ------------------------------------------------------------------------- */
-#define ALLOC_BODY(real_call, ptr_expr, undo_call)                        \
-    if (!hk_real_fn) return CUDA_ERROR_NOT_INITIALIZED;                  \
-    if (!dptr || size == 0) return real_call;                            \
-    uint64_t charge = charge_of(size);                                   \
-    int dev, skip;                                                       \
-    CUresult r = admit_current(charge, &dev, &skip);                     \
-    if (r != CUDA_SUCCESS) return r;                                     \
-    r = real_call;                                                       \
-    if (skip) return r;                                                  \
-    if (r != CUDA_SUCCESS) {                                             \
-        hk_mem_release(dev, charge);                                     \
-        return r;                                                        \
-    }                                                                    \
-    if (remember((ptr_expr), HK_KIND_PTR, dev, charge)) {                \
-        undo_call;                                                       \
-        return CUDA_ERROR_OUT_OF_MEMORY;                                 \
-    }                                                                    \
+#define ALLOC_BODY(real_call, ptr_expr, undo_call)        \
+    if (!hk_real_fn) return CUDA_ERROR_NOT_INITIALIZED;   \
+    if (!dptr || size == 0) return real_call;             \
+    uint64_t charge = charge_of(size);                    \
+    int dev, skip;                                        \
+    CUresult r = admit_current(charge, &dev, &skip);      \
+    if (r != CUDA_SUCCESS) return r;                      \
+    r = real_call;                                        \
+    if (skip) return r;                                   \
+    if (r != CUDA_SUCCESS) {                              \
+        hk_mem_release(dev, charge);                      \
+        return r;                                         \
+    }                                                     \
+    if (remember((ptr_expr), HK_KIND_PTR, dev, charge)) { \
+        undo_call;                                        \
+        return CUDA_ERROR_OUT_OF_MEMORY;                  \
+    }                                                     \
     return CUDA_SUCCESS;
 
 HK_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
@@ -118,13 +116,13 @@ HK_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned in
  * ------------------------------------------------------------------------- */
 #define HK_MAX_POOLS 256
 typedef struct pool_acct {
-    _Atomic(uintptr_t) xpool;            /* 0 = free entry */
+    _Atomic(uintptr_t) xpool; /* 0 = free entry */
     _Atomic int xdev;
     _Atomic uint64_t xthreshold;
-    _Atomic uint64_t xretained;          /* charged, freed, kept by the pool */
+    _Atomic uint64_t xretained; /* charged, freed, kept by the pool */
 } pool_acct;
 static pool_acct g_pools[HK_MAX_POOLS];
-static _Atomic int g_any_retaining;     /* some pool has a threshold > 0 */
+static _Atomic int g_any_retaining; /* some pool has a threshold > 0 */
 
 static pool_acct *pool_find(CUmemoryPool p, int create) {
     uintptr_t key = (uintptr_t)p;
@@ -148,9 +146,7 @@ static pool_acct *pool_find(CUmemoryPool p, int create) {
 /* Take up to `want` bytes from what the pool retains (already charged). */
 static uint64_t pool_take(pool_acct *a, uint64_t want) {
     uint64_t r = hk_atomic_load_acquire(&a->xretained), take;
-    do {
-        take = r < want ? r : want;
-    } while (take && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, r - take));
+    do { take = r < want ? r : want; } while (take && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, r - take));
     return take;
 }
 
@@ -168,8 +164,7 @@ static void pool_keep(pool_acct *a, int dev, uint64_t bytes) {
 /* Trim the pool's retained memory to `keep` bytes. */
 static void pool_trim(pool_acct *a, uint64_t keep) {
     uint64_t r = hk_atomic_load_acquire(&a->xretained);
-    while (r > keep && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, keep)) {
-    }
+    while (r > keep && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, keep)) {}
     int dev = hk_atomic_load_relaxed(&a->xdev);
     if (r > keep && dev >= 0) hk_mem_release(dev, r - keep);
 }
@@ -215,7 +210,7 @@ static CUresult alloc_stream_ordered(CUdeviceptr *dptr, size_t size, CUmemoryPoo
     r = REAL_CALL;
     if (skip || r != CUDA_SUCCESS) {
         if (!skip) hk_mem_release(dev, charge - reused);
-        if (reused) pool_keep(acct, hk_atomic_load_relaxed(&acct->xdev), reused);   /* still the pool's */
+        if (reused) pool_keep(acct, hk_atomic_load_relaxed(&acct->xdev), reused); /* still the pool's */
         return r;
     }
     if (acct) {
@@ -242,8 +237,7 @@ HK_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream
 HK_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
     return alloc_stream_ordered(dptr, size, pool, s, hk_real.cuMemFreeAsync, 1, NULL, hk_real.cuMemAllocFromPoolAsync);
 }
-HK_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
-                                                CUstream s) {
+HK_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
     return alloc_stream_ordered(dptr, size, pool, s, hk_real.cuMemFreeAsync_ptsz, 1, NULL,
                                 hk_real.cuMemAllocFromPoolAsync_ptsz);
 }
@@ -252,7 +246,7 @@ HK_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, 
 static void forget_ptr(CUdeviceptr p) {
     int dev, pdev;
     uint64_t size, pool;
-    if (hk_track_free(p, HK_KIND_PTR, &dev, &size) != HK_OK) return;   /* graph memory stays charged */
+    if (hk_track_free(p, HK_KIND_PTR, &dev, &size) != HK_OK) return; /* graph memory stays charged */
     if (hk_atomic_load_relaxed(&g_any_retaining) && hk_track_free(p, HK_KIND_POOLPTR, &pdev, &pool) == HK_OK) {
         CUmemoryPool h = (CUmemoryPool)(uintptr_t)(pool & ~(uint64_t)1);
         CUdevice ord;
@@ -280,7 +274,7 @@ HK_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *valu
         return r;
     uint64_t t = *(const uint64_t *)value;
     pool_acct *a = pool_find(pool, t != 0);
-    if (!a) return r;   /* (more than HK_MAX_POOLS retaining pools: their frees release at once) */
+    if (!a) return r; /* (more than HK_MAX_POOLS retaining pools: their frees release at once) */
     hk_atomic_store_release(&a->xthreshold, t);
     if (t) hk_atomic_store_release(&g_any_retaining, 1);
     pool_trim(a, t);
@@ -319,8 +313,10 @@ static CUresult graph_admit(const CUDA_MEM_ALLOC_NODE_PARAMS *p, int *dev, uint6
     if (st == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     if (st == HK_STATE_DORMANT || !p || p->bytesize == 0) return CUDA_SUCCESS;
     int ldev;
-    if (p->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE) ldev = hk_dev_of_ordinal(p->poolProps.location.id);
-    else if (hk_current_dev(&ldev, NULL) != CUDA_SUCCESS) return CUDA_SUCCESS;
+    if (p->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        ldev = hk_dev_of_ordinal(p->poolProps.location.id);
+    else if (hk_current_dev(&ldev, NULL) != CUDA_SUCCESS)
+        return CUDA_SUCCESS;
     if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult cr = hk_context_charge_current(ldev);
     if (cr != CUDA_SUCCESS) return cr;
@@ -359,8 +355,8 @@ HK_EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNod
     return graph_settle(hk_real.cuGraphAddNode(node, g, deps, n, params), dev, charge);
 }
 
-HK_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edata,
-                                     size_t n, CUgraphNodeParams *params) {
+HK_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edata, size_t n,
+                                     CUgraphNodeParams *params) {
     if (!hk_real.cuGraphAddNode_v2) return CUDA_ERROR_NOT_INITIALIZED;
     int dev = -1;
     uint64_t charge = 0;
@@ -464,7 +460,7 @@ static void vmm_set_refs(CUmemGenericAllocationHandle h, uint64_t n) {
 
 static void vmm_ref(CUmemGenericAllocationHandle h, int delta) {
     uint64_t n = vmm_refs(h);
-    if (n == 0) return;   /* not a handle of ours */
+    if (n == 0) return; /* not a handle of ours */
     if (delta > 0) {
         vmm_set_refs(h, n + 1);
     } else if (n > 1) {
@@ -481,7 +477,7 @@ HK_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, con
     int st = hk_preload_ready();
     if (HK_UNLIKELY(st == HK_STATE_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
     if (st == HK_STATE_DORMANT || !h || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return hk_real.cuMemCreate(h, size, prop, flags);   /* host memory or invalid: not charged */
+        return hk_real.cuMemCreate(h, size, prop, flags); /* host memory or invalid: not charged */
     int dev = hk_dev_of_ordinal(prop->location.id);
     if (dev < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult cr = hk_context_charge_current(dev);
@@ -520,7 +516,7 @@ HK_EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAll
                                                 unsigned long long flags) {
     if (!hk_real.cuMemExportToShareableHandle) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuMemExportToShareableHandle(shareable, h, type, flags);
-    if (r == CUDA_SUCCESS) vmm_ref(h, +1);   /* the importer's reference: never given back */
+    if (r == CUDA_SUCCESS) vmm_ref(h, +1); /* the importer's reference: never given back */
     return r;
 }
 
@@ -533,7 +529,7 @@ HK_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
     if (st == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuMemImportFromShareableHandle(h, os_handle, type);
     if (r != CUDA_SUCCESS || st == HK_STATE_DORMANT || !h) return r;
-    if (vmm_refs(*h)) {   /* our own handle came back: one more reference to it */
+    if (vmm_refs(*h)) { /* our own handle came back: one more reference to it */
         vmm_ref(*h, +1);
         return r;
     }
@@ -550,7 +546,7 @@ HK_EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGeneric
     int dev = -1, ldev;
     uint64_t charged = 0, charge = 0;
     hk_track_lookup(h, HK_KIND_VMM, &dev, &charged);
-    if (dev < 0) {   /* an import not charged yet: charge the mapping on the current device */
+    if (dev < 0) { /* an import not charged yet: charge the mapping on the current device */
         if (hk_current_dev(&ldev, NULL) != CUDA_SUCCESS) ldev = 0;
         if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY;
         charge = round_up(size, MiB2);
@@ -586,10 +582,16 @@ HK_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
  * ------------------------------------------------------------------------- */
 static uint64_t format_bytes(CUarray_format f) {
     switch (f) {
-    case 0x01: case 0x08: return 1;                 /* (un)signed int8 */
-    case 0x02: case 0x09: case 0x10: return 2;      /* (un)signed int16, half */
-    case 0x03: case 0x0a: case 0x20: return 4;      /* (un)signed int32, float */
-    default: return 4;                              /* newer formats: at most 4 B per channel-element
+        case 0x01:
+        case 0x08: return 1; /* (un)signed int8 */
+        case 0x02:
+        case 0x09:
+        case 0x10: return 2; /* (un)signed int16, half */
+        case 0x03:
+        case 0x0a:
+        case 0x20: return 4; /* (un)signed int32, float */
+        default:
+            return 4; /* newer formats: at most 4 B per channel-element
                                                        except 64-bit-block BC formats, close enough */
     }
 }
@@ -620,7 +622,10 @@ HK_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d
     if (r != CUDA_SUCCESS) return r;
     r = hk_real.cuArrayCreate_v2(arr, d);
     if (skip) return r;
-    if (r != CUDA_SUCCESS) { hk_mem_release(dev, charge); return r; }
+    if (r != CUDA_SUCCESS) {
+        hk_mem_release(dev, charge);
+        return r;
+    }
     if (remember((uint64_t)(uintptr_t)*arr, HK_KIND_ARRAY, dev, charge)) {
         hk_real.cuArrayDestroy(*arr);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -637,7 +642,10 @@ HK_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTO
     if (r != CUDA_SUCCESS) return r;
     r = hk_real.cuArray3DCreate_v2(arr, d);
     if (skip) return r;
-    if (r != CUDA_SUCCESS) { hk_mem_release(dev, charge); return r; }
+    if (r != CUDA_SUCCESS) {
+        hk_mem_release(dev, charge);
+        return r;
+    }
     if (remember((uint64_t)(uintptr_t)*arr, HK_KIND_ARRAY, dev, charge)) {
         hk_real.cuArrayDestroy(*arr);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -665,7 +673,10 @@ HK_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRA
     if (r != CUDA_SUCCESS) return r;
     r = hk_real.cuMipmappedArrayCreate(arr, d, levels);
     if (skip) return r;
-    if (r != CUDA_SUCCESS) { hk_mem_release(dev, charge); return r; }
+    if (r != CUDA_SUCCESS) {
+        hk_mem_release(dev, charge);
+        return r;
+    }
     if (remember(MIPMAP_KEY(*arr), HK_KIND_ARRAY, dev, charge)) {
         hk_real.cuMipmappedArrayDestroy(*arr);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -29,9 +29,8 @@ HK_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
     hk_preload_load(&hk_shim_cuda);
     if (!hk_real.cuGetProcAddress_v2) {
         if (!hk_real.cuGetProcAddress) return CUDA_ERROR_NOT_INITIALIZED;
-        CUresult r = hk_real.cuGetProcAddress(symbol, pfn, ver, flags);   /* pre-12.0 driver */
-        if (status) *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS
-                                                : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        CUresult r = hk_real.cuGetProcAddress(symbol, pfn, ver, flags); /* pre-12.0 driver */
+        if (status) *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         if (r == CUDA_SUCCESS && pfn && *pfn) *pfn = to_hook(symbol, *pfn, ver, flags);
         return r;
     }
@@ -43,9 +42,12 @@ HK_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, 
 HK_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags) {
     hk_preload_load(&hk_shim_cuda);
     CUresult r;
-    if (hk_real.cuGetProcAddress) r = hk_real.cuGetProcAddress(symbol, pfn, ver, flags);
-    else if (hk_real.cuGetProcAddress_v2) r = hk_real.cuGetProcAddress_v2(symbol, pfn, ver, flags, NULL);
-    else return CUDA_ERROR_NOT_INITIALIZED;
+    if (hk_real.cuGetProcAddress)
+        r = hk_real.cuGetProcAddress(symbol, pfn, ver, flags);
+    else if (hk_real.cuGetProcAddress_v2)
+        r = hk_real.cuGetProcAddress_v2(symbol, pfn, ver, flags, NULL);
+    else
+        return CUDA_ERROR_NOT_INITIALIZED;
     if (r == CUDA_SUCCESS && pfn && *pfn) *pfn = to_hook(symbol, *pfn, ver, flags);
     return r;
 }

@@ -20,8 +20,9 @@
 /* ---------------------------------------------------------------------------
  * Interposers (memory.c, launch.c, device.c, procaddress.c); the list is hooks.def
  * ------------------------------------------------------------------------- */
-#define HK_LAUNCH_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
-                       unsigned bz, unsigned shmem, CUstream s
+#define HK_LAUNCH_ARGS                                                                                          \
+    CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
+        CUstream s
 
 /* Prototypes of the interposers (the real driver signatures). */
 CUresult cuInit(unsigned int flags);
@@ -84,10 +85,9 @@ CUresult cuGreenCtxDestroy(CUgreenCtx ctx);
 CUresult cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode);
-CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata,
-                                     size_t n, int mode);
-CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *deps, const void *edata,
-                                          size_t n, int mode);
+CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata, size_t n, int mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *deps, const void *edata, size_t n,
+                                          int mode);
 CUresult cuStreamEndCapture(CUstream s, void **graph);
 CUresult cuStreamEndCapture_ptsz(CUstream s, void **graph);
 
@@ -121,12 +121,12 @@ int hk_cuda_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
  * context.c: contexts and their limits are device memory too
  * ------------------------------------------------------------------------- */
 /* Shim-local tracking kinds (core/hookcore.h owns 0..7). */
-#define HK_KIND_CTX       8u    /* a created (non-primary) context -> its charge */
-#define HK_KIND_CTXLIMIT  9u    /* (context, limit) -> what that limit is charged */
-#define HK_KIND_GRAPHMEM  10u   /* graph memory (alloc nodes, captured allocations) */
-#define HK_KIND_POOLPTR   11u   /* a pool allocation -> its pool */
-#define HK_KIND_VMMREF    12u   /* a VMM handle's references (handle, retains, mappings) */
-#define HK_KIND_VMMMAP    13u   /* a mapping's address -> its handle */
+#define HK_KIND_CTX      8u  /* a created (non-primary) context -> its charge */
+#define HK_KIND_CTXLIMIT 9u  /* (context, limit) -> what that limit is charged */
+#define HK_KIND_GRAPHMEM 10u /* graph memory (alloc nodes, captured allocations) */
+#define HK_KIND_POOLPTR  11u /* a pool allocation -> its pool */
+#define HK_KIND_VMMREF   12u /* a VMM handle's references (handle, retains, mappings) */
+#define HK_KIND_VMMMAP   13u /* a mapping's address -> its handle */
 
 /* Charge this process's context on ledger device `ldev` once (HOOKCORE_CONTEXT_MEMORY_<i>).
    CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the quota cannot hold it. */

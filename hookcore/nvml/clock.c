@@ -15,13 +15,13 @@
 #define SAMPLE_NS 20000000LL
 
 static struct {
-    _Atomic int64_t xsampled_ns;      /* last sample, 0 = never; -1 = device not found (final) */
-    _Atomic uint32_t xratio;          /* x1000 */
-    nvmlDevice_t handle;              /* written before the first xsampled_ns publication */
-    uint32_t ref;                     /* MHz */
+    _Atomic int64_t xsampled_ns; /* last sample, 0 = never; -1 = device not found (final) */
+    _Atomic uint32_t xratio;     /* x1000 */
+    nvmlDevice_t handle;         /* written before the first xsampled_ns publication */
+    uint32_t ref;                /* MHz */
 } g_clk[HK_MAX_DEVICES];
 
-static _Atomic int g_nvml_init;       /* 0 not tried, 1 ok, 2 failed */
+static _Atomic int g_nvml_init; /* 0 not tried, 1 ok, 2 failed */
 
 static int nvml_ready(void) {
     int st = hk_atomic_load_acquire(&g_nvml_init);
@@ -42,7 +42,7 @@ uint32_t hk_nvml_clock_ratio_milli(int ldev) {
     /* Elect one sampler: the others use the previous ratio meanwhile. */
     if (!hk_atomic_cas_strong_acq_rel(&g_clk[ldev].xsampled_ns, &last, last == 0 ? -2 : now))
         return hk_atomic_load_relaxed(&g_clk[ldev].xratio);
-    if (last == 0) {   /* first sample: find the device and its reference clock */
+    if (last == 0) { /* first sample: find the device and its reference clock */
         const char *uuid = hk_device_uuid(ldev);
         nvmlDevice_t h = NULL;
         unsigned ref = hk_compute_ref_mhz(ldev);
@@ -56,7 +56,8 @@ uint32_t hk_nvml_clock_ratio_milli(int ldev) {
             hk_nvml.nvmlDeviceGetClock(h, NVML_CLOCK_SM, NVML_CLOCK_ID_APP_CLOCK_DEFAULT, &ref);
         if (!ref) {
             hk_log("strict cap on device %d: no full-load clock (set HOOKCORE_COMPUTE_REF_MHZ_%d); charging "
-                   "device time", ldev, ldev);
+                   "device time",
+                   ldev, ldev);
             hk_atomic_store_release(&g_clk[ldev].xsampled_ns, -1);
             return 0;
         }

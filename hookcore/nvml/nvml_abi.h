@@ -5,8 +5,13 @@
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
 typedef enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_VIDEO = 3 } nvmlClockType_t;
 typedef enum {
     NVML_CLOCK_ID_CURRENT = 0,

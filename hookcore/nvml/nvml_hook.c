@@ -17,12 +17,14 @@
    (release); a reader that finds its handle reads ldev with acquire, and 0 means "not yet
    published": it computes the index itself instead of taking device 0's quota for another GPU. */
 #define HK_NVML_CACHE 64
-static struct { _Atomic(nvmlDevice_t) xhandle; _Atomic int xldev1; } g_cache[HK_NVML_CACHE];
+static struct {
+    _Atomic(nvmlDevice_t) xhandle;
+    _Atomic int xldev1;
+} g_cache[HK_NVML_CACHE];
 
 static int ldev_lookup(nvmlDevice_t h) {
     char uuid[96] = "";
-    if (!hk_nvml.nvmlDeviceGetUUID || hk_nvml.nvmlDeviceGetUUID(h, uuid, sizeof uuid) != NVML_SUCCESS)
-        return HK_ENODEV;
+    if (!hk_nvml.nvmlDeviceGetUUID || hk_nvml.nvmlDeviceGetUUID(h, uuid, sizeof uuid) != NVML_SUCCESS) return HK_ENODEV;
     /* NVML has no CUDA ordinal. A UUID-keyed claim is matched by UUID alone; a HAMi-style claim
        is keyed by the compute API's ordinal, so find the ordinal with this UUID (when that API is
        initialised in this process), else fall back to NVML's own index. */
@@ -40,7 +42,7 @@ static int ldev_of(nvmlDevice_t h) {
         if (c != h) continue;
         int v = hk_atomic_load_acquire(&g_cache[i].xldev1);
         if (v != 0) return v - 1;
-        break;   /* being published by another thread: compute it ourselves */
+        break; /* being published by another thread: compute it ourselves */
     }
     int dev = ldev_lookup(h);
     for (int i = 0; i < HK_NVML_CACHE; i++) {
@@ -49,7 +51,7 @@ static int ldev_of(nvmlDevice_t h) {
             hk_atomic_store_release(&g_cache[i].xldev1, dev + 1);
             break;
         }
-        if (expect == h) break;   /* someone else caches it */
+        if (expect == h) break; /* someone else caches it */
     }
     return dev;
 }
@@ -62,7 +64,7 @@ static int quota_view(nvmlDevice_t h, unsigned long long real_total, unsigned lo
     uint64_t limit = hk_mem_limit(dev);
     if (limit == HK_MEM_UNLIMITED) return -1;
     uint64_t t = limit < real_total ? limit : real_total;
-    hk_reclaim();   /* do not report the charges of processes that died */
+    hk_reclaim(); /* do not report the charges of processes that died */
     uint64_t u = hk_mem_used(dev);
     uint64_t f = u >= t ? 0 : t - u;
     *total = t;

@@ -35,8 +35,8 @@ static HK_NO_SANITIZE int same_name(const char *a, const char *b) {
 }
 
 static _Atomic(hk_dlsym_fn) g_libc;
-_Atomic(hk_dlsym_fn) hk_dlsym_next HK_HIDDEN;     /* read by the dlsym trampoline */
-_Atomic(hk_dlvsym_fn) hk_dlvsym_next HK_HIDDEN;   /* read by the dlvsym trampoline */
+_Atomic(hk_dlsym_fn) hk_dlsym_next HK_HIDDEN;   /* read by the dlsym trampoline */
+_Atomic(hk_dlvsym_fn) hk_dlvsym_next HK_HIDDEN; /* read by the dlvsym trampoline */
 
 /* The trampolines' own addresses (hidden labels: &dlsym could bind to another library's). */
 extern char hk_dlsym_self[] HK_HIDDEN, hk_dlvsym_self[] HK_HIDDEN;
@@ -54,7 +54,7 @@ HK_NO_SANITIZE hk_dlsym_fn hk_preload_next_dlsym(void) {
     hk_dlsym_fn f = hk_atomic_load_acquire(&hk_dlsym_next);
     if (HK_LIKELY(f != NULL)) return f;
     hk_dlsym_fn libc = hk_preload_libc_dlsym();
-    if (libc) f = (hk_dlsym_fn)libc(RTLD_NEXT, "dlsym");   /* called from here: "next after us" */
+    if (libc) f = (hk_dlsym_fn)libc(RTLD_NEXT, "dlsym"); /* called from here: "next after us" */
     if (!f) f = libc;
     hk_atomic_store_release(&hk_dlsym_next, f);
     return f;
@@ -98,7 +98,7 @@ HK_NO_SANITIZE void *hk_dlsym_decide(void *handle, const char *name) {
     (void)handle;
     if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_dlsym_next) == NULL)) hk_preload_next_dlsym();
     if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_dlvsym_next) == NULL)) next_dlvsym();
-    if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_log_xdebug)))   /* (macros only: no instrumented call) */
+    if (HK_UNLIKELY(hk_atomic_load_relaxed(&hk_log_xdebug))) /* (macros only: no instrumented call) */
         hk_atomic_add_relaxed(&hk_log_xdlsym_calls, 1);
     if (name == NULL) return NULL;
     void *dl = lookup_function(name);
@@ -124,125 +124,123 @@ __attribute__((constructor)) static void hk_dlsym_ctor(void) {
 }
 
 #if defined(__x86_64__)
-__asm__(
-    "    .text\n"
-    "    .globl dlsym\n"
-    "    .type dlsym, @function\n"
-    "    .p2align 4\n"
-    "    .globl hk_dlsym_self\n"
-    "    .hidden hk_dlsym_self\n"
-    "dlsym:\n"
-    "hk_dlsym_self:\n"
-    "    .cfi_startproc\n"
-    "    endbr64\n"
-    "    pushq %rdi\n"
-    "    .cfi_adjust_cfa_offset 8\n"
-    "    pushq %rsi\n"
-    "    .cfi_adjust_cfa_offset 8\n"
-    "    subq $8, %rsp\n"                      /* 16-byte stack alignment for the call */
-    "    .cfi_adjust_cfa_offset 8\n"
-    "    call hk_dlsym_decide\n"
-    "    addq $8, %rsp\n"
-    "    .cfi_adjust_cfa_offset -8\n"
-    "    popq %rsi\n"
-    "    .cfi_adjust_cfa_offset -8\n"
-    "    popq %rdi\n"
-    "    .cfi_adjust_cfa_offset -8\n"
-    "    testq %rax, %rax\n"
-    "    jnz 1f\n"                             /* an interposer: return it */
-    "    movq hk_dlsym_next(%rip), %rax\n"
-    "    testq %rax, %rax\n"
-    "    jz 1f\n"                              /* no dlsym to pass on to: return NULL */
-    "    jmp *%rax\n"                          /* the caller's return address is still on top */
-    "1:  ret\n"
-    "    .cfi_endproc\n"
-    "    .size dlsym, .-dlsym\n"
-    "    .globl dlvsym\n"
-    "    .type dlvsym, @function\n"
-    "    .globl hk_dlvsym_self\n"
-    "    .hidden hk_dlvsym_self\n"
-    "    .p2align 4\n"
-    "dlvsym:\n"
-    "hk_dlvsym_self:\n"
-    "    .cfi_startproc\n"
-    "    endbr64\n"
-    "    pushq %rdi\n"
-    "    .cfi_adjust_cfa_offset 8\n"
-    "    pushq %rsi\n"
-    "    .cfi_adjust_cfa_offset 8\n"
-    "    pushq %rdx\n"                        /* three pushes: the stack is 16-byte aligned again */
-    "    .cfi_adjust_cfa_offset 8\n"
-    "    call hk_dlvsym_decide\n"
-    "    popq %rdx\n"
-    "    .cfi_adjust_cfa_offset -8\n"
-    "    popq %rsi\n"
-    "    .cfi_adjust_cfa_offset -8\n"
-    "    popq %rdi\n"
-    "    .cfi_adjust_cfa_offset -8\n"
-    "    testq %rax, %rax\n"
-    "    jnz 1f\n"
-    "    movq hk_dlvsym_next(%rip), %rax\n"
-    "    testq %rax, %rax\n"
-    "    jz 1f\n"
-    "    jmp *%rax\n"                         /* the caller's return address is still on top */
-    "1:  ret\n"
-    "    .cfi_endproc\n"
-    "    .size dlvsym, .-dlvsym\n");
+__asm__("    .text\n"
+        "    .globl dlsym\n"
+        "    .type dlsym, @function\n"
+        "    .p2align 4\n"
+        "    .globl hk_dlsym_self\n"
+        "    .hidden hk_dlsym_self\n"
+        "dlsym:\n"
+        "hk_dlsym_self:\n"
+        "    .cfi_startproc\n"
+        "    endbr64\n"
+        "    pushq %rdi\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    pushq %rsi\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    subq $8, %rsp\n" /* 16-byte stack alignment for the call */
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    call hk_dlsym_decide\n"
+        "    addq $8, %rsp\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    popq %rsi\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    popq %rdi\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    testq %rax, %rax\n"
+        "    jnz 1f\n" /* an interposer: return it */
+        "    movq hk_dlsym_next(%rip), %rax\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"     /* no dlsym to pass on to: return NULL */
+        "    jmp *%rax\n" /* the caller's return address is still on top */
+        "1:  ret\n"
+        "    .cfi_endproc\n"
+        "    .size dlsym, .-dlsym\n"
+        "    .globl dlvsym\n"
+        "    .type dlvsym, @function\n"
+        "    .globl hk_dlvsym_self\n"
+        "    .hidden hk_dlvsym_self\n"
+        "    .p2align 4\n"
+        "dlvsym:\n"
+        "hk_dlvsym_self:\n"
+        "    .cfi_startproc\n"
+        "    endbr64\n"
+        "    pushq %rdi\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    pushq %rsi\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    pushq %rdx\n" /* three pushes: the stack is 16-byte aligned again */
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    call hk_dlvsym_decide\n"
+        "    popq %rdx\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    popq %rsi\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    popq %rdi\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    testq %rax, %rax\n"
+        "    jnz 1f\n"
+        "    movq hk_dlvsym_next(%rip), %rax\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"
+        "    jmp *%rax\n" /* the caller's return address is still on top */
+        "1:  ret\n"
+        "    .cfi_endproc\n"
+        "    .size dlvsym, .-dlvsym\n");
 #elif defined(__aarch64__)
-__asm__(
-    "    .text\n"
-    "    .globl dlsym\n"
-    "    .type dlsym, %function\n"
-    "    .globl hk_dlsym_self\n"
-    "    .hidden hk_dlsym_self\n"
-    "    .p2align 2\n"
-    "dlsym:\n"
-    "hk_dlsym_self:\n"
-    "    hint 34\n"                            /* bti c */
-    "    stp x29, x30, [sp, #-32]!\n"
-    "    mov x29, sp\n"
-    "    stp x0, x1, [sp, #16]\n"
-    "    bl hk_dlsym_decide\n"
-    "    mov x9, x0\n"
-    "    ldp x0, x1, [sp, #16]\n"
-    "    ldp x29, x30, [sp], #32\n"             /* x30 = the caller's return address again */
-    "    cbnz x9, 1f\n"
-    "    adrp x16, hk_dlsym_next\n"
-    "    ldr x16, [x16, #:lo12:hk_dlsym_next]\n"
-    "    cbz x16, 2f\n"
-    "    br x16\n"
-    "1:  mov x0, x9\n"
-    "    ret\n"
-    "2:  mov x0, #0\n"
-    "    ret\n"
-    "    .size dlsym, .-dlsym\n"
-    "    .globl dlvsym\n"
-    "    .type dlvsym, %function\n"
-    "    .globl hk_dlvsym_self\n"
-    "    .hidden hk_dlvsym_self\n"
-    "    .p2align 2\n"
-    "dlvsym:\n"
-    "hk_dlvsym_self:\n"
-    "    hint 34\n"
-    "    stp x29, x30, [sp, #-48]!\n"
-    "    mov x29, sp\n"
-    "    stp x0, x1, [sp, #16]\n"
-    "    str x2, [sp, #32]\n"
-    "    bl hk_dlvsym_decide\n"
-    "    mov x9, x0\n"
-    "    ldp x0, x1, [sp, #16]\n"
-    "    ldr x2, [sp, #32]\n"
-    "    ldp x29, x30, [sp], #48\n"
-    "    cbnz x9, 3f\n"
-    "    adrp x16, hk_dlvsym_next\n"
-    "    ldr x16, [x16, #:lo12:hk_dlvsym_next]\n"
-    "    cbz x16, 4f\n"
-    "    br x16\n"
-    "3:  mov x0, x9\n"
-    "    ret\n"
-    "4:  mov x0, #0\n"
-    "    ret\n"
-    "    .size dlvsym, .-dlvsym\n");
+__asm__("    .text\n"
+        "    .globl dlsym\n"
+        "    .type dlsym, %function\n"
+        "    .globl hk_dlsym_self\n"
+        "    .hidden hk_dlsym_self\n"
+        "    .p2align 2\n"
+        "dlsym:\n"
+        "hk_dlsym_self:\n"
+        "    hint 34\n" /* bti c */
+        "    stp x29, x30, [sp, #-32]!\n"
+        "    mov x29, sp\n"
+        "    stp x0, x1, [sp, #16]\n"
+        "    bl hk_dlsym_decide\n"
+        "    mov x9, x0\n"
+        "    ldp x0, x1, [sp, #16]\n"
+        "    ldp x29, x30, [sp], #32\n" /* x30 = the caller's return address again */
+        "    cbnz x9, 1f\n"
+        "    adrp x16, hk_dlsym_next\n"
+        "    ldr x16, [x16, #:lo12:hk_dlsym_next]\n"
+        "    cbz x16, 2f\n"
+        "    br x16\n"
+        "1:  mov x0, x9\n"
+        "    ret\n"
+        "2:  mov x0, #0\n"
+        "    ret\n"
+        "    .size dlsym, .-dlsym\n"
+        "    .globl dlvsym\n"
+        "    .type dlvsym, %function\n"
+        "    .globl hk_dlvsym_self\n"
+        "    .hidden hk_dlvsym_self\n"
+        "    .p2align 2\n"
+        "dlvsym:\n"
+        "hk_dlvsym_self:\n"
+        "    hint 34\n"
+        "    stp x29, x30, [sp, #-48]!\n"
+        "    mov x29, sp\n"
+        "    stp x0, x1, [sp, #16]\n"
+        "    str x2, [sp, #32]\n"
+        "    bl hk_dlvsym_decide\n"
+        "    mov x9, x0\n"
+        "    ldp x0, x1, [sp, #16]\n"
+        "    ldr x2, [sp, #32]\n"
+        "    ldp x29, x30, [sp], #48\n"
+        "    cbnz x9, 3f\n"
+        "    adrp x16, hk_dlvsym_next\n"
+        "    ldr x16, [x16, #:lo12:hk_dlvsym_next]\n"
+        "    cbz x16, 4f\n"
+        "    br x16\n"
+        "3:  mov x0, x9\n"
+        "    ret\n"
+        "4:  mov x0, #0\n"
+        "    ret\n"
+        "    .size dlvsym, .-dlvsym\n");
 #else
 #error "hookcore: the dlsym trampoline exists for x86_64 and aarch64 only"
 #endif

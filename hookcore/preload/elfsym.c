@@ -41,10 +41,10 @@ static HK_NO_SANITIZE int same(const char *a, const char *b) {
     return *a == *b;
 }
 
-static HK_NO_SANITIZE void *defined(const struct link_map *lm, const ElfW(Sym) *sym, const char *strtab,
+static HK_NO_SANITIZE void *defined(const struct link_map *lm, const ElfW(Sym) * sym, const char *strtab,
                                     const char *name) {
     if (sym->st_shndx == SHN_UNDEF || sym->st_value == 0) return NULL;
-    if ((sym->st_info & 0xf) != STT_FUNC) return NULL;   /* ST_TYPE, the same for ELF32 and ELF64 */
+    if ((sym->st_info & 0xf) != STT_FUNC) return NULL; /* ST_TYPE, the same for ELF32 and ELF64 */
     return same(strtab + sym->st_name, name) ? (void *)(lm->l_addr + sym->st_value) : NULL;
 }
 
@@ -53,9 +53,9 @@ static HK_NO_SANITIZE int is_libc(const char *path) {
     const char *base = path;
     for (const char *p = path; p && *p; p++)
         if (*p == '/') base = p + 1;
-    return base && ((base[0] == 'l' && base[1] == 'i' && base[2] == 'b' && base[3] == 'c' && base[4] == '.') ||
-                    (base[0] == 'l' && base[1] == 'i' && base[2] == 'b' && base[3] == 'd' && base[4] == 'l' &&
-                     base[5] == '.'));
+    return base &&
+           ((base[0] == 'l' && base[1] == 'i' && base[2] == 'b' && base[3] == 'c' && base[4] == '.') ||
+            (base[0] == 'l' && base[1] == 'i' && base[2] == 'b' && base[3] == 'd' && base[4] == 'l' && base[5] == '.'));
 }
 
 static HK_NO_SANITIZE void *lookup_in(const struct link_map *lm, const char *name);
@@ -64,7 +64,7 @@ HK_NO_SANITIZE void *hk_preload_libc_symbol(const char *name) {
     Dl_info info;
     struct link_map *lm = NULL;
     if (!dladdr1((void *)&dlerror, &info, (void **)&lm, RTLD_DL_LINKMAP) || lm == NULL) return NULL;
-    while (lm->l_prev) lm = lm->l_prev;   /* every loaded object, in load order */
+    while (lm->l_prev) lm = lm->l_prev; /* every loaded object, in load order */
     for (; lm; lm = lm->l_next) {
         if (!lm->l_name || !is_libc(lm->l_name) || lm->l_ld == NULL) continue;
         void *p = lookup_in(lm, name);
@@ -79,11 +79,15 @@ static HK_NO_SANITIZE void *lookup_in(const struct link_map *lm, const char *nam
     const uint32_t *gnu = NULL, *sysv = NULL;
     for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
         uintptr_t p = d->d_un.d_ptr;
-        if (p < lm->l_addr) p += lm->l_addr;   /* ld.so relocates these in place on most targets */
-        if (d->d_tag == DT_SYMTAB) symtab = (const ElfW(Sym) *)p;
-        else if (d->d_tag == DT_STRTAB) strtab = (const char *)p;
-        else if (d->d_tag == DT_GNU_HASH) gnu = (const uint32_t *)p;
-        else if (d->d_tag == DT_HASH) sysv = (const uint32_t *)p;
+        if (p < lm->l_addr) p += lm->l_addr; /* ld.so relocates these in place on most targets */
+        if (d->d_tag == DT_SYMTAB)
+            symtab = (const ElfW(Sym) *)p;
+        else if (d->d_tag == DT_STRTAB)
+            strtab = (const char *)p;
+        else if (d->d_tag == DT_GNU_HASH)
+            gnu = (const uint32_t *)p;
+        else if (d->d_tag == DT_HASH)
+            sysv = (const uint32_t *)p;
     }
     if (!symtab || !strtab) return NULL;
     if (gnu) {

@@ -3,8 +3,10 @@
  * A hook library lib<stem>.so = core/ (config, ledger, admission, limiter, meter) + preload/ (this)
  * + a set of shims (see the Makefile's SHIMS_<stem>). A shim describes itself with one hk_shim:
  * the real library it stands in front of, its interposers (from its hooks.def), the real functions
- * it only calls, its legacy environment names. The Makefile generates, per library, the list of its
- * shims (hk_preload_shims) and the export list (only dlsym and the HK_HOOK names of hooks.def).
+ * it only calls, its legacy environment names (HK_ENV_ALIAS lines of the shim's env_aliases.def,
+ * optional). The Makefile generates, per library, the list of its shims (hk_preload_shims) and the
+ * export list (only dlsym and the HK_HOOK names of hooks.def); and for all libraries one lookup of
+ * the legacy names by stem, hk_env_aliases_for() (build/gen/env_aliases.c), for the Python wrapper.
  *
  * What this layer does for every shim:
  *   - dlsym: a lookup of a policed name (dlopen + dlsym bypasses LD_PRELOAD) gets the interposer;
@@ -26,10 +28,10 @@
 #include "../core/atomic.h"
 #include "../core/hookcore.h"
 
-#define HK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HK_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HK_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define HK_HIDDEN __attribute__((visibility("hidden")))
-#define HK_EXPORT __attribute__((visibility("default")))   /* interposers only; all else is hidden */
+#define HK_HIDDEN      __attribute__((visibility("hidden")))
+#define HK_EXPORT      __attribute__((visibility("default"))) /* interposers only; all else is hidden */
 /* Code a sanitizer runtime may run through before it is initialised (its own dlsym lookups) must
    not be instrumented by it. */
 #define HK_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
@@ -38,28 +40,28 @@
  * Shims
  * ------------------------------------------------------------------------------------------- */
 typedef struct hk_hook {
-    const char *name;        /* the driver's symbol name, e.g. "cuMemAlloc_v2" */
-    void *hook;              /* our interposer; NULL for an aux function (called, not policed) */
-    void **real;             /* where the real pointer goes */
+    const char *name; /* the driver's symbol name, e.g. "cuMemAlloc_v2" */
+    void *hook;       /* our interposer; NULL for an aux function (called, not policed) */
+    void **real;      /* where the real pointer goes */
 } hk_hook;
 
-typedef struct hk_shim_rt {  /* per-shim mutable state */
-    _Atomic int xloaded;     /* 1 once the real pointers are filled (published with release) */
-    void *handle;            /* the real library (dlopen), NULL if absent */
+typedef struct hk_shim_rt { /* per-shim mutable state */
+    _Atomic int xloaded;    /* 1 once the real pointers are filled (published with release) */
+    void *handle;           /* the real library (dlopen), NULL if absent */
 } hk_shim_rt;
 
 typedef struct hk_shim {
-    const char *name;                   /* the shim directory's name */
-    const char *library;                /* the real library to dlopen ("lib<vendor>.so.1") */
-    const char *prefix;                 /* every hook name starts with it ("cu"): dlsym's quick test */
+    const char *name;    /* the shim directory's name */
+    const char *library; /* the real library to dlopen ("lib<vendor>.so.1") */
+    const char *prefix;  /* every hook name starts with it ("cu"): dlsym's quick test */
     const hk_hook *hooks;
-    size_t nhooks;                      /* hooks[0..nhooks) are interposers, the rest aux */
+    size_t nhooks; /* hooks[0..nhooks) are interposers, the rest aux */
     size_t ntotal;
-    const hk_env_alias *aliases;        /* legacy environment names, NULL = none */
-    int (*ordinal_of_uuid)(const char *uuid);  /* optional: this API's device ordinal of a UUID */
-    uint32_t (*clock_ratio_milli)(int ldev);   /* optional: clock now / clock at full load, x1000 */
-    void (*setup)(void);                /* optional: once configured (READY), e.g. install meter ops */
-    void (*atfork_child)(void);         /* optional: reset process-local state in a forked child */
+    const hk_env_alias *aliases;              /* legacy environment names (env_aliases.def), NULL = none */
+    int (*ordinal_of_uuid)(const char *uuid); /* optional: this API's device ordinal of a UUID */
+    uint32_t (*clock_ratio_milli)(int ldev);  /* optional: clock now / clock at full load, x1000 */
+    void (*setup)(void);                      /* optional: once configured (READY), e.g. install meter ops */
+    void (*atfork_child)(void);               /* optional: reset process-local state in a forked child */
     hk_shim_rt *rt;
 } hk_shim;
 
@@ -85,12 +87,12 @@ uint32_t hk_preload_clock_ratio_milli(int ldev) HK_HIDDEN;
 /* ---------------------------------------------------------------------------------------------
  * Process state
  * ------------------------------------------------------------------------------------------- */
-#define HK_STATE_UNINIT 0
-#define HK_STATE_READY 1
+#define HK_STATE_UNINIT     0
+#define HK_STATE_READY      1
 #define HK_STATE_FAILCLOSED 2
-#define HK_STATE_DORMANT 3        /* no configuration: every call passes straight through */
+#define HK_STATE_DORMANT    3 /* no configuration: every call passes straight through */
 extern _Atomic int hk_preload_xstate HK_HIDDEN;
-extern _Atomic int hk_preload_xlimiter_on HK_HIDDEN;   /* some device has a compute limit */
+extern _Atomic int hk_preload_xlimiter_on HK_HIDDEN; /* some device has a compute limit */
 
 int hk_preload_init_slow(void) HK_HIDDEN;
 /* Initialise on first use (config, ledger); returns HK_STATE_*. */
@@ -103,7 +105,7 @@ static inline int hk_preload_limiter_on(void) { return hk_atomic_load_relaxed(&h
 /* ---------------------------------------------------------------------------------------------
  * Logging (stderr, one write(2) per line, "hookcore: " prefix; no stdio)
  * ------------------------------------------------------------------------------------------- */
-extern _Atomic int hk_log_xdebug HK_HIDDEN;            /* HOOKCORE_LOG=debug */
+extern _Atomic int hk_log_xdebug HK_HIDDEN; /* HOOKCORE_LOG=debug */
 static inline int hk_log_debug(void) { return HK_UNLIKELY(hk_atomic_load_relaxed(&hk_log_xdebug) != 0); }
 void hk_log(const char *fmt, ...) HK_HIDDEN __attribute__((format(printf, 1, 2)));
 

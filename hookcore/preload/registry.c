@@ -16,7 +16,7 @@
 #include "preload.h"
 
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread int t_loading;   /* a library constructor calling back into us while we load */
+static __thread int t_loading; /* a library constructor calling back into us while we load */
 
 static void load(const hk_shim *s) {
     hk_dlsym_fn real = hk_preload_libc_dlsym();
@@ -30,12 +30,12 @@ static void load(const hk_shim *s) {
 
 void hk_preload_load(const hk_shim *s) {
     if (HK_LIKELY(hk_atomic_load_acquire(&s->rt->xloaded))) return;
-    if (t_loading) return;   /* re-entered from the real library's constructor: let it pass through */
+    if (t_loading) return; /* re-entered from the real library's constructor: let it pass through */
     t_loading = 1;
     pthread_mutex_lock(&g_load_lock);
     if (!hk_atomic_load_relaxed(&s->rt->xloaded)) {
         load(s);
-        hk_atomic_store_release(&s->rt->xloaded, 1);   /* the real pointers before the flag */
+        hk_atomic_store_release(&s->rt->xloaded, 1); /* the real pointers before the flag */
     }
     pthread_mutex_unlock(&g_load_lock);
     t_loading = 0;
@@ -49,7 +49,7 @@ void *hk_preload_hook_of(const char *name) {
         for (size_t i = 0; i < s->nhooks; i++) {
             if (strcmp(s->hooks[i].name, name) != 0) continue;
             hk_preload_load(s);
-            return *s->hooks[i].real ? s->hooks[i].hook : NULL;   /* the driver lacks it: as it would */
+            return *s->hooks[i].real ? s->hooks[i].hook : NULL; /* the driver lacks it: as it would */
         }
     }
     return NULL;

@@ -3,7 +3,7 @@
  *     #include "preload/shim_real.h"
  *     } hk_real_table;
  * (the interposers' prototypes must be declared first: a slot has the type of its interposer). */
-#define HK_HOOK(name) __typeof__(&name) name;
+#define HK_HOOK(name)           __typeof__(&name) name;
 #define HK_AUX(name, ret, args) ret(*name) args;
 #include "hooks.def"
 #undef HK_HOOK

@@ -35,6 +35,6 @@ enum {
 
 static hk_shim_rt hk_shim_rt_;
 
-#define HK_SHIM_FIELDS                                                                   \
-    .hooks = hk_shim_hooks_, .nhooks = HK_SHIM_NHOOKS_,                                  \
-    .ntotal = sizeof hk_shim_hooks_ / sizeof hk_shim_hooks_[0], .rt = &hk_shim_rt_
+#define HK_SHIM_FIELDS                                                                                              \
+    .hooks = hk_shim_hooks_, .nhooks = HK_SHIM_NHOOKS_, .ntotal = sizeof hk_shim_hooks_ / sizeof hk_shim_hooks_[0], \
+    .rt = &hk_shim_rt_

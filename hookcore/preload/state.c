@@ -45,7 +45,7 @@ int hk_preload_init_slow(void) {
         int64_t t1 = hk_limiter_now_ns();
         collect_aliases();
         hk_options opts = {.stem = hk_preload_stem(), .aliases = g_aliases};
-        if (hk_init_with(&opts) != HK_OK) {   /* hk_init printed the one-line reason itself */
+        if (hk_init_with(&opts) != HK_OK) { /* hk_init printed the one-line reason itself */
             s = HK_STATE_FAILCLOSED;
         } else if (hk_dormant()) {
             s = HK_STATE_DORMANT;
@@ -59,7 +59,9 @@ int hk_preload_init_slow(void) {
         if (s != HK_STATE_DORMANT) pthread_atfork(NULL, NULL, atfork_child);
         if (hk_log_debug())
             hk_log("init (%s): %s, compute limiter %s (load %.0f us, core %.0f us)", hk_preload_stem(),
-                   s == HK_STATE_READY ? "ready" : s == HK_STATE_DORMANT ? "dormant" : "failed closed",
+                   s == HK_STATE_READY     ? "ready"
+                   : s == HK_STATE_DORMANT ? "dormant"
+                                           : "failed closed",
                    hk_preload_limiter_on() ? "on" : "off", (double)(t1 - t0) / 1e3,
                    (double)(hk_limiter_now_ns() - t1) / 1e3);
         hk_atomic_store_release(&hk_preload_xstate, s);

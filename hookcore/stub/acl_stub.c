@@ -35,10 +35,10 @@ typedef void *aclrtFuncHandle;
 typedef void *aclmdlRI;
 typedef void *aclrtDrvMemHandle;
 
-#define ACL_SUCCESS 0
-#define ACL_ERROR_INVALID_PARAM 100000
+#define ACL_SUCCESS                         0
+#define ACL_ERROR_INVALID_PARAM             100000
 #define ACL_EVENT_RECORDED_STATUS_NOT_READY 0
-#define ACL_EVENT_RECORDED_STATUS_COMPLETE 1
+#define ACL_EVENT_RECORDED_STATUS_COMPLETE  1
 
 /* libruntime.so's rt* functions: called through the PLT in the split layout. */
 int32_t rtMalloc(void **ptr, uint64_t size, int type, const uint16_t module);
@@ -167,17 +167,25 @@ static aclError launch(aclrtFuncHandle f, aclrtStream s) {
 }
 ACL_API aclError aclrtLaunchKernel(aclrtFuncHandle f, uint32_t blocks, const void *args, size_t args_size,
                                    aclrtStream s) {
-    (void)blocks; (void)args; (void)args_size;
+    (void)blocks;
+    (void)args;
+    (void)args_size;
     return launch(f, s);
 }
-ACL_API aclError aclrtLaunchKernelV2(aclrtFuncHandle f, uint32_t blocks, const void *args, size_t args_size,
-                                     void *cfg, aclrtStream s) {
-    (void)blocks; (void)args; (void)args_size; (void)cfg;
+ACL_API aclError aclrtLaunchKernelV2(aclrtFuncHandle f, uint32_t blocks, const void *args, size_t args_size, void *cfg,
+                                     aclrtStream s) {
+    (void)blocks;
+    (void)args;
+    (void)args_size;
+    (void)cfg;
     return launch(f, s);
 }
-ACL_API aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle f, uint32_t blocks, aclrtStream s, void *cfg,
-                                             void *args, void *reserve) {
-    (void)blocks; (void)cfg; (void)args; (void)reserve;
+ACL_API aclError aclrtLaunchKernelWithConfig(aclrtFuncHandle f, uint32_t blocks, aclrtStream s, void *cfg, void *args,
+                                             void *reserve) {
+    (void)blocks;
+    (void)cfg;
+    (void)args;
+    (void)reserve;
     return launch(f, s);
 }
 
@@ -186,11 +194,13 @@ static aclError execute(uint64_t us, aclrtStream s) {
     return fused() ? eng()->submit(s, us) : rtModelExecute((void *)(uintptr_t)us, s, 0);
 }
 ACL_API aclError aclmdlExecuteAsync(uint32_t model, const void *in, void *out, aclrtStream s) {
-    (void)in; (void)out;
+    (void)in;
+    (void)out;
     return execute(model, s);
 }
 ACL_API aclError aclmdlExecute(uint32_t model, const void *in, void *out) {
-    (void)in; (void)out;
+    (void)in;
+    (void)out;
     aclError r = execute(model, NULL);
     return r ? r : eng()->stream_sync(NULL);
 }

@@ -7,7 +7,7 @@
 # Fakes of Huawei's libraries for machines without an NPU, default visibility like the real ones;
 # all read their NPUs from HOOKCORE_STUB_NPUS (ascend_devices.c).
 
-STUB_ASCEND_COMMON := stub/ascend_devices.c
+STUB_ASCEND_COMMON := stub/ascend_devices.c $(STUB_GRAMMAR)
 stub_objs = $(patsubst %.c,$(BUILD)/stubobj/%.o,$(1))
 STUB_DCMI_OBJ := $(call stub_objs,stub/dcmi_stub.c $(STUB_ASCEND_COMMON))
 STUB_RT_OBJ := $(call stub_objs,stub/ascend_runtime_stub.c $(STUB_ASCEND_COMMON))

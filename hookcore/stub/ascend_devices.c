@@ -10,30 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-long long asd_parse_quantity(const char *s) {
-    if (!s || !*s) return -1;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v <= 0) return -1;
-    static const struct { const char *suffix; double mult; } units[] = {
-        {"", 1}, {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-        {"K", 1e3}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-    };
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].suffix) == 0) {
-            double bytes = v * units[i].mult;
-            if (bytes < 1 || bytes > 9.0e18) return -1;
-            return (long long)bytes;
-        }
-    }
-    return -1;
-}
-
-const char *asd_get(const asd_device *d, const char *key) {
-    for (int i = 0; i < d->nkeys; i++)
-        if (strcmp(d->kv[i].key, key) == 0) return d->kv[i].value;
-    return NULL;
-}
+const char *asd_get(const asd_device *d, const char *key) { return stub_entry_get(&d->entry, key); }
 
 long long asd_get_int(const asd_device *d, const char *key, long long dflt) {
     const char *v = asd_get(d, key);
@@ -59,94 +36,55 @@ static int die_words(const char *u, unsigned int out[5]) {
     return 0;
 }
 
-static void trim(char **s, size_t *n) {
-    while (*n && isspace((unsigned char)**s)) (*s)++, (*n)--;
-    while (*n && isspace((unsigned char)(*s)[*n - 1])) (*n)--;
+typedef struct parse_ctx {
+    asd_device *out;
+    int max, n;
+} parse_ctx;
+
+/* One NPU of the description: its uuid (die ID), memory and name checked and decoded. */
+static int take_npu(void *ctx, int pos, const stub_entry *e, char *err, size_t errlen) {
+    parse_ctx *c = ctx;
+    if (c->n >= c->max) {
+        snprintf(err, errlen, "more than %d NPUs", c->max);
+        return -1;
+    }
+    asd_device *d = &c->out[c->n];
+    memset(d, 0, sizeof *d);
+    d->entry = *e;
+    const char *uuid = asd_get(d, "uuid");
+    if (!uuid) {
+        snprintf(err, errlen, "NPU %d: uuid is required", pos);
+        return -1;
+    }
+    if (die_words(uuid, d->die) != 0) {
+        snprintf(err, errlen, "NPU %d: uuid=%s: expected NPU-xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx (hex)", pos,
+                 uuid);
+        return -1;
+    }
+    for (int k = 0; k < c->n; k++) {
+        if (strcasecmp(c->out[k].uuid, uuid) == 0) {
+            snprintf(err, errlen, "NPU %d: uuid %s already used by NPU %d", pos, uuid, k);
+            return -1;
+        }
+    }
+    memcpy(d->uuid, uuid, strlen(uuid) + 1); /* both ASD_VALUE_MAX */
+    const char *mem = asd_get(d, "memory");
+    d->memory = 64ULL << 30;
+    char why[200];
+    if (mem && stub_quantity(mem, &d->memory, why, sizeof why) != 0) {
+        snprintf(err, errlen, "NPU %d: %s", pos, why);
+        return -1;
+    }
+    const char *name = asd_get(d, "name");
+    if (!name) name = "910B3";
+    memcpy(d->name, name, strlen(name) + 1);
+    c->n++;
+    return 0;
 }
 
 int asd_parse(const char *spec, asd_device *out, int max, char *err, size_t errlen) {
-    int n = 0;
-    const char *p = spec ? spec : "";
-    while (*p) {
-        const char *semi = strchr(p, ';');
-        size_t len = semi ? (size_t)(semi - p) : strlen(p);
-        char *entry = (char *)p;
-        size_t elen = len;
-        trim(&entry, &elen);
-        p += len + (semi ? 1 : 0);
-        if (elen == 0) continue;
-        if (n >= max) {
-            snprintf(err, errlen, "more than %d NPUs", max);
-            return -1;
-        }
-        asd_device *d = &out[n];
-        memset(d, 0, sizeof *d);
-        size_t i = 0;
-        while (i < elen) {
-            size_t j = i;
-            while (j < elen && entry[j] != ',') j++;
-            char *kv = entry + i;
-            size_t kvlen = j - i;
-            i = j + 1;
-            trim(&kv, &kvlen);
-            if (kvlen == 0) continue;
-            char *eq = memchr(kv, '=', kvlen);
-            if (!eq) {
-                snprintf(err, errlen, "NPU %d: %.*s: expected key=value", n, (int)kvlen, kv);
-                return -1;
-            }
-            char *key = kv, *val = eq + 1;
-            size_t klen = (size_t)(eq - kv), vlen = kvlen - klen - 1;
-            trim(&key, &klen);
-            trim(&val, &vlen);
-            if (klen == 0 || klen >= ASD_KEY_MAX || vlen >= ASD_VALUE_MAX || memchr(val, '=', vlen)) {
-                snprintf(err, errlen, "NPU %d: %.*s: bad key or value", n, (int)kvlen, kv);
-                return -1;
-            }
-            if (d->nkeys >= ASD_MAX_KEYS) {
-                snprintf(err, errlen, "NPU %d: more than %d keys", n, ASD_MAX_KEYS);
-                return -1;
-            }
-            for (int k = 0; k < d->nkeys; k++) {
-                if (strlen(d->kv[k].key) == klen && strncmp(d->kv[k].key, key, klen) == 0) {
-                    snprintf(err, errlen, "NPU %d: key %.*s given twice", n, (int)klen, key);
-                    return -1;
-                }
-            }
-            memcpy(d->kv[d->nkeys].key, key, klen);
-            memcpy(d->kv[d->nkeys].value, val, vlen);
-            d->nkeys++;
-        }
-        const char *uuid = asd_get(d, "uuid");
-        if (!uuid) {
-            snprintf(err, errlen, "NPU %d: uuid is required", n);
-            return -1;
-        }
-        if (die_words(uuid, d->die) != 0) {
-            snprintf(err, errlen, "NPU %d: uuid=%s: expected NPU-xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx-xxxxxxxx (hex)",
-                     n, uuid);
-            return -1;
-        }
-        for (int k = 0; k < n; k++) {
-            if (strcasecmp(out[k].uuid, uuid) == 0) {
-                snprintf(err, errlen, "NPU %d: uuid %s already used by NPU %d", n, uuid, k);
-                return -1;
-            }
-        }
-        memcpy(d->uuid, uuid, strlen(uuid) + 1);   /* both ASD_VALUE_MAX */
-        const char *mem = asd_get(d, "memory");
-        long long bytes = mem ? asd_parse_quantity(mem) : 64LL << 30;
-        if (bytes <= 0) {
-            snprintf(err, errlen, "NPU %d: memory=%s: expected bytes or a quantity such as 64Gi", n, mem);
-            return -1;
-        }
-        d->memory = (unsigned long long)bytes;
-        const char *name = asd_get(d, "name");
-        if (!name) name = "910B3";
-        memcpy(d->name, name, strlen(name) + 1);
-        n++;
-    }
-    return n;
+    parse_ctx c = {out, max, 0};
+    return stub_grammar_parse(spec, "NPU", take_npu, &c, err, errlen) < 0 ? -1 : c.n;
 }
 
 int asd_from_env(asd_device *out, int max) {

@@ -48,7 +48,7 @@
 
 static asd_device g_desc[ASD_MAX_DEVICES];
 static int g_ndesc;
-static int g_map[ASD_MAX_DEVICES];      /* logical device -> description index */
+static int g_map[ASD_MAX_DEVICES]; /* logical device -> description index */
 static int g_ndev;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -59,7 +59,9 @@ typedef struct npu_stream {
     int64_t captured_ns;
 } npu_stream;
 
-typedef struct npu_event { int64_t t_ns; } npu_event;
+typedef struct npu_event {
+    int64_t t_ns;
+} npu_event;
 
 /* One lock for the engine's shared state (busy_until_ns, used, g_launches): a stub, not a hot path. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -72,8 +74,13 @@ static struct {
 static uint64_t g_launches;
 static __thread int t_dev = -1;
 
-#define ALLOC_MAGIC 0x4e50554d454d0001ULL   /* "NPUMEM" */
-typedef struct npu_alloc { uint64_t magic; uint64_t size; int dev; int physical; } npu_alloc;
+#define ALLOC_MAGIC 0x4e50554d454d0001ULL /* "NPUMEM" */
+typedef struct npu_alloc {
+    uint64_t magic;
+    uint64_t size;
+    int dev;
+    int physical;
+} npu_alloc;
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -335,13 +342,28 @@ static int e_event_elapsed(float *ms, void *a, void *b) {
 }
 
 static const stub_npu_engine g_engine = {
-    .set_device = e_set_device, .get_device = e_get_device, .reset_device = e_reset_device,
-    .device_count = e_device_count, .phy_id = e_phy_id, .malloc = e_malloc, .free = e_free,
-    .mem_info = e_mem_info, .stream_create = e_stream_create, .stream_destroy = e_stream_destroy,
-    .stream_sync = e_stream_sync, .device_sync = e_device_sync, .submit = e_submit,
-    .capture_begin = e_capture_begin, .capture_end = e_capture_end, .capturing = e_capturing,
-    .event_create = e_event_create, .event_destroy = e_event_destroy, .event_record = e_event_record,
-    .event_done = e_event_done, .event_sync = e_event_sync, .event_elapsed = e_event_elapsed,
+    .set_device = e_set_device,
+    .get_device = e_get_device,
+    .reset_device = e_reset_device,
+    .device_count = e_device_count,
+    .phy_id = e_phy_id,
+    .malloc = e_malloc,
+    .free = e_free,
+    .mem_info = e_mem_info,
+    .stream_create = e_stream_create,
+    .stream_destroy = e_stream_destroy,
+    .stream_sync = e_stream_sync,
+    .device_sync = e_device_sync,
+    .submit = e_submit,
+    .capture_begin = e_capture_begin,
+    .capture_end = e_capture_end,
+    .capturing = e_capturing,
+    .event_create = e_event_create,
+    .event_destroy = e_event_destroy,
+    .event_record = e_event_record,
+    .event_done = e_event_done,
+    .event_sync = e_event_sync,
+    .event_elapsed = e_event_elapsed,
 };
 
 RT_API const stub_npu_engine *stubNpuEngine(void) { return &g_engine; }
@@ -384,15 +406,19 @@ RT_API rtError_t rtGetDeviceCount(int32_t *n) {
 RT_API rtError_t rtGetDevicePhyIdByIndex(uint32_t dev, uint32_t *phy) { return e_phy_id(dev, phy); }
 
 RT_API rtError_t rtMalloc(void **ptr, uint64_t size, int type, const uint16_t module) {
-    (void)type; (void)module;
+    (void)type;
+    (void)module;
     return e_malloc(ptr, size, 0);
 }
 RT_API rtError_t rtMallocCached(void **ptr, uint64_t size, int type, const uint16_t module) {
-    (void)type; (void)module;
+    (void)type;
+    (void)module;
     return e_malloc(ptr, size, 0);
 }
 RT_API rtError_t rtsMalloc(void **ptr, uint64_t size, int policy, int advise, void *cfg) {
-    (void)policy; (void)advise; (void)cfg;
+    (void)policy;
+    (void)advise;
+    (void)cfg;
     return e_malloc(ptr, size, 0);
 }
 RT_API rtError_t rtFree(void *ptr) { return e_free(ptr, 0); }
@@ -402,7 +428,8 @@ RT_API rtError_t rtFreeWithDevSync(void *ptr) {
     return e_free(ptr, 0);
 }
 RT_API rtError_t rtMallocPhysical(rtDrvMemHandle *handle, size_t size, void *prop, uint64_t flags) {
-    (void)prop; (void)flags;
+    (void)prop;
+    (void)flags;
     return e_malloc(handle, size, 1);
 }
 RT_API rtError_t rtFreePhysical(rtDrvMemHandle handle) { return e_free(handle, 1); }
@@ -430,17 +457,28 @@ RT_API rtError_t rtEventElapsedTime(float *ms, rtEvent_t a, rtEvent_t b) { retur
 
 RT_API rtError_t rtKernelLaunch(const void *stub_func, uint32_t blocks, void *args, uint32_t args_size, void *sm,
                                 rtStream_t s) {
-    (void)blocks; (void)args; (void)args_size; (void)sm;
+    (void)blocks;
+    (void)args;
+    (void)args_size;
+    (void)sm;
     return e_submit(s, (uint64_t)(uintptr_t)stub_func);
 }
-RT_API rtError_t rtKernelLaunchWithHandleV2(void *hdl, const uint64_t tiling_key, uint32_t blocks, void *args,
-                                            void *sm, rtStream_t s, const void *cfg) {
-    (void)tiling_key; (void)blocks; (void)args; (void)sm; (void)cfg;
+RT_API rtError_t rtKernelLaunchWithHandleV2(void *hdl, const uint64_t tiling_key, uint32_t blocks, void *args, void *sm,
+                                            rtStream_t s, const void *cfg) {
+    (void)tiling_key;
+    (void)blocks;
+    (void)args;
+    (void)sm;
+    (void)cfg;
     return e_submit(s, (uint64_t)(uintptr_t)hdl);
 }
 RT_API rtError_t rtKernelLaunchWithFlagV2(const void *stub_func, uint32_t blocks, void *args, void *sm, rtStream_t s,
                                           uint32_t flags, const void *cfg) {
-    (void)blocks; (void)args; (void)sm; (void)flags; (void)cfg;
+    (void)blocks;
+    (void)args;
+    (void)sm;
+    (void)flags;
+    (void)cfg;
     return e_submit(s, (uint64_t)(uintptr_t)stub_func);
 }
 RT_API rtError_t rtModelExecute(rtModel_t model, rtStream_t s, uint32_t flag) {

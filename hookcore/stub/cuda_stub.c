@@ -40,29 +40,29 @@
 #include "../cuda/copy.h"
 #include "stub_devices.h"
 
-#define STUB_API __attribute__((visibility("default")))
+#define STUB_API        __attribute__((visibility("default")))
 #define STUB_MAX_ALLOCS 65536
 
 /* ---------------------------------------------------------------------------
  * State
  * ------------------------------------------------------------------------- */
 typedef struct stub_device {
-    int physical;                      /* index before CUDA_VISIBLE_DEVICES */
-    stub_device_desc desc;             /* uuid, name, memory */
+    int physical;          /* index before CUDA_VISIBLE_DEVICES */
+    stub_device_desc desc; /* uuid, name, memory */
     size_t total;
     _Atomic size_t used;
-    _Atomic int64_t busy_until_ns;     /* simulated engine: end of the last queued work */
-    int ctx_tag;                       /* primary context is &devices[i] */
+    _Atomic int64_t busy_until_ns; /* simulated engine: end of the last queued work */
+    int ctx_tag;                   /* primary context is &devices[i] */
 } stub_device;
 
 typedef struct stub_alloc {
-    unsigned long long key;            /* device pointer, VMM handle or array handle; 0 = free */
+    unsigned long long key; /* device pointer, VMM handle or array handle; 0 = free */
     size_t size;
     int dev;
 } stub_alloc;
 
 typedef struct stub_event {
-    int64_t t_ns;                      /* completion time on the simulated clock; -1 = never recorded */
+    int64_t t_ns; /* completion time on the simulated clock; -1 = never recorded */
 } stub_event;
 
 typedef struct stub_stream {
@@ -77,8 +77,8 @@ static stub_alloc g_alloc[STUB_MAX_ALLOCS];
 static unsigned long long g_next_addr[STUB_MAX_DEVICES];
 static unsigned long long g_next_handle = 0x10000;
 static _Atomic unsigned long long g_launches;
-static __thread int t_cur_dev = -1;    /* current context's device, -1 = none */
-static __thread CUcontext t_cur_ctx;   /* the current context's handle (primary: &g_dev[i]) */
+static __thread int t_cur_dev = -1;  /* current context's device, -1 = none */
+static __thread CUcontext t_cur_ctx; /* the current context's handle (primary: &g_dev[i]) */
 
 /* A context made by cuCtxCreate: its own handle, on a device. */
 #define STUB_CTX_MAGIC 0x43545831
@@ -105,7 +105,10 @@ static void sleep_until(int64_t t_ns) {
 
 static void stub_setup(void) {
     pthread_mutex_lock(&g_lock);
-    if (g_ndev >= 0) { pthread_mutex_unlock(&g_lock); return; }
+    if (g_ndev >= 0) {
+        pthread_mutex_unlock(&g_lock);
+        return;
+    }
     static stub_device_desc all[STUB_MAX_DEVICES];
     int phys = stub_devices_from_env(all, STUB_MAX_DEVICES);
     int order[STUB_MAX_DEVICES], count = 0;
@@ -117,7 +120,7 @@ static void stub_setup(void) {
             int idx = stub_device_lookup(all, phys, p, len);
             int dup = 0;
             for (int i = 0; i < count; i++) dup |= order[i] == idx;
-            if (idx < 0 || dup) break;   /* like the driver: stop at the first bad entry */
+            if (idx < 0 || dup) break; /* like the driver: stop at the first bad entry */
             order[count++] = idx;
             if (!comma) break;
             p = comma + 1;
@@ -153,11 +156,21 @@ static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_h
     }
     int slot = -1;
     for (int i = 0; i < STUB_MAX_ALLOCS; i++)
-        if (g_alloc[i].key == 0) { slot = i; break; }
-    if (slot < 0) { pthread_mutex_unlock(&g_lock); return CUDA_ERROR_OUT_OF_MEMORY; }
+        if (g_alloc[i].key == 0) {
+            slot = i;
+            break;
+        }
+    if (slot < 0) {
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     unsigned long long key;
-    if (is_handle) key = g_next_handle++;
-    else { key = g_next_addr[dev]; g_next_addr[dev] += rounded; }
+    if (is_handle)
+        key = g_next_handle++;
+    else {
+        key = g_next_addr[dev];
+        g_next_addr[dev] += rounded;
+    }
     g_alloc[slot] = (stub_alloc){key, rounded, dev};
     hk_atomic_store_seq_cst(&g_dev[dev].used, used + rounded);
     pthread_mutex_unlock(&g_lock);
@@ -185,8 +198,13 @@ static int cur_dev(void) {
     return t_cur_dev;
 }
 
-#define NEED_INIT() do { if (g_ndev < 0) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
-#define NEED_CTX(d) int d = cur_dev(); if (d < 0) return CUDA_ERROR_INVALID_CONTEXT
+#define NEED_INIT()                                        \
+    do {                                                   \
+        if (g_ndev < 0) return CUDA_ERROR_NOT_INITIALIZED; \
+    } while (0)
+#define NEED_CTX(d)    \
+    int d = cur_dev(); \
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT
 
 /* ---------------------------------------------------------------------------
  * Init, devices, contexts
@@ -266,7 +284,11 @@ STUB_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 
 STUB_API CUresult cuCtxSetCurrent(CUcontext ctx) {
     NEED_INIT();
-    if (!ctx) { t_cur_dev = -1; t_cur_ctx = NULL; return CUDA_SUCCESS; }
+    if (!ctx) {
+        t_cur_dev = -1;
+        t_cur_ctx = NULL;
+        return CUDA_SUCCESS;
+    }
     stub_device *d = (stub_device *)ctx;
     if (d >= g_dev && d < g_dev + g_ndev) {
         t_cur_dev = (int)(d - g_dev);
@@ -317,7 +339,8 @@ STUB_API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice de
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev) {
-    (void)affinity; (void)n;
+    (void)affinity;
+    (void)n;
     return cuCtxCreate_v2(ctx, flags, dev);
 }
 STUB_API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev) {
@@ -331,7 +354,10 @@ STUB_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (!c || c->magic != STUB_CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
     hk_atomic_sub_seq_cst(&g_dev[c->dev].used, ctx_memory());
     c->magic = 0;
-    if (t_cur_ctx == ctx) { t_cur_ctx = NULL; t_cur_dev = -1; }
+    if (t_cur_ctx == ctx) {
+        t_cur_ctx = NULL;
+        t_cur_dev = -1;
+    }
     free(c);
     return CUDA_SUCCESS;
 }
@@ -397,8 +423,7 @@ STUB_API CUresult cuMemAlloc(unsigned int *dptr, unsigned int size) {
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-STUB_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
-                                     unsigned int elem) {
+STUB_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem) {
     NEED_INIT();
     NEED_CTX(d);
     if (!dptr || !pitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;
@@ -436,7 +461,7 @@ STUB_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, cons
     if (!h || !prop) return CUDA_ERROR_INVALID_VALUE;
     if (size % ((size_t)2 << 20)) return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
-        pthread_mutex_lock(&g_lock);   /* host memory: not device usage, not tracked */
+        pthread_mutex_lock(&g_lock); /* host memory: not device usage, not tracked */
         *h = ++g_next_handle;
         pthread_mutex_unlock(&g_lock);
         return CUDA_SUCCESS;
@@ -447,27 +472,42 @@ STUB_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, cons
 STUB_API CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
     NEED_INIT();
     CUresult r = give(h);
-    return r == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : r;   /* host handles are not tracked */
+    return r == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : r; /* host handles are not tracked */
 }
 
 STUB_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
                                       unsigned long long flags) {
-    (void)align; (void)addr; (void)flags;
+    (void)align;
+    (void)addr;
+    (void)flags;
     NEED_INIT();
     static _Atomic unsigned long long next = 0x600000000000ULL;
     *p = hk_atomic_add_seq_cst(&next, (size + 0xfffff) & ~0xfffffULL);
     return CUDA_SUCCESS;
 }
-STUB_API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p; (void)size; return CUDA_SUCCESS; }
+STUB_API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
+    (void)p;
+    (void)size;
+    return CUDA_SUCCESS;
+}
 /* Mappings are remembered (address -> handle) for cuMemRetainAllocationHandle. */
 #define STUB_MAX_MAPS 1024
-static struct { CUdeviceptr p; CUmemGenericAllocationHandle h; } g_maps[STUB_MAX_MAPS];
+static struct {
+    CUdeviceptr p;
+    CUmemGenericAllocationHandle h;
+} g_maps[STUB_MAX_MAPS];
 STUB_API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
                            unsigned long long flags) {
-    (void)size; (void)off; (void)flags;
+    (void)size;
+    (void)off;
+    (void)flags;
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < STUB_MAX_MAPS; i++)
-        if (g_maps[i].p == 0) { g_maps[i].p = p; g_maps[i].h = h; break; }
+        if (g_maps[i].p == 0) {
+            g_maps[i].p = p;
+            g_maps[i].h = h;
+            break;
+        }
     pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
 }
@@ -475,7 +515,10 @@ STUB_API CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
     (void)size;
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < STUB_MAX_MAPS; i++)
-        if (g_maps[i].p == p) { g_maps[i].p = 0; break; }
+        if (g_maps[i].p == p) {
+            g_maps[i].p = 0;
+            break;
+        }
     pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
 }
@@ -497,7 +540,8 @@ STUB_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, v
    same memory (the stub does not count the sharing: the shim's charges are what tests check). */
 STUB_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type,
                                                unsigned long long flags) {
-    (void)type; (void)flags;
+    (void)type;
+    (void)flags;
     NEED_INIT();
     if (!shareable) return CUDA_ERROR_INVALID_VALUE;
     *(int *)shareable = (int)(h & 0x7fffffff);
@@ -522,7 +566,11 @@ STUB_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
 STUB_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
     return cuMemAllocAsync(dptr, size, s);
 }
-STUB_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; NEED_INIT(); return give(p); }
+STUB_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    (void)s;
+    NEED_INIT();
+    return give(p);
+}
 STUB_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
 
 /* Pool handles: 0x1000 + device for a device's default pool, 0x10000 + (n << 8) + device for
@@ -539,7 +587,10 @@ STUB_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props) {
     *pool = (CUmemoryPool)(uintptr_t)(0x10000 + ((hk_atomic_add_seq_cst(&created, 1) + 1) << 8) + (unsigned)d);
     return CUDA_SUCCESS;
 }
-STUB_API CUresult cuMemPoolDestroy(CUmemoryPool pool) { (void)pool; return CUDA_SUCCESS; }
+STUB_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    (void)pool;
+    return CUDA_SUCCESS;
+}
 STUB_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
     NEED_INIT();
     if (!pool || dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_VALUE;
@@ -560,12 +611,18 @@ STUB_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value
     *(uint64_t *)value = g_pool_attr[d][attr];
     return CUDA_SUCCESS;
 }
-STUB_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) { (void)pool; (void)keep; return CUDA_SUCCESS; }
+STUB_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    (void)pool;
+    (void)keep;
+    return CUDA_SUCCESS;
+}
 
 /* Graph memory nodes: the node's address is made up; the memory is not modelled. */
 STUB_API CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t n,
                                          CUDA_MEM_ALLOC_NODE_PARAMS *params) {
-    (void)graph; (void)deps; (void)n;
+    (void)graph;
+    (void)deps;
+    (void)n;
     NEED_INIT();
     if (!node || !params) return CUDA_ERROR_INVALID_VALUE;
     static _Atomic unsigned long long next = 0x500000000000ULL;
@@ -575,7 +632,8 @@ STUB_API CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *d
 }
 STUB_API CUresult cuGraphAddNode(void **node, void *graph, const void *deps, size_t n, CUgraphNodeParams *params) {
     if (!params) return CUDA_ERROR_INVALID_VALUE;
-    if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return cuGraphAddMemAllocNode(node, graph, deps, n, &params->u.alloc);
+    if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return cuGraphAddMemAllocNode(node, graph, deps, n, &params->u.alloc);
     NEED_INIT();
     if (node) *node = (void *)0x1;
     return CUDA_SUCCESS;
@@ -604,9 +662,12 @@ STUB_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, C
 
 static size_t format_bytes(CUarray_format f) {
     switch (f) {
-    case 0x01: case 0x08: return 1;
-    case 0x02: case 0x09: case 0x10: return 2;
-    default: return 4;
+        case 0x01:
+        case 0x08: return 1;
+        case 0x02:
+        case 0x09:
+        case 0x10: return 2;
+        default: return 4;
     }
 }
 
@@ -625,23 +686,25 @@ STUB_API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR
     NEED_INIT();
     NEED_CTX(dev);
     if (!arr || !d) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels *
-                   format_bytes(d->Format);
+    size_t bytes =
+        d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels * format_bytes(d->Format);
     unsigned long long h;
     CUresult r = take(dev, bytes, &h, 1);
     if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
     return r;
 }
 
-STUB_API CUresult cuArrayDestroy(CUarray arr) { NEED_INIT(); return give((uintptr_t)arr); }
+STUB_API CUresult cuArrayDestroy(CUarray arr) {
+    NEED_INIT();
+    return give((uintptr_t)arr);
+}
 
-STUB_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d,
-                                         unsigned int levels) {
+STUB_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
     NEED_INIT();
     NEED_CTX(dev);
     if (!arr || !d || levels == 0) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels *
-                   format_bytes(d->Format);
+    size_t bytes =
+        d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels * format_bytes(d->Format);
     bytes = bytes * 4 / 3 + 1;
     unsigned long long h;
     CUresult r = take(dev, bytes, &h, 1);
@@ -649,7 +712,10 @@ STUB_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY
     return r;
 }
 
-STUB_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray arr) { NEED_INIT(); return give((uintptr_t)arr); }
+STUB_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray arr) {
+    NEED_INIT();
+    return give((uintptr_t)arr);
+}
 
 /* ---------------------------------------------------------------------------
  * Streams, events and a simulated engine
@@ -699,7 +765,7 @@ STUB_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
 }
 STUB_API CUresult cuStreamEndCapture(CUstream s, void **graph) {
     NEED_INIT();
-    if (t_capturing != (s ? s : CU_STREAM_LEGACY)) return 401;   /* CUDA_ERROR_ILLEGAL_STATE */
+    if (t_capturing != (s ? s : CU_STREAM_LEGACY)) return 401; /* CUDA_ERROR_ILLEGAL_STATE */
     t_capturing = NULL;
     if (graph) *graph = (void *)0x1;
     return CUDA_SUCCESS;
@@ -739,7 +805,11 @@ STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     return CUDA_SUCCESS;
 }
 
-STUB_API CUresult cuEventDestroy_v2(CUevent e) { NEED_INIT(); free(e); return CUDA_SUCCESS; }
+STUB_API CUresult cuEventDestroy_v2(CUevent e) {
+    NEED_INIT();
+    free(e);
+    return CUDA_SUCCESS;
+}
 
 STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
     NEED_INIT();
@@ -777,8 +847,9 @@ STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
 }
 STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
 
-#define KERNEL_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
-                    unsigned bz, unsigned shmem, CUstream s
+#define KERNEL_ARGS                                                                                             \
+    CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
+        CUstream s
 
 /* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
    STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
@@ -791,7 +862,15 @@ static int64_t kernel_ns(uintptr_t us) {
 }
 
 STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
+    (void)gx;
+    (void)gy;
+    (void)gz;
+    (void)bx;
+    (void)by;
+    (void)bz;
+    (void)shmem;
+    (void)params;
+    (void)extra;
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
     enqueue(s, kernel_ns((uintptr_t)f));
@@ -846,17 +925,17 @@ static int64_t copy_ns(uint64_t bytes) {
 }
 static _Atomic unsigned long long g_copies;
 
-#define STUB_COPY_DEF(name, params, args, stream, bytes, kind)                    \
-    STUB_API CUresult name params {                                              \
-        NEED_INIT();                                                             \
-        if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;                    \
-        int64_t end = enqueue((stream), copy_ns(bytes));                         \
-        hk_atomic_add_seq_cst(&g_copies, 1);                                     \
-        if (strstr(#name, "Async") == NULL) sleep_until(end);                    \
-        return CUDA_SUCCESS;                                                     \
+#define STUB_COPY_DEF(name, params, args, stream, bytes, kind) \
+    STUB_API CUresult name params {                            \
+        NEED_INIT();                                           \
+        if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;  \
+        int64_t end = enqueue((stream), copy_ns(bytes));       \
+        hk_atomic_add_seq_cst(&g_copies, 1);                   \
+        if (strstr(#name, "Async") == NULL) sleep_until(end);  \
+        return CUDA_SUCCESS;                                   \
     }
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"   /* the stub does not move the bytes */
+#pragma GCC diagnostic ignored "-Wunused-parameter" /* the stub does not move the bytes */
 HK_COPIES(STUB_COPY_DEF)
 #pragma GCC diagnostic pop
 #undef STUB_COPY_DEF
@@ -889,106 +968,109 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t fl
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status);
 
-typedef struct { const char *name; void *fn; } stub_sym;
+typedef struct {
+    const char *name;
+    void *fn;
+} stub_sym;
 
 /* The table must hold the stub's own functions even when a preloaded library interposes the same
    names (as the shim does): taking the address of an exported function in a shared object goes
    through the GOT and would yield the interposer. Hidden aliases bind locally. */
-#define STUB_SYMS(X) \
-    X(cuInit) \
-    X(cuDriverGetVersion) \
-    X(cuDeviceGetCount) \
-    X(cuDeviceGet) \
-    X(cuDeviceGetName) \
-    X(cuDeviceGetUuid) \
-    X(cuDeviceGetUuid_v2) \
-    X(cuDeviceTotalMem_v2) \
-    X(cuDeviceGetAttribute) \
-    X(cuDevicePrimaryCtxRetain) \
-    X(cuDevicePrimaryCtxRelease_v2) \
-    X(cuCtxSetCurrent) \
-    X(cuCtxGetCurrent) \
-    X(cuCtxGetDevice) \
-    X(cuCtxSynchronize) \
-    X(cuCtxCreate_v2) \
-    X(cuCtxCreate_v3) \
-    X(cuCtxCreate_v4) \
-    X(cuCtxDestroy_v2) \
-    X(cuCtxSetLimit) \
-    X(cuCtxGetLimit) \
-    X(cuMemRetainAllocationHandle) \
-    X(cuMemExportToShareableHandle) \
+#define STUB_SYMS(X)                  \
+    X(cuInit)                         \
+    X(cuDriverGetVersion)             \
+    X(cuDeviceGetCount)               \
+    X(cuDeviceGet)                    \
+    X(cuDeviceGetName)                \
+    X(cuDeviceGetUuid)                \
+    X(cuDeviceGetUuid_v2)             \
+    X(cuDeviceTotalMem_v2)            \
+    X(cuDeviceGetAttribute)           \
+    X(cuDevicePrimaryCtxRetain)       \
+    X(cuDevicePrimaryCtxRelease_v2)   \
+    X(cuCtxSetCurrent)                \
+    X(cuCtxGetCurrent)                \
+    X(cuCtxGetDevice)                 \
+    X(cuCtxSynchronize)               \
+    X(cuCtxCreate_v2)                 \
+    X(cuCtxCreate_v3)                 \
+    X(cuCtxCreate_v4)                 \
+    X(cuCtxDestroy_v2)                \
+    X(cuCtxSetLimit)                  \
+    X(cuCtxGetLimit)                  \
+    X(cuMemRetainAllocationHandle)    \
+    X(cuMemExportToShareableHandle)   \
     X(cuMemImportFromShareableHandle) \
-    X(cuDeviceGetMemPool) \
-    X(cuMemPoolSetAttribute) \
-    X(cuMemPoolGetAttribute) \
-    X(cuMemPoolTrimTo) \
-    X(cuGraphAddMemAllocNode) \
-    X(cuLaunch) \
-    X(cuLaunchGrid) \
-    X(cuLaunchGridAsync) \
-    X(cuMemGetInfo_v2) \
-    X(cuMemAlloc) \
-    X(cuMemAlloc_v2) \
-    X(cuMemAllocPitch_v2) \
-    X(cuMemAllocManaged) \
-    X(cuMemFree_v2) \
-    X(cuMemGetAllocationGranularity) \
-    X(cuMemCreate) \
-    X(cuMemRelease) \
-    X(cuMemAddressReserve) \
-    X(cuMemAddressFree) \
-    X(cuMemMap) \
-    X(cuMemUnmap) \
-    X(cuMemAllocAsync) \
-    X(cuMemAllocAsync_ptsz) \
-    X(cuMemFreeAsync) \
-    X(cuMemFreeAsync_ptsz) \
-    X(cuMemPoolCreate) \
-    X(cuMemPoolDestroy) \
-    X(cuDeviceGetDefaultMemPool) \
-    X(cuMemAllocFromPoolAsync) \
-    X(cuMemAllocFromPoolAsync_ptsz) \
-    X(cuArrayCreate_v2) \
-    X(cuArray3DCreate_v2) \
-    X(cuArrayDestroy) \
-    X(cuMipmappedArrayCreate) \
-    X(cuMipmappedArrayDestroy) \
-    X(cuStreamCreate) \
-    X(cuStreamDestroy_v2) \
-    X(cuStreamSynchronize) \
-    X(cuStreamQuery) \
-    X(cuStreamIsCapturing) \
-    X(cuStreamBeginCapture_v2) \
-    X(cuStreamEndCapture) \
-    X(cuEventCreate) \
-    X(cuEventDestroy_v2) \
-    X(cuEventRecord) \
-    X(cuEventRecord_ptsz) \
-    X(cuEventQuery) \
-    X(cuEventSynchronize) \
-    X(cuEventElapsedTime) \
-    X(cuEventElapsedTime_v2) \
-    X(cuLaunchKernel) \
-    X(cuLaunchKernel_ptsz) \
-    X(cuLaunchCooperativeKernel) \
+    X(cuDeviceGetMemPool)             \
+    X(cuMemPoolSetAttribute)          \
+    X(cuMemPoolGetAttribute)          \
+    X(cuMemPoolTrimTo)                \
+    X(cuGraphAddMemAllocNode)         \
+    X(cuLaunch)                       \
+    X(cuLaunchGrid)                   \
+    X(cuLaunchGridAsync)              \
+    X(cuMemGetInfo_v2)                \
+    X(cuMemAlloc)                     \
+    X(cuMemAlloc_v2)                  \
+    X(cuMemAllocPitch_v2)             \
+    X(cuMemAllocManaged)              \
+    X(cuMemFree_v2)                   \
+    X(cuMemGetAllocationGranularity)  \
+    X(cuMemCreate)                    \
+    X(cuMemRelease)                   \
+    X(cuMemAddressReserve)            \
+    X(cuMemAddressFree)               \
+    X(cuMemMap)                       \
+    X(cuMemUnmap)                     \
+    X(cuMemAllocAsync)                \
+    X(cuMemAllocAsync_ptsz)           \
+    X(cuMemFreeAsync)                 \
+    X(cuMemFreeAsync_ptsz)            \
+    X(cuMemPoolCreate)                \
+    X(cuMemPoolDestroy)               \
+    X(cuDeviceGetDefaultMemPool)      \
+    X(cuMemAllocFromPoolAsync)        \
+    X(cuMemAllocFromPoolAsync_ptsz)   \
+    X(cuArrayCreate_v2)               \
+    X(cuArray3DCreate_v2)             \
+    X(cuArrayDestroy)                 \
+    X(cuMipmappedArrayCreate)         \
+    X(cuMipmappedArrayDestroy)        \
+    X(cuStreamCreate)                 \
+    X(cuStreamDestroy_v2)             \
+    X(cuStreamSynchronize)            \
+    X(cuStreamQuery)                  \
+    X(cuStreamIsCapturing)            \
+    X(cuStreamBeginCapture_v2)        \
+    X(cuStreamEndCapture)             \
+    X(cuEventCreate)                  \
+    X(cuEventDestroy_v2)              \
+    X(cuEventRecord)                  \
+    X(cuEventRecord_ptsz)             \
+    X(cuEventQuery)                   \
+    X(cuEventSynchronize)             \
+    X(cuEventElapsedTime)             \
+    X(cuEventElapsedTime_v2)          \
+    X(cuLaunchKernel)                 \
+    X(cuLaunchKernel_ptsz)            \
+    X(cuLaunchCooperativeKernel)      \
     X(cuLaunchCooperativeKernel_ptsz) \
-    X(cuLaunchKernelEx) \
-    X(cuLaunchKernelEx_ptsz) \
-    X(cuGraphLaunch) \
-    X(cuGraphLaunch_ptsz) \
-    X(cuGetErrorString) \
-    X(cuCtxGetApiVersion) \
-    X(cuGetProcAddress) \
+    X(cuLaunchKernelEx)               \
+    X(cuLaunchKernelEx_ptsz)          \
+    X(cuGraphLaunch)                  \
+    X(cuGraphLaunch_ptsz)             \
+    X(cuGetErrorString)               \
+    X(cuCtxGetApiVersion)             \
+    X(cuGetProcAddress)               \
     X(cuGetProcAddress_v2)
 #define ALIAS(n) extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
 STUB_SYMS(ALIAS)
 #undef ALIAS
 #define COPY_ALIAS(name, params, args, stream, bytes, kind) ALIAS(name)
-#define ALIAS(n) extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
+#define ALIAS(n)                                            extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
 HK_COPIES(COPY_ALIAS)
 #undef ALIAS
-#define S(n) {#n, (void *)&stub_local_##n},
+#define S(n)                                            {#n, (void *)&stub_local_##n},
 #define COPY_S(name, params, args, stream, bytes, kind) S(name)
 static const stub_sym g_syms[] = {STUB_SYMS(S) HK_COPIES(COPY_S)};
 #undef S
@@ -1006,9 +1088,12 @@ static void *find_sym(const char *name) {
 static void *resolve(const char *symbol, int ver, cuuint64_t flags) {
     char buf[128];
     int v2_since = 3020;
-    if (!strcmp(symbol, "cuGetProcAddress")) v2_since = 12000;
-    else if (!strcmp(symbol, "cuDeviceGetUuid")) v2_since = 11040;
-    else if (!strcmp(symbol, "cuEventElapsedTime")) v2_since = 12080;
+    if (!strcmp(symbol, "cuGetProcAddress"))
+        v2_since = 12000;
+    else if (!strcmp(symbol, "cuDeviceGetUuid"))
+        v2_since = 11040;
+    else if (!strcmp(symbol, "cuEventElapsedTime"))
+        v2_since = 12080;
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
         /* synchronous calls have _ptds variants, stream-taking ones _ptsz, after any _v2 */
         static const char *const forms[] = {"%s_v2_ptds", "%s_v2_ptsz", "%s_ptds", "%s_ptsz"};

@@ -29,17 +29,17 @@
 
 #define DCMI_API __attribute__((visibility("default")))
 
-#define DCMI_OK 0
+#define DCMI_OK                    0
 #define DCMI_ERR_INVALID_PARAMETER (-8001)
-#define DCMI_ERR_INNER (-8005)
+#define DCMI_ERR_INNER             (-8005)
 #define DCMI_ERR_INVALID_DEVICE_ID (-8007)
-#define DCMI_ERR_DEVICE_NOT_EXIST (-8008)
-#define DCMI_ERR_NOT_READY (-8012)
-#define DCMI_ERR_NOT_SUPPORT (-8255)
+#define DCMI_ERR_DEVICE_NOT_EXIST  (-8008)
+#define DCMI_ERR_NOT_READY         (-8012)
+#define DCMI_ERR_NOT_SUPPORT       (-8255)
 
 #define MAX_CHIP_NAME_LEN 32
-#define MAX_LENTH 256
-#define DIE_ID_COUNT 5
+#define MAX_LENTH         256
+#define DIE_ID_COUNT      5
 
 struct dcmi_chip_info {
     unsigned char chip_type[MAX_CHIP_NAME_LEN];
@@ -70,7 +70,9 @@ struct dcmi_get_memory_info_stru {
     unsigned int utiliza;
     unsigned char reserve[60];
 };
-struct dcmi_die_id { unsigned int soc_die[DIE_ID_COUNT]; };
+struct dcmi_die_id {
+    unsigned int soc_die[DIE_ID_COUNT];
+};
 struct dcmi_elabel_info {
     char product_name[MAX_LENTH];
     char model[MAX_LENTH];
@@ -116,10 +118,10 @@ static int injected(const char *call, const asd_device *d) {
     return 0;
 }
 
-#define FAIL_IF_INJECTED(call, d)            \
-    do {                                     \
-        int rc_ = injected(call, d);         \
-        if (rc_) return rc_;                 \
+#define FAIL_IF_INJECTED(call, d)    \
+    do {                             \
+        int rc_ = injected(call, d); \
+        if (rc_) return rc_;         \
     } while (0)
 
 static asd_device *find(int card_id, int device_id) {
@@ -134,10 +136,10 @@ static asd_device *by_logic(unsigned int logic) {
     return NULL;
 }
 
-#define LOOKUP(d, card, dev, call)                       \
-    if (!g_init) return DCMI_ERR_NOT_READY;              \
-    asd_device *d = find(card, dev);                     \
-    if (!d) return DCMI_ERR_INVALID_DEVICE_ID;           \
+#define LOOKUP(d, card, dev, call)             \
+    if (!g_init) return DCMI_ERR_NOT_READY;    \
+    asd_device *d = find(card, dev);           \
+    if (!d) return DCMI_ERR_INVALID_DEVICE_ID; \
     FAIL_IF_INJECTED(call, d)
 
 DCMI_API int dcmi_init(void) {

@@ -37,15 +37,20 @@
 #include "stub_devices.h"
 #include "nvml_stub_mig.h"
 
-#define STUB_API __attribute__((visibility("default")))
+#define STUB_API      __attribute__((visibility("default")))
 #define STUB_MAX_SETS 16
-#define STUB_QUEUE 256
+#define STUB_QUEUE    256
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct nvmlEventSet_st *nvmlEventSet_t;
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
 typedef struct {
     char busIdLegacy[16];
     unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
@@ -56,7 +61,15 @@ typedef struct {
     unsigned long long eventType, eventData;
     unsigned int gpuInstanceId, computeInstanceId;
 } nvmlEventData_t;
-typedef union { double d; unsigned int ui; unsigned long ul; unsigned long long ull; long long sll; int si; unsigned short us; } nvmlValue_t;
+typedef union {
+    double d;
+    unsigned int ui;
+    unsigned long ul;
+    unsigned long long ull;
+    long long sll;
+    int si;
+    unsigned short us;
+} nvmlValue_t;
 typedef struct {
     unsigned int fieldId, scopeId;
     long long timestamp, latencyUsec;
@@ -66,20 +79,27 @@ typedef struct {
 } nvmlFieldValue_t;
 
 enum {
-    NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3, NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_TIMEOUT = 10, NVML_ERROR_GPU_IS_LOST = 15, NVML_ERROR_MEMORY = 20, NVML_ERROR_UNKNOWN = 999,
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_MEMORY = 20,
+    NVML_ERROR_UNKNOWN = 999,
 };
-#define EV_XID 0x8ULL
+#define EV_XID             0x8ULL
 #define FI_RECOVERY_ACTION 230u
-#define VALUE_TYPE_UINT 1
+#define VALUE_TYPE_UINT    1
 
 struct nvmlDevice_st {
     char uuid[96], name[96], serial[32], pci[16];
     unsigned long long total;
     unsigned index, minor, arch, brand, domain, bus, dev, fn, pci_id;
     int cc_major, cc_minor;
-    int mig;                 /* -1 unsupported, 0 off, 1 on */
+    int mig; /* -1 unsupported, 0 off, 1 on */
     int lost;
     unsigned recovery;
 };
@@ -97,17 +117,18 @@ static unsigned g_count;
 static struct nvmlDevice_st g_dev[STUB_MAX_DEVICES];
 static struct nvmlEventSet_st g_sets[STUB_MAX_SETS];
 static long g_events_off;
-static char g_events_path[4096];   /* the events file g_events_off is an offset into */
+static char g_events_path[4096]; /* the events file g_events_off is an offset into */
 
 /* ---------------------------------------------------------------------------------------------
  * Devices: the shared HOOKCORE_STUB_DEVICES parser (stub_devices.c), plus the NVML keys
  * ------------------------------------------------------------------------------------------- */
 static unsigned long long parse_size(const char *s, unsigned long long dflt) {
-    long long v = s && *s ? stub_parse_quantity(s) : -1;
-    return v > 0 ? (unsigned long long)v : dflt;
+    unsigned long long v = 0;
+    char why[200];
+    return s && *s && stub_quantity(s, &v, why, sizeof why) == 0 ? v : dflt;
 }
 
-static void set_str(char *dst, size_t n, const char *val) {   /* truncates, like NVML's buffers */
+static void set_str(char *dst, size_t n, const char *val) { /* truncates, like NVML's buffers */
     size_t len = strnlen(val, n - 1);
     memcpy(dst, val, len);
     dst[len] = 0;
@@ -116,7 +137,10 @@ static void set_str(char *dst, size_t n, const char *val) {   /* truncates, like
 static void set_pci(struct nvmlDevice_st *d, const char *v) {
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;
     if (sscanf(v, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4) {
-        d->domain = dom; d->bus = bus; d->dev = dev; d->fn = fn;
+        d->domain = dom;
+        d->bus = bus;
+        d->dev = dev;
+        d->fn = fn;
     }
 }
 
@@ -127,8 +151,8 @@ static void device_from(struct nvmlDevice_st *d, unsigned i, const stub_device_d
     d->total = desc->memory;
     d->index = d->minor = i;
     d->bus = 0x10 + i;
-    d->arch = 9;             /* Hopper */
-    d->brand = 14;           /* NVML_BRAND_NVIDIA */
+    d->arch = 9;   /* Hopper */
+    d->brand = 14; /* NVML_BRAND_NVIDIA */
     d->cc_major = 9;
     d->pci_id = 0x233510deu;
     d->mig = -1;
@@ -210,7 +234,7 @@ static void apply_line(const char *line) {
         deliver(d, EV_XID, a);
     } else if (!strcmp(verb, "lost")) {
         d->lost = 1;
-        d->recovery = 1;     /* NVML_GPU_RECOVERY_ACTION_GPU_RESET */
+        d->recovery = 1; /* NVML_GPU_RECOVERY_ACTION_GPU_RESET */
         deliver(d, EV_XID, 79);
     } else if (!strcmp(verb, "action") && n >= 3) {
         d->recovery = (unsigned)a;
@@ -224,7 +248,7 @@ static void apply_line(const char *line) {
 static void sync_events(void) {
     const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
     if (!path || !*path) return;
-    if (strcmp(path, g_events_path) != 0) {   /* another file than at init: only what comes after now */
+    if (strcmp(path, g_events_path) != 0) { /* another file than at init: only what comes after now */
         struct stat st0;
         snprintf(g_events_path, sizeof g_events_path, "%s", path);
         g_events_off = stat(path, &st0) == 0 ? (long)st0.st_size : 0;
@@ -237,7 +261,7 @@ static void sync_events(void) {
         char line[256];
         while (fgets(line, sizeof line, f)) {
             size_t len = strlen(line);
-            if (!len || line[len - 1] != '\n') break;     /* a partial line: read it next time */
+            if (!len || line[len - 1] != '\n') break; /* a partial line: read it next time */
             g_events_off += (long)len;
             apply_line(line);
         }
@@ -254,17 +278,25 @@ static int valid(nvmlDevice_t d) { return d >= g_dev && d < g_dev + g_count; }
 static nvmlReturn_t enter(const char *call, nvmlDevice_t d) {
     pthread_mutex_lock(&g_lock);
     nvmlReturn_t r = NVML_SUCCESS;
-    if (!g_init) r = NVML_ERROR_UNINITIALIZED;
-    else if (d && !valid(d)) r = NVML_ERROR_INVALID_ARGUMENT;
+    if (!g_init)
+        r = NVML_ERROR_UNINITIALIZED;
+    else if (d && !valid(d))
+        r = NVML_ERROR_INVALID_ARGUMENT;
     else {
         sync_events();
-        if (d && d->lost) r = NVML_ERROR_GPU_IS_LOST;
-        else r = injected(call, d);
+        if (d && d->lost)
+            r = NVML_ERROR_GPU_IS_LOST;
+        else
+            r = injected(call, d);
     }
     pthread_mutex_unlock(&g_lock);
     return r;
 }
-#define ENTER(dev) do { nvmlReturn_t r_ = enter(__func__, (dev)); if (r_ != NVML_SUCCESS) return r_; } while (0)
+#define ENTER(dev)                                \
+    do {                                          \
+        nvmlReturn_t r_ = enter(__func__, (dev)); \
+        if (r_ != NVML_SUCCESS) return r_;        \
+    } while (0)
 #define ENTER_SYS() ENTER(NULL)
 
 /* For the stub's other files (nvml_stub_procs.c, nvml_stub_mig.c): `enter`, and the device's NVML
@@ -284,7 +316,7 @@ STUB_API nvmlReturn_t nvmlInit_v2(void) {
         load_devices();
         struct stat st;
         const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
-        g_events_off = (path && *path && stat(path, &st) == 0) ? (long)st.st_size : 0;  /* only what comes after init */
+        g_events_off = (path && *path && stat(path, &st) == 0) ? (long)st.st_size : 0; /* only what comes after init */
         snprintf(g_events_path, sizeof g_events_path, "%s", path ? path : "");
     }
     g_init++;
@@ -294,7 +326,10 @@ STUB_API nvmlReturn_t nvmlInit_v2(void) {
     return r;
 }
 STUB_API nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
-STUB_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; return nvmlInit_v2(); }
+STUB_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return nvmlInit_v2();
+}
 STUB_API nvmlReturn_t nvmlShutdown(void) {
     pthread_mutex_lock(&g_lock);
     nvmlReturn_t r = g_init ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
@@ -305,18 +340,18 @@ STUB_API nvmlReturn_t nvmlShutdown(void) {
 
 STUB_API const char *nvmlErrorString(nvmlReturn_t r) {
     switch (r) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case 19: return "In use by another client";          /* NVML_ERROR_IN_USE (MIG) */
-    case 23: return "Insufficient resources";            /* NVML_ERROR_INSUFFICIENT_RESOURCES (MIG) */
-    default: return "Unknown Error";
+        case NVML_SUCCESS: return "Success";
+        case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+        case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+        case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+        case NVML_ERROR_NOT_FOUND: return "Not Found";
+        case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+        case NVML_ERROR_TIMEOUT: return "Timeout";
+        case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+        case NVML_ERROR_MEMORY: return "Insufficient Memory";
+        case 19: return "In use by another client"; /* NVML_ERROR_IN_USE (MIG) */
+        case 23: return "Insufficient resources";   /* NVML_ERROR_INSUFFICIENT_RESOURCES (MIG) */
+        default: return "Unknown Error";
     }
 }
 
@@ -367,7 +402,10 @@ STUB_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t
     ENTER_SYS();
     if (!dev) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned k = 0; k < g_count; k++)
-        if (g_dev[k].index == i) { *dev = &g_dev[k]; return NVML_SUCCESS; }
+        if (g_dev[k].index == i) {
+            *dev = &g_dev[k];
+            return NVML_SUCCESS;
+        }
     return NVML_ERROR_INVALID_ARGUMENT;
 }
 STUB_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *dev) {
@@ -394,7 +432,10 @@ STUB_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, nvmlDevi
     if (sscanf(pci, "%x:%x:%x.%x", &dom, &bus, &dv, &fn) != 4) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned k = 0; k < g_count; k++) {
         struct nvmlDevice_st *d = &g_dev[k];
-        if (d->domain == dom && d->bus == bus && d->dev == dv && d->fn == fn) { *dev = d; return NVML_SUCCESS; }
+        if (d->domain == dom && d->bus == bus && d->dev == dv && d->fn == fn) {
+            *dev = d;
+            return NVML_SUCCESS;
+        }
     }
     return NVML_ERROR_NOT_FOUND;
 }
@@ -404,7 +445,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, nvmlDevi
  * ------------------------------------------------------------------------------------------- */
 STUB_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) {
     int mig_r;
-    if (stub_mig_device_uuid(d, uuid, len, &mig_r)) return mig_r;   /* a MIG device (nvml_stub_mig.c) */
+    if (stub_mig_device_uuid(d, uuid, len, &mig_r)) return mig_r; /* a MIG device (nvml_stub_mig.c) */
     ENTER(d);
     return put_string(uuid, len, d->uuid);
 }
@@ -458,7 +499,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *ma
 static void fill_pci(const struct nvmlDevice_st *d, nvmlPciInfo_t *p) {
     memset(p, 0, sizeof *p);
     bus_id(d, p->busIdLegacy, sizeof p->busIdLegacy, 4);
-    bus_id(d, p->busId, sizeof p->busId, 8);     /* NVML's form: 8-digit domain, upper-case hex */
+    bus_id(d, p->busId, sizeof p->busId, 8); /* NVML's form: 8-digit domain, upper-case hex */
     p->domain = d->domain;
     p->bus = d->bus;
     p->device = d->dev;
@@ -471,7 +512,9 @@ STUB_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) 
     fill_pci(d, p);
     return NVML_SUCCESS;
 }
-STUB_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+STUB_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) {
+    return nvmlDeviceGetPciInfo_v3(d, p);
+}
 STUB_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
 
 static unsigned long long stub_used(const struct nvmlDevice_st *d) {
@@ -559,9 +602,12 @@ STUB_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long lon
     ENTER(d);
     pthread_mutex_lock(&g_lock);
     nvmlReturn_t r = NVML_SUCCESS;
-    if (!valid_set(set)) r = NVML_ERROR_INVALID_ARGUMENT;
-    else if (types & ~EV_XID) r = NVML_ERROR_NOT_SUPPORTED;
-    else set->mask[d - g_dev] |= types;
+    if (!valid_set(set))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    else if (types & ~EV_XID)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    else
+        set->mask[d - g_dev] |= types;
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -573,7 +619,10 @@ STUB_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *d
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
         pthread_mutex_lock(&g_lock);
-        if (!valid_set(set)) { pthread_mutex_unlock(&g_lock); return NVML_ERROR_INVALID_ARGUMENT; }
+        if (!valid_set(set)) {
+            pthread_mutex_unlock(&g_lock);
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
         sync_events();
         if (set->head != set->tail) {
             *data = set->queue[set->head++ % STUB_QUEUE];

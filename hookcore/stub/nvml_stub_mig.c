@@ -51,39 +51,48 @@ typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
 enum {
-    R_SUCCESS = 0, R_UNINITIALIZED = 1, R_INVALID_ARGUMENT = 2, R_NOT_SUPPORTED = 3, R_NOT_FOUND = 6,
-    R_INSUFFICIENT_SIZE = 7, R_IN_USE = 19, R_INSUFFICIENT_RESOURCES = 23, R_UNKNOWN = 999,
+    R_SUCCESS = 0,
+    R_UNINITIALIZED = 1,
+    R_INVALID_ARGUMENT = 2,
+    R_NOT_SUPPORTED = 3,
+    R_NOT_FOUND = 6,
+    R_INSUFFICIENT_SIZE = 7,
+    R_IN_USE = 19,
+    R_INSUFFICIENT_RESOURCES = 23,
+    R_UNKNOWN = 999,
 };
 
-#define MAX_GI 16     /* GPU instance IDs 1..15 */
-#define MAX_CI 8      /* compute instance IDs 0..7 */
+#define MAX_GI     16 /* GPU instance IDs 1..15 */
+#define MAX_CI     8  /* compute instance IDs 0..7 */
 #define MEM_SLICES 8
-#define NAME_LEN 96
+#define NAME_LEN   96
 
-typedef struct { unsigned start, size; } placement_t;
 typedef struct {
-    unsigned id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
-             decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned start, size;
+} placement_t;
+typedef struct {
+    unsigned id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+        encoderCount, jpegCount, ofaCount;
     unsigned long long memorySizeMB;
 } gi_profile_v1_t;
 typedef struct {
-    unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
-             copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+        encoderCount, jpegCount, ofaCount;
     unsigned long long memorySizeMB;
     char name[NAME_LEN];
 } gi_profile_v2_t;
 typedef struct {
-    unsigned id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
-             sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+    unsigned id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
 } ci_profile_v1_t;
 typedef struct {
-    unsigned version, id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount,
-             sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+    unsigned version, id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
     char name[NAME_LEN];
 } ci_profile_v2_t;
 typedef struct {
-    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
-             sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount, sharedJpegCount,
+        sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
     unsigned long long memorySizeMB;
 } attributes_t;
 
@@ -107,12 +116,24 @@ static const profile_t PROFILES[] = {
 static const unsigned CI_SLICES[] = {1, 2, 3, 4, 7};
 
 /* Handles: one per possible (GPU, GI id) and (GPU, GI id, CI id); MIG device = compute instance. */
-struct nvmlGpuInstance_st { unsigned gpu, id; };
-struct nvmlComputeInstance_st { unsigned gpu, gi, id; };
-struct stub_mig_device { unsigned gpu, gi, ci; };
+struct nvmlGpuInstance_st {
+    unsigned gpu, id;
+};
+struct nvmlComputeInstance_st {
+    unsigned gpu, gi, id;
+};
+struct stub_mig_device {
+    unsigned gpu, gi, ci;
+};
 
-typedef struct { int used; unsigned profile_id, start, size, seq; } gi_state;
-typedef struct { int used; unsigned profile_index; } ci_state;
+typedef struct {
+    int used;
+    unsigned profile_id, start, size, seq;
+} gi_state;
+typedef struct {
+    int used;
+    unsigned profile_index;
+} ci_state;
 
 static pthread_mutex_t m_lock = PTHREAD_MUTEX_INITIALIZER;
 static gi_state m_gi[STUB_MAX_DEVICES][MAX_GI];
@@ -120,10 +141,14 @@ static ci_state m_ci[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
 static struct nvmlGpuInstance_st h_gi[STUB_MAX_DEVICES][MAX_GI];
 static struct nvmlComputeInstance_st h_ci[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
 static struct stub_mig_device h_mig[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
-static unsigned m_seq;            /* creations replayed (part of each MIG UUID) */
-static int m_file = -1;           /* the state file, locked during a call */
+static unsigned m_seq;  /* creations replayed (part of each MIG UUID) */
+static int m_file = -1; /* the state file, locked during a call */
 
-typedef struct { nvmlDevice_t device; unsigned id, profileId; placement_t placement; } gi_info_t;
+typedef struct {
+    nvmlDevice_t device;
+    unsigned id, profileId;
+    placement_t placement;
+} gi_info_t;
 typedef struct {
     nvmlDevice_t device;
     struct nvmlGpuInstance_st *gpuInstance;
@@ -135,11 +160,13 @@ typedef struct {
  * Profiles
  * ------------------------------------------------------------------------------------------- */
 static const profile_t *profile_by_index(unsigned index) {
-    for (unsigned i = 0; i < NPROFILES; i++) if (PROFILES[i].index == index) return &PROFILES[i];
+    for (unsigned i = 0; i < NPROFILES; i++)
+        if (PROFILES[i].index == index) return &PROFILES[i];
     return NULL;
 }
 static const profile_t *profile_by_id(unsigned id) {
-    for (unsigned i = 0; i < NPROFILES; i++) if (PROFILES[i].id == id) return &PROFILES[i];
+    for (unsigned i = 0; i < NPROFILES; i++)
+        if (PROFILES[i].id == id) return &PROFILES[i];
     return NULL;
 }
 
@@ -149,8 +176,10 @@ static unsigned long long profile_mib(const profile_t *p, const stub_gpu_view *g
 
 static void profile_name(const profile_t *p, const stub_gpu_view *g, char *out, size_t n) {
     unsigned long long gib = g->total >> 30;
-    if (gib >= 135 && gib <= 145) snprintf(out, n, "MIG %s", p->h200);   /* an H200's framebuffer */
-    else snprintf(out, n, "MIG %ug.%llugb", p->compute, (gib * p->memory + MEM_SLICES / 2) / MEM_SLICES);
+    if (gib >= 135 && gib <= 145)
+        snprintf(out, n, "MIG %s", p->h200); /* an H200's framebuffer */
+    else
+        snprintf(out, n, "MIG %ug.%llugb", p->compute, (gib * p->memory + MEM_SLICES / 2) / MEM_SLICES);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -232,7 +261,7 @@ static int mig_gpu(const char *call, nvmlDevice_t d, stub_gpu_view *g) {
     int r = stub_nvml_enter(call, d, NULL);
     if (r != R_SUCCESS) return -r;
     if (stub_nvml_gpu_of(d, g) != 0) return -R_INVALID_ARGUMENT;
-    if (g->mig != 1) return -R_NOT_SUPPORTED;   /* MIG off or unsupported */
+    if (g->mig != 1) return -R_NOT_SUPPORTED; /* MIG off or unsupported */
     return (int)g->position;
 }
 
@@ -269,7 +298,10 @@ static int overlaps(unsigned gpu, unsigned start, unsigned size) {
 static unsigned used_compute(unsigned gpu) {
     unsigned n = 0;
     for (unsigned i = 1; i < MAX_GI; i++)
-        if (m_gi[gpu][i].used) { const profile_t *p = profile_by_id(m_gi[gpu][i].profile_id); n += p ? p->compute : 0; }
+        if (m_gi[gpu][i].used) {
+            const profile_t *p = profile_by_id(m_gi[gpu][i].profile_id);
+            n += p ? p->compute : 0;
+        }
     return n;
 }
 static unsigned instances_of(unsigned gpu, unsigned profile_id) {
@@ -308,7 +340,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t d, unsig
     if (gpu < 0) return -gpu;
     if (!info) return R_INVALID_ARGUMENT;
     const profile_t *p = profile_by_index(profile);
-    if (!p) return R_NOT_SUPPORTED;     /* a profile this GPU does not have */
+    if (!p) return R_NOT_SUPPORTED; /* a profile this GPU does not have */
     unsigned version = info->version;
     fill_profile(p, &g, info);
     info->version = version;
@@ -324,7 +356,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsign
     if (!p) return R_NOT_SUPPORTED;
     gi_profile_v2_t v2;
     fill_profile(p, &g, &v2);
-    memcpy(info, &v2.id, sizeof *info);   /* v1 is v2 without version and name */
+    memcpy(info, &v2.id, sizeof *info); /* v1 is v2 without version and name */
     return R_SUCCESS;
 }
 
@@ -336,8 +368,14 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t
     if (!count) return R_INVALID_ARGUMENT;
     const profile_t *p = profile_by_id(profile_id);
     if (!p) return R_INVALID_ARGUMENT;
-    if (!placements) { *count = p->nstarts; return R_SUCCESS; }
-    if (*count < p->nstarts) { *count = p->nstarts; return R_INSUFFICIENT_SIZE; }
+    if (!placements) {
+        *count = p->nstarts;
+        return R_SUCCESS;
+    }
+    if (*count < p->nstarts) {
+        *count = p->nstarts;
+        return R_INSUFFICIENT_SIZE;
+    }
     for (unsigned i = 0; i < p->nstarts; i++) placements[i] = (placement_t){p->starts[i], p->memory};
     *count = p->nstarts;
     return R_SUCCESS;
@@ -357,7 +395,10 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t d, 
     for (unsigned i = 0; i < p->nstarts; i++) {
         if (!placement_ok((unsigned)gpu, p, p->starts[i])) continue;
         for (unsigned id = 1; id < MAX_GI; id++)
-            if (!m_gi[gpu][id].used) { m_gi[gpu][id] = (gi_state){1, p->id, p->starts[i], p->memory, 0}; break; }
+            if (!m_gi[gpu][id].used) {
+                m_gi[gpu][id] = (gi_state){1, p->id, p->starts[i], p->memory, 0};
+                break;
+            }
         n++;
     }
     memcpy(m_gi[gpu], saved, sizeof saved);
@@ -394,7 +435,8 @@ STUB_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, u
     return r;
 }
 
-STUB_API nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t d, unsigned profile_id, struct nvmlGpuInstance_st **out) {
+STUB_API nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t d, unsigned profile_id,
+                                                  struct nvmlGpuInstance_st **out) {
     stub_gpu_view g;
     int gpu = mig_gpu(__func__, d, &g);
     if (gpu < 0) return -gpu;
@@ -443,7 +485,10 @@ STUB_API nvmlReturn_t nvmlGpuInstanceGetInfo(struct nvmlGpuInstance_st *gi, gi_i
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
     begin();
-    if (!valid_gi(gi) || !info) { end(); return R_INVALID_ARGUMENT; }
+    if (!valid_gi(gi) || !info) {
+        end();
+        return R_INVALID_ARGUMENT;
+    }
     stub_gpu_view g;
     nvmlDevice_t h;
     stub_nvml_gpu_at(gi->gpu, &g, &h);
@@ -457,9 +502,15 @@ STUB_API nvmlReturn_t nvmlGpuInstanceDestroy(struct nvmlGpuInstance_st *gi) {
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
     begin();
-    if (!valid_gi(gi)) { end(); return R_INVALID_ARGUMENT; }
+    if (!valid_gi(gi)) {
+        end();
+        return R_INVALID_ARGUMENT;
+    }
     for (unsigned c = 0; c < MAX_CI; c++)
-        if (m_ci[gi->gpu][gi->id][c].used) { end(); return R_IN_USE; }   /* destroy its compute instances first */
+        if (m_ci[gi->gpu][gi->id][c].used) {
+            end();
+            return R_IN_USE;
+        } /* destroy its compute instances first */
     stub_gpu_view g;
     nvmlDevice_t h;
     stub_nvml_gpu_at(gi->gpu, &g, &h);
@@ -498,7 +549,7 @@ STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(struct nvmlG
                                                                     unsigned eng, ci_profile_v2_t *info) {
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
-    if (eng != 0) return R_NOT_SUPPORTED;   /* only the shared engine profile */
+    if (eng != 0) return R_NOT_SUPPORTED; /* only the shared engine profile */
     begin();
     unsigned version = info ? info->version : 0;
     r = ci_profile(gi, profile, info);
@@ -526,11 +577,17 @@ STUB_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(struct nvmlGpuInstanc
     if (r != R_SUCCESS) return r;
     begin();
     ci_profile_v2_t p;
-    if (!out || (r = ci_profile(gi, profile, &p)) != R_SUCCESS) { end(); return r ? r : R_INVALID_ARGUMENT; }
+    if (!out || (r = ci_profile(gi, profile, &p)) != R_SUCCESS) {
+        end();
+        return r ? r : R_INVALID_ARGUMENT;
+    }
     unsigned used = 0;
     for (unsigned c = 0; c < MAX_CI; c++)
         if (m_ci[gi->gpu][gi->id][c].used) used += CI_SLICES[m_ci[gi->gpu][gi->id][c].profile_index];
-    if (used + p.sliceCount > gi_compute(gi)) { end(); return R_INSUFFICIENT_RESOURCES; }
+    if (used + p.sliceCount > gi_compute(gi)) {
+        end();
+        return R_INSUFFICIENT_RESOURCES;
+    }
     for (unsigned c = 0; c < MAX_CI; c++) {
         if (m_ci[gi->gpu][gi->id][c].used) continue;
         stub_gpu_view g;
@@ -550,7 +607,10 @@ STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(struct nvmlGpuInstance_
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
     begin();
-    if (!valid_gi(gi) || !count) { end(); return R_INVALID_ARGUMENT; }
+    if (!valid_gi(gi) || !count) {
+        end();
+        return R_INVALID_ARGUMENT;
+    }
     unsigned n = 0;
     for (unsigned c = 0; c < MAX_CI; c++) {
         const ci_state *s = &m_ci[gi->gpu][gi->id][c];
@@ -568,7 +628,10 @@ STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(struct nvmlGpuInstan
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
     begin();
-    if (!valid_gi(gi) || !out || id >= MAX_CI) { end(); return R_INVALID_ARGUMENT; }
+    if (!valid_gi(gi) || !out || id >= MAX_CI) {
+        end();
+        return R_INVALID_ARGUMENT;
+    }
     int used = m_ci[gi->gpu][gi->id][id].used;
     if (used) *out = ci_handle(gi->gpu, gi->id, id);
     end();
@@ -579,13 +642,16 @@ STUB_API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(struct nvmlComputeInstance_s
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
     begin();
-    if (!valid_ci(ci) || !info) { end(); return R_INVALID_ARGUMENT; }
+    if (!valid_ci(ci) || !info) {
+        end();
+        return R_INVALID_ARGUMENT;
+    }
     stub_gpu_view g;
     nvmlDevice_t h;
     stub_nvml_gpu_at(ci->gpu, &g, &h);
     unsigned slices = CI_SLICES[m_ci[ci->gpu][ci->gi][ci->id].profile_index];
-    *info = (ci_info_t){h, gi_handle(ci->gpu, ci->gi), ci->id, m_ci[ci->gpu][ci->gi][ci->id].profile_index,
-                        {0, slices}};
+    *info =
+        (ci_info_t){h, gi_handle(ci->gpu, ci->gi), ci->id, m_ci[ci->gpu][ci->gi][ci->id].profile_index, {0, slices}};
     end();
     return R_SUCCESS;
 }
@@ -597,7 +663,10 @@ STUB_API nvmlReturn_t nvmlComputeInstanceDestroy(struct nvmlComputeInstance_st *
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
     begin();
-    if (!valid_ci(ci)) { end(); return R_INVALID_ARGUMENT; }
+    if (!valid_ci(ci)) {
+        end();
+        return R_INVALID_ARGUMENT;
+    }
     stub_gpu_view g;
     nvmlDevice_t h;
     stub_nvml_gpu_at(ci->gpu, &g, &h);
@@ -614,7 +683,10 @@ STUB_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned *is_m
     if (r != R_SUCCESS) return r;
     if (!is_mig) return R_INVALID_ARGUMENT;
     stub_gpu_view g;
-    if (is_mig_handle(d)) { *is_mig = 1; return R_SUCCESS; }
+    if (is_mig_handle(d)) {
+        *is_mig = 1;
+        return R_SUCCESS;
+    }
     if (stub_nvml_gpu_of(d, &g) != 0) return R_INVALID_ARGUMENT;
     *is_mig = 0;
     return R_SUCCESS;
@@ -629,7 +701,8 @@ STUB_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned *c
     return R_SUCCESS;
 }
 
-STUB_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned index, struct stub_mig_device **out) {
+STUB_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned index,
+                                                          struct stub_mig_device **out) {
     stub_gpu_view g;
     int gpu = mig_gpu(__func__, d, &g);
     if (gpu < 0) return -gpu;
@@ -658,7 +731,10 @@ static nvmlReturn_t enter_mig(const char *call, const struct stub_mig_device *m)
     if (r != R_SUCCESS) return r;
     if (!is_mig_handle(m)) return R_INVALID_ARGUMENT;
     begin();
-    if (!valid_mig(m)) { end(); return R_NOT_FOUND; }   /* its instance was destroyed */
+    if (!valid_mig(m)) {
+        end();
+        return R_NOT_FOUND;
+    } /* its instance was destroyed */
     return R_SUCCESS;
 }
 
@@ -702,8 +778,15 @@ STUB_API nvmlReturn_t nvmlDeviceGetAttributes_v2(struct stub_mig_device *m, attr
     unsigned slices = CI_SLICES[m_ci[m->gpu][m->gi][m->ci].profile_index];
     end();
     if (!a || !p) return R_INVALID_ARGUMENT;
-    *a = (attributes_t){p->sms * slices / p->compute, p->compute, p->decoders, 0, p->decoders, p->ofa,
-                        p->compute, slices, profile_mib(p, &g)};
+    *a = (attributes_t){p->sms * slices / p->compute,
+                        p->compute,
+                        p->decoders,
+                        0,
+                        p->decoders,
+                        p->ofa,
+                        p->compute,
+                        slices,
+                        profile_mib(p, &g)};
     return R_SUCCESS;
 }
 STUB_API nvmlReturn_t nvmlDeviceGetAttributes(struct stub_mig_device *m, attributes_t *a) {
@@ -720,17 +803,26 @@ int stub_mig_device_uuid(const void *d, char *uuid, unsigned len, int *ret) {
     stub_gpu_view g;
     nvmlDevice_t h;
     stub_nvml_gpu_at(m->gpu, &g, &h);
-    unsigned long long x = 1469598103934665603ULL;    /* FNV-1a */
+    unsigned long long x = 1469598103934665603ULL; /* FNV-1a */
     char key[160];
     snprintf(key, sizeof key, "%s/%u/%u/%u", g.uuid, m->gi, m->ci, m_gi[m->gpu][m->gi].seq);
-    for (const char *c = key; *c; c++) { x ^= (unsigned char)*c; x *= 1099511628211ULL; }
+    for (const char *c = key; *c; c++) {
+        x ^= (unsigned char)*c;
+        x *= 1099511628211ULL;
+    }
     unsigned long long y = x * 0x9E3779B97F4A7C15ULL;
     end();
     char buf[64];
-    snprintf(buf, sizeof buf, "MIG-%08llx-%04llx-4%03llx-8%03llx-%012llx", x >> 32, (x >> 16) & 0xffff,
-             x & 0xfff, (y >> 52) & 0xfff, y & 0xffffffffffffULL);
-    if (!uuid) { *ret = R_INVALID_ARGUMENT; return 1; }
-    if (strlen(buf) + 1 > len) { *ret = R_INSUFFICIENT_SIZE; return 1; }
+    snprintf(buf, sizeof buf, "MIG-%08llx-%04llx-4%03llx-8%03llx-%012llx", x >> 32, (x >> 16) & 0xffff, x & 0xfff,
+             (y >> 52) & 0xfff, y & 0xffffffffffffULL);
+    if (!uuid) {
+        *ret = R_INVALID_ARGUMENT;
+        return 1;
+    }
+    if (strlen(buf) + 1 > len) {
+        *ret = R_INSUFFICIENT_SIZE;
+        return 1;
+    }
     memcpy(uuid, buf, strlen(buf) + 1);
     *ret = R_SUCCESS;
     return 1;

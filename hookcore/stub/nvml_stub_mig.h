@@ -12,10 +12,10 @@
 struct nvmlDevice_st;
 
 typedef struct {
-    unsigned position;          /* 0..count-1 */
+    unsigned position; /* 0..count-1 */
     const char *uuid;
-    unsigned long long total;   /* framebuffer bytes */
-    int mig;                    /* -1 unsupported, 0 off, 1 on */
+    unsigned long long total; /* framebuffer bytes */
+    int mig;                  /* -1 unsupported, 0 off, 1 on */
 } stub_gpu_view;
 
 /* nvml_stub.c: the checks every call makes (initialised, valid handle, not lost, injected

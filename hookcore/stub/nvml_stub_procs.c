@@ -19,12 +19,15 @@
 #include <string.h>
 #include <time.h>
 
-#define STUB_API __attribute__((visibility("default")))
+#define STUB_API  __attribute__((visibility("default")))
 #define PROCS_MAX 1024
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct { unsigned int pid; unsigned long long usedGpuMemory; } nvmlProcessInfo_v1_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
 typedef struct {
     unsigned int pid;
     unsigned long long usedGpuMemory;
@@ -42,7 +45,11 @@ enum { OK = 0, ERR_INVALID_ARGUMENT = 2, ERR_NOT_FOUND = 6, ERR_INSUFFICIENT_SIZ
 /* nvml_stub.c: the common checks of a device query, and the device's NVML index. */
 nvmlReturn_t stub_nvml_enter(const char *call, nvmlDevice_t d, unsigned *index);
 
-typedef struct { unsigned pid; unsigned long long used; int util; } proc_t;
+typedef struct {
+    unsigned pid;
+    unsigned long long used;
+    int util;
+} proc_t;
 
 /* The processes of NVML device `index` now, at most `max`; returns how many. */
 static unsigned read_procs(unsigned index, proc_t *out, unsigned max) {
@@ -63,13 +70,15 @@ static unsigned read_procs(unsigned index, proc_t *out, unsigned max) {
         int got = sscanf(p, "%u %u %llu %n", &dev, &pid, &used, &end);
         if (got == 3 && p[end] && p[end] != '\n') {
             int e2 = 0;
-            if (sscanf(p + end, "%d %n", &util, &e2) != 1 || (p[end + e2] && p[end + e2] != '\n')
-                || util < 0 || util > 100)
+            if (sscanf(p + end, "%d %n", &util, &e2) != 1 || (p[end + e2] && p[end + e2] != '\n') || util < 0 ||
+                util > 100)
                 got = 0;
         }
         if (got != 3 || pid == 0) {
-            fprintf(stderr, "stub: STUB_NVML_PROCESSES %s line %u: expected '<device index> <host pid> "
-                            "<used memory bytes> [<utilization 0-100>]', skipped\n", path, lineno);
+            fprintf(stderr,
+                    "stub: STUB_NVML_PROCESSES %s line %u: expected '<device index> <host pid> "
+                    "<used memory bytes> [<utilization 0-100>]', skipped\n",
+                    path, lineno);
             continue;
         }
         if (dev != index || n >= max) continue;
@@ -90,10 +99,16 @@ static nvmlReturn_t list(const char *call, nvmlDevice_t d, unsigned *count, void
     nvmlReturn_t r = stub_nvml_enter(call, d, &index);
     if (r != OK) return r;
     if (!count) return ERR_INVALID_ARGUMENT;
-    proc_t procs[PROCS_MAX];  /* 24 KiB of stack: no state shared between threads */
+    proc_t procs[PROCS_MAX]; /* 24 KiB of stack: no state shared between threads */
     unsigned n = graphics ? 0 : read_procs(index, procs, PROCS_MAX);
-    if (n == 0) { *count = 0; return OK; }
-    if (!buf || *count < n) { *count = n; return ERR_INSUFFICIENT_SIZE; }
+    if (n == 0) {
+        *count = 0;
+        return OK;
+    }
+    if (!buf || *count < n) {
+        *count = n;
+        return ERR_INSUFFICIENT_SIZE;
+    }
     for (unsigned i = 0; i < n; i++) fill((char *)buf + i * size, &procs[i]);
     *count = n;
     return OK;
@@ -111,9 +126,9 @@ static void fill_v2(void *dst, const proc_t *p) {
     e->gpuInstanceId = e->computeInstanceId = NO_INSTANCE;
 }
 
-#define LIST(name, type, graphics, fill)                                                         \
-    STUB_API nvmlReturn_t name(nvmlDevice_t d, unsigned int *count, type *infos) {               \
-        return list(#name, d, count, infos, sizeof(type), graphics, fill);                       \
+#define LIST(name, type, graphics, fill)                                           \
+    STUB_API nvmlReturn_t name(nvmlDevice_t d, unsigned int *count, type *infos) { \
+        return list(#name, d, count, infos, sizeof(type), graphics, fill);         \
     }
 LIST(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_v2_t, 0, fill_v2)
 LIST(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_v2_t, 0, fill_v2)
@@ -137,8 +152,14 @@ STUB_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProces
     unsigned long long now = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
     for (unsigned i = 0; i < total; i++)
         if (procs[i].util >= 0) procs[n++] = procs[i];
-    if (n == 0 || now <= since) { *count = 0; return ERR_NOT_FOUND; }
-    if (!samples || *count < n) { *count = n; return ERR_INSUFFICIENT_SIZE; }
+    if (n == 0 || now <= since) {
+        *count = 0;
+        return ERR_NOT_FOUND;
+    }
+    if (!samples || *count < n) {
+        *count = n;
+        return ERR_INSUFFICIENT_SIZE;
+    }
     for (unsigned i = 0; i < n; i++) {
         memset(&samples[i], 0, sizeof samples[i]);
         samples[i].pid = procs[i].pid;

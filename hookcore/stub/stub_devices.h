@@ -1,16 +1,15 @@
 /* stub_devices.h - the fake devices of the stub libcuda and libnvidia-ml, from one description.
  *
- * HOOKCORE_STUB_DEVICES (environment): devices separated by ';', each a list of key=value
- * separated by ','. Example:
+ * HOOKCORE_STUB_DEVICES (environment): devices in the grammar of stub_grammar.h (';' between
+ * devices, key=value pairs separated by ','). Example:
  *   HOOKCORE_STUB_DEVICES='uuid=GPU-11111111-2222-3333-4444-555555555555,memory=141Gi,name=NVIDIA H200;
  *                          uuid=GPU-66666666-7777-8888-9999-000000000000,memory=80Gi'
  * Keys every stub reads:
  *   uuid     required; "GPU-" + 32 hex digits as 8-4-4-4-12 (what cuDeviceGetUuid and NVML report)
- *   memory   bytes or a Kubernetes quantity (141Gi, 80G, 1.5Ti); default 16Gi
+ *   memory   a quantity as the core reads one (hk_parse_mem: 141Gi, 80G, 1.5Ti); default 16Gi
  *   name     default "Stub GPU <position>"
  * Other keys are kept for the stub that wants them (the NVML stub's discovery keys: index, minor,
- * pci, ...; see README.md) and ignored by the rest. Keys and values are trimmed of spaces; values
- * may not contain ',' ';' or '='. Empty entries (";;", a trailing ';') are skipped.
+ * pci, ...; see README.md) and ignored by the rest.
  * Unset: the legacy STUB_CUDA_DEVICES (count, default 1) and STUB_CUDA_MEMORY (default 16Gi),
  * device i with UUID GPU-57554201-0000-4000-8000-0000000000ii.
  * A bad description is reported in one line on stderr ("stub: HOOKCORE_STUB_DEVICES: ...") and
@@ -24,20 +23,18 @@
 
 #include <stddef.h>
 
-#pragma GCC visibility push(hidden)   /* each stub library has its own copy; none exports it */
+#include "stub_grammar.h"
+
+#pragma GCC visibility push(hidden) /* each stub library has its own copy; none exports it */
 
 #define STUB_MAX_DEVICES 16
-#define STUB_MAX_KEYS 24
-#define STUB_KEY_MAX 24
-#define STUB_VALUE_MAX 96
 
 typedef struct stub_device_desc {
-    char uuid[STUB_VALUE_MAX];            /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
-    unsigned char uuid_bytes[16];         /* the same, raw (cuDeviceGetUuid) */
-    unsigned long long memory;            /* bytes */
+    char uuid[STUB_VALUE_MAX];    /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    unsigned char uuid_bytes[16]; /* the same, raw (cuDeviceGetUuid) */
+    unsigned long long memory;    /* bytes */
     char name[STUB_VALUE_MAX];
-    int nkeys;                            /* every key=value as given, in order */
-    struct { char key[STUB_KEY_MAX]; char value[STUB_VALUE_MAX]; } kv[STUB_MAX_KEYS];
+    stub_entry entry; /* every key=value as given, in order */
 } stub_device_desc;
 
 /* Parse a description. Returns the number of devices (0..max), or -1 with a one-line message in
@@ -50,9 +47,6 @@ int stub_devices_from_env(stub_device_desc *out, int max);
 
 /* The value of `key` for a device, or NULL. */
 const char *stub_device_get(const stub_device_desc *d, const char *key);
-
-/* Bytes of "141Gi", "80G", "1.5Ti", "1073741824"; -1 if malformed, zero or too large. */
-long long stub_parse_quantity(const char *s);
 
 /* Position of the device a CUDA_VISIBLE_DEVICES entry names: a decimal index, a full UUID or a
    unique UUID prefix ("GPU-1111"), with or without "GPU-". -1 if none or ambiguous. */

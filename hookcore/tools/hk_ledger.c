@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
     }
     hk_ledger *l = NULL;
     char err[HK_ERR_MAX];
-    if (hk_ledger_open_snapshot(argv[2], &l, err, sizeof err) != HK_OK) {   /* never maps or follows it */
+    if (hk_ledger_open_snapshot(argv[2], &l, err, sizeof err) != HK_OK) { /* never maps or follows it */
         fprintf(stderr, "hk-ledger: %s\n", err);
         return 2;
     }

@@ -51,9 +51,12 @@ int main(int argc, char **argv) {
     int dev = 0;
     double compute = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--device") && i + 1 < argc) dev = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--compute") && i + 1 < argc) compute = atof(argv[++i]);
-        else return fprintf(stderr, "usage: acl_workload [--device N] [--compute SECONDS]\n"), 2;
+        if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            dev = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--compute") && i + 1 < argc)
+            compute = atof(argv[++i]);
+        else
+            return fprintf(stderr, "usage: acl_workload [--device N] [--compute SECONDS]\n"), 2;
     }
     acl = dlopen("libascendcl.so", RTLD_NOW);
     if (!acl) return printf("error=%s\n", dlerror()), 3;

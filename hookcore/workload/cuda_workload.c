@@ -29,7 +29,9 @@ typedef int CUresult; /* CUDA_SUCCESS = 0 */
 typedef int CUdevice;
 typedef void *CUcontext;
 typedef unsigned long long CUdeviceptr;
-typedef struct { unsigned char bytes[16]; } CUuuid;
+typedef struct {
+    unsigned char bytes[16];
+} CUuuid;
 typedef CUresult (*get_proc_t)(const char *, void **, int, unsigned long long, int *);
 
 enum { OUT_OF_MEMORY = 2, CUDA_VERSION = 12000 };
@@ -77,19 +79,19 @@ int main(int argc, char **argv) {
     }
     get_proc = (get_proc_t)dlsym(libcuda, "cuGetProcAddress_v2");
 
-    CUresult (*cuInit)(unsigned) = (CUresult (*)(unsigned))entry("cuInit", "cuInit");
-    CUresult (*cuDeviceGetCount)(int *) = (CUresult (*)(int *))entry("cuDeviceGetCount", "cuDeviceGetCount");
-    CUresult (*cuDeviceGet)(CUdevice *, int) = (CUresult (*)(CUdevice *, int))entry("cuDeviceGet", "cuDeviceGet");
+    CUresult (*cuInit)(unsigned) = (CUresult(*)(unsigned))entry("cuInit", "cuInit");
+    CUresult (*cuDeviceGetCount)(int *) = (CUresult(*)(int *))entry("cuDeviceGetCount", "cuDeviceGetCount");
+    CUresult (*cuDeviceGet)(CUdevice *, int) = (CUresult(*)(CUdevice *, int))entry("cuDeviceGet", "cuDeviceGet");
     CUresult (*cuDeviceGetUuid)(CUuuid *, CUdevice) =
-        (CUresult (*)(CUuuid *, CUdevice))entry("cuDeviceGetUuid", "cuDeviceGetUuid");
+        (CUresult(*)(CUuuid *, CUdevice))entry("cuDeviceGetUuid", "cuDeviceGetUuid");
     CUresult (*cuRetain)(CUcontext *, CUdevice) =
-        (CUresult (*)(CUcontext *, CUdevice))entry("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
-    CUresult (*cuCtxSetCurrent)(CUcontext) = (CUresult (*)(CUcontext))entry("cuCtxSetCurrent", "cuCtxSetCurrent");
+        (CUresult(*)(CUcontext *, CUdevice))entry("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
+    CUresult (*cuCtxSetCurrent)(CUcontext) = (CUresult(*)(CUcontext))entry("cuCtxSetCurrent", "cuCtxSetCurrent");
     CUresult (*cuMemGetInfo)(size_t *, size_t *) =
-        (CUresult (*)(size_t *, size_t *))entry("cuMemGetInfo", "cuMemGetInfo_v2");
+        (CUresult(*)(size_t *, size_t *))entry("cuMemGetInfo", "cuMemGetInfo_v2");
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) =
-        (CUresult (*)(CUdeviceptr *, size_t))entry("cuMemAlloc", "cuMemAlloc_v2");
-    CUresult (*cuMemFree)(CUdeviceptr) = (CUresult (*)(CUdeviceptr))entry("cuMemFree", "cuMemFree_v2");
+        (CUresult(*)(CUdeviceptr *, size_t))entry("cuMemAlloc", "cuMemAlloc_v2");
+    CUresult (*cuMemFree)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))entry("cuMemFree", "cuMemFree_v2");
 
     check(cuInit(0), "cuInit");
     int count = 0;

@@ -64,7 +64,7 @@ def _extension_stale() -> bool:
     if not built:
         return True
     sources = [HOOKCORE / "_hookcore.pyx", HOOKCORE / "_hookcore.pxd", *HOOKCORE.glob("core/*.[ch]"),
-               *HOOKCORE.glob("cuda/hami_env.[ch]")]
+               *HOOKCORE.glob("*/env_aliases.def")]
     return max(p.stat().st_mtime for p in sources) > built[-1].stat().st_mtime
 
 

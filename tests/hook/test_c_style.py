@@ -3,14 +3,22 @@
 - One atomics style: every atomic operation goes through core/atomic.h, whose names carry the
   memory order (hk_atomic_load_acquire, ...). The bare C11 forms, GCC's __atomic/__sync builtins,
   memory_order_* constants and atomic_flag appear nowhere else.
-- core/ and preload/ are vendor-neutral: no CUDA, NVML, NVIDIA, Ascend/ACL or DCMI names.
+- core/, preload/ and the Python wrapper (_hookcore.pyx/.pxd) are vendor-neutral: no CUDA, NVML,
+  NVIDIA (nor its "GPU-" UUID form), Ascend/ACL or DCMI names, in code and comments alike.
 - A shim names only its own vendor: cuda/ does not include nvml/ and nvml/ does not include cuda/.
+- One layout: every C file of hookcore/ and of the tests is as the repository's .clang-format says
+  (clang-format pinned in pyproject's dev extras).
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOKCORE = ROOT / "hookcore"
@@ -21,7 +29,10 @@ C_FILES = sorted(p for p in HOOKCORE.rglob("*.[ch]") if "build" not in p.parts a
 BARE_ATOMICS = re.compile(
     r"\b(atomic_(load|store|exchange|fetch_\w+|compare_exchange_\w+|flag\w*|thread_fence|signal_fence)"
     r"|__atomic_\w+|__sync_\w+|memory_order_\w+)\b")
-VENDOR = re.compile(r"cuda|nvml|nvidia|ascend|\bacl\b|\baclrt|dcmi|cupti|\bnpu\b", re.I)
+VENDOR = re.compile(r"cuda|nvml|nvidia|\bgpu-|ascend|\bacl\b|\baclrt|dcmi|cupti|\bnpu\b", re.I)
+# The files that must stay neutral: the core, the preload layer, the wrapper the runtime imports.
+NEUTRAL_DIRS = ("core", "preload")
+NEUTRAL_FILES = ("_hookcore.pyx", "_hookcore.pxd")
 
 
 def code_lines(path: Path) -> list[tuple[int, str]]:
@@ -54,16 +65,46 @@ def test_atomic_h_spells_every_order_out() -> None:
     assert names and all(re.search(r"_(relaxed|acquire|release|acq_rel|seq_cst)$", n) for n in names), names
 
 
-def test_core_and_preload_name_no_vendor() -> None:
+def neutral_files(root: Path) -> list[Path]:
+    files = [p for d in NEUTRAL_DIRS for p in sorted((root / d).rglob("*"))
+             if p.suffix in (".c", ".h", ".md", ".def") and "build" not in p.parts]
+    return files + [root / name for name in NEUTRAL_FILES if (root / name).exists()]
+
+
+def vendor_hits(root: Path) -> list[str]:
+    """Every line of the neutral files, comments and strings included, that names a vendor."""
     bad = []
-    for d in ("core", "preload"):
-        for path in sorted((HOOKCORE / d).rglob("*")):
-            if path.suffix not in (".c", ".h", ".md") and path.name != "hooks.def":
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if VENDOR.search(line):
-                    bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not bad, "core/ and preload/ must stay vendor-neutral:\n" + "\n".join(bad)
+    for path in neutral_files(root):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if VENDOR.search(line):
+                bad.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    return bad
+
+
+def test_core_preload_and_wrapper_name_no_vendor() -> None:
+    assert {"hookcore.h", "preload.h", "_hookcore.pyx", "_hookcore.pxd"} <= {p.name for p in neutral_files(HOOKCORE)}
+    bad = vendor_hits(HOOKCORE)
+    assert not bad, "core/, preload/ and the wrapper must stay vendor-neutral:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(("where", "line"), [
+    ("core/x.c", 'memcpy(o, "GPU-", 4);'),              # NVIDIA's UUID form, in a string
+    ("core/x.h", "/* a gpu-0123 UUID */"),              # in a comment, lower case
+    ("preload/y.c", "#include <cuda.h>"),
+    ("core/tests/t.c", "int npu = 0;"),
+    ("_hookcore.pyx", 'if stem == "vgpu": return nvml_aliases'),
+    ("_hookcore.pxd", 'cdef extern from "../ascend/x.h":'),
+])
+def test_the_vendor_rule_fires(tmp_path: Path, where: str, line: str) -> None:
+    """The rule catches what it is for, in every kind of file it scans (and spares neutral text)."""
+    for d in NEUTRAL_DIRS:
+        (tmp_path / d).mkdir()
+    (tmp_path / "core/ok.c").write_text("/* device-time token bucket; a KIND-0123 UUID; libvgpu.so */\n")
+    assert vendor_hits(tmp_path) == []
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"/* neutral */\n{line}\n")
+    assert vendor_hits(tmp_path) == [f"{where}:2: {line}"]
 
 
 def test_shims_include_only_their_own_vendor() -> None:
@@ -71,3 +112,33 @@ def test_shims_include_only_their_own_vendor() -> None:
         for path in sorted((HOOKCORE / shim).glob("*.[ch]")):
             includes = re.findall(r'#include\s+"([^"]+)"', path.read_text())
             assert not [i for i in includes if i.startswith(f"../{other}/")], (path, includes)
+
+
+def formatted_files() -> list[Path]:
+    dirs = [HOOKCORE, ROOT / "tests/hook/c", ROOT / "tests/ascend/c"]
+    return sorted(p for d in dirs for p in d.rglob("*.[ch]") if "build" not in p.relative_to(d).parts
+                  and not p.name.startswith("_"))
+
+
+def clang_format() -> str:
+    exe = Path(sys.executable).parent / "clang-format"
+    found = str(exe) if exe.exists() else shutil.which("clang-format")
+    assert found, "clang-format missing: pip install -e '.[dev]' installs the pinned one"
+    return found
+
+
+def test_c_files_follow_the_clang_format_style() -> None:
+    files = formatted_files()
+    assert {"config.c", "test_core.c", "stub_grammar.c", "shim_client.c"} <= {p.name for p in files}
+    proc = subprocess.run([clang_format(), "--dry-run", "--Werror", *map(str, files)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0, "run clang-format -i on these (style in .clang-format):\n" + proc.stderr[-4000:]
+
+
+def test_the_format_check_fires(tmp_path: Path) -> None:
+    (tmp_path / ".clang-format").write_text((ROOT / ".clang-format").read_text())
+    bad = tmp_path / "bad.c"
+    bad.write_text("int f(void) {\n  return 1;\n}\n")   # two-space indent
+    proc = subprocess.run([clang_format(), "--dry-run", "--Werror", str(bad)], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert proc.returncode != 0 and "bad.c" in proc.stderr

@@ -42,6 +42,12 @@ def test_devices_from_the_description(client: Path, hookcore_libs: HookLibs) -> 
                    (2, C, 16 * GiB, "Stub GPU 2")]
 
 
+def test_values_hold_spaces_and_up_to_95_characters(client: Path, hookcore_libs: HookLibs) -> None:
+    name = "NVIDIA H200 " + "x" * 83
+    got, _ = devices(client, hookcore_libs, HOOKCORE_STUB_DEVICES=f"uuid={A},memory=3000m,name= {name} ")
+    assert got == [(0, A, 3000 << 20, name)]   # 3000m: the core's rule (MiB), trimmed name of 95
+
+
 def test_legacy_variables_when_unset(client: Path, hookcore_libs: HookLibs) -> None:
     got, _ = devices(client, hookcore_libs, STUB_CUDA_DEVICES="2", STUB_CUDA_MEMORY="2Gi")
     assert [(u, t) for _, u, t, _ in got] == [("GPU-57554201-0000-4000-8000-000000000000", 2 * GiB),
@@ -66,8 +72,12 @@ def test_cuda_visible_devices_takes_uuids(client: Path, hookcore_libs: HookLibs,
 @pytest.mark.parametrize("spec,needle", [
     ("memory=1Gi", "device 0: uuid is required"),
     (f"uuid={A};uuid=GPU-1", "device 1: uuid=GPU-1: expected GPU-xxxxxxxx"),
-    (f"uuid={A},memory=12x", "device 0: memory=12x"),
-    (f"uuid={A},memory=0", "device 0: memory=0"),
+    # quantities are the core's (hk_parse_mem) and its message says why
+    (f"uuid={A},memory=12x", 'device 0: memory="12x": unknown unit "x"'),
+    (f"uuid={A},memory=0", 'device 0: memory="0": must be greater than 0'),
+    # the value rule of the grammar (stub_grammar.h, dra/fakes): 1..95 characters, none of , ; =
+    (f"uuid={A},name=", "bad entry \"name=\""),
+    (f"uuid={A},name={'x' * 96}", "value 1..95 characters"),
     (f"uuid={A};uuid=GPU-{A[4:].upper()}", "already used by device 0"),
     (f"uuid={A},uuid={B}", "key uuid given twice"),
     (f"uuid={A},flag", "\"flag\" is not key=value"),

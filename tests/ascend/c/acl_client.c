@@ -46,7 +46,8 @@ int32_t rtMalloc(void **p, uint64_t size, int type, uint16_t module);
 int32_t rtFree(void *p);
 int32_t rtMemGetInfoEx(int type, size_t *free_b, size_t *total_b);
 int32_t rtKernelLaunch(const void *f, uint32_t blocks, void *args, uint32_t n, void *sm, void *s);
-int32_t rtKernelLaunchWithHandleV2(void *h, uint64_t key, uint32_t blocks, void *args, void *sm, void *s, const void *cfg);
+int32_t rtKernelLaunchWithHandleV2(void *h, uint64_t key, uint32_t blocks, void *args, void *sm, void *s,
+                                   const void *cfg);
 int32_t rtModelExecute(void *m, void *s, uint32_t flag);
 
 static double now(void) {
@@ -90,11 +91,16 @@ static int cmd_alloc(int argc, char **argv) {
         size_t size = strtoull(argv[i], NULL, 10);
         void *p = NULL;
         int r;
-        if (!strcmp(api, "rt")) r = rtMalloc(&p, size, 0, 0);
-        else if (!strcmp(api, "phys")) r = aclrtMallocPhysical(&p, size, NULL, 0);
-        else if (!strcmp(api, "cfg")) r = aclrtMallocWithCfg(&p, size, 0, NULL);
-        else if (!strcmp(api, "cached")) r = aclrtMallocCached(&p, size, 0);
-        else r = aclrtMalloc(&p, size, 0);
+        if (!strcmp(api, "rt"))
+            r = rtMalloc(&p, size, 0, 0);
+        else if (!strcmp(api, "phys"))
+            r = aclrtMallocPhysical(&p, size, NULL, 0);
+        else if (!strcmp(api, "cfg"))
+            r = aclrtMallocWithCfg(&p, size, 0, NULL);
+        else if (!strcmp(api, "cached"))
+            r = aclrtMallocCached(&p, size, 0);
+        else
+            r = aclrtMalloc(&p, size, 0);
         printf("ALLOC %zu %d\n", size, r);
         if (r == 0) ptrs[n++] = p;
     }
@@ -102,11 +108,12 @@ static int cmd_alloc(int argc, char **argv) {
     printf("READY\n");
     fflush(stdout);
     char buf[16];
-    while (fgets(buf, sizeof buf, stdin)) {
-    }
+    while (fgets(buf, sizeof buf, stdin)) {}
     printf("FREE");
     for (int i = 0; i < n; i++)
-        printf(" %d", !strcmp(api, "rt") ? rtFree(ptrs[i]) : !strcmp(api, "phys") ? aclrtFreePhysical(ptrs[i]) : aclrtFree(ptrs[i]));
+        printf(" %d", !strcmp(api, "rt")     ? rtFree(ptrs[i])
+                      : !strcmp(api, "phys") ? aclrtFreePhysical(ptrs[i])
+                                             : aclrtFree(ptrs[i]));
     printf("\n");
     info(0);
     return 0;
@@ -125,18 +132,28 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     double t0 = now();
     while (now() - t0 < secs) {
         int r;
-        if (!strcmp(mode, "kernel")) r = aclrtLaunchKernel(f, 1, NULL, 0, s);
-        else if (!strcmp(mode, "v2")) r = aclrtLaunchKernelV2(f, 1, NULL, 0, NULL, s);
-        else if (!strcmp(mode, "cfg")) r = aclrtLaunchKernelWithConfig(f, 1, s, NULL, NULL, NULL);
-        else if (!strcmp(mode, "model")) r = aclmdlExecuteAsync(us, NULL, NULL, s);
-        else if (!strcmp(mode, "sync")) r = aclmdlExecute(us, NULL, NULL);
-        else if (!strcmp(mode, "ri")) r = aclmdlRIExecuteAsync(ri, s);
-        else if (!strcmp(mode, "rt")) r = rtKernelLaunch(f, 1, NULL, 0, NULL, s);
-        else if (!strcmp(mode, "rth")) r = rtKernelLaunchWithHandleV2(f, 7, 1, NULL, NULL, s, NULL);
-        else if (!strcmp(mode, "rtm")) r = rtModelExecute(f, s, 0);
-        else return fprintf(stderr, "unknown mode %s\n", mode), 2;
+        if (!strcmp(mode, "kernel"))
+            r = aclrtLaunchKernel(f, 1, NULL, 0, s);
+        else if (!strcmp(mode, "v2"))
+            r = aclrtLaunchKernelV2(f, 1, NULL, 0, NULL, s);
+        else if (!strcmp(mode, "cfg"))
+            r = aclrtLaunchKernelWithConfig(f, 1, s, NULL, NULL, NULL);
+        else if (!strcmp(mode, "model"))
+            r = aclmdlExecuteAsync(us, NULL, NULL, s);
+        else if (!strcmp(mode, "sync"))
+            r = aclmdlExecute(us, NULL, NULL);
+        else if (!strcmp(mode, "ri"))
+            r = aclmdlRIExecuteAsync(ri, s);
+        else if (!strcmp(mode, "rt"))
+            r = rtKernelLaunch(f, 1, NULL, 0, NULL, s);
+        else if (!strcmp(mode, "rth"))
+            r = rtKernelLaunchWithHandleV2(f, 7, 1, NULL, NULL, s, NULL);
+        else if (!strcmp(mode, "rtm"))
+            r = rtModelExecute(f, s, 0);
+        else
+            return fprintf(stderr, "unknown mode %s\n", mode), 2;
         if (r) return printf("SUBMIT %d\n", r), 4;
-        if (++n % 16 == 0) aclrtSynchronizeStream(s);   /* keep the queue short: count what completes */
+        if (++n % 16 == 0) aclrtSynchronizeStream(s); /* keep the queue short: count what completes */
     }
     aclrtSynchronizeDevice();
     printf("RATE %.1f\n", (double)n / (now() - t0));

@@ -45,9 +45,12 @@ static void *sym(const char *name) {
 static size_t size_arg(const char *s) {
     char *end;
     double v = strtod(s, &end);
-    if (*end == 'G') v *= 1 << 30;
-    else if (*end == 'M') v *= 1 << 20;
-    else if (*end == 'K') v *= 1 << 10;
+    if (*end == 'G')
+        v *= 1 << 30;
+    else if (*end == 'M')
+        v *= 1 << 20;
+    else if (*end == 'K')
+        v *= 1 << 10;
     return (size_t)v;
 }
 
@@ -136,8 +139,8 @@ static void cmd_graph(size_t bytes) {
     F(CUresult, cuGraphLaunch, (CUgraphExec, CUstream));
     F(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
     F(CUresult, cuMemFree_v2, (CUdeviceptr));
-    F(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
-                                         CUDA_MEM_ALLOC_NODE_PARAMS *));
+    F(CUresult, cuGraphAddMemAllocNode,
+      (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *));
     CUstream s;
     cuStreamCreate(&s, 0);
     cuStreamBeginCapture_v2(s, 0);
@@ -195,8 +198,7 @@ static void cmd_pools(size_t bytes) {
 }
 
 static void cmd_vmm(size_t bytes) {
-    F(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                              unsigned long long));
+    F(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long));
     F(CUresult, cuMemRelease, (CUmemGenericAllocationHandle));
     F(CUresult, cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, int, unsigned long long));
     F(CUresult, cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, int));
@@ -207,7 +209,7 @@ static void cmd_vmm(size_t bytes) {
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = 1;
-    prop.requestedHandleTypes = 1;   /* POSIX file descriptor */
+    prop.requestedHandleTypes = 1; /* POSIX file descriptor */
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
     /* export -> import -> map the import -> release the original */
@@ -264,7 +266,7 @@ static void cmd_legacy(const char *which, unsigned us, double seconds) {
             printf("FAIL launch %d\n", r);
             exit(1);
         }
-        if (++n % 10 == 0) cuCtxSynchronize();   /* completed work, not a queue running ahead */
+        if (++n % 10 == 0) cuCtxSynchronize(); /* completed work, not a queue running ahead */
     }
     cuCtxSynchronize();
     printf("RATE %.1f\n", (double)n / (now_s() - t0));
@@ -293,14 +295,22 @@ int main(int argc, char **argv) {
     }
     setup();
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "dlroutes") && argc > 2) cmd_dlroutes(size_arg(argv[2]));
-    else if (!strcmp(cmd, "ctxloop") && argc > 2) cmd_ctxloop(atoi(argv[2]));
-    else if (!strcmp(cmd, "heap") && argc > 2) cmd_heap(size_arg(argv[2]));
-    else if (!strcmp(cmd, "graph") && argc > 2) cmd_graph(size_arg(argv[2]));
-    else if (!strcmp(cmd, "pools") && argc > 2) cmd_pools(size_arg(argv[2]));
-    else if (!strcmp(cmd, "vmm") && argc > 2) cmd_vmm(size_arg(argv[2]));
-    else if (!strcmp(cmd, "legacy") && argc > 4) cmd_legacy(argv[2], (unsigned)atoi(argv[3]), atof(argv[4]));
-    else if (!strcmp(cmd, "hold") && argc > 2) cmd_hold(size_arg(argv[2]));
+    if (!strcmp(cmd, "dlroutes") && argc > 2)
+        cmd_dlroutes(size_arg(argv[2]));
+    else if (!strcmp(cmd, "ctxloop") && argc > 2)
+        cmd_ctxloop(atoi(argv[2]));
+    else if (!strcmp(cmd, "heap") && argc > 2)
+        cmd_heap(size_arg(argv[2]));
+    else if (!strcmp(cmd, "graph") && argc > 2)
+        cmd_graph(size_arg(argv[2]));
+    else if (!strcmp(cmd, "pools") && argc > 2)
+        cmd_pools(size_arg(argv[2]));
+    else if (!strcmp(cmd, "vmm") && argc > 2)
+        cmd_vmm(size_arg(argv[2]));
+    else if (!strcmp(cmd, "legacy") && argc > 4)
+        cmd_legacy(argv[2], (unsigned)atoi(argv[3]), atof(argv[4]));
+    else if (!strcmp(cmd, "hold") && argc > 2)
+        cmd_hold(size_arg(argv[2]));
     else {
         fprintf(stderr, "unknown command %s\n", cmd);
         return 2;

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct dev { int index; } dev;
+typedef struct dev {
+    int index;
+} dev;
 static dev g_dev[16];
 
 static unsigned env_u(const char *name, unsigned dflt) {
@@ -28,7 +30,7 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, dev **out) {
             return 0;
         }
     }
-    return 13;   /* NVML_ERROR_NOT_FOUND */
+    return 13; /* NVML_ERROR_NOT_FOUND */
 }
 int nvmlDeviceGetUUID(dev *d, char *uuid, unsigned len) {
     snprintf(uuid, len, "GPU-57554201-0000-4000-8000-0000000000%02x", d->index);
@@ -40,13 +42,13 @@ int nvmlDeviceGetIndex(dev *d, unsigned *i) {
 }
 int nvmlDeviceGetClockInfo(dev *d, int type, unsigned *mhz) {
     (void)d;
-    if (type != 1) return 2;   /* NVML_CLOCK_SM only */
+    if (type != 1) return 2; /* NVML_CLOCK_SM only */
     *mhz = env_u("STUB_SM_MHZ", 1500);
     return 0;
 }
 int nvmlDeviceGetClock(dev *d, int type, int id, unsigned *mhz) {
     (void)d;
-    if (type != 1 || id != 2) return 2;   /* SM, default application clock */
+    if (type != 1 || id != 2) return 2; /* SM, default application clock */
     *mhz = env_u("STUB_APP_MHZ", 0);
-    return *mhz ? 0 : 3;                  /* NVML_ERROR_NOT_SUPPORTED */
+    return *mhz ? 0 : 3; /* NVML_ERROR_NOT_SUPPORTED */
 }

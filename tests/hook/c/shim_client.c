@@ -125,8 +125,10 @@ static void meminfo(size_t *f, size_t *t) {
 static size_t parse_size(const char *s) {
     char *end;
     size_t v = strtoull(s, &end, 10);
-    if (*end == 'M') v *= MiB;
-    else if (*end == 'K') v <<= 10;
+    if (*end == 'M')
+        v *= MiB;
+    else if (*end == 'K')
+        v <<= 10;
     return v;
 }
 
@@ -209,8 +211,9 @@ static void cmd_async(void) {
     CUmemoryPool pool;
     if (defpool(&pool, 0) != CUDA_SUCCESS) fail("default pool");
     for (size_t i = 0; i < n; i++) {
-        CUresult r = (i % 3 == 0) ? aa(&p[i], chunk, NULL) : (i % 3 == 1) ? aa_pt(&p[i], chunk, NULL)
-                                                                          : ap(&p[i], chunk, pool, NULL);
+        CUresult r = (i % 3 == 0)   ? aa(&p[i], chunk, NULL)
+                     : (i % 3 == 1) ? aa_pt(&p[i], chunk, NULL)
+                                    : ap(&p[i], chunk, pool, NULL);
         if (r != CUDA_SUCCESS) fail("async alloc %zu = %d", i, r);
     }
     CUdeviceptr x;
@@ -231,21 +234,21 @@ static void cmd_arrays(void) {
     CUresult (*md)(CUmipmappedArray) = sym("cuMipmappedArrayDestroy", V, 0);
     size_t f0, f, t;
     meminfo(&f0, &t);
-    CUDA_ARRAY_DESCRIPTOR d = {1024, 1024, 0x20 /* float */, 4};          /* 16 MiB */
+    CUDA_ARRAY_DESCRIPTOR d = {1024, 1024, 0x20 /* float */, 4}; /* 16 MiB */
     CUarray a, b;
     if (ac(&a, &d) != CUDA_SUCCESS) fail("cuArrayCreate");
     meminfo(&f, &t);
     if (f0 - f != 16 * MiB) fail("2D array charged %zu", f0 - f);
-    CUDA_ARRAY3D_DESCRIPTOR d3 = {256, 256, 64, 0x01 /* u8 */, 1, 0};     /* 4 MiB */
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {256, 256, 64, 0x01 /* u8 */, 1, 0}; /* 4 MiB */
     if (a3(&b, &d3) != CUDA_SUCCESS) fail("cuArray3DCreate");
     meminfo(&f, &t);
     if (f0 - f != 20 * MiB) fail("3D array charged %zu", f0 - f - 16 * MiB);
-    CUDA_ARRAY3D_DESCRIPTOR big = {t, 1, 1, 0x01, 1, 0};                   /* the whole quota */
+    CUDA_ARRAY3D_DESCRIPTOR big = {t, 1, 1, 0x01, 1, 0}; /* the whole quota */
     CUarray c;
     CUresult r = a3(&c, &big);
     if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("array past quota = %d", r);
     CUmipmappedArray m;
-    CUDA_ARRAY3D_DESCRIPTOR dm = {1024, 1024, 0, 0x20, 1, 0};              /* 4 MiB + levels */
+    CUDA_ARRAY3D_DESCRIPTOR dm = {1024, 1024, 0, 0x20, 1, 0}; /* 4 MiB + levels */
     if (mc(&m, &dm, 11) != CUDA_SUCCESS) fail("mipmapped");
     meminfo(&f, &t);
     if (f0 - f < 24 * MiB) fail("mipmapped charged too little");
@@ -273,15 +276,20 @@ static void cmd_pitch(void) {
 
 static void cmd_resolve(void) {
     const char *s;
-    struct { const char *name; int ver; cuuint64_t flags; const char *lib, *want; } cases[] = {
+    struct {
+        const char *name;
+        int ver;
+        cuuint64_t flags;
+        const char *lib, *want;
+    } cases[] = {
         {"cuMemAlloc", V, 0, "libvgpu.so", "cuMemAlloc_v2"},
-        {"cuMemAlloc", 3000, 0, "libcuda.so.1", "cuMemAlloc"},          /* v1 ABI: not ours to police */
+        {"cuMemAlloc", 3000, 0, "libcuda.so.1", "cuMemAlloc"}, /* v1 ABI: not ours to police */
         {"cuLaunchKernel", V, 0, "libvgpu.so", "cuLaunchKernel"},
         {"cuLaunchKernel", V, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "libvgpu.so", "cuLaunchKernel_ptsz"},
         {"cuGraphLaunch", V, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "libvgpu.so", "cuGraphLaunch_ptsz"},
         {"cuGetProcAddress", 11030, 0, "libvgpu.so", "cuGetProcAddress"},
         {"cuGetProcAddress", V, 0, "libvgpu.so", "cuGetProcAddress_v2"},
-        {"cuCtxGetApiVersion", V, 0, "libcuda.so.1", "cuCtxGetApiVersion"},  /* unpoliced: real pointer */
+        {"cuCtxGetApiVersion", V, 0, "libcuda.so.1", "cuCtxGetApiVersion"}, /* unpoliced: real pointer */
         {"cuEventRecord", V, 0, "libcuda.so.1", "cuEventRecord"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -323,8 +331,7 @@ static void cmd_grab(size_t chunk) {
     printf("GOT %zu\n", n);
     fflush(stdout);
     char buf[64];
-    while (fread(buf, 1, sizeof buf, stdin) > 0) {
-    }
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {}
 }
 
 static void cmd_churn(size_t chunk, size_t n) {
@@ -350,11 +357,11 @@ static void cmd_fork(size_t chunk) {
     if (pid == 0) {
         size_t cf, ct;
         meminfo(&cf, &ct);
-        if (cf != f0) _exit(10);   /* child sees the claim's usage, inherits no charge of its own */
+        if (cf != f0) _exit(10); /* child sees the claim's usage, inherits no charge of its own */
         if (cuMemAlloc_(&b, chunk) != CUDA_SUCCESS) _exit(11);
         meminfo(&cf, &ct);
         if (f0 - cf != chunk) _exit(12);
-        _exit(0);                 /* exits holding the allocation: its slot dies with it */
+        _exit(0); /* exits holding the allocation: its slot dies with it */
     }
     int st;
     waitpid(pid, &st, 0);
@@ -377,8 +384,8 @@ static void cmd_init(void) {
     gpa = (gpa_v2_t)dlsym(libcuda, "cuGetProcAddress_v2");
     cuInit_ = sym("cuInit", V, 0);
     cuMemAlloc_ = sym("cuMemAlloc", V, 0);
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                       CUstream, void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult r1 = cuInit_(0);
     CUdeviceptr p;
     CUresult r2 = cuMemAlloc_(&p, MiB);
@@ -386,8 +393,13 @@ static void cmd_init(void) {
     printf("INIT %d ALLOC %d LAUNCH %d\n", r1, r2, r3);
 }
 
-typedef struct { unsigned long long total, free, used; } nvml_mem;
-typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvml_mem2;
+typedef struct {
+    unsigned long long total, free, used;
+} nvml_mem;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvml_mem2;
 
 /* NVML as a monitoring tool sees it: device `idx` (NVML order), v1 and v2 memory info. */
 static void cmd_nvml(unsigned idx) {
@@ -432,9 +444,8 @@ static void cmd_devices(void) {
         if (uuid(&u, d) != CUDA_SUCCESS || name(nm, sizeof nm, d) != CUDA_SUCCESS || total(&t, d) != CUDA_SUCCESS)
             fail("device %d queries", d);
         const unsigned char *b = (const unsigned char *)u.bytes;
-        printf("DEV %d GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x %zu %s\n", d,
-               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15],
-               t, nm);
+        printf("DEV %d GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x %zu %s\n", d, b[0],
+               b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15], t, nm);
     }
 }
 
@@ -449,10 +460,13 @@ static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
     int async = strstr(what, "-async") != NULL;
     char base[64];
     snprintf(base, sizeof base, "%.*s", (int)strcspn(what, "-"), what);
-    static const struct { const char *what, *name; } names[] = {
-        {"memcpy", "cuMemcpy"}, {"htod", "cuMemcpyHtoD"}, {"dtoh", "cuMemcpyDtoH"}, {"dtod", "cuMemcpyDtoD"},
-        {"peer", "cuMemcpyPeer"}, {"2d", "cuMemcpy2D"}, {"3d", "cuMemcpy3D"}, {"memset8", "cuMemsetD8"},
-        {"memset16", "cuMemsetD16"}, {"memset32", "cuMemsetD32"}, {"memset2d8", "cuMemsetD2D8"},
+    static const struct {
+        const char *what, *name;
+    } names[] = {
+        {"memcpy", "cuMemcpy"},      {"htod", "cuMemcpyHtoD"},      {"dtoh", "cuMemcpyDtoH"},
+        {"dtod", "cuMemcpyDtoD"},    {"peer", "cuMemcpyPeer"},      {"2d", "cuMemcpy2D"},
+        {"3d", "cuMemcpy3D"},        {"memset8", "cuMemsetD8"},     {"memset16", "cuMemsetD16"},
+        {"memset32", "cuMemsetD32"}, {"memset2d8", "cuMemsetD2D8"},
     };
     const char *fn = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -491,7 +505,8 @@ static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
             else if (!strcmp(base, "peer"))
                 r = async ? ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))f)(
                                 d, ctx, d, ctx, bytes, st)
-                          : ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t))f)(d, ctx, d, ctx, bytes);
+                          : ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t))f)(d, ctx, d, ctx,
+                                                                                                     bytes);
             else if (!strcmp(base, "2d"))
                 r = async ? ((CUresult(*)(const CUDA_MEMCPY2D *, CUstream))f)(&p2, st)
                           : ((CUresult(*)(const CUDA_MEMCPY2D *))f)(&p2);
@@ -522,12 +537,12 @@ static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
 
 static void cmd_copynames(void) {
     static const char *const bases[] = {
-        "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyHtoDAsync", "cuMemcpyDtoH", "cuMemcpyDtoHAsync",
-        "cuMemcpyDtoD", "cuMemcpyDtoDAsync", "cuMemcpyPeer", "cuMemcpyPeerAsync", "cuMemcpy2D",
-        "cuMemcpy2DUnaligned", "cuMemcpy2DAsync", "cuMemcpy3D", "cuMemcpy3DAsync", "cuMemcpy3DPeer",
-        "cuMemcpy3DPeerAsync", "cuMemsetD8", "cuMemsetD8Async", "cuMemsetD16", "cuMemsetD16Async", "cuMemsetD32",
-        "cuMemsetD32Async", "cuMemsetD2D8", "cuMemsetD2D8Async", "cuMemsetD2D16", "cuMemsetD2D16Async",
-        "cuMemsetD2D32", "cuMemsetD2D32Async"};
+        "cuMemcpy",          "cuMemcpyAsync",       "cuMemcpyHtoD",      "cuMemcpyHtoDAsync", "cuMemcpyDtoH",
+        "cuMemcpyDtoHAsync", "cuMemcpyDtoD",        "cuMemcpyDtoDAsync", "cuMemcpyPeer",      "cuMemcpyPeerAsync",
+        "cuMemcpy2D",        "cuMemcpy2DUnaligned", "cuMemcpy2DAsync",   "cuMemcpy3D",        "cuMemcpy3DAsync",
+        "cuMemcpy3DPeer",    "cuMemcpy3DPeerAsync", "cuMemsetD8",        "cuMemsetD8Async",   "cuMemsetD16",
+        "cuMemsetD16Async",  "cuMemsetD32",         "cuMemsetD32Async",  "cuMemsetD2D8",      "cuMemsetD2D8Async",
+        "cuMemsetD2D16",     "cuMemsetD2D16Async",  "cuMemsetD2D32",     "cuMemsetD2D32Async"};
     for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
         for (int pt = 0; pt < 2; pt++) {
             const char *sname = "?";
@@ -542,12 +557,12 @@ static CUcontext g_ctx;
 static int g_iters;
 static int (*g_nvml_mem)(void *, void *);
 static void *g_nvml_dev;
-static unsigned long long g_nvml_total;   /* THREADS_NVML_TOTAL: what every query must report */
+static unsigned long long g_nvml_total; /* THREADS_NVML_TOTAL: what every query must report */
 
 static void *thread_body(void *arg) {
     (void)arg;
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                       CUstream, void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
     if (cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread set current");
     for (int i = 0; i < g_iters; i++) {
@@ -555,8 +570,10 @@ static void *thread_body(void *arg) {
         CUresult (*alloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc", V, 0);
         CUdeviceptr p;
         CUresult r = alloc(&p, MiB);
-        if (r == CUDA_SUCCESS) cuMemFree_(p);
-        else if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("thread alloc = %d", r);
+        if (r == CUDA_SUCCESS)
+            cuMemFree_(p);
+        else if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            fail("thread alloc = %d", r);
         if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
         if (i % 8 == 7) ssync(NULL);
         if (g_nvml_mem) {
@@ -588,10 +605,9 @@ static void cmd_threads(int n, int iters) {
     printf("THREADS ok\n");
 }
 
-
 static void cmd_launch(unsigned us, int graph, double seconds) {
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                       CUstream, void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult (*glaunch)(CUgraphExec, CUstream) = sym("cuGraphLaunch", V, 0);
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
     CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
@@ -612,8 +628,8 @@ static void cmd_launch(unsigned us, int graph, double seconds) {
 }
 
 static void cmd_capture(void) {
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                       CUstream, void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult (*begin)(CUstream, int) = sym("cuStreamBeginCapture", V, 0);
     CUresult (*end)(CUstream, void **) = sym("cuStreamEndCapture", V, 0);
     CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
@@ -633,7 +649,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) fail("usage");
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "cuinit")) {      /* dlopen + cuGetProcAddress + cuInit, timed */
+    if (!strcmp(cmd, "cuinit")) { /* dlopen + cuGetProcAddress + cuInit, timed */
         double t0 = now_s();
         libcuda = dlopen("libcuda.so.1", RTLD_NOW);
         if (!libcuda) fail("dlopen");
@@ -660,26 +676,40 @@ int main(int argc, char **argv) {
         return 0;
     }
     setup(getenv("CLIENT_DEVICE") ? atoi(getenv("CLIENT_DEVICE")) : 0);
-    if (!strcmp(cmd, "quota")) cmd_quota(parse_size(argv[2]));
-    else if (!strcmp(cmd, "vmm")) cmd_vmm();
-    else if (!strcmp(cmd, "async")) cmd_async();
-    else if (!strcmp(cmd, "arrays")) cmd_arrays();
-    else if (!strcmp(cmd, "pitch")) cmd_pitch();
-    else if (!strcmp(cmd, "resolve")) cmd_resolve();
+    if (!strcmp(cmd, "quota"))
+        cmd_quota(parse_size(argv[2]));
+    else if (!strcmp(cmd, "vmm"))
+        cmd_vmm();
+    else if (!strcmp(cmd, "async"))
+        cmd_async();
+    else if (!strcmp(cmd, "arrays"))
+        cmd_arrays();
+    else if (!strcmp(cmd, "pitch"))
+        cmd_pitch();
+    else if (!strcmp(cmd, "resolve"))
+        cmd_resolve();
     else if (!strcmp(cmd, "meminfo")) {
         size_t f, t, tm = 0;
         meminfo(&f, &t);
         cuDeviceTotalMem_(&tm, 0);
         printf("MEM %zu %zu %zu\n", f, t, tm);
-    } else if (!strcmp(cmd, "grab")) cmd_grab(parse_size(argv[2]));
-    else if (!strcmp(cmd, "churn")) cmd_churn(parse_size(argv[2]), (size_t)atoi(argv[3]));
-    else if (!strcmp(cmd, "fork")) cmd_fork(parse_size(argv[2]));
-    else if (!strcmp(cmd, "launch")) cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
-    else if (!strcmp(cmd, "capture")) cmd_capture();
-    else if (!strcmp(cmd, "threads")) cmd_threads(atoi(argv[2]), atoi(argv[3]));
+    } else if (!strcmp(cmd, "grab"))
+        cmd_grab(parse_size(argv[2]));
+    else if (!strcmp(cmd, "churn"))
+        cmd_churn(parse_size(argv[2]), (size_t)atoi(argv[3]));
+    else if (!strcmp(cmd, "fork"))
+        cmd_fork(parse_size(argv[2]));
+    else if (!strcmp(cmd, "launch"))
+        cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
+    else if (!strcmp(cmd, "capture"))
+        cmd_capture();
+    else if (!strcmp(cmd, "threads"))
+        cmd_threads(atoi(argv[2]), atoi(argv[3]));
     else if (!strcmp(cmd, "copy"))
         cmd_copy(argv[2], (size_t)atoll(argv[3]), atof(argv[4]), argc > 5 && !strcmp(argv[5], "ptds"));
-    else if (!strcmp(cmd, "copynames")) cmd_copynames();
-    else fail("unknown command %s", cmd);
+    else if (!strcmp(cmd, "copynames"))
+        cmd_copynames();
+    else
+        fail("unknown command %s", cmd);
     return 0;
 }

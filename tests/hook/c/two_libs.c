@@ -61,8 +61,7 @@ int main(int argc, char **argv) {
     CUcontext ctx;
     size_t f = 0, t = 0;
     CUresult r = init(0);
-    if (r == CUDA_SUCCESS && (r = get(&d, 0)) == CUDA_SUCCESS && (r = retain(&ctx, d)) == CUDA_SUCCESS)
-        r = setcur(ctx);
+    if (r == CUDA_SUCCESS && (r = get(&d, 0)) == CUDA_SUCCESS && (r = retain(&ctx, d)) == CUDA_SUCCESS) r = setcur(ctx);
     if (r == CUDA_SUCCESS) r = info(&f, &t);
     CUdeviceptr p = 0;
     CUresult ra = r == CUDA_SUCCESS ? alloc(&p, mib << 20) : r;

@@ -3,8 +3,8 @@
 #define DEMO_H
 #include <stddef.h>
 
-#define DEMO_OK 0
-#define DEMO_OOM 2
+#define DEMO_OK              0
+#define DEMO_OOM             2
 #define DEMO_NOT_INITIALIZED 3
 
 int demoInit(void);

@@ -1,0 +1,49 @@
+/* stub_grammar.h - the one grammar of the stubs' fake-device variables, HOOKCORE_STUB_DEVICES
+ * (stub libcuda and libnvidia-ml, stub_devices.c) and HOOKCORE_STUB_NPUS (the Ascend stubs,
+ * ascend_devices.c). dra/fakes writes and reads the same grammar from Python.
+ *
+ *   spec  = entry *(";" entry)     one device per entry; empty entries (";;", a trailing ';') skipped
+ *   entry = pair *("," pair)       empty pairs ("a=1,,b=2") skipped
+ *   pair  = key "=" value          spaces and tabs around the key and the value are trimmed
+ *   key   = 1..23 characters, none of , ; =
+ *   value = 1..95 characters, none of , ; = (spaces inside are kept: "name=NVIDIA H200")
+ * A key appears at most once per entry, an entry has at most STUB_MAX_KEYS keys. What the keys
+ * mean is each caller's; quantities (memory=141Gi) are the core's (hk_parse_mem: one rule in C).
+ *
+ * Private to the stubs; not part of any hook library.
+ */
+#ifndef HOOKCORE_STUB_GRAMMAR_H
+#define HOOKCORE_STUB_GRAMMAR_H
+
+#include <stddef.h>
+
+#pragma GCC visibility push(hidden) /* each stub library has its own copy; none exports it */
+
+#define STUB_MAX_KEYS  24
+#define STUB_KEY_MAX   24 /* with the NUL */
+#define STUB_VALUE_MAX 96 /* with the NUL */
+
+typedef struct stub_entry {
+    int nkeys; /* every key=value as given, in order */
+    struct {
+        char key[STUB_KEY_MAX];
+        char value[STUB_VALUE_MAX];
+    } kv[STUB_MAX_KEYS];
+} stub_entry;
+
+/* Called once per entry, in order (pos counts entries from 0): 0, or -1 with a message in err. */
+typedef int (*stub_entry_fn)(void *ctx, int pos, const stub_entry *e, char *err, size_t errlen);
+
+/* Parse `spec` (NULL = empty): the number of entries, or -1 with a one-line message in err that
+   names the entry as "<what> <pos>" (what = "device", "NPU"). */
+int stub_grammar_parse(const char *spec, const char *what, stub_entry_fn fn, void *ctx, char *err, size_t errlen);
+
+/* The value of `key`, or NULL. */
+const char *stub_entry_get(const stub_entry *e, const char *key);
+
+/* Bytes of a quantity by the core's rule (hk_parse_mem); 0 and *bytes, or -1 with `why` set. */
+int stub_quantity(const char *value, unsigned long long *bytes, char *why, size_t whylen);
+
+#pragma GCC visibility pop
+
+#endif
