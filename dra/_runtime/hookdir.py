@@ -36,7 +36,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import hookcore
-
 from dra._runtime.faults import fault
 from dra._runtime.fsutil import flocked, fsync_dir
 from dra.errors import DRAError
