@@ -4,6 +4,9 @@ gives unprepare what prepare returned; with the framework's own minimal driver (
 from __future__ import annotations
 
 import dataclasses
+import http.server
+import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,23 +123,61 @@ def test_health_events_carry_no_pool_the_framework_names_it() -> None:
     assert [f.name for f in dataclasses.fields(dra.HealthEvent)] == ["device", "healthy", "message"]
 
 
-def test_the_daemon_wires_the_node_label_reader(tmp_path: Path) -> None:
-    """Review bug 2: `node_labels` was never passed, so claims allocated by a label nodeSelector
-    were refused in production. The reader's own behaviour is tested against the API server in
-    tests/integration/test_prepare_path.py."""
+class _FakeApi(http.server.ThreadingHTTPServer):
+    """Answers GETs from a path -> JSON map and records the paths asked for."""
+
+    def __init__(self, docs: dict[str, Any]) -> None:
+        self.docs, self.asked = docs, []
+        super().__init__(("127.0.0.1", 0), _Answer)
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    server: _FakeApi
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        self.server.asked.append(path)
+        doc = self.server.docs.get(path)
+        body = json.dumps(doc if doc is not None else {"kind": "Status", "code": 404}).encode()
+        self.send_response(200 if doc is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("labels", "prepared"), [({"pool": "a"}, True), ({"pool": "b"}, False)])
+def test_the_daemon_prepares_a_claim_allocated_by_node_label(tmp_path: Path, labels: dict[str, str],
+                                                             prepared: bool) -> None:
+    """A claim whose allocation selects nodes by label (a pool selected by label) prepares on
+    the daemon's node when the Node carries the label, read from the API server, and not else."""
     from kubernetes import client
 
     from dra._runtime.daemon import Daemon, DaemonSettings
 
+    claim = claim_dict("c", results=[result("d0", driver=Recorder.name)], node=None)
+    claim["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "pool", "operator": "In", "values": ["a"]}]}]}
+    api_server = _FakeApi({"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c": claim,
+                           "/api/v1/nodes/node-a": {"kind": "Node", "metadata": {"name": "node-a", "labels": labels}}})
+    threading.Thread(target=api_server.serve_forever, daemon=True).start()
     settings = DaemonSettings(node_name="node-a", plugin_dir=tmp_path / "p", registrar_dir=tmp_path / "r",
                               cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "s", metrics_port=-1,
                               hook_dir=tmp_path / "hd")
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{api_server.server_address[1]}"))
     d = Daemon(Recorder(), settings, api, api)
     try:
-        read: Any = d.preparer._read_labels
-        assert read is not None, "the daemon's preparer has no node-label reader"
-        with pytest.raises(Exception, match=r"127\.0\.0\.1"):  # it does go to the API server for them
-            read()
+        ref = dra.ClaimRef(claim["metadata"]["uid"], "default", "c")
+        error = d.preparer.prepare_claims([ref])[ref.uid].error
     finally:
         d.stop()
+        api_server.shutdown()
+        api_server.server_close()
+    assert "/api/v1/nodes/node-a" in api_server.asked, "the daemon never read its Node's labels"
+    if prepared:
+        assert error == ""
+    else:
+        assert "node-a" in error and "pool" in error, error
