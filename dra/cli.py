@@ -98,8 +98,10 @@ def main() -> None:
         build_app(first)()
     except UserError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        # Escaped: a message naming a character class ([a-z0-9_-]) is not console markup.
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

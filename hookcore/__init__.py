@@ -54,7 +54,7 @@ __all__ = [
 
 _HERE = Path(__file__).resolve().parent
 BUILD_DIR = _HERE / "build"
-_STEM = re.compile(r"lib([a-z0-9_-]{1,32})\.so(\..*)?")
+_STEM = re.compile(r"lib([a-z0-9_-]{1,32})\.so(\..*)?")  # preload/self.c's hk_preload_stem_of, the same rule
 
 
 def _ext() -> Any:
@@ -106,7 +106,8 @@ class DeviceQuota:
 
 def library_stem(library: str | os.PathLike[str]) -> str:
     """The stem of a hook library's file name (``libvgpu.so`` -> ``vgpu``), as the library itself
-    derives it: it names the config directory ``/run/hookcore/<stem>/`` and the default ledger."""
+    derives it: it names the config directory ``/run/hookcore/<stem>/`` and the default ledger.
+    The one implementation of the rule in Python: the framework's hook dir uses it too."""
     name = PurePosixPath(os.fspath(library)).name
     m = _STEM.fullmatch(name)
     if m is None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kubernetes import client
+
+from dra._runtime.wait import until
 
 T = TypeVar("T")
 
@@ -17,15 +18,9 @@ def unique(prefix: str) -> str:
 
 
 def wait_for(fn: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.2, what: str = "condition") -> T:
-    """Poll `fn` until it returns something truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    """Poll `fn` until it returns something truthy; AssertionError naming `what` after `timeout`
+    seconds (the framework's one poll loop, with a test's failure)."""
+    return until(fn, timeout=timeout, interval=interval, what=what, error=AssertionError)
 
 
 def create_node(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> client.V1Node:

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 import typer
 
 from dra._runtime import registry
+from dra._runtime.wait import WaitTimeout, until
 from dra.errors import UserError
 from dra.webhook import registration, vendors
 from dra_dev.cluster.certs import new_ca, new_serving_cert, write_pair
@@ -153,13 +154,17 @@ def up(kubeconfig: Path, directory: Path | None = None, *, port: int = 0, health
                                     start_new_session=True, cwd=directory)
         state = State(proc.pid, cmd, port, health_port, str(kubeconfig), name)
         state.save(directory)
-        deadline = time.monotonic() + timeout
-        while not _ready(health_port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-2000:]
-                _stop(state)
-                raise UserError(f"the webhook did not become ready (read {log}):\n{tail}")
-            time.sleep(0.2)
+        def not_ready(message: str) -> UserError:
+            tail = log.read_text(errors="replace")[-2000:]
+            _stop(state)
+            return UserError(f"the webhook did not become ready: {message} (read {log}):\n{tail}")
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise not_ready(f"it exited with {proc.returncode}")
+            return _ready(health_port)
+
+        until(ready, timeout=timeout, interval=0.2, what="its health port", error=not_ready)
     ca_bundle = base64.b64encode(ca_path.read_bytes()).decode()
     mutating, validating = registration.configurations(
         mapping, ca_bundle, url=f"https://127.0.0.1:{state.port}", namespace=namespace,
@@ -175,9 +180,8 @@ def _stop(state: State) -> bool:
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(state.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while state.running() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(WaitTimeout):  # a grace period, then SIGKILL
+        until(lambda: not state.running(), timeout=10, interval=0.1, what=f"pid {state.pid} to exit")
     if state.running():
         with contextlib.suppress(ProcessLookupError):
             os.kill(state.pid, signal.SIGKILL)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dra._runtime.fsutil import UID_RE
-from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, library_stem
+from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, checked_stem
 from dra.driver import ContainerEdits, Enforcement, Mount, Preload
 from dra.errors import DRAError
 
@@ -106,7 +106,7 @@ class ClaimHooks:
         Deterministic in its inputs, so a verdict is remembered per (library version, quotas,
         preload): claims of the same shape, the common case, pay for the parse once."""
         try:
-            library_stem(enforcement.library)
+            checked_stem(enforcement.library)
             digest = self.hook_dir.digest(Path(enforcement.library))  # exists, is ELF
         except HookDirError as e:
             raise EnforcementError(str(e)) from None
@@ -121,7 +121,7 @@ class ClaimHooks:
 
     def _plan(self, enforcement: Enforcement) -> ClaimHookPlan:
         hk = _hookcore()
-        stem = library_stem(enforcement.library)
+        stem = checked_stem(enforcement.library)
         quotas = list(enforcement.quotas)
         if not quotas:
             raise EnforcementError("the enforcement lists no device quota; return None from enforcement() to leave"

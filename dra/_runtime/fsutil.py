@@ -14,11 +14,11 @@ import os
 import re
 import secrets
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from dra._runtime.faults import fault
+from dra._runtime.wait import until
 
 __all__ = ["UID_RE", "LockTimeout", "atomic_write", "dir_syncer", "flocked", "fsync_dir", "lock_file", "temp_files",
            "unlock_file"]
@@ -154,18 +154,16 @@ def lock_file(path: Path | str, *, shared: bool = False, timeout: float | None =
         if timeout is None:
             fcntl.flock(fd, op)
             return fd
-        deadline = time.monotonic() + timeout
-        delay = 0.002
-        while True:
+
+        def taken() -> bool:
             try:
                 fcntl.flock(fd, op | fcntl.LOCK_NB)
-                return fd
             except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise LockTimeout(f"lock {path} not acquired within {timeout:g} s") from None
-                time.sleep(min(delay, left))
-                delay = min(delay * 2, 0.05)
+                return False
+            return True
+
+        until(taken, timeout=timeout, interval=0.01, what=f"lock {path}", error=LockTimeout)
+        return fd
     except BaseException:
         os.close(fd)
         raise

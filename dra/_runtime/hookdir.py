@@ -35,6 +35,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+import hookcore
 from dra._runtime.faults import fault
 from dra._runtime.fsutil import flocked, fsync_dir
 from dra.errors import DRAError
@@ -46,7 +47,6 @@ CONTAINER_DIR = "/usr/lib/hookcore"
 """Where a claim's containers see the set (read-only)."""
 PRELOAD_FILE = "ld.so.preload"
 
-_LIB_NAME = re.compile(r"^lib([a-z0-9_-]{1,32})\.so$")  # hookcore's stem rule, without a version suffix
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -54,13 +54,21 @@ class HookDirError(DRAError):
     """A hook library that cannot be installed (missing, not ELF, badly named) or a broken hook dir."""
 
 
-def library_stem(library: Path | str) -> str:
-    """``vgpu`` for ``.../libvgpu.so``; HookDirError for any other name form."""
-    m = _LIB_NAME.match(Path(library).name)
-    if not m:
-        raise HookDirError(f"hook library {library}: the file must be named lib<stem>.so, the stem 1 to 32 characters"
-                           " of [a-z0-9_-] (e.g. libvgpu.so)")
-    return m.group(1)
+def checked_stem(library: Path | str) -> str:
+    """The library's stem by hookcore's one rule (the name the library derives its config from);
+    HookDirError for a name the library would not recognise as its own."""
+    try:
+        return hookcore.library_stem(library)
+    except ValueError as e:
+        raise HookDirError(f"hook library {library}: {e} (e.g. libvgpu.so)") from None
+
+
+def _is_library(name: str) -> bool:
+    try:
+        hookcore.library_stem(name)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +166,7 @@ class HookDir:
         if members is None:
             if not _DIGEST.match(sid) or not path.is_dir():
                 return None
-            members = {p.name: _sha256(p) for p in path.iterdir() if _LIB_NAME.match(p.name)}
+            members = {p.name: _sha256(p) for p in path.iterdir() if _is_library(p.name)}
             with self._mu:
                 self._members[sid] = members
         return HookSet(path, members)
@@ -173,7 +181,7 @@ class HookDir:
         """A set holding exactly this version of `library`, kept from collection while the caller
         writes the CDI spec that mounts it (a shared flock). Installs and switches when needed."""
         name = library.name
-        library_stem(library)
+        checked_stem(library)
         want = self.digest(library)
         for _ in range(10):
             with self.lock(shared=True):
@@ -189,7 +197,7 @@ class HookDir:
         """Install `library` (if this version is new), build the set of it plus the current version
         of every other library name, and make that set `current`. Idempotent."""
         name = library.name
-        library_stem(library)
+        stem = checked_stem(library)
         digest = self.digest(library)
         with self.lock():
             cur = self.current()
@@ -197,7 +205,9 @@ class HookDir:
                 return cur
             self._install_lib(library, digest)
             fault("hookdir.after_lib")
-            members = {**(cur.members if cur is not None else {}), name: digest}
+            # One member per stem: the stem names the library's config, so libvgpu.so.1 replaces libvgpu.so.
+            kept = {n: d for n, d in (cur.members if cur is not None else {}).items() if checked_stem(n) != stem}
+            members = {**kept, name: digest}
             new = self._make_set(members)
             fault("hookdir.after_set")
             self._switch(new.id)

@@ -14,11 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from dra._runtime.wait import until
 
 
 def free_port() -> int:
@@ -104,16 +105,16 @@ class DaemonProcess:
             return 0, str(e)
 
     def wait_http(self, path: str, status: int = 200, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        last: tuple[int, str] = (0, "")
-        while time.monotonic() < deadline:
+        def answered() -> tuple[str] | None:
             if not self.alive():
                 raise AssertionError(f"the daemon exited with {self.proc and self.proc.returncode}:\n{self.log()[-4000:]}")
-            last = self.get(path)
-            if last[0] == status:
-                return last[1]
-            time.sleep(0.05)
-        raise AssertionError(f"GET {path} gave {last} instead of {status} within {timeout} s:\n{self.log()[-4000:]}")
+            got = self.get(path)
+            return (got[1],) if got[0] == status else None  # a tuple: an empty body is an answer too
+
+        def wrong(message: str) -> AssertionError:
+            return AssertionError(f"GET {path}: {message}; last answer {self.get(path)}:\n{self.log()[-4000:]}")
+
+        return until(answered, timeout=timeout, what=f"status {status}", error=wrong)[0]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         """Signal the daemon and wait for it; kill it after `timeout`. Returns the exit status."""

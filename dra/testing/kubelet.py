@@ -61,6 +61,7 @@ from dra._runtime.kubelet._proto import (
     pluginregistration_v1_pb2_grpc,
 )
 from dra._runtime.kubelet.handler import ClaimOutcome, PreparedResult
+from dra._runtime.wait import until
 from dra.driver import ClaimRef
 
 KUBELET_DRA_SERVICES: tuple[str, ...] = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
@@ -373,8 +374,8 @@ class KubeletHarness:
         instances registered after it, so a stale socket of the killed instance is not mistaken
         for the restarted one.
         """
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def registered() -> RegisteredPlugin | None:
             self.scan()
             found = [
                 p
@@ -382,25 +383,24 @@ class KubeletHarness:
                 if (endpoint is None or p.endpoint == str(endpoint))
                 and (newer_than is None or p.registered_at > newer_than)
             ]
-            if len(found) >= count:
-                return found[0]
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"plugin {driver or '(any)'} not registered within {timeout:g} s "
-                    f"(registered: {self.plugins()}; failures: {self.failures[-3:]})"
-                )
-            time.sleep(0.02)
+            return found[0] if len(found) >= count else None
+
+        def not_registered(message: str) -> TimeoutError:
+            return TimeoutError(f"plugin {driver or '(any)'} not registered: {message} "
+                                f"(registered: {self.plugins()}; failures: {self.failures[-3:]})")
+
+        return until(registered, timeout=timeout, interval=0.02, what=f"{count} instance(s)",
+                     error=not_registered)
 
     def wait_gone(self, registration_socket: str, timeout: float = 10.0) -> None:
         """Scan until the instance of `registration_socket` is deregistered."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def gone() -> bool:
             self.scan()
-            if all(p.registration_socket != str(registration_socket) for p in self.plugins()):
-                return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{registration_socket} still registered after {timeout:g} s")
-            time.sleep(0.02)
+            return all(p.registration_socket != str(registration_socket) for p in self.plugins())
+
+        until(gone, timeout=timeout, interval=0.02, what=f"{registration_socket} to deregister",
+              error=lambda m: TimeoutError(f"{registration_socket} still registered: {m}"))
 
     # -- calls -----------------------------------------------------------------------------------
 

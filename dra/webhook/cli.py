@@ -94,6 +94,7 @@ def run(
                                health_port=health_port or None, ready=lambda: inventory.ready, client_ca=client_ca)
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port} or :{health_port}: {e.strerror}; pick free ports") from None
+    server.metrics.track_inventory(inventory.device_counts)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -75,6 +75,15 @@ class SliceInventory:
                     sizes.add(value)
         return tuple(sorted(sizes, reverse=True)) or None
 
+    def device_counts(self) -> dict[str, int]:
+        """Devices known per driver: what /metrics shows, so a test (or an operator) can see
+        when a published slice has reached the webhook."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            for driver, devices in self._slices.values():
+                counts[driver] = counts.get(driver, 0) + len(devices)
+        return counts
+
     # --- the watcher ------------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="webhook-slice-watch", daemon=True)

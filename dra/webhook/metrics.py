@@ -9,14 +9,18 @@ Series, each created at start with value zero:
   so this grows far slower than admissions when all is well).
 - ``dra_webhook_connections_refused_total``: connections closed at once because every worker
   thread and backlog slot was taken.
+- ``dra_webhook_inventory_devices{driver}``: devices of the driver's published slices the
+  webhook knows (from its slice watch), once `track_inventory` is given the inventory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 ENDPOINTS = ("mutate", "validate")
 VERDICTS = ("converted", "passed", "refused", "error")
@@ -51,5 +55,22 @@ class WebhookMetrics:
         self.admissions.labels(name, verdict).inc()
         self.duration.labels(name).observe(seconds)
 
+    def track_inventory(self, device_counts: Callable[[], Mapping[str, int]]) -> None:
+        self.registry.register(_InventoryCollector(device_counts))
+
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+class _InventoryCollector(Collector):
+    """Read at scrape time: the inventory is the truth, the metric only shows it."""
+
+    def __init__(self, device_counts: Callable[[], Mapping[str, int]]) -> None:
+        self._counts = device_counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("dra_webhook_inventory_devices", "Devices of published slices the webhook knows",
+                                   labels=["driver"])
+        for driver, n in sorted(self._counts().items()):
+            family.add_metric([driver], n)
+        yield family

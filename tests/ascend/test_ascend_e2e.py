@@ -12,7 +12,6 @@ one, in the same container for the heterogeneous claim.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ci_gate import gate
 from driver_helpers import allocate_example
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
@@ -40,8 +40,8 @@ EXAMPLES = ROOT / "examples"
 ACL_WORKLOAD = ROOT / "hookcore" / "build" / "workload" / "acl_workload"
 MiB, GiB = 1 << 20, 1 << 30
 WHY = runtime_unavailable()
-pytestmark = [pytest.mark.cluster, pytest.mark.scheduler,
-              pytest.mark.skipif(bool(WHY) and os.environ.get("CI") != "true", reason=f"runtime-like runner: {WHY}")]
+_gate = gate(WHY and f"runtime-like runner: {WHY}")
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 
 
 @dataclass

@@ -10,7 +10,6 @@ stub libcuda and the real hook: it must see exactly its memory quota and be refu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ci_gate import gate
 from driver_helpers import allocate_example
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
@@ -38,8 +38,8 @@ WORKLOAD = Path(__file__).resolve().parent / "stub_workload.py"
 MiB, GiB = 1 << 20, 1 << 30
 H200 = 143771 * MiB
 WHY = runtime_unavailable()
-pytestmark = [pytest.mark.cluster, pytest.mark.scheduler,
-              pytest.mark.skipif(bool(WHY) and os.environ.get("CI") != "true", reason=f"runtime-like runner: {WHY}")]
+_gate = gate(WHY and f"runtime-like runner: {WHY}")
+pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 
 
 @dataclass

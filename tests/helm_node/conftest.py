@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ci_gate import skip_or_fail
 
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build, build_helm
 from dra_dev.cluster.controlplane import ControlPlane, running
@@ -42,10 +43,7 @@ def _unavailable() -> str | None:
 @pytest.fixture(scope="session")
 def image() -> ImageInfo:
     reason = _unavailable()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the chart-on-a-real-node tests: {reason}")
-        pytest.skip(reason)
+    skip_or_fail(reason)
     return build_image(progress=lambda m: print(m, file=sys.stderr))
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from ci_gate import gate
 
 import dra
 from dra._runtime.cdi import CDISpecs
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 GiB = 1 << 30
 WHY = runtime_unavailable()
-pytestmark = pytest.mark.skipif(bool(WHY) and os.environ.get("CI") != "true", reason=f"runtime-like runner: {WHY}")
+_gate = gate(WHY and f"runtime-like runner: {WHY}")
 
 
 class Node:
@@ -103,8 +104,7 @@ def test_a_child_started_with_an_empty_environment_still_gets_the_claims_limits(
         tmp_path: Path, workload: Path, hookcore_libs: HookLibs) -> None:
     """HAMi #2125: su/ssh/`env -i` children lose LD_PRELOAD and the quota variables; the preload
     file loads the hook into them and the claim's config file gives it the limits."""
-    if not _reads_config_file(hookcore_libs.libvgpu):
-        pytest.skip("this libvgpu.so does not read /run/hookcore/<stem>/config yet (hookcore branch)")
+    assert _reads_config_file(hookcore_libs.libvgpu), "this libvgpu.so does not read /run/hookcore/<stem>/config"
     node = Node(tmp_path, ExampleDriver(count=1))
     got = node.run(node.claim("a", "gpu-0", "3Gi"), "/bin/sh", "-c", f"exec env -i {workload}")
     assert got["quota_total_bytes"] == str(3 * GiB), got

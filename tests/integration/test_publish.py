@@ -100,12 +100,11 @@ def test_example_devices_are_published_once_with_every_field_the_scheduler_needs
 
     # Nothing changed: several more comparisons, and not a single write.
     version = s["metadata"]["resourceVersion"]
-    lists = publisher.counts["list"]
+    lists, compared = publisher.counts["list"], publisher.comparisons
     for _ in range(3):
-        publisher.resync()
         publisher.devices_changed()
-        time.sleep(0.3)
-    assert publisher.counts["list"] >= lists + 2
+        assert publisher.resync_and_wait(10), "no comparison completed"
+    assert publisher.comparisons >= compared + 3 and publisher.counts["list"] >= lists + 3
     assert (publisher.counts["create"], publisher.counts["update"], publisher.counts["delete"]) == (1, 0, 0)
     assert slices(api_client, node)[0]["metadata"]["resourceVersion"] == version
 
@@ -166,8 +165,8 @@ def test_taints_halve_the_slice_size_and_survive_the_round_trip(
     tainted = next(d for s in items for d in s["spec"]["devices"] if d["name"] == "d-3")
     assert tainted["taints"][0]["key"] == "example.com/unhealthy"
     writes = publisher.counts["create"] + publisher.counts["update"]
-    publisher.resync()
-    time.sleep(0.5)  # the server stamped timeAdded on the taint: that must not count as a change
+    # The server stamped timeAdded on the taint: that must not count as a change.
+    assert publisher.resync_and_wait(10), "no comparison completed"
     assert publisher.counts["create"] + publisher.counts["update"] == writes
 
 
@@ -302,7 +301,7 @@ def test_api_outage_of_10s_converges_after(api_client: client.ApiClient, node: s
     assert device_names([after]) == ["gpu-0", "gpu-1", "gpu-2"]
     # Converged means settled: no further writes.
     writes = publisher.counts["create"] + publisher.counts["update"] + publisher.counts["delete"]
-    time.sleep(1.0)
+    assert publisher.resync_and_wait(10), "no comparison completed"
     assert publisher.counts["create"] + publisher.counts["update"] + publisher.counts["delete"] == writes
     proxy.cut()
 
@@ -324,8 +323,8 @@ def test_devices_with_consumable_capacity_and_valid_values_are_stored_as_sent(
     stored = s["spec"]["devices"][0]
     assert stored["capacity"]["slots"]["requestPolicy"] == {"default": "2", "validValues": ["1", "2", "4", "8"]}
     assert stored["attributes"]["healthy"] == {"bool": True}
-    publisher.resync()
-    time.sleep(0.5)  # the server may store 1024Mi as 1Gi; that is not a change
+    # The server may store 1024Mi as 1Gi; that is not a change.
+    assert publisher.resync_and_wait(10), "no comparison completed"
     assert (publisher.counts["create"], publisher.counts["update"]) == (1, 0)
 
 
@@ -348,7 +347,7 @@ def test_missing_node_is_reported_and_publishing_starts_once_it_exists(
 
 
 def test_recreated_node_gets_slices_owned_by_its_new_uid(api_client: client.ApiClient, node: str, publishers: list[Publisher]) -> None:
-    start(publishers, api_client, node, ExampleDriver(count=1).devices)
+    publisher = start(publishers, api_client, node, ExampleDriver(count=1).devices)
     core = _core(api_client)
     core.delete_node(node)
     # The garbage collector removes the slice with its owner; the daemon's node is back under the same name.
@@ -360,9 +359,15 @@ def test_recreated_node_gets_slices_owned_by_its_new_uid(api_client: client.ApiC
         now = slices(api_client, node)
         return now if len(now) == 1 and now[0]["metadata"]["ownerReferences"][0]["uid"] == new_uid else None
 
-    wait_for(owned_by_new, timeout=15, what="a slice owned by the re-created Node")
-    time.sleep(2)  # and it stays: the garbage collector does not take it again
-    assert owned_by_new()
+    (kept,) = wait_for(owned_by_new, timeout=15, what="a slice owned by the re-created Node")
+    # And it stays: the garbage collector (which acts on its own time) does not take it again,
+    # and the publisher, asked once more, finds it and writes nothing.
+    writes = publisher.counts["create"] + publisher.counts["update"]
+    time.sleep(2)
+    assert publisher.resync_and_wait(10), "no comparison completed"
+    (now,) = owned_by_new() or [None]
+    assert now is not None and now["metadata"]["uid"] == kept["metadata"]["uid"]
+    assert publisher.counts["create"] + publisher.counts["update"] == writes
 
 
 def test_slice_edited_by_someone_else_is_restored(api_client: client.ApiClient, node: str, publishers: list[Publisher]) -> None:

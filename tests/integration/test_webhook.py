@@ -10,6 +10,7 @@ templates. The failure-policy test stops the server, so it runs last.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -52,7 +53,9 @@ def webhook(cluster: ControlPlane, api_client: client.ApiClient, tmp_path_factor
                 raise
     directory = tmp_path_factory.mktemp("webhook")
     install.up(cluster.kubeconfig, directory)
+    _WEBHOOK[:] = [directory]
     yield directory
+    _WEBHOOK.clear()
     install.down(cluster.kubeconfig, directory)
     for cls in made:
         resource.delete_device_class(cls)
@@ -84,6 +87,7 @@ def npu(name: str, model: str = "Ascend910B3", memory: str = "64Gi") -> Device:
 
 
 _NODES: list[str] = []  # every node this module made, deleted (with its owned slices) at the end
+_WEBHOOK: list[Path] = []  # the module's webhook directory, while it runs
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -110,8 +114,23 @@ def node_with(api: client.ApiClient, driver: str, devices: list[Device]) -> str:
     pool = desired_pool(driver, node, devices)
     for i in range(len(pool.slices)):
         resource.create_resource_slice(slice_object(pool, i, 1, uid))
-    time.sleep(0.5)  # the webhook's slice watch is eventually consistent; give it a moment
+    # The webhook's slice watch is eventually consistent: wait until it knows what the API holds.
+    published = sum(len(s.spec.devices or []) for s in resource.list_resource_slice(
+        field_selector=f"spec.driver={driver}").items)
+    (directory,) = _WEBHOOK
+    wait_for(lambda: webhook_devices(directory).get(driver) == published, timeout=10, interval=0.05,
+             what=f"the webhook's inventory to hold the {published} {driver} devices the API has")
     return node
+
+
+def webhook_devices(directory: Path) -> dict[str, int]:
+    """Devices per driver the webhook's inventory holds (its /metrics)."""
+    state = install.State.load(directory)
+    assert state is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{state.health_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    found = (re.match(r'dra_webhook_inventory_devices\{driver="([^"]*)"\} (\S+)$', line) for line in text.splitlines())
+    return {m.group(1): int(float(m.group(2))) for m in found if m}
 
 
 def hami_pod(name: str, limits: dict[str, str], node: str | None = None, annotations: dict[str, str] | None = None,
@@ -367,11 +386,15 @@ def test_dry_run_creates_nothing(api_client: client.ApiClient, ns: str) -> None:
     answer = create(api_client, ns, hami_pod("dry", HAMI_LIMITS), dry_run=True)
     assert answer["spec"]["resourceClaims"][0]["resourceClaimTemplateName"].startswith("hami-nvidia-")
     assert "nvidia.com/gpu" not in str(answer["spec"]["containers"])
-    time.sleep(1)
+    # The webhook writes templates inside the admission, so by now a dry run's would exist.
     assert templates_of(api_client, ns) == [] and claims_of(api_client, ns) == []
     assert client.CoreV1Api(api_client).list_namespaced_pod(ns).items == []
     create(api_client, ns, hami_pod("wet", HAMI_LIMITS))
     assert templates_of(api_client, ns) == [answer["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]]
+    # Claims come from the controller, later: once the real pod's claim is there, the dry run
+    # would have had its own by then too.
+    made = wait_for(lambda: claims_of(api_client, ns), timeout=30, what="the real pod's claim")
+    assert [c["metadata"]["name"].startswith("wet-") for c in made] == [True], made
 
 
 # --- refusals -----------------------------------------------------------------------------------

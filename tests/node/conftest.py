@@ -7,7 +7,6 @@ they fail: CI must run them.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import uuid
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ci_gate import skip_or_fail
 
 from dra_dev.cluster.controlplane import ControlPlane
 from dra_dev.node.binaries import build_node, node_binaries
@@ -24,10 +24,7 @@ from dra_dev.node.node import RealNode, unavailable_reason
 @pytest.fixture(scope="session")
 def real_node(cluster: ControlPlane) -> Iterator[RealNode]:
     reason = unavailable_reason()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the real-node tests: {reason}")
-        pytest.skip(reason)
+    skip_or_fail(reason)
     if not node_binaries(cluster.k8s_version).complete():
         build_node(cluster.k8s_version, progress=lambda m: print(m, file=sys.stderr))
     # Short and under /tmp: unix socket paths (containerd, plugins) must fit in 107 bytes.

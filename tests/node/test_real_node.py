@@ -16,7 +16,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -294,8 +293,6 @@ GPU_DRIVER = "hami-core-gpu.project-hami.io"
 
 @pytest.fixture(scope="module")
 def gpu_daemon(cluster: ControlPlane, real_node: RealNode, daemon: DaemonProcess) -> Iterator[DaemonProcess]:
-    if "hami-core-gpu" not in {ep.name for ep in entry_points(group="dra.drivers")}:
-        pytest.skip("the hami-core-gpu driver is not in this checkout yet (issue 12)")
     lay = real_node.layout
     with tempfile.TemporaryDirectory(prefix="dra-rg-", dir="/tmp") as work:
         proc = DaemonProcess("hami-core-gpu", real_node.name, cluster.kubeconfig, Path(work), args=["--fake", "h200x8"],

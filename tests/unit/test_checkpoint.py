@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from lock_evidence import wait_until_blocked_under
 
 from dra._runtime.cdi import CDISpecs
 from dra._runtime.checkpoint import (
@@ -136,26 +137,20 @@ def test_newer_version_is_kept_and_reported(tmp_path: Path) -> None:
     assert cp.uids() == {UID}
 
 
-def test_atomic_write_leaves_old_content_when_interrupted(tmp_path: Path) -> None:
+def test_atomic_write_leaves_old_content_when_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "f.json"
     atomic_write(target, b"old")
 
     class Boom(Exception):
         pass
 
-    import dra._runtime.checkpoint as ckpt
-
-    orig = ckpt.os.replace
-
     def failing(*_: object) -> None:
         raise Boom
 
-    ckpt.os.replace = failing  # type: ignore[assignment]
-    try:
-        with pytest.raises(Boom):
-            atomic_write(target, b"new")
-    finally:
-        ckpt.os.replace = orig
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(Boom):
+        atomic_write(target, b"new")
+    monkeypatch.undo()
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
 
@@ -193,7 +188,7 @@ def test_start_removes_temp_files_unless_a_writer_holds_the_claim(tmp_path: Path
     result: list[list[str]] = []
     s = threading.Thread(target=lambda: result.append(prep.start()))
     s.start()
-    time.sleep(0.3)
+    wait_until_blocked_under(tmp_path)  # start() waits for the claim's lock
     assert leftover.exists() and cdi_tmp.exists(), "removed while the claim's writer held its lock"
     release.set()
     t.join(5)
@@ -233,7 +228,7 @@ def test_lock_excludes_other_processes_and_threads_per_claim(tmp_path: Path) -> 
 
         t = threading.Thread(target=take)
         t.start()
-        time.sleep(0.3)
+        wait_until_blocked_under(tmp_path)
         assert not got.is_set(), "a second holder got the claim's lock"
         other = "aaaaaaaa-1111-4222-8333-944455556666"
         with cp.lock(other):  # another claim is not blocked

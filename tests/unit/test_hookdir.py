@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dra._runtime import faults
-from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, library_stem, set_id
+from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, checked_stem, set_id
 
 ELF = b"\x7fELF"
 
@@ -25,12 +25,23 @@ def lib(tmp: Path, name: str, body: bytes) -> Path:
     return p
 
 
-def test_library_names_must_be_lib_stem_so() -> None:
-    assert library_stem("/x/libvgpu.so") == "vgpu"
-    assert library_stem("libvnpu.so") == "vnpu"
-    for bad in ("vgpu.so", "libvgpu.so.1", "libVGPU.so", "lib.so"):
+def test_library_names_follow_hookcore_s_one_stem_rule() -> None:
+    # The rule itself is tested with hookcore (tests/hook); the hook dir must agree with it.
+    assert checked_stem("/x/libvgpu.so") == "vgpu"
+    assert checked_stem("libvnpu.so.1") == "vnpu"
+    for bad in ("vgpu.so", "libVGPU.so", "lib.so", "libvgpu.sox"):
         with pytest.raises(HookDirError, match=r"lib<stem>\.so"):
-            library_stem(bad)
+            checked_stem(bad)
+
+
+def test_a_versioned_name_replaces_the_member_of_the_same_stem(tmp_path: Path) -> None:
+    hd = HookDir(tmp_path / "hd")
+    hd.install(lib(tmp_path, "libvnpu.so", b"npu"))
+    hd.install(lib(tmp_path, "libvgpu.so", b"v1"))
+    s = hd.install(lib(tmp_path, "libvgpu.so.1", b"v2"))
+    assert sorted(s.members) == ["libvgpu.so.1", "libvnpu.so"], "two libraries of one stem would share a config"
+    fresh = HookDir(tmp_path / "hd").current()  # read back from disk, no cache
+    assert fresh is not None and fresh.id == s.id and sorted(fresh.members) == sorted(s.members)
 
 
 def test_a_missing_or_non_elf_library_is_a_clear_error(tmp_path: Path) -> None:

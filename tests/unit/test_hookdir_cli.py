@@ -73,7 +73,7 @@ def test_bad_libraries_are_one_paragraph_errors_and_install_nothing(tmp_path: Pa
     not_elf.write_text("not a library")
     for arg, message in (("nosuch", "libnosuch.so is not built"),
                          (str(not_elf), "is not an ELF shared object"),
-                         ("/etc/hostname", "must be named lib<stem>.so")):
+                         ("/etc/hostname", "expected lib<stem>.so with a stem of 1 to 32 characters of [a-z0-9_-]")):
         proc = hookdir("install", f"--hook-dir={root}", arg)
         assert proc.returncode == 2, (arg, proc.stdout, proc.stderr)
         assert message in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr

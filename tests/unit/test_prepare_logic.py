@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from lock_evidence import wait_until_blocked_under
 
 from dra._runtime.cdi import CDISpecs
 from dra._runtime.checkpoint import PREPARING, Checkpoint
@@ -312,7 +313,7 @@ def test_unprepare_waits_for_an_in_flight_prepare_of_the_same_claim(tmp_path: Pa
     unprepared: list[str] = []
     u = threading.Thread(target=lambda: unprepared.append(prep.unprepare_claims([ref_of(c)])[c.uid]))
     u.start()
-    time.sleep(0.2)
+    wait_until_blocked_under(tmp_path)  # on the claim's lock, which the prepare holds
     assert unprepared == [], "unprepare ran while the prepare of the same claim was between GET and record"
     release.set()
     t.join(5)

@@ -101,3 +101,22 @@ def test_a_rescan_whose_device_read_fails_is_retried_not_lost() -> None:
         publisher.sync_once()
     assert publisher._desired is not None
     assert [d["name"] for s in publisher._desired.slices for d in s] == ["d0", "d1"]
+
+
+def test_resync_and_wait_counts_completed_comparisons_not_failed_attempts() -> None:
+    """Tests prove "nothing more was written" by waiting for one more comparison; a failed
+    attempt compared nothing, so it must not end the wait."""
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{closed_port()}"
+    cfg.retries = False
+    errors: list[BaseException] = []
+    publisher = Publisher(client.ApiClient(cfg), "gpu.example.com", "node-1", lambda: [Device(name="d0")],
+                          settings=PublishSettings(request_timeout=1.0, backoff_initial=0.01, backoff_max=0.05),
+                          on_error=errors.append)
+    publisher.start()
+    try:
+        assert not publisher.resync_and_wait(0.5)
+        assert errors, "the worker never tried: the wait above proves nothing"
+        assert publisher.comparisons == 0
+    finally:
+        publisher.stop()

@@ -3,12 +3,12 @@ reason elsewhere, failed under CI=true) and a static program."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ci_gate import skip_or_fail
 from driver_helpers import build_stub_libraries, isolated_env
 from watchdog_rig import STUB_ENV, Rig, _unavailable, static_program
 
@@ -26,10 +26,7 @@ def stub_nvml() -> Path:
 @pytest.fixture
 def rig(stub_nvml: Path) -> Iterator[Rig]:
     why = _unavailable()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the watchdog rig needs root: {why}")
-        pytest.skip(why)
+    skip_or_fail(why and f"the watchdog rig needs root: {why}")
     stub = stub_nvml
     with isolated_env(STUB_ENV):
         with tempfile.TemporaryDirectory(prefix="dra-wd-", dir="/tmp") as work:

@@ -4,12 +4,11 @@ one command the GPU run needs works before it gets there."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from ci_gate import skip_or_fail
 
 from dra.testing.runtime import runtime_unavailable
 
@@ -17,11 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_h200_script_gives_every_verdict_on_the_stub(tmp_path: Path) -> None:
-    why = runtime_unavailable()
-    if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+    skip_or_fail(runtime_unavailable())
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "watchdog_h200.py"), "--fake", "h200x1", "--out",
                            str(tmp_path), "--seconds", "30", "--share-window", "2"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

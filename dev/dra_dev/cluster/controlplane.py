@@ -25,7 +25,6 @@ import json
 import os
 import socket
 import ssl
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from dra._runtime.wait import until
 from dra.errors import UserError
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, BinarySet, binary_set, build
 from dra_dev.cluster.certs import PKI, write_pki
@@ -280,27 +280,31 @@ class ControlPlane:
         return Health(running, ready, leaders, version)
 
     def wait_healthy(self, timeout: float = 120.0) -> Health:
-        deadline = time.monotonic() + timeout
-        health = self.health()
-        while not health.healthy:
+        last: list[Health] = []
+
+        def healthy() -> Health | None:
+            health = self.health()
+            last[:] = [health]
+            if health.healthy:
+                return health
             state = self.state
             for name, rec in (state.processes.items() if state else []):
                 if not self._alive(name, rec):
                     raise UserError(
                         f"{name} exited while the control plane was starting; read {rec.log} for the reason."
                     )
-            if time.monotonic() > deadline:
-                missing = [c for c, ok in health.running.items() if not ok]
-                missing += [c + " (not leading)" for c, who in health.leaders.items() if not who]
-                if not health.ready:
-                    missing.append("kube-apiserver (/readyz not ok)")
-                raise UserError(
-                    f"the control plane in {self.directory} did not become healthy within {timeout:.0f} s: "
-                    f"{', '.join(missing)}; read the logs in {self.directory / 'logs'}."
-                )
-            time.sleep(0.5)
-            health = self.health()
-        return health
+            return None
+
+        def unhealthy(message: str) -> UserError:
+            health = last[0]
+            missing = [c for c, ok in health.running.items() if not ok]
+            missing += [c + " (not leading)" for c, who in health.leaders.items() if not who]
+            if not health.ready:
+                missing.append("kube-apiserver (/readyz not ok)")
+            return UserError(f"the control plane in {self.directory} did not become healthy ({message}): "
+                             f"{', '.join(missing)}; read the logs in {self.directory / 'logs'}.")
+
+        return until(healthy, timeout=timeout, interval=0.5, what="every component", error=unhealthy)
 
     # --- api helpers -----------------------------------------------------------------------
     def api_client(self) -> Any:
@@ -356,16 +360,16 @@ class ControlPlane:
         return self._procs.alive(name, rec)
 
     def _wait(self, check: Callable[[], bool], timeout: float, name: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
+        def healthy() -> bool:
+            if check():
+                return True
             rec = self.state.processes.get(name) if self.state else None
             if not self._alive(name, rec):
                 raise UserError(f"{name} failed to start: it exited; read {self.log(name)} for the reason.")
-            if time.monotonic() > deadline:
-                raise UserError(
-                    f"{name} did not become healthy within {timeout:.0f} s; read {self.log(name)}."
-                )
-            time.sleep(0.2)
+            return False
+
+        until(healthy, timeout=timeout, interval=0.2, what=f"{name} to become healthy",
+              error=lambda m: UserError(f"{name} did not become healthy: {m}; read {self.log(name)}."))
 
     def _stop(self, state: ClusterState) -> list[str]:
         return [name for name in reversed(COMPONENTS) if self._procs.stop(name, state.processes.get(name))]

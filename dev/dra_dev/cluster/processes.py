@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dra._runtime.wait import WaitTimeout, until
 from dra.errors import UserError
 
 
@@ -80,9 +81,8 @@ class Processes:
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(rec.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while self.alive(name, rec) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        with contextlib.suppress(WaitTimeout):  # a grace period, then SIGKILL
+            until(lambda: not self.alive(name, rec), timeout=grace, interval=0.1, what=f"{name} to exit")
         if self.alive(name, rec):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rec.pid, signal.SIGKILL)

@@ -27,13 +27,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dra._runtime.wait import WaitTimeout, until
 from dra.errors import UserError
 from dra.fakes import STUB_DIR_ENV
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION
@@ -498,18 +498,19 @@ class RealNode:
         return self._procs.alive(name, rec)
 
     def _wait(self, state: NodeState, name: str, check: Callable[[], bool], timeout: float, what: str = "") -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def answered() -> bool:
             with contextlib.suppress(Exception):
                 if check():
-                    return
+                    return True
             if not self._alive(name, state.processes.get(name)):
                 raise UserError(f"{name} exited while {what or 'starting'}; last lines of {self.layout.log(name)}:\n"
                                 + _tail(self.layout.log(name)))
-            if time.monotonic() > deadline:
-                raise UserError(f"timed out after {timeout:.0f} s waiting for {what or name + ' to answer'}; "
-                                f"read {self.layout.log(name)} (last lines:\n{_tail(self.layout.log(name))})")
-            time.sleep(0.3)
+            return False
+
+        def timed_out(message: str) -> UserError:
+            return UserError(f"{message}; read {self.layout.log(name)} (last lines:\n{_tail(self.layout.log(name))})")
+
+        until(answered, timeout=timeout, interval=0.3, what=what or name + " to answer", error=timed_out)
 
     def _stop_one(self, state: NodeState, name: str, grace: float = 15) -> bool:
         return self._procs.stop(name, state.processes.get(name), grace)
@@ -681,14 +682,16 @@ def _kill_cgroup_members(root: str) -> None:
 
 def _remove_cgroup_root(root: str) -> None:
     """Remove the node's cgroups bottom-up (only empty ones can go; a process left keeps its own)."""
-    deadline = time.monotonic() + 5  # killed processes leave their cgroups a moment later
-    for hierarchy in _cgroup_hierarchies():
-        top = hierarchy / root.lstrip("/")
-        while top.is_dir():
+    tops = [hierarchy / root.lstrip("/") for hierarchy in _cgroup_hierarchies()]
+
+    def removed() -> bool:
+        for top in tops:
             for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
                 with contextlib.suppress(OSError):
                     os.rmdir(dirpath)
-            if not top.is_dir() or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        return not any(top.is_dir() for top in tops)
+
+    # Killed processes leave their cgroups a moment later; what is still busy after that stays.
+    with contextlib.suppress(WaitTimeout):
+        until(removed, timeout=5, interval=0.1, what=f"the cgroups under {root} to empty")
 

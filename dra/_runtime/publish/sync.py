@@ -150,6 +150,11 @@ class Publisher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._published = threading.Event()
+        self._compared = threading.Condition()
+        self._attempts = 0  # comparisons started, numbered in order (one worker runs them)
+        self._last_compared = 0  # the number of the last one that completed
+        self.comparisons = 0
+        """Comparisons with the API server completed (with their writes), for tests and debugging."""
         self._threads: list[threading.Thread] = []
         self._watch_response: Any = None  # the open watch stream, closed by stop()
         self.last_result: SyncResult | None = None
@@ -201,6 +206,15 @@ class Publisher:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._published.wait(timeout)
 
+    def resync_and_wait(self, timeout: float) -> bool:
+        """Compare now and wait until a comparison that started after this call has completed:
+        what the publisher would do about the current state, it has done (False on timeout)."""
+        with self._compared:
+            target = self._attempts + 1
+        self.resync()
+        with self._compared:
+            return self._compared.wait_for(lambda: self._last_compared >= target, timeout)
+
     # ---- the sync worker -------------------------------------------------------------------
 
     def _work(self) -> None:
@@ -246,6 +260,9 @@ class Publisher:
 
     def sync_once(self) -> SyncResult:
         """One comparison and the writes it needs. Raises on API errors; callers retry."""
+        with self._compared:
+            self._attempts += 1
+            attempt = self._attempts
         if self._devices_dirty:
             # Cleared before the read, so a devices_changed() during it is not lost; set again
             # when the driver fails, so the next sync (after backoff) reads the devices again.
@@ -302,6 +319,10 @@ class Publisher:
         self._generation = max(self._generation, result.generation)
         self.last_result = result
         self._published.set()
+        with self._compared:
+            self._last_compared = attempt
+            self.comparisons += 1
+            self._compared.notify_all()
         if result.writes:
             log.info(
                 "published %d devices in %d slices, pool generation %d",

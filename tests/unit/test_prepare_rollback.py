@@ -1,10 +1,12 @@
-"""The bugs of the 2026-12 review (shared/research/review-2026-12.md), each pinned by a test that
-fails on the code it reviewed (efb32a3). The framework's own minimal driver: no vendor code."""
+"""What the framework does when a driver's prepare fails: it rolls back, blames the driver, and
+gives unprepare what prepare returned; with the framework's own minimal driver (no vendor code)."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import http.server
+import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,8 +80,7 @@ def left_behind(prep: ClaimPreparer, ref: dra.ClaimRef) -> list[str]:
 
 @pytest.mark.parametrize("exc", [KeyError("gpu-9"), RuntimeError("NVML_ERROR_GPU_IS_LOST"), AttributeError("x")])
 def test_any_driver_exception_rolls_back_and_is_reported_as_the_drivers(tmp_path: Path, exc: Exception) -> None:
-    """Review bug 5: only PrepareError rolled back; anything else left a `preparing` record and
-    was blamed on "the driver framework"."""
+    """Any exception, not only PrepareError, rolls back and is reported as the driver's."""
     prep, driver, ref = rig(tmp_path)
     driver.fail_prepare = exc
     error = prep.prepare_claims([ref])[ref.uid].error
@@ -90,7 +91,7 @@ def test_any_driver_exception_rolls_back_and_is_reported_as_the_drivers(tmp_path
 
 
 def test_an_env_name_the_runtime_would_reject_rolls_back_with_a_clear_error(tmp_path: Path) -> None:
-    """Review bug 5 (second half): an invalid env name from the driver (cdi.py) also left a record."""
+    """An env name that cannot be written into a CDI spec leaves no record behind either."""
     prep, driver, ref = rig(tmp_path)
     driver.env_name = "NOT-VALID"
     error = prep.prepare_claims([ref])[ref.uid].error
@@ -99,7 +100,7 @@ def test_an_env_name_the_runtime_would_reject_rolls_back_with_a_clear_error(tmp_
 
 
 def test_rollback_gives_unprepare_what_prepare_returned(tmp_path: Path) -> None:
-    """Review bug 4: rollback passed empty edits and no state, contradicting the contract."""
+    """The driver undoes exactly what it did: the edits and state its prepare returned."""
     prep, driver, ref = rig(tmp_path)
     driver.fail_claim_edits = dra.PrepareError("no room for the hook")
     assert "no room for the hook" in prep.prepare_claims([ref])[ref.uid].error
@@ -108,7 +109,7 @@ def test_rollback_gives_unprepare_what_prepare_returned(tmp_path: Path) -> None:
 
 
 def test_unprepare_gets_the_devices_config_back(tmp_path: Path) -> None:
-    """Review bug 4: `_undo` dropped `config`, so unprepare could not see what prepare was told."""
+    """Unprepare sees the decoded config prepare was given."""
     prep, driver, ref = rig(tmp_path)
     assert prep.prepare_claims([ref])[ref.uid].error == ""
     assert prep.unprepare_claims([ref]) == {ref.uid: ""}
@@ -118,45 +119,65 @@ def test_unprepare_gets_the_devices_config_back(tmp_path: Path) -> None:
 
 
 def test_health_events_carry_no_pool_the_framework_names_it() -> None:
-    """Review bug 6: drivers had to guess the pool (the node name) for health."""
+    """Drivers never name the pool (the framework knows it is the node's)."""
     assert [f.name for f in dataclasses.fields(dra.HealthEvent)] == ["device", "healthy", "message"]
 
 
-def _sources() -> dict[str, str]:
-    return {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "dra").rglob("*.py") if "_proto" not in p.parts}
+class _FakeApi(http.server.ThreadingHTTPServer):
+    """Answers GETs from a path -> JSON map and records the paths asked for."""
+
+    def __init__(self, docs: dict[str, Any]) -> None:
+        self.docs, self.asked = docs, []
+        super().__init__(("127.0.0.1", 0), _Answer)
 
 
-@pytest.mark.parametrize(("what", "pattern", "home"), [
-    ("flock", r"fcntl\.flock\(", "dra/_runtime/fsutil.py"),
-    ("quantity parsing", r"\bparse_quantity\(", "dra/_runtime/client.py"),
-    ("raw JSON GET with release_conn", r"release_conn", "dra/_runtime/client.py"),
-    ("the client's generic call", r"\.param_serialize\(", "dra/_runtime/client.py"),
-    ("the main-request rule", r"""request[\w.]*\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
-])
-def test_each_helper_has_one_implementation(what: str, pattern: str, home: str) -> None:
-    """Review: two flock implementations, the quantity parser twice, the raw GET three times,
-    the request-name rule four times."""
-    found = sorted(path for path, text in _sources().items() if re.search(pattern, text))
-    assert found == [home], f"{what} is implemented in {found}, want only {home}"
+class _Answer(http.server.BaseHTTPRequestHandler):
+    server: _FakeApi
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        self.server.asked.append(path)
+        doc = self.server.docs.get(path)
+        body = json.dumps(doc if doc is not None else {"kind": "Status", "code": 404}).encode()
+        self.send_response(200 if doc is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
 
 
-def test_the_daemon_wires_the_node_label_reader(tmp_path: Path) -> None:
-    """Review bug 2: `node_labels` was never passed, so claims allocated by a label nodeSelector
-    were refused in production. The reader's own behaviour is tested against the API server in
-    tests/integration/test_prepare_path.py."""
+@pytest.mark.parametrize(("labels", "prepared"), [({"pool": "a"}, True), ({"pool": "b"}, False)])
+def test_the_daemon_prepares_a_claim_allocated_by_node_label(tmp_path: Path, labels: dict[str, str],
+                                                             prepared: bool) -> None:
+    """A claim whose allocation selects nodes by label (a pool selected by label) prepares on
+    the daemon's node when the Node carries the label, read from the API server, and not else."""
     from kubernetes import client
 
     from dra._runtime.daemon import Daemon, DaemonSettings
 
+    claim = claim_dict("c", results=[result("d0", driver=Recorder.name)], node=None)
+    claim["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "pool", "operator": "In", "values": ["a"]}]}]}
+    api_server = _FakeApi({"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c": claim,
+                           "/api/v1/nodes/node-a": {"kind": "Node", "metadata": {"name": "node-a", "labels": labels}}})
+    threading.Thread(target=api_server.serve_forever, daemon=True).start()
     settings = DaemonSettings(node_name="node-a", plugin_dir=tmp_path / "p", registrar_dir=tmp_path / "r",
                               cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "s", metrics_port=-1,
                               hook_dir=tmp_path / "hd")
-    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{api_server.server_address[1]}"))
     d = Daemon(Recorder(), settings, api, api)
     try:
-        read: Any = d.preparer._read_labels
-        assert read is not None, "the daemon's preparer has no node-label reader"
-        with pytest.raises(Exception, match=r"127\.0\.0\.1"):  # it does go to the API server for them
-            read()
+        ref = dra.ClaimRef(claim["metadata"]["uid"], "default", "c")
+        error = d.preparer.prepare_claims([ref])[ref.uid].error
     finally:
         d.stop()
+        api_server.shutdown()
+        api_server.server_close()
+    assert "/api/v1/nodes/node-a" in api_server.asked, "the daemon never read its Node's labels"
+    if prepared:
+        assert error == ""
+    else:
+        assert "node-a" in error and "pool" in error, error
