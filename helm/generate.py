@@ -257,11 +257,12 @@ PLACEHOLDERS = {"name": "__NAME__", "namespace": "__NAMESPACE__", "service": "__
 
 def webhook_configurations() -> list[dict[str, Any]]:
     """The two configurations with placeholders, for the drivers this distribution installs."""
-    from dra.webhook import checks, registration, vendors
+    from dra._runtime import registry
+    from dra.webhook import registration, vendors
 
     mutating, validating = registration.configurations(
         vendors.load(None), PLACEHOLDERS["ca_bundle"], service=(PLACEHOLDERS["namespace"], PLACEHOLDERS["service"], 443),
-        namespace=PLACEHOLDERS["namespace"], name=PLACEHOLDERS["name"], drivers=sorted(checks.driver_classes()))
+        namespace=PLACEHOLDERS["namespace"], name=PLACEHOLDERS["name"], drivers=sorted(registry.driver_classes()))
     return [mutating, validating]
 
 
