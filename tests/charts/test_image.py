@@ -102,3 +102,127 @@ def test_the_charts_commands_run_from_the_installed_wheel(installed: Path, tmp_p
         assert proc.returncode == 0 and "--" in proc.stdout, proc.stderr
     drivers = run_installed(installed, "-m", "dra.cli", "drivers", cwd=tmp_path)
     assert "hami-core-gpu" in drivers.stdout, drivers.stdout + drivers.stderr
+
+
+# The runtime distribution's own dependencies and the NVIDIA extra; anything else in Requires-Dist
+# (the rig's cryptography or tomli-w, a test tool) would reach every node's image.
+RUNTIME_REQUIRES = {"grpcio", "protobuf", "kubernetes", "typer", "rich", "prometheus-client", "pyyaml"}
+RIG_ONLY = ("dra_dev/", "dra/cluster/", "dra/node/", "dra/demo", "dra/webhook_local", "dra/gen_proto", "dra/checkout")
+RUNTIME_COMMANDS = {"run", "hookdir", "hook", "webhook", "drivers"}
+RIG_COMMANDS = {"cluster", "node", "demo"}
+
+
+def requires_dist(wheel: Path) -> list[tuple[str, str]]:
+    """(distribution name, environment marker) for each Requires-Dist of the wheel's METADATA."""
+    with zipfile.ZipFile(wheel) as z:
+        metadata = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    found = []
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist:"):
+            spec, _, marker = line.removeprefix("Requires-Dist:").partition(";")
+            name = re.split(r"[\s<>=!~\[(]", spec.strip(), maxsplit=1)[0]
+            found.append((name.lower().replace("_", "-"), marker.strip()))
+    return found
+
+
+def test_installing_the_runtime_wheel_pulls_no_dependency_of_the_rig(wheel: Path) -> None:
+    requires = requires_dist(wheel)
+    plain = {name for name, marker in requires if not marker}
+    assert plain == RUNTIME_REQUIRES, f"the runtime's unconditional requirements changed: {sorted(plain)}"
+    nvidia = {name for name, marker in requires if marker == 'extra == "nvidia"'}
+    assert nvidia == {"nvidia-ml-py"}, requires
+    dev_tools = {name for name, marker in requires if marker == 'extra == "dev"'}
+    assert dev_tools and not dev_tools & {"cryptography", "tomli-w", "dra-hami-dev"}, dev_tools
+    # Only the dev extra (test tools, never installed in the image) and the vendor extra have markers.
+    assert {marker for _, marker in requires} == {"", 'extra == "nvidia"', 'extra == "dev"'}, requires
+    for name in ("cryptography", "tomli-w", "nvidia-ml-py", "dra-hami-dev"):
+        assert name not in plain, f"{name} would be installed on every node"
+
+
+def test_the_runtime_wheel_holds_no_module_of_the_rig(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    rig = [n for n in names if n.startswith(RIG_ONLY)]
+    assert not rig, f"the dev rig's modules are in the runtime wheel: {rig[:10]}"
+    assert any(n.startswith("dra/_runtime/") for n in names) and any(n.startswith("dra/webhook/") for n in names)
+    assert "[dra.commands]" not in entry_points, "the runtime registers no rig command; dra-hami-dev does"
+
+
+def test_the_dev_distribution_provides_the_rig_commands() -> None:
+    project = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text())["project"]
+    commands = project["entry-points"]["dra.commands"]
+    assert set(commands) == RIG_COMMANDS | {"webhook.up", "webhook.down"}, commands
+    assert all(target.startswith("dra_dev.") for target in commands.values()), commands
+    rig_libraries = {re.split(r"[\s<>=!~\[]", d, maxsplit=1)[0] for d in project["dependencies"]}
+    assert {"cryptography", "tomli-w"} <= rig_libraries, "the rig's own libraries belong to dra-hami-dev"
+    runtime = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "dra.commands" not in runtime.get("entry-points", {}), "rig commands belong to dra-hami-dev"
+    assert not [d for d in runtime["dependencies"] if d.startswith(("cryptography", "tomli-w", "tomli_w"))]
+
+
+def wheel_only_path(installed: Path, tmp_path: Path) -> Path:
+    """A site-packages view with this environment's third-party libraries and not its dra-hami
+    or dra-hami-dev (installed editable here): what the image's venv holds, as far as the `dra`
+    command can tell. Run with `python -S` (no .pth files, so no editable finders)."""
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    view = tmp_path / "site"
+    view.mkdir()
+    for entry in site.iterdir():
+        lowered = entry.name.lower()
+        if lowered.startswith(("dra_hami", "dra-hami", "__editable__", "dra_dev", "dra", "drivers", "hookcore")) \
+                or lowered.endswith(".pth"):
+            continue
+        (view / entry.name).symlink_to(entry)
+    return view
+
+
+def run_wheel_only(installed: Path, view: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(view)]), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-S", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def listed_commands(help_text: str) -> set[str]:
+    """The sub-command names of a Typer `--help` (its Commands panel: `│ name  help... │`)."""
+    panel = help_text.split("Commands", 1)[1] if "Commands" in help_text else ""
+    return {m.group(1) for m in re.finditer(r"^[│|]\s+([a-z][\w-]*)\s{2,}", panel, re.M)}
+
+
+def test_the_images_dra_offers_only_the_runtime_commands(installed: Path, tmp_path: Path) -> None:
+    """The image installs dra-hami alone: its `dra` has no cluster, node or demo, and its
+    `dra webhook` no up or down (dra-hami-dev adds those where the rig is installed)."""
+    view = wheel_only_path(installed, tmp_path)
+    where = run_wheel_only(installed, view, "-c", "import dra, importlib.metadata as m; print(dra.__file__); "
+                           "print(sorted(d.metadata['Name'] for d in m.distributions() if 'dra' in d.metadata['Name']))",
+                           cwd=tmp_path)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.startswith(str(installed)) and "dra-hami-dev" not in where.stdout, where.stdout
+    top = run_wheel_only(installed, view, "-m", "dra.cli", "--help", cwd=tmp_path)
+    assert top.returncode == 0, top.stderr
+    assert listed_commands(top.stdout) == RUNTIME_COMMANDS, top.stdout
+    webhook = run_wheel_only(installed, view, "-m", "dra.cli", "webhook", "--help", cwd=tmp_path)
+    assert webhook.returncode == 0, webhook.stderr
+    assert "run" in listed_commands(webhook.stdout) and not {"up", "down"} & listed_commands(webhook.stdout), webhook.stdout
+    rig = run_wheel_only(installed, view, "-m", "dra.cli", "cluster", "--help", cwd=tmp_path)
+    assert rig.returncode != 0, rig.stdout
+
+
+def test_the_checkout_with_the_rig_offers_the_rig_commands(tmp_path: Path) -> None:
+    """The counterpart of the test above, so that its parsing of --help can tell the difference:
+    with dra-hami-dev installed (make install), `dra` lists cluster, node and demo too."""
+    env = {**os.environ, "COLUMNS": "200"}
+    top = subprocess.run([sys.executable, "-m", "dra.cli", "--help"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert top.returncode == 0, top.stderr
+    assert listed_commands(top.stdout) == RUNTIME_COMMANDS | RIG_COMMANDS, top.stdout
+    webhook = subprocess.run([sys.executable, "-m", "dra.cli", "webhook", "--help"], capture_output=True, text=True, env=env,
+                             cwd=ROOT, timeout=120)
+    assert {"run", "up", "down"} <= listed_commands(webhook.stdout), webhook.stdout
+
+
+def test_the_dockerfile_installs_the_runtime_with_its_nvidia_extra_and_nothing_of_the_rig() -> None:
+    runs = dockerfile_runs()
+    build = next(r for r in runs if "make wheel" in r)
+    assert '"$(echo /wheels/dra_hami-*.whl)[nvidia]"' in build, "the build stage fetches the NVIDIA extra's wheels"
+    final = next(r for r in runs if "--no-index" in r)
+    assert "'dra-hami[nvidia]'" in final and "dev" not in final.replace("/dev/", ""), final
+    assert not any("./dev" in r or "dra-hami-dev" in r or "dra_dev" in r for r in runs), runs
