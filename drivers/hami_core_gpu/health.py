@@ -25,12 +25,12 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pynvml
 
-from dra import Taint
+from dra import Device, HealthEvent, Taint
 from drivers.hami_core_gpu import nvml
 from drivers.hami_core_gpu.devices import DRIVER_NAME
 from drivers.hami_core_gpu.xids import GPU_LOST_XID, Action, classify
@@ -269,3 +269,17 @@ def _lost(g: GpuHealth, now: float) -> None:
         g.lost = True
         g.last_event = now
         g.message = "GPU has fallen off the bus (NVML: GPU is lost)"
+
+
+def health_events(gpus: Mapping[str, nvml.Gpu], snapshot: Sequence[tuple[str, bool | None, str]],
+                  mps_down: Callable[[str], bool], mig_devices: Sequence[Device]) -> list[HealthEvent]:
+    """Every shared GPU's health (by name, in minor order; healthy None: not monitored): a GPU
+    whose MPS control daemon is being restarted is unhealthy, a MIG device is as healthy as its GPU."""
+    view = {u: (healthy, message) for u, healthy, message in snapshot}
+    out = []
+    for name, gpu in sorted(gpus.items(), key=lambda kv: kv[1].minor):
+        healthy, message = view.get(gpu.uuid, (None, ""))
+        if mps_down(gpu.uuid):
+            healthy, message = False, "MPS control daemon not answering; restarting it"
+        out.append(HealthEvent(name, healthy, message))
+    return out + [HealthEvent(d.name, *view.get(str(d.attributes["parentUUID"]), (None, ""))) for d in mig_devices]

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dra import Mount
+from dra import Mount, PrepareError
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,17 @@ class MpsDaemons:
             if not self._answers(uuid, 10.0):
                 raise RuntimeError(f"the MPS control daemon of GPU {uuid} does not answer on {self.pipe(uuid)};"
                                    f" see {self.logs(uuid)}/control.log")
+
+    def admit(self, claim: str, uuids: Sequence[str], names: Sequence[str]) -> None:
+        """Make `claim` a client of its GPU's server at prepare; refused (PrepareError) unless the
+        claim is on one GPU (a process talks to one MPS server) or when the server cannot be had."""
+        if len(uuids) != 1:
+            raise PrepareError(f"sharing: mps needs the claim on one GPU (a process talks to one MPS server); it"
+                               f" has {len(uuids)}: {list(names)}; ask for one device")
+        try:
+            self.add_claim(uuids[0], claim)
+        except (OSError, RuntimeError) as exc:
+            raise PrepareError(f"device {names[0]}: MPS: {exc}") from exc
 
     def remove_claim(self, uuid: str, claim: str) -> None:
         """Forget the claim; quit the GPU's control daemon after its last claim (unprepare)."""

@@ -144,7 +144,7 @@ def test_dynamic_prepare_on_an_occupied_placement_is_refused_naming_device_and_g
 def test_a_mixed_claim_is_refused(driver: MakeDriver) -> None:
     d = driver("dynamic")
     with pytest.raises(PrepareError, match="MIG devices and hook-shared GPUs"):
-        d._is_mig([alloc("hami-gpu-0-mig-4g71gb-0"), alloc("hami-gpu-9")])
+        d.migs.is_mig([alloc("hami-gpu-0-mig-4g71gb-0"), alloc("hami-gpu-9")])
 
 
 def test_start_destroys_instances_no_record_names_and_keeps_recorded_ones(driver: MakeDriver, record: Path) -> None:
