@@ -55,7 +55,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
-from dra.shared import HealthWatch, SharedDeviceDriver, Visible
+from dra.shared import HealthWatch, Processed, SharedDeviceDriver, Visible
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -81,6 +81,7 @@ __all__ = [
     "Preload",
     "PrepareError",
     "PreparedDevice",
+    "Processed",
     "Quota",
     "RequestPolicy",
     "ShareConfig",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -33,7 +34,19 @@ from dra.driver import (
     Taint,
 )
 
-D = TypeVar("D")
+D = TypeVar("D", bound="HasUuid")
+C = TypeVar("C", bound="Closable")
+
+
+class HasUuid(Protocol):
+    """A discovered device: the health monitor and the hook know it by UUID."""
+
+    @property
+    def uuid(self) -> str: ...
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
 
 
 class HealthWatch(Protocol):
@@ -46,6 +59,31 @@ class HealthWatch(Protocol):
     def taints(self) -> Mapping[str, tuple[Taint, ...]]: ...
 
     def snapshot(self) -> list[tuple[str, bool | None, str]]: ...
+
+
+class Processed:
+    """A count of the work a health monitor's thread has finished (events consumed, polls or
+    probes done), so a test waits for evidence that what it injected was handled before it
+    asserts that nothing happened, instead of sleeping and hoping."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._cond = threading.Condition()
+
+    @property
+    def count(self) -> int:
+        with self._cond:
+            return self._count
+
+    def add(self, n: int = 1) -> None:
+        with self._cond:
+            self._count += n
+            self._cond.notify_all()
+
+    def wait(self, count: int, timeout: float = 10.0) -> bool:
+        """Whether `count` were done within `timeout` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count >= count, timeout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +103,10 @@ class SharedDeviceDriver(Driver, Generic[D]):
     """What a device is called in error messages ("GPU", "NPU")."""
     hook_stem: ClassVar[str] = "vgpu"
     """The hook library enforcing the shares, ``lib<hook_stem>.so`` (`dra.hook_library`)."""
+    device_name: Callable[[Any], str]
+    """The published name of a device (stable across restarts: claims name it); a subclass sets it."""
+    usable_memory: Callable[[Any], int]
+    """The bytes of a device a claim can reserve (a whole share: 100 % of ``memory``); a subclass sets it."""
 
     def __init__(self) -> None:
         self.by_name: dict[str, D] = {}
@@ -77,17 +119,9 @@ class SharedDeviceDriver(Driver, Generic[D]):
         devices this node shares (once: the inventory does not change while the daemon runs)."""
         raise NotImplementedError
 
-    def device_name(self, device: D) -> str:
-        """The published name of `device` (stable across restarts: claims name it)."""
-        raise NotImplementedError
-
     def device_uuid(self, device: D) -> str:
         """The UUID the health monitor keys `device` by."""
-        return str(getattr(device, "uuid"))
-
-    def usable_memory(self, device: D) -> int:
-        """The bytes of `device` a claim can reserve (its whole share: 100 % of ``memory``)."""
-        raise NotImplementedError
+        return str(device.uuid)
 
     def watch_health(self, ctx: DriverContext, devices: Sequence[D]) -> HealthWatch | None:
         """The health monitor of `devices`, calling `health_changed` on a change (None: none); the
@@ -130,6 +164,11 @@ class SharedDeviceDriver(Driver, Generic[D]):
         self._closers.append(release)
         if at_exit:
             atexit.register(release)
+
+    def adopt(self, resource: C, at_exit: bool = False) -> C:
+        """`resource`, closed at `close` (`on_close`): a fake backend, a daemon pool, a reader."""
+        self.on_close(resource.close, at_exit)
+        return resource
 
     def close(self) -> None:
         """Stop the health monitor and release what setup made (tests; the daemon exits)."""

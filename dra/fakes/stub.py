@@ -34,7 +34,6 @@ def stub_library(name: str) -> Path:
     """The stub vendor library `name` (e.g. ``libdcmi.so``) as a fake backend loads and mounts it:
     hookcore's built one, or its copy under ``$DRA_FAKE_STUB_DIR`` (`dra.fakes.stub_dir`)."""
     import hookcore
-
     from dra.fakes import stub_dir
 
     return stub_dir(hookcore.stub_library(name).parent) / name

@@ -22,18 +22,6 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import dra
-from dra import (
-    AllocatedDevice,
-    ClaimRef,
-    ContainerEdits,
-    Device,
-    DeviceNode,
-    DriverContext,
-    PreparedDevice,
-    Quota,
-    Taint,
-    Visible,
-)
 from drivers.ascend import dcmi, devices, edits, fake
 from drivers.ascend.config import API_VERSION, NpuConfig
 from drivers.ascend.health import HealthMonitor
@@ -58,12 +46,11 @@ class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu]):
         self.host_files: edits.HostFiles | None = None
         self.library: dcmi.Dcmi | None = None
 
-    def discover(self, ctx: DriverContext) -> Sequence[dcmi.Npu]:
+    def discover(self, ctx: dra.DriverContext) -> Sequence[dcmi.Npu]:
         self.settings = Settings.parse(ctx.settings)
         sysfs = self.settings.sysfs
         if ctx.fake:
-            self.fake = fake.FakeBackend(fake.load(ctx.fake, ctx.node_name), fake.stub_library())
-            self.on_close(self.fake.close, at_exit=True)
+            self.fake = self.adopt(fake.FakeBackend(fake.load(ctx.fake, ctx.node_name), fake.stub_library()), at_exit=True)
             sysfs, self.library = self.fake.sysfs, self.fake.dcmi
         else:
             self.library = dcmi.Dcmi(self.settings.dcmi_library or dcmi.DEFAULT_LIBRARIES)
@@ -78,40 +65,40 @@ class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu]):
     device_name = staticmethod(devices.device_name)
     usable_memory = staticmethod(devices.usable_memory)
 
-    def watch_health(self, ctx: DriverContext, npus: Sequence[dcmi.Npu]) -> HealthMonitor | None:
+    def watch_health(self, ctx: dra.DriverContext, npus: Sequence[dcmi.Npu]) -> HealthMonitor | None:
         """The DCMI health poller (`health.py`), when ``health`` is on and the node has NPUs."""
         if not (self.settings.health and npus and self.library is not None):
             return None
         return HealthMonitor(self.library, npus, self.health_changed, self.settings.health_interval)
 
-    def to_devices(self, taints: Mapping[str, tuple[Taint, ...]]) -> Sequence[Device]:
+    def to_devices(self, taints: Mapping[str, tuple[dra.Taint, ...]]) -> Sequence[dra.Device]:
         assert self.inventory is not None
         return devices.to_devices(self.inventory, dict(taints) if self.monitor else None)
 
-    def container_order(self, visible: list[Visible[dcmi.Npu]]) -> list[Visible[dcmi.Npu]]:
+    def container_order(self, visible: list[dra.Visible[dcmi.Npu]]) -> list[dra.Visible[dcmi.Npu]]:
         """Physical ID ascending: the runtime numbers a container's NPUs so."""
         return sorted(visible, key=lambda v: v.device.phy_id)
 
-    def prepared_device(self, claim: ClaimRef, allocated: AllocatedDevice, npu: dcmi.Npu) -> PreparedDevice:
-        nodes: tuple[DeviceNode, ...] = ()
+    def prepared_device(self, claim: dra.ClaimRef, allocated: dra.AllocatedDevice, npu: dcmi.Npu) -> dra.PreparedDevice:
+        nodes: tuple[dra.DeviceNode, ...] = ()
         if self.host_files is not None:
             nodes = (edits.chip_node(npu.phy_id, self.settings.dev_root),)
         state = {"uuid": npu.uuid, "phyID": npu.phy_id, "logicID": npu.logic_id,
                  **{k: int(v) for k, v in allocated.consumed_capacity.items()}}
-        return PreparedDevice(allocated, ContainerEdits(device_nodes=nodes), state=state)
+        return dra.PreparedDevice(allocated, dra.ContainerEdits(device_nodes=nodes), state=state)
 
-    def quota(self, visible: Visible[dcmi.Npu], cores: int, config: NpuConfig) -> Quota:
+    def quota(self, visible: dra.Visible[dcmi.Npu], cores: int, config: NpuConfig) -> dra.Quota:
         """Keyed by the physical ID, which the hook checks against what the runtime reports."""
-        return Quota(edits.hook_key(visible.device.phy_id), visible.memory, cores)
+        return dra.Quota(edits.hook_key(visible.device.phy_id), visible.memory, cores)
 
-    def claim_edits(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> ContainerEdits:
+    def claim_edits(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.ContainerEdits:
         by_phy = {int(p.state["phyID"]): str(p.state["uuid"]) for p in prepared}
         phys = sorted(by_phy)
         env = edits.visible_devices_env(phys)
         if self.fake is not None:
             env.update(self.fake.container_env([by_phy[p] for p in phys]))
-            return ContainerEdits(env=env, mounts=self.fake.container_mounts())
+            return dra.ContainerEdits(env=env, mounts=self.fake.container_mounts())
         if self.host_files is None:
-            return ContainerEdits(env=env)
+            return dra.ContainerEdits(env=env)
         base = self.host_files.claim_edits()
         return dataclasses.replace(base, env={**base.env, **env})

@@ -46,7 +46,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import dra
 from dra import fakes, topology
 from dra.fakes import stub
 from drivers.hami_core_gpu import mig, nvml

@@ -27,16 +27,16 @@ class MigDevices:
         self.static: dict[str, mig.MigDevice] = {}
         self.dynamic: dict[str, tuple[nvml.Gpu, mig.Profile, int]] = {}
 
-    def setup(self, ctx: DriverContext) -> None:
+    def setup(self, ctx: DriverContext) -> MigDevices:
         """MIG GPUs: discover their profiles and devices, publish them per the ``mig`` setting."""
         gpus = [g for g in self.inventory.gpus if g.mig_enabled]
         if not gpus:
-            return
+            return self
         if self.settings.mig == "off":
             for g in gpus:
                 log.warning("GPU in MIG mode left out (mig=off; static or dynamic publish its MIG devices)",
                             extra={"uuid": g.uuid})
-            return
+            return self
         found = mig.discover([g.uuid for g in gpus])
         if self.fake is not None and self.settings.mig == "static" and self.fake.seed_static_mig(found):
             found = mig.discover([g.uuid for g in gpus])
@@ -54,6 +54,7 @@ class MigDevices:
                                      for p in found[g.uuid].profiles for start in p.starts})
         log.info("MIG GPUs", extra={"mode": self.settings.mig, "gpus": [g.uuid for g in gpus],
                                     "devices": len(self.devices)})
+        return self
 
     def _repair(self, ctx: DriverContext, gpus: Sequence[nvml.Gpu], found: dict[str, mig.MigGpu]) -> None:
         """Destroy the MIG instances that no checkpoint record names (made by a prepare that crashed
