@@ -55,7 +55,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
-from dra.shared import HealthWatch, Processed, SharedDeviceDriver, Visible
+from dra.shared import HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -98,6 +98,7 @@ __all__ = [
     "quantity_to_int",
     "settings",
     "share_capacity",
+    "shared_device",
     "strength",
     "testing",
     "topology",

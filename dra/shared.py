@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from dra.capacity import ShareConfig, claim_share_config, device_shares
+from dra.capacity import ShareConfig, claim_share_config, device_shares, share_capacity
 from dra.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -35,6 +35,20 @@ from dra.driver import (
 )
 
 D = TypeVar("D", bound="HasUuid")
+
+
+def shared_device(name: str, attributes: Mapping[str, Any], memory: int, pcie_root: str | None, numa_node: int | None,
+                  taints: Sequence[Taint] = ()) -> Device:
+    """A device shared by ``cores``/``memory`` capacity, with the standard topology attributes
+    where known (``resource.kubernetes.io/pcieRoot``, ``numaNode``), so every driver of shared
+    devices publishes one shape the scheduler's constraints can match across drivers."""
+    attrs = dict(attributes)
+    if pcie_root is not None:
+        attrs["resource.kubernetes.io/pcieRoot"] = pcie_root
+    if numa_node is not None:
+        attrs["numaNode"] = numa_node
+    return Device(name=name, attributes=attrs, capacity=share_capacity(memory), allow_multiple_allocations=True,
+                  taints=tuple(taints))
 C = TypeVar("C", bound="Closable")
 
 
