@@ -1,6 +1,7 @@
 """dra: a framework for Kubernetes DRA drivers that share devices with enforced quotas.
 
-This module is the public face, everything a vendor driver uses: the `Driver` class, the value
+This module is the public face, everything a vendor driver uses: the `Driver` class (and
+`SharedDeviceDriver`, the skeleton of a driver of hook-shared devices, `dra/shared.py`), the value
 types it exchanges with the framework, its errors, `decode_config`, `share_capacity` (the
 ``cores``/``memory`` capacities of a shared device), `dra.topology` (PCIe root
 and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
@@ -54,6 +55,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
+from dra.shared import HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -74,15 +76,19 @@ __all__ = [
     "DriverContext",
     "Enforcement",
     "HealthEvent",
+    "HealthWatch",
     "Mount",
     "Preload",
     "PrepareError",
     "PreparedDevice",
+    "Processed",
     "Quota",
     "RequestPolicy",
     "ShareConfig",
+    "SharedDeviceDriver",
     "Taint",
     "Version",
+    "Visible",
     "claim_share_config",
     "decode_config",
     "device_shares",
@@ -92,6 +98,7 @@ __all__ = [
     "quantity_to_int",
     "settings",
     "share_capacity",
+    "shared_device",
     "strength",
     "testing",
     "topology",

@@ -50,6 +50,7 @@ __all__ = [
     "parse_sm",
     "read_ledger",
     "stub_dir",
+    "stub_library",
 ]
 
 _HERE = Path(__file__).resolve().parent
@@ -79,6 +80,15 @@ def library_path() -> Path:
 def stub_dir() -> Path:
     """Directory holding the stub ``libcuda.so.1`` and ``libnvidia-ml.so.1`` used by CPU tests."""
     return BUILD_DIR / "stub"
+
+
+def stub_library(name: str) -> Path:
+    """The built stub vendor library `name` (e.g. ``libdcmi.so``): the one lookup every fake
+    backend uses, so the NPU fake does not need the GPU hook library to find its own stub."""
+    path = stub_dir() / name
+    if not path.is_file():
+        raise FileNotFoundError(f"the stub library {path} is not built: run `make -C hookcore` (or reinstall the package)")
+    return path
 
 
 def parse_memory(value: str, name: str = "HOOKCORE_MEMORY_LIMIT") -> int:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dra import Device, Taint, share_capacity, whole_mib
+import dra
+from dra import Device, Taint, whole_mib
 from drivers.ascend.dcmi import Inventory, Npu
 
 DRIVER_NAME = "ascend.project-hami.io"
@@ -75,17 +76,7 @@ def to_device(npu: Npu, inventory: Inventory, taints: Sequence[Taint] = ()) -> D
     }
     if npu.serial:
         attributes["serialNumber"] = npu.serial
-    if npu.pcie_root is not None:
-        attributes["resource.kubernetes.io/pcieRoot"] = npu.pcie_root
-    if npu.numa_node is not None:
-        attributes["numaNode"] = npu.numa_node
-    return Device(
-        name=device_name(npu),
-        attributes=attributes,
-        capacity=share_capacity(npu.memory),
-        allow_multiple_allocations=True,
-        taints=tuple(taints),
-    )
+    return dra.shared_device(device_name(npu), attributes, npu.memory, npu.pcie_root, npu.numa_node, taints)
 
 
 def to_devices(inventory: Inventory, taints: Mapping[str, Sequence[Taint]] | None = None) -> list[Device]:

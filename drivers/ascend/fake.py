@@ -43,12 +43,13 @@ from typing import Any
 
 import dra
 from dra import fakes, topology
+from dra.fakes import stub
 from drivers.ascend import dcmi
 
 MiB = 1 << 20
 MAX_NPUS = 32
 DEFAULT_DRIVER = "25.0.rc1.1"
-STUB_ENV = "HOOKCORE_STUB_NPUS"
+STUB_ENV = stub.STUB_NPUS_ENV
 STUB_RUNTIME_LIBRARIES = ("libascendcl.so", "libruntime.so")
 CONTAINER_LIB_DIR = "/usr/lib"
 
@@ -97,8 +98,8 @@ class FakeNpu:
     serial: str | None = None
     health: int = 0
 
-    def stub_entry(self, logic_id: int | None = None) -> str:
-        """This NPU in ``HOOKCORE_STUB_NPUS`` form."""
+    def stub_fields(self, logic_id: int | None = None) -> dict[str, str]:
+        """This NPU's ``HOOKCORE_STUB_NPUS`` fields."""
         fields = {
             "uuid": self.uuid, "memory": str(self.memory), "name": self.chip_name, "aicore": str(self.ai_cores),
             "card": str(self.card), "chip": str(self.chip), "logic": str(self.logic_id if logic_id is None else logic_id),
@@ -107,7 +108,7 @@ class FakeNpu:
         }
         if self.serial:
             fields["serial"] = self.serial
-        return ",".join(f"{k}={v}" for k, v in fields.items())
+        return fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +120,9 @@ class FakeNode:
         """``HOOKCORE_STUB_NPUS`` for the node, or for the NPUs a container sees (`uuids`, in that
         order, numbered from 0 as the runtime numbers a container's NPUs)."""
         if uuids is None:
-            return ";".join(n.stub_entry() for n in self.npus)
+            return stub.stub_devices([n.stub_fields() for n in self.npus])
         by_uuid = {n.uuid: n for n in self.npus}
-        return ";".join(by_uuid[u].stub_entry(logic_id=i) for i, u in enumerate(uuids))
+        return stub.stub_devices([by_uuid[u].stub_fields(logic_id=i) for i, u in enumerate(uuids)])
 
 
 def fake_uuid(node: str, position: int) -> str:
@@ -220,8 +221,8 @@ def load(spec: str, node: str) -> FakeNode:
 
 
 def stub_library() -> Path:
-    """hookcore's stub ``libdcmi.so`` (built next to the hook libraries)."""
-    return fakes.stub_dir(dra.hook_library("vgpu").parent / "stub") / "libdcmi.so"
+    """hookcore's stub ``libdcmi.so`` (`dra.fakes.stub.stub_library`; not found through the GPU hook)."""
+    return stub.stub_library("libdcmi.so")
 
 
 class FakeBackend:

@@ -25,7 +25,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from dra import Taint
+from dra import Processed, Taint
 from drivers.ascend.dcmi import HEALTH_GONE, Dcmi, DcmiError, Npu
 from drivers.ascend.devices import DRIVER_NAME
 
@@ -74,6 +74,7 @@ class HealthMonitor:
         self._state = {n.uuid: NpuHealth(n.uuid) for n in npus}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.polls = Processed()  # polls done (tests wait on one after a change before asserting none)
 
     def start(self) -> None:
         self.poll()  # the first answer is there before the first publish
@@ -106,6 +107,7 @@ class HealthMonitor:
                 self._state[npu.uuid] = new
         if changed:
             self._on_change()
+        self.polls.add()
         return changed
 
     def _ask(self, npu: Npu) -> NpuHealth:

@@ -4,7 +4,7 @@ Copy this file to start a driver. It shows every part of the vendor interface: s
 driver context, devices with attributes and consumable capacities, opaque config decoded and
 validated by the framework, container edits per share, enforcement of each share's quota by
 the hook library (the framework does the work), and unprepare. No gRPC, API calls or file
-writes: the framework owns those. It imports only `dra` and `dra.testing`.
+writes: the framework owns those. It imports only `dra` and `dra.fakes.stub` (the stub grammar), never `dra.testing`.
 
 Its devices are fakes served by the stub CUDA library (hookcore/stub): each claim's containers
 get the stub libcuda.so.1 / libnvidia-ml.so.1 (mounted in /usr/lib, as a vendor toolkit mounts

@@ -21,6 +21,7 @@ only where the admin allowed it (`dra._runtime.loosening`, ``daemon.allowClaimLo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 import dra
@@ -66,3 +67,21 @@ class GpuConfig(dra.ShareConfig):
                 raise ValueError("fullLoadClockMhz applies to computeMode: strict only")
             if not 1 <= self.full_load_clock_mhz <= MAX_MHZ:
                 raise ValueError(f"fullLoadClockMhz must be 1..{MAX_MHZ} MHz, not {self.full_load_clock_mhz}")
+
+
+def claim_config(allocated: Sequence[dra.AllocatedDevice]) -> GpuConfig:
+    """The claim's one config; its requests' configs must agree on the compute mode and sharing too."""
+    configs = {dev.config for dev in allocated if isinstance(dev.config, GpuConfig)}
+    modes = {c.compute_mode for c in configs if c.compute_mode is not None}
+    clocks = {c.full_load_clock_mhz for c in configs if c.full_load_clock_mhz is not None}
+    if len(modes) > 1 or len(clocks) > 1:
+        raise dra.PrepareError(f"the claim's configs ask for different compute modes {sorted(modes)} or full-load "
+                               f"clocks {sorted(clocks)}; one claim is held one way: use one computeMode (and "
+                               "fullLoadClockMhz)")
+    sharing = {c.sharing for c in configs}
+    if len(sharing) > 1:
+        raise dra.PrepareError(f"the claim's requests ask for different sharing {sorted(map(str, sharing))}; one"
+                               " claim's containers are MPS clients or not: give every request sharing: mps")
+    mode, mhz = next(iter(modes), None), next(iter(clocks), None)
+    return dataclasses.replace(dra.claim_share_config(GpuConfig, allocated), compute_mode=mode,
+                               full_load_clock_mhz=mhz, sharing=next(iter(sharing), None))

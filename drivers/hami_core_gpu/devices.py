@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dra import Device, Taint, Version, share_capacity, whole_mib
+import dra
+from dra import Device, Taint, Version, whole_mib
 from drivers.hami_core_gpu.nvml import Gpu, Inventory
 
 DRIVER_NAME = "hami-core-gpu.project-hami.io"
@@ -51,17 +52,7 @@ def to_device(gpu: Gpu, inventory: Inventory, taints: Sequence[Taint] = ()) -> D
         "pcieBusID": gpu.pci_bus_id,
         "resource.kubernetes.io/pciBusID": gpu.pci_bus_id,
     }
-    if gpu.pcie_root is not None:
-        attributes["resource.kubernetes.io/pcieRoot"] = gpu.pcie_root
-    if gpu.numa_node is not None:
-        attributes["numaNode"] = gpu.numa_node
-    return Device(
-        name=device_name(gpu),
-        attributes=attributes,
-        capacity=share_capacity(gpu.memory),
-        allow_multiple_allocations=True,
-        taints=tuple(taints),
-    )
+    return dra.shared_device(device_name(gpu), attributes, gpu.memory, gpu.pcie_root, gpu.numa_node, taints)
 
 
 def publishable(inventory: Inventory) -> tuple[Gpu, ...]:

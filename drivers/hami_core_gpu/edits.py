@@ -30,8 +30,12 @@ import glob
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra import ContainerEdits, DeviceNode, Mount, PrepareError
+
+if TYPE_CHECKING:
+    from drivers.hami_core_gpu.settings import Settings
 
 CONTAINER_LIB_DIR = "/usr/local/nvidia/lib64"
 CONTAINER_BIN_DIR = "/usr/bin"
@@ -105,3 +109,14 @@ def self_contained_device_node(minor: int, dev_root: Path) -> DeviceNode:
     if not host.exists():
         raise PrepareError(f"{host} does not exist: the GPU's device node is missing (driver not loaded, or GPU lost?)")
     return DeviceNode(f"/dev/nvidia{minor}", host_path=str(host))
+
+
+def device_edits(settings: Settings, on_host: bool, minor: int, uuid: str,
+                 extra_nodes: Sequence[DeviceNode] = ()) -> tuple[ContainerEdits, tuple[str, ...]]:
+    """One prepared GPU (or MIG device, with its `extra_nodes`)'s device nodes and toolkit CDI
+    device ids, per ``cdiMode``; none on a fake node (`on_host` False: the stub has no nodes)."""
+    if on_host and settings.cdi_mode == "self-contained":
+        return ContainerEdits(device_nodes=(self_contained_device_node(minor, settings.dev_root), *extra_nodes)), ()
+    if on_host and settings.cdi_mode == "toolkit":
+        return ContainerEdits(), tuple(toolkit_device_ids(settings.toolkit_cdi_kind, [uuid]))
+    return ContainerEdits(), ()

@@ -46,8 +46,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import dra
 from dra import fakes, topology
+from dra.fakes import stub
 from drivers.hami_core_gpu import mig, nvml
 
 MiB = 1 << 20
@@ -82,7 +82,6 @@ DEFAULT_CUDA = "13.0"
 _BUSES = (0x19, 0x2A, 0x4C, 0x5D, 0x9B, 0xAB, 0xCB, 0xDB)
 _ROOTS = (0x15, 0x15, 0x48, 0x48, 0x97, 0x97, 0xC7, 0xC7)
 _UUID = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-_STUB_VALUE = re.compile(r"[^,;=]{1,95}")  # what HOOKCORE_STUB_DEVICES can carry (hookcore/stub/stub_devices.h)
 FakeDevicesError = fakes.FakeDevicesError
 
 
@@ -102,8 +101,8 @@ class FakeGpu:
     numa_node: int | None
     pci_device_id: int = 0x233510DE
 
-    def stub_entry(self, index: int | None = None) -> str:
-        """This GPU in ``HOOKCORE_STUB_DEVICES`` form (NVML's numeric enums)."""
+    def stub_fields(self, index: int | None = None) -> dict[str, str]:
+        """This GPU's ``HOOKCORE_STUB_DEVICES`` fields (NVML's numeric enums)."""
         arch = _code(nvml.ARCHITECTURES, self.architecture, "architecture")
         brand = _code(nvml.BRANDS, self.brand, "brand")
         fields = {
@@ -112,7 +111,7 @@ class FakeGpu:
             "pci": self.pci_bus_id, "pciid": hex(self.pci_device_id), "arch": str(arch), "brand": str(brand),
             "cc": self.compute_capability, "mig": self.mig,
         }
-        return ",".join(f"{k}={v}" for k, v in fields.items())
+        return fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,9 +126,9 @@ class FakeNode:
         """``HOOKCORE_STUB_DEVICES`` for the node, or for the GPUs a container sees (`uuids`, in
         that order, numbered from 0 as NVML numbers a container's GPUs)."""
         if uuids is None:
-            return ";".join(g.stub_entry() for g in self.gpus)
+            return stub.stub_devices([g.stub_fields() for g in self.gpus])
         by_uuid = {g.uuid: g for g in self.gpus}
-        return ";".join(by_uuid[u].stub_entry(index=i) for i, u in enumerate(uuids))
+        return stub.stub_devices([by_uuid[u].stub_fields(index=i) for i, u in enumerate(uuids)])
 
     def stub_env(self) -> dict[str, str]:
         major, _, minor = self.cuda_version.partition(".")
@@ -234,7 +233,7 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
     _code(nvml.BRANDS, gpu.brand, f"{where}: brand")
     if not _UUID.fullmatch(gpu.uuid):
         raise FakeDevicesError(f"{where}: uuid {gpu.uuid!r} must look like GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)")
-    if not _STUB_VALUE.fullmatch(gpu.product_name):
+    if not stub.check_stub_value(gpu.product_name):
         raise FakeDevicesError(f"{where}: productName {gpu.product_name!r}: 1..95 characters, no ',', ';' or '='")
     fakes.check_pci_address(where, gpu.pci_bus_id, gpu.pcie_root, bus_example="0000:3b:00.0", root_example="pci0000:3a")
     if not re.fullmatch(r"[0-9]+\.[0-9]+", gpu.compute_capability):
@@ -250,8 +249,8 @@ def load(spec: str, node: str) -> FakeNode:
 
 
 def stub_library() -> Path:
-    """hookcore's stub libnvidia-ml.so.1, built beside the hook library."""
-    return fakes.stub_dir(dra.hook_library("vgpu").parent / "stub") / "libnvidia-ml.so.1"
+    """hookcore's stub libnvidia-ml.so.1 (`dra.fakes.stub.stub_library`)."""
+    return stub.stub_library("libnvidia-ml.so.1")
 
 
 class FakeBackend:
@@ -303,14 +302,15 @@ class FakeBackend:
         if not migs:
             return {"HOOKCORE_STUB_DEVICES": self.node.stub_devices(listed)}
         parents = {g.uuid: g for g in self.node.gpus}
-        entries, visible = [], []
+        entries: list[dict[str, str | int]] = []
+        visible: list[str] = []
         for i, dev in enumerate(migs):
             stub_uuid = "GPU-" + dev.uuid.removeprefix("MIG-")
             name = f"{parents[dev.parent_uuid].product_name} MIG {dev.profile.name}" if dev.parent_uuid in parents \
                 else f"MIG {dev.profile.name}"
-            entries.append(f"uuid={stub_uuid},name={name},memory={dev.memory},index={i},minor={i},mig=off")
+            entries.append({"uuid": stub_uuid, "name": name, "memory": dev.memory, "index": i, "minor": i, "mig": "off"})
             visible.append(stub_uuid)
-        return {"HOOKCORE_STUB_DEVICES": ";".join(entries), "CUDA_VISIBLE_DEVICES": ",".join(visible)}
+        return {"HOOKCORE_STUB_DEVICES": stub.stub_devices(entries), "CUDA_VISIBLE_DEVICES": ",".join(visible)}
 
     def close(self) -> None:
         """Nothing to release: the fake sysfs is shared by every process faking the same layout."""

@@ -25,14 +25,15 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pynvml
 
-from dra import Taint
+from dra import Device, HealthEvent, HealthWatch, Processed, Taint
 from drivers.hami_core_gpu import nvml
 from drivers.hami_core_gpu.devices import DRIVER_NAME
+from drivers.hami_core_gpu.mps import MpsDaemons
 from drivers.hami_core_gpu.xids import GPU_LOST_XID, Action, classify
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,9 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._recovery_field = True  # cleared when the driver lacks NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        self.xids = Processed()  # XID events consumed (tests wait on them before asserting no change)
+        self.probes = Processed()  # probe rounds done over every GPU
+        self.watching = Processed()  # 1 once XID events are registered: what is injected now is seen
 
     # --- state ------------------------------------------------------------------------------------
     def taints(self) -> dict[str, tuple[Taint, ...]]:
@@ -151,6 +155,7 @@ class HealthMonitor:
                     self._update(uuid, functools.partial(_unmonitored, why=f"NVML cannot report XID events: {exc}"))
                 else:
                     self._update(uuid, _monitored)
+            self.watching.add()
             self._loop(events, handles, by_address)
         finally:
             try:
@@ -172,9 +177,11 @@ class HealthMonitor:
                 if uuid is not None and data.eventType & pynvml.nvmlEventTypeXidCriticalError:
                     if self._xid(uuid, int(data.eventData)):
                         next_probe = self._clock()
+                self.xids.add()
                 continue
             for uuid, handle in handles.items():
                 self._probe(uuid, handle)
+            self.probes.add()
             next_probe = self._clock() + self.probe_interval
 
     def _xid(self, uuid: str, xid: int) -> bool:
@@ -269,3 +276,20 @@ def _lost(g: GpuHealth, now: float) -> None:
         g.lost = True
         g.last_event = now
         g.message = "GPU has fallen off the bus (NVML: GPU is lost)"
+
+
+def health_events(gpus: Mapping[str, nvml.Gpu], monitor: HealthWatch | None, mps: MpsDaemons,
+                  mig_devices: Sequence[Device]) -> list[HealthEvent]:
+    """Every shared GPU's health (by name, in minor order; healthy None: not monitored): a GPU
+    whose MPS control daemon is being restarted is unhealthy, a MIG device is as healthy as its
+    GPU. None at all while neither NVML nor MPS watches anything."""
+    view = {u: (healthy, message) for u, healthy, message in (monitor.snapshot() if monitor else [])}
+    if monitor is None and not mps.status():  # (the snapshot first: the order the locks are taken in)
+        return []
+    out = []
+    for name, gpu in sorted(gpus.items(), key=lambda kv: kv[1].minor):
+        healthy, message = view.get(gpu.uuid, (None, ""))
+        if mps.healthy(gpu.uuid) is False:
+            healthy, message = False, "MPS control daemon not answering; restarting it"
+        out.append(HealthEvent(name, healthy, message))
+    return out + [HealthEvent(d.name, *view.get(str(d.attributes["parentUUID"]), (None, ""))) for d in mig_devices]

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dra import Mount
+from dra import ContainerEdits, Mount, PrepareError
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,21 @@ class MpsDaemons:
             if not self._answers(uuid, 10.0):
                 raise RuntimeError(f"the MPS control daemon of GPU {uuid} does not answer on {self.pipe(uuid)};"
                                    f" see {self.logs(uuid)}/control.log")
+
+    def admit(self, claim: str, uuids: Sequence[str], names: Sequence[str]) -> None:
+        """Make `claim` a client of its GPU's server at prepare; refused (PrepareError) unless the
+        claim is on one GPU (a process talks to one MPS server) or when the server cannot be had."""
+        if len(uuids) != 1:
+            raise PrepareError(f"sharing: mps needs the claim on one GPU (a process talks to one MPS server); it"
+                               f" has {len(uuids)}: {list(names)}; ask for one device")
+        try:
+            self.add_claim(uuids[0], claim)
+        except (OSError, RuntimeError) as exc:
+            raise PrepareError(f"device {names[0]}: MPS: {exc}") from exc
+
+    def claim_edits(self, uuid: str, cores: int, memory: int) -> ContainerEdits:
+        """An MPS claim's edits: its server's pipe and log dirs, the SM and pinned-memory limits."""
+        return ContainerEdits(env=container_env(cores, memory), mounts=container_mounts(self, uuid))
 
     def remove_claim(self, uuid: str, claim: str) -> None:
         """Forget the claim; quit the GPU's control daemon after its last claim (unprepare)."""
@@ -254,3 +269,14 @@ def container_env(cores: int, memory: int) -> dict[str, str]:
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(cores),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={memory >> 20}M",
     }
+
+
+def for_node(root: Path, given_root: bool, program: str | None, fake: tuple[Path, Path] | None,
+             on_change: Callable[[], None]) -> MpsDaemons:
+    """The node's MPS daemons: under `root` and `program` (None: nvidia-cuda-mps-control), or on a
+    fake node (`fake` = its MPS root and fake control program) the fake's, unless ``mpsRoot`` was
+    `given_root` by the admin."""
+    if fake is not None:
+        root = root if given_root else fake[0]
+        program = program or str(fake[1])
+    return MpsDaemons(root, program or "nvidia-cuda-mps-control", on_change)

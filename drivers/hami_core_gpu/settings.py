@@ -119,3 +119,10 @@ class Settings:
                 raise SettingsError(f"fullLoadClockMhz must be a clock in MHz, 1..{MAX_MHZ}, not {value!r}")
             out["full_load_clock_mhz"] = int(value)
         return cls(**out)  # type: ignore[arg-type]
+
+    def context_charge(self, fake: bool) -> int:
+        """Bytes charged per context: the setting, else the measured default on real GPUs (none on the
+        fake, whose stub contexts take no memory)."""
+        if self.context_memory is not None:
+            return self.context_memory
+        return 0 if fake else DEFAULT_CONTEXT_MEMORY

@@ -13,7 +13,7 @@ import dra
 from dra import AllocatedDevice, ClaimRef, HealthEvent, PrepareError
 from drivers.ascend import devices, edits
 from drivers.ascend.config import NpuConfig
-from drivers.ascend.driver import AscendDriver, VisibleNpu
+from drivers.ascend.driver import AscendDriver
 from drivers.ascend.settings import Settings, SettingsError
 
 GiB = 1 << 30
@@ -58,7 +58,8 @@ def test_visible_npus_are_in_physical_order_with_shares_summed(driver) -> None:
         alloc("npu-2-0", "b", memory=4 * GiB, cores=20),
         alloc("npu-5-0", "c", memory=1 * GiB, cores=90),  # a second share of NPU 5
     ])
-    assert got == [VisibleNpu(uuid["npu-2-0"], 2, 4 * GiB, 20), VisibleNpu(uuid["npu-5-0"], 5, 4 * GiB, 100)]
+    assert [(v.device.uuid, v.device.phy_id, v.memory, v.cores) for v in got] == [
+        (uuid["npu-2-0"], 2, 4 * GiB, 20), (uuid["npu-5-0"], 5, 4 * GiB, 100)]
     e = d.claim_edits(CLAIM, d.prepare(CLAIM, [alloc("npu-5-0", memory=GiB, cores=30), alloc("npu-2-0", memory=GiB, cores=30)]))
     assert e.env["ASCEND_VISIBLE_DEVICES"] == "2,5"
     # the fake backend tells the workload's stub ACL which NPUs its container has, numbered from 0

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from dra.testing.conformance import DriverConformance
@@ -12,17 +9,6 @@ from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(autouse=True)
-def _stub_environment() -> Iterator[None]:
-    """The fake backend describes its GPUs to the stub NVML in this process's environment; keep
-    that from reaching the tests that run after these (their stubs would see these GPUs)."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith("HOOKCORE_STUB_")}
-    yield
-    for k in [k for k in os.environ if k.startswith("HOOKCORE_STUB_")]:
-        del os.environ[k]
-    os.environ.update(saved)
 
 
 class TestHamiCoreGpuConformance(DriverConformance):

@@ -14,7 +14,7 @@ import hookcore
 from dra import AllocatedDevice, ClaimRef, PrepareError
 from drivers.hami_core_gpu import devices
 from drivers.hami_core_gpu.config import GpuConfig
-from drivers.hami_core_gpu.driver import HamiCoreGpuDriver, VisibleGpu
+from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 from drivers.hami_core_gpu.settings import Settings, SettingsError
 
 GiB = 1 << 30
@@ -50,7 +50,8 @@ def test_visible_gpus_follow_allocation_order_and_sum_shares(driver) -> None:
         alloc("hami-gpu-2", "b", memory=4 * GiB, cores=20),
         alloc("hami-gpu-5", "c", memory=1 * GiB, cores=90),  # a second share of GPU 5
     ])
-    assert got == [VisibleGpu(uuid["hami-gpu-5"], 5, 4 * GiB, 100), VisibleGpu(uuid["hami-gpu-2"], 2, 4 * GiB, 20)]
+    assert [(v.device.uuid, v.device.minor, v.memory, v.cores) for v in got] == [
+        (uuid["hami-gpu-5"], 5, 4 * GiB, 100), (uuid["hami-gpu-2"], 2, 4 * GiB, 20)]
     edits = d.claim_edits(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-5", memory=GiB, cores=30),
                                                   alloc("hami-gpu-2", memory=GiB, cores=30)]))
     want = f"{uuid['hami-gpu-5']},{uuid['hami-gpu-2']}"

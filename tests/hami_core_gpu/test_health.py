@@ -72,7 +72,8 @@ def test_a_fatal_xid_taints_until_nvml_reports_no_recovery_action(watched) -> No
     healthy, message = health_of(mon, gpu0)
     assert healthy is False and "XID 48: double-bit ECC error" in message
     assert health_of(mon, gpu1)[0] is True and gpu1 not in mon.taints()
-    time.sleep(0.4)  # still needs its reset: the taint stays across probes
+    probed = mon.probes.count
+    assert mon.probes.wait(probed + 3)  # still needs its reset: the taint stays across probes
     assert gpu0 in mon.taints()
     changed.clear()
     inject(f"reset {gpu0}")
@@ -82,10 +83,11 @@ def test_a_fatal_xid_taints_until_nvml_reports_no_recovery_action(watched) -> No
 
 def test_application_xids_leave_the_gpu_healthy(watched) -> None:
     mon, inject, (gpu0, _), changed = watched()
+    seen = mon.xids.count
     for xid in (13, 31, 43, 45, 94):
         assert xids.classify(xid)[1] is xids.Action.IGNORE
         inject(f"xid {gpu0} {xid}")
-    time.sleep(0.3)
+    assert mon.xids.wait(seen + 5)  # all five consumed: "no taint" below is about them
     assert mon.taints() == {} and not changed.is_set()
 
 

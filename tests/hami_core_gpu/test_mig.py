@@ -14,6 +14,7 @@ from dra._runtime.publish.desired import desired_pool, slice_object
 from drivers.hami_core_gpu import fake, mig
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+from drivers.hami_core_gpu.health import HealthMonitor
 
 # The stub variables a test may set (conftest.py's list and the MIG record), unset inside, restored after.
 STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA", "HOOKCORE_STUB_NVML_FAIL",
@@ -144,7 +145,7 @@ def test_dynamic_prepare_on_an_occupied_placement_is_refused_naming_device_and_g
 def test_a_mixed_claim_is_refused(driver: MakeDriver) -> None:
     d = driver("dynamic")
     with pytest.raises(PrepareError, match="MIG devices and hook-shared GPUs"):
-        d._is_mig([alloc("hami-gpu-0-mig-4g71gb-0"), alloc("hami-gpu-9")])
+        d.migs.is_mig([alloc("hami-gpu-0-mig-4g71gb-0"), alloc("hami-gpu-9")])
 
 
 def test_start_destroys_instances_no_record_names_and_keeps_recorded_ones(driver: MakeDriver, record: Path) -> None:
@@ -191,6 +192,7 @@ def test_an_xid_on_a_mig_gpu_taints_its_mig_devices_and_reports_them_unhealthy(d
     events.touch()
     os.environ["HOOKCORE_STUB_NVML_EVENTS"] = str(events)
     d = driver("static", health="on", healthProbeInterval="0.2")
+    assert isinstance(d.monitor, HealthMonitor) and d.monitor.watching.wait(1)  # XIDs injected from now on are seen
     parent = {x.name: str(x.attributes["parentUUID"]) for x in d.devices()}["hami-gpu-2-mig-3g71gb-0"]
     assert not any(x.taints for x in d.devices())
     with events.open("a") as f:

@@ -13,11 +13,6 @@ from drivers.ascend.edits import hook_key
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(autouse=True)
-def _stubs(stub_dcmi, clean_stub_env) -> None:  # type: ignore[no-untyped-def]
-    """The stub libdcmi.so built, and the stub's environment restored after each test."""
-
-
 class AscendKeys(DriverConformance):
     def device_keys(self, driver: Driver) -> set[str]:
         # libvnpu keys an NPU by its physical ID (what a process in the container can observe)

@@ -1,0 +1,251 @@
+"""`SharedDeviceDriver`: the one skeleton of a driver whose devices are shared by consumable
+capacity and whose shares a hook library enforces.
+
+Every such driver does the same things around its vendor part: it discovers its devices once at
+start (a fake backend or the real one), keeps them by published name, watches their health and
+republishes on a change, refuses a claim naming a device it does not have, sums the shares of one
+device in one claim (`dra.device_shares`), and gives the hook one `Quota` per visible device.
+Those live here, once; a vendor driver keeps discovery, its device's edits and state, and the
+mapping of a share to its hook's quota (the hooks below, each named by what only the vendor knows).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from dra.capacity import ShareConfig, claim_share_config, device_shares, share_capacity
+from dra.driver import (
+    AllocatedDevice,
+    ClaimRef,
+    Device,
+    Driver,
+    DriverContext,
+    Enforcement,
+    HealthEvent,
+    Preload,
+    PreparedDevice,
+    PrepareError,
+    Quota,
+    Taint,
+)
+
+D = TypeVar("D", bound="HasUuid")
+
+
+def shared_device(name: str, attributes: Mapping[str, Any], memory: int, pcie_root: str | None, numa_node: int | None,
+                  taints: Sequence[Taint] = ()) -> Device:
+    """A device shared by ``cores``/``memory`` capacity, with the standard topology attributes
+    where known (``resource.kubernetes.io/pcieRoot``, ``numaNode``), so every driver of shared
+    devices publishes one shape the scheduler's constraints can match across drivers."""
+    attrs = dict(attributes)
+    if pcie_root is not None:
+        attrs["resource.kubernetes.io/pcieRoot"] = pcie_root
+    if numa_node is not None:
+        attrs["numaNode"] = numa_node
+    return Device(name=name, attributes=attrs, capacity=share_capacity(memory), allow_multiple_allocations=True,
+                  taints=tuple(taints))
+C = TypeVar("C", bound="Closable")
+
+
+class HasUuid(Protocol):
+    """A discovered device: the health monitor and the hook know it by UUID."""
+
+    @property
+    def uuid(self) -> str: ...
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class HealthWatch(Protocol):
+    """What the skeleton needs of a vendor's health monitor (keyed by device UUID)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def taints(self) -> Mapping[str, tuple[Taint, ...]]: ...
+
+    def snapshot(self) -> list[tuple[str, bool | None, str]]: ...
+
+
+class Processed:
+    """A count of the work a health monitor's thread has finished (events consumed, polls or
+    probes done), so a test waits for evidence that what it injected was handled before it
+    asserts that nothing happened, instead of sleeping and hoping."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._cond = threading.Condition()
+
+    @property
+    def count(self) -> int:
+        with self._cond:
+            return self._count
+
+    def add(self, n: int = 1) -> None:
+        with self._cond:
+            self._count += n
+            self._cond.notify_all()
+
+    def wait(self, count: int, timeout: float = 10.0) -> bool:
+        """Whether `count` were done within `timeout` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count >= count, timeout)
+
+
+@dataclasses.dataclass(frozen=True)
+class Visible(Generic[D]):
+    """One device as a claim's containers see it, with the claim's summed share of it."""
+
+    name: str  # the published device name
+    device: D  # the vendor's discovered device
+    memory: int  # bytes reserved by the scheduler for this claim on this device
+    cores: int  # percent, 1..100
+
+
+class SharedDeviceDriver(Driver, Generic[D]):
+    """A `Driver` for devices shared by ``cores``/``memory`` capacity; subclasses fill the hooks."""
+
+    noun: ClassVar[str] = "device"
+    """What a device is called in error messages ("GPU", "NPU")."""
+    hook_stem: ClassVar[str] = "vgpu"
+    """The hook library enforcing the shares, ``lib<hook_stem>.so`` (`dra.hook_library`)."""
+    device_name: Callable[[Any], str]
+    """The published name of a device (stable across restarts: claims name it); a subclass sets it."""
+    usable_memory: Callable[[Any], int]
+    """The bytes of a device a claim can reserve (a whole share: 100 % of ``memory``); a subclass sets it."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, D] = {}
+        self.monitor: HealthWatch | None = None
+        self._closers: list[Callable[[], None]] = []
+
+    # --- hooks: what only the vendor knows ---------------------------------------------------------
+    def discover(self, ctx: DriverContext) -> Sequence[D]:
+        """Parse the settings, activate a fake backend when ``ctx.fake`` asks, and return the
+        devices this node shares (once: the inventory does not change while the daemon runs)."""
+        raise NotImplementedError
+
+    def device_uuid(self, device: D) -> str:
+        """The UUID the health monitor keys `device` by."""
+        return str(device.uuid)
+
+    def watch_health(self, ctx: DriverContext, devices: Sequence[D]) -> HealthWatch | None:
+        """The health monitor of `devices`, calling `health_changed` on a change (None: none); the
+        skeleton starts it once it is `self.monitor`, so its first callback already sees it."""
+        return None
+
+    def to_devices(self, taints: Mapping[str, tuple[Taint, ...]]) -> Sequence[Device]:
+        """The devices to publish, with the monitor's taints (by UUID)."""
+        raise NotImplementedError
+
+    def prepared_device(self, claim: ClaimRef, allocated: AllocatedDevice, device: D) -> PreparedDevice:
+        """One allocated device's edits and checkpointed state."""
+        raise NotImplementedError
+
+    def quota(self, visible: Visible[D], cores: int, config: Any) -> Quota:
+        """The hook's quota for one visible device (`cores` is 100 where the config lifts the limit)."""
+        return Quota(self.device_uuid(visible.device), visible.memory, cores)
+
+    def container_order(self, visible: list[Visible[D]]) -> list[Visible[D]]:
+        """The order the claim's containers number its devices in (default: allocation order)."""
+        return visible
+
+    def claim_config(self, allocated: Sequence[AllocatedDevice]) -> Any:
+        """The claim's one config (its requests' configs must agree)."""
+        assert self.config_type is not None and issubclass(self.config_type, ShareConfig)
+        return claim_share_config(self.config_type, allocated)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def setup(self, ctx: DriverContext) -> None:
+        super().setup(ctx)
+        self.by_name = {self.device_name(d): d for d in self.discover(ctx)}
+        self.monitor = self.watch_health(ctx, list(self.by_name.values()))
+        if self.monitor is not None:
+            self.on_close(self.monitor.stop)
+            self.monitor.start()
+
+    def on_close(self, release: Callable[[], None], at_exit: bool = False) -> None:
+        """Run `release` at `close` (last registered, first run); `at_exit`: also when the process
+        exits without a close (a fake backend's temporary files)."""
+        self._closers.append(release)
+        if at_exit:
+            atexit.register(release)
+
+    def adopt(self, resource: C, at_exit: bool = False) -> C:
+        """`resource`, closed at `close` (`on_close`): a fake backend, a daemon pool, a reader."""
+        self.on_close(resource.close, at_exit)
+        return resource
+
+    def close(self) -> None:
+        """Stop the health monitor and release what setup made (tests; the daemon exits)."""
+        while self._closers:
+            release = self._closers.pop()
+            atexit.unregister(release)
+            release()
+
+    def health_changed(self) -> None:
+        """The monitor's callback: republish (taints) and update kubelet's health stream."""
+        if self.context is None:
+            return
+        self.context.devices_changed()
+        self.context.report_health(self.health_events())
+
+    def health_events(self) -> list[HealthEvent]:
+        """Every monitored device's health now (healthy None: not known)."""
+        if self.monitor is None:
+            return []
+        names = {self.device_uuid(d): n for n, d in self.by_name.items()}
+        return [HealthEvent(names[u], healthy, message) for u, healthy, message in self.monitor.snapshot() if u in names]
+
+    # --- publish ------------------------------------------------------------------------------
+    def devices(self) -> Sequence[Device]:
+        if self.context is None:
+            raise RuntimeError(f"{self.name}: devices() before setup(); the framework calls setup first")
+        return self.to_devices(self.monitor.taints() if self.monitor else {})
+
+    # --- prepare ------------------------------------------------------------------------------
+    def visible(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> list[Visible[D]]:
+        """The claim's devices in container order, shares of one device summed; a device this node
+        does not have is refused (a claim allocated from a stale ResourceSlice)."""
+        for dev in allocated:
+            if dev.device not in self.by_name:
+                raise PrepareError(
+                    f"device {dev.device} (pool {dev.pool}) is not a shared {self.noun} of this node; this node has "
+                    f"{sorted(self.by_name) or 'none'}: was the claim allocated from a stale ResourceSlice?"
+                )
+        shares = device_shares(allocated, lambda name: self.usable_memory(self.by_name[name]), self.noun)
+        return self.container_order([Visible(sh.device, self.by_name[sh.device], sh.memory, sh.cores) for sh in shares])
+
+    def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
+        self.visible(claim, devices)  # refuse before anything is written
+        self.claim_config(devices)
+        return [self.prepared_device(claim, dev, self.by_name[dev.device]) for dev in devices]
+
+    def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
+        """The hook library with one quota per visible device, in container order."""
+        from dra import hook_library
+
+        allocated = [p.device for p in prepared]
+        config = self.claim_config(allocated)
+        unlimited = {d.device for d in allocated if d.config is not None and not getattr(d.config, "compute_limit", True)}
+        quotas = [self.quota(v, 100 if v.name in unlimited else v.cores, config) for v in self.visible(claim, allocated)]
+        preload = Preload(config.preload) if getattr(config, "preload", None) else None
+        return Enforcement(hook_library(self.hook_stem), quotas, preload)
+
+    def hook_libraries(self) -> Sequence[Path]:
+        """The hook library, installed by the daemon at start (so a heterogeneous claim's specs
+        mount one hook set)."""
+        from dra import hook_library
+
+        return [hook_library(self.hook_stem)]
+
+    def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
+        return None  # the framework removes the claim's CDI spec, hook config and ledger
