@@ -5,10 +5,10 @@ This module is the public face, everything a vendor driver uses: the `Driver` cl
 types it exchanges with the framework, its errors, `decode_config`, `share_capacity` (the
 ``cores``/``memory`` capacities of a shared device), `dra.topology` (PCIe root
 and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
-backends), `dra.settings` (checks for ``--set key=value`` values) and `dra.testing` (test
-helpers and the conformance suite). Drivers import only `dra`, `dra.topology`, `dra.fakes`,
-`dra.settings` and `dra.testing` (an import contract checks it); everything else in the package
-is the framework's own business.
+backends and their stub libraries), `dra.settings` (checks for ``--set key=value`` values),
+`until` (the one poll loop) and `dra.testing` (test helpers and the conformance suite, for a
+driver's tests). A driver's code imports only `dra`, `dra.topology`, `dra.fakes` and
+`dra.settings` (an import contract checks it); `dra._runtime` is the framework's own business.
 
     import dra
 
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dra._runtime.loosening import strength
+from dra._runtime.wait import WaitTimeout, until
 from dra.capacity import DeviceShare, ShareConfig, claim_share_config, device_shares, share_capacity, whole_mib
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
@@ -89,6 +90,7 @@ __all__ = [
     "Taint",
     "Version",
     "Visible",
+    "WaitTimeout",
     "claim_share_config",
     "decode_config",
     "device_shares",
@@ -102,6 +104,7 @@ __all__ = [
     "strength",
     "testing",
     "topology",
+    "until",
     "whole_mib",
 ]
 

@@ -133,7 +133,7 @@ class FakeNode:
     def stub_env(self) -> dict[str, str]:
         major, _, minor = self.cuda_version.partition(".")
         return {
-            "HOOKCORE_STUB_DEVICES": self.stub_devices(),
+            stub.STUB_DEVICES_ENV: self.stub_devices(),
             "HOOKCORE_STUB_NVML_DRIVER": self.driver_version,
             "HOOKCORE_STUB_NVML_CUDA": str(int(major) * 1000 + int(minor or 0) * 10),
         }
@@ -300,7 +300,7 @@ class FakeBackend:
         stub CUDA spells every UUID so), and CUDA_VISIBLE_DEVICES says it the stub's way."""
         listed = list(uuids)
         if not migs:
-            return {"HOOKCORE_STUB_DEVICES": self.node.stub_devices(listed)}
+            return {stub.STUB_DEVICES_ENV: self.node.stub_devices(listed)}
         parents = {g.uuid: g for g in self.node.gpus}
         entries: list[dict[str, str | int]] = []
         visible: list[str] = []
@@ -310,7 +310,7 @@ class FakeBackend:
                 else f"MIG {dev.profile.name}"
             entries.append({"uuid": stub_uuid, "name": name, "memory": dev.memory, "index": i, "minor": i, "mig": "off"})
             visible.append(stub_uuid)
-        return {"HOOKCORE_STUB_DEVICES": stub.stub_devices(entries), "CUDA_VISIBLE_DEVICES": ",".join(visible)}
+        return {stub.STUB_DEVICES_ENV: stub.stub_devices(entries), "CUDA_VISIBLE_DEVICES": ",".join(visible)}
 
     def close(self) -> None:
         """Nothing to release: the fake sysfs is shared by every process faking the same layout."""

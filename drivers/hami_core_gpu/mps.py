@@ -39,10 +39,10 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import dra
 from dra import ContainerEdits, Mount, PrepareError
 
 log = logging.getLogger(__name__)
@@ -212,13 +212,11 @@ class MpsDaemons:
 
     def _answers(self, uuid: str, within: float) -> bool:
         """Whether the GPU's control daemon answers within `within` seconds (a new one needs a moment)."""
-        deadline = time.monotonic() + within
-        while True:
-            if self.ask(uuid, "get_server_list") is not None:
-                return True
-            if time.monotonic() >= deadline or self._stop.is_set():
-                return False
-            time.sleep(0.1)
+        try:
+            return dra.until(lambda: self._stop.is_set() or self.ask(uuid, "get_server_list") is not None,
+                             timeout=within, interval=0.1, what="the MPS control daemon") and not self._stop.is_set()
+        except dra.WaitTimeout:
+            return False
 
     # --- the watcher ---------------------------------------------------------------------------
     def check(self) -> None:

@@ -20,6 +20,8 @@ import pytest
 import yaml
 from chart_helpers import HELM_DIR, ROOT
 
+from dra._runtime import registry
+
 DOCKERFILE = ROOT / "Dockerfile"
 
 
@@ -146,18 +148,18 @@ def test_the_runtime_wheel_holds_no_module_of_the_rig(wheel: Path) -> None:
     rig = [n for n in names if n.startswith(RIG_ONLY)]
     assert not rig, f"the dev rig's modules are in the runtime wheel: {rig[:10]}"
     assert any(n.startswith("dra/_runtime/") for n in names) and any(n.startswith("dra/webhook/") for n in names)
-    assert "[dra.commands]" not in entry_points, "the runtime registers no rig command; dra-hami-dev does"
+    assert f"[{registry.COMMANDS}]" not in entry_points, "the runtime registers no rig command; dra-hami-dev does"
 
 
 def test_the_dev_distribution_provides_the_rig_commands() -> None:
     project = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text())["project"]
-    commands = project["entry-points"]["dra.commands"]
+    commands = project["entry-points"][registry.COMMANDS]
     assert set(commands) == RIG_COMMANDS | {"webhook.up", "webhook.down"}, commands
     assert all(target.startswith("dra_dev.") for target in commands.values()), commands
     rig_libraries = {re.split(r"[\s<>=!~\[]", d, maxsplit=1)[0] for d in project["dependencies"]}
     assert {"cryptography", "tomli-w"} <= rig_libraries, "the rig's own libraries belong to dra-hami-dev"
     runtime = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert "dra.commands" not in runtime.get("entry-points", {}), "rig commands belong to dra-hami-dev"
+    assert registry.COMMANDS not in runtime.get("entry-points", {}), "rig commands belong to dra-hami-dev"
     assert not [d for d in runtime["dependencies"] if d.startswith(("cryptography", "tomli-w", "tomli_w"))]
 
 
