@@ -159,7 +159,7 @@ def main() -> int:
     driver.setup(dra.DriverContext(node_name="gpu-node", pool_name="gpu-node", settings={"health": "off"},
                                    fake=args.fake))
     device = driver.devices()[0].name
-    gpu = driver._by_name[device]
+    gpu = driver.by_name[device]
     results: dict[str, Any] = {"fake": args.fake, "gpu": {"name": gpu.product_name, "uuid": gpu.uuid,
                                                           "driver": driver.inventory.driver_version if driver.inventory else None},
                                "share_window_s": args.share_window, "context_tolerance_bytes": GiB}

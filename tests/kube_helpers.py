@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kubernetes import client
 
@@ -47,3 +48,26 @@ def pod_scheduled(api: client.ApiClient, namespace: str, name: str) -> tuple[boo
         if cond.type == "PodScheduled":
             return cond.status == "True", f"{cond.reason}: {cond.message}"
     return False, "no PodScheduled condition yet"
+
+
+def clear_driver_nodes(api: client.ApiClient, driver: str, keep_prefix: str = "real-") -> list[str]:
+    """Delete the Nodes (and their ResourceSlices) that publish `driver`'s devices, left in the
+    session's control plane by earlier tests whose daemons are gone: the demo refuses to run
+    beside another node of its driver (a claim could land there). A real node is kept."""
+    resource: Any = client.ResourceV1Api(api)
+    core = client.CoreV1Api(api)
+    gone: list[str] = []
+    for s in resource.list_resource_slice().items:
+        node = s.spec.node_name or ""
+        if s.spec.driver != driver or node.startswith(keep_prefix):
+            continue
+        with contextlib.suppress(client.ApiException):
+            resource.delete_resource_slice(s.metadata.name)
+        if node and node not in gone:
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(node)
+            gone.append(node)
+    until(lambda: not [s for s in resource.list_resource_slice().items
+                       if s.spec.driver == driver and not (s.spec.node_name or "").startswith(keep_prefix)],
+          timeout=30, what=f"the old {driver} slices to go")
+    return gone

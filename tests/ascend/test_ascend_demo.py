@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kube_helpers import clear_driver_nodes
 from rich.console import Console
 
 from dra_dev.cluster.controlplane import ControlPlane
@@ -20,7 +22,10 @@ pytestmark = pytest.mark.cluster
 
 
 def test_the_ascend_demo_runs_its_examples_and_holds_every_share(
-        cluster: ControlPlane, stub_dcmi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cluster: ControlPlane, stub_dcmi: Path, monkeypatch: pytest.MonkeyPatch, api_client: Any) -> None:
+    # nodes earlier tests left publishing a driver the demo runs (the demo refuses to run beside them)
+    for driver in ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io"):
+        clear_driver_nodes(api_client, driver)
     buf = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=buf, width=220))
     # --node auto, as a new user runs it: the scenario's realNode: false skips the real node

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kube_helpers import clear_driver_nodes
 from rich.console import Console
 
 from dra_dev.cluster.controlplane import ControlPlane, running
@@ -16,7 +18,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 
 def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: object,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                              monkeypatch: pytest.MonkeyPatch, api_client: Any) -> None:
+    # nodes earlier tests left publishing a driver the demo runs (the demo refuses to run beside them)
+    for driver in ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io"):
+        clear_driver_nodes(api_client, driver)
     # `real_node` only to skip (or fail under CI) where no real node can start; the demo starts its own.
     buf = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=buf, width=400))

@@ -102,7 +102,7 @@ class Rig:
         self.registry = CollectorRegistry()
 
     def gpu(self, name: str) -> tuple[str, int]:
-        g = self.driver._by_name[name]
+        g = self.driver.by_name[name]
         return g.uuid, g.index
 
     def watchdog(self, **settings: Any) -> Watchdog:
