@@ -123,6 +123,42 @@ def make_namespace(api: client.ApiClient) -> str:
     return ns
 
 
+def hami_pod(name: str) -> dict[str, Any]:
+    """A pod written for HAMi: one GPU, 4096 MiB, 30 % of its cores."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+        "containers": [{"name": "cuda", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "resources": {"limits": {
+            "nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30"}}}]}}
+
+
+def wait_webhook_reachable(api: client.ApiClient, timeout: float = 60) -> float:
+    """Seconds until the API server reaches a webhook replica through the chart's Service.
+
+    Ready pods are not yet a reachable Service: the EndpointSlice controller lists them, then
+    kube-proxy programs the ClusterIP (until then its REJECT rule answers "connection refused",
+    and with failurePolicy Fail such pods are refused). A dry-run create is what a user's pod
+    meets, without side effects (the webhook declares ``sideEffects: NoneOnDryRun``)."""
+    started = time.monotonic()
+    ns = make_namespace(api)
+    core = client.CoreV1Api(api)
+
+    def converted() -> bool | None:
+        try:
+            pod = core.create_namespaced_pod(ns, hami_pod("probe"), dry_run="All")
+        except client.ApiException as exc:
+            if exc.status == 500 and "failed calling webhook" in str(exc.body):
+                return None
+            raise
+        assert pod.spec.resource_claims, f"the webhook answered but did not convert the pod: {pod.spec}"
+        return True
+
+    try:
+        wait_for(converted, timeout, 0.5, "the API server to reach the webhook through its Service")
+    finally:
+        core.delete_namespace(ns)
+    return time.monotonic() - started
+
+
 def cdi_specs_naming(node: RealNode, uid: str) -> list[Path]:
     return [p for p in node.layout.cdi_dir.iterdir() if uid in p.name] if node.layout.cdi_dir.exists() else []
 
@@ -167,7 +203,9 @@ def webhook_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any]]:
     node_helm.run("install", WEBHOOK_CHART, str(HELM_DIR / WEBHOOK_CHART), "-n", NS,
                   "-f", values_file(chart_node, tmp_path_factory.mktemp("values"), WEBHOOK_CHART), timeout=300)
-    yield wait_ready_pods(api, WEBHOOK_CHART, 2)
+    pods = wait_ready_pods(api, WEBHOOK_CHART, 2)
+    print(f"webhook pods Ready to reachable through the Service: {wait_webhook_reachable(api):.1f} s")
+    yield pods
     node_helm.run("uninstall", WEBHOOK_CHART, "-n", NS, "--ignore-not-found", "--wait", timeout=180, check=False)
 
 
@@ -203,10 +241,7 @@ def test_hami_pod_is_converted_by_the_webhook_pod_and_prepared_by_the_daemon_pod
     assert {p.spec.node_name for p in webhook_release} == {chart_node.name}
     ns = make_namespace(api)
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami"}, "spec": {
-        "restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
-        "containers": [{"name": "cuda", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never", "resources": {"limits": {
-            "nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30"}}}]}})
+    core.create_namespaced_pod(ns, hami_pod("hami"))
     stored = core.read_namespaced_pod("hami", ns)
     # Converted at admission by the webhook's pod, which the API server reached through its Service.
     assert stored.spec.resource_claims and stored.spec.resource_claims[0].resource_claim_template_name, stored.spec

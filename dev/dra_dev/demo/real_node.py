@@ -43,6 +43,29 @@ def _finished(core: Any, ns: str, name: str) -> str | None:
     return str(phase) if phase in ("Succeeded", "Failed") else None
 
 
+def _pod_story(core: Any, ns: str, name: str) -> str:
+    """Where a pod that did not finish stands: phase, each container's state, its latest events."""
+    try:
+        pod = core.read_namespaced_pod(name, ns)
+        states = []
+        for c in pod.status.container_statuses or []:
+            waiting, running = c.state.waiting if c.state else None, c.state.running if c.state else None
+            states.append(f"{c.name} waiting ({waiting.reason}: {waiting.message or ''})" if waiting else
+                          f"{c.name} running since {running.started_at}" if running else f"{c.name} {c.state}")
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+        told = "; ".join(f"{e.reason}: {e.message}" for e in events[-5:]) or "none"
+        return f"pod {ns}/{name} is {pod.status.phase} ({', '.join(states) or 'no container started'}); events: {told}"
+    except Exception as exc:  # a diagnosis must not hide the timeout it explains
+        return f"pod {ns}/{name}: its status could not be read ({exc})"
+
+
+def _wait_finished(core: Any, ns: str, name: str, timeout: float) -> str:
+    try:
+        return wait(f"pod {name} to finish", partial(_finished, core, ns, name), timeout)
+    except UserError as exc:
+        raise UserError(f"{exc} {_pod_story(core, ns, name)}") from None
+
+
 def real_node_demo(cp: ControlPlane, driver_entry: str, keep: bool = False, required: bool = False,
                    daemon_args: Sequence[str] = ()) -> int | None:
     """Run the claims on a real node; None (after saying why) where none can start here.
@@ -103,7 +126,8 @@ def real_node_demo(cp: ControlPlane, driver_entry: str, keep: bool = False, requ
             column.overflow = "fold"
         failed = []
         for name in CLAIMS:
-            phase = wait(f"pod {name} to finish", partial(_finished, core, ns, name))
+            # Generous: a loaded machine (CI's, two nodes beside it) starts containers slowly.
+            phase = _wait_finished(core, ns, name, 180)
             r = results[name]
             consumed = r.consumed_capacity or {}
             seen = dict(_REPORT.findall(core.read_namespaced_pod_log(name, ns)))
