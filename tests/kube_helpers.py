@@ -71,3 +71,12 @@ def clear_driver_nodes(api: client.ApiClient, driver: str, keep_prefix: str = "r
                        if s.spec.driver == driver and not (s.spec.node_name or "").startswith(keep_prefix)],
           timeout=30, what=f"the old {driver} slices to go")
     return gone
+
+
+BUNDLED_DRIVERS = ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io")
+
+
+def clear_demo_drivers(api: client.ApiClient) -> list[str]:
+    """Before a demo in the session's control plane: the nodes earlier tests left publishing a
+    bundled driver (the demo refuses to run beside another node of its driver)."""
+    return [node for driver in BUNDLED_DRIVERS for node in clear_driver_nodes(api, driver)]

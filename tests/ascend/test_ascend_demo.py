@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import clear_driver_nodes
+from kube_helpers import clear_demo_drivers
 from rich.console import Console
 
 from dra_dev.cluster.controlplane import ControlPlane
@@ -23,9 +23,7 @@ pytestmark = pytest.mark.cluster
 
 def test_the_ascend_demo_runs_its_examples_and_holds_every_share(
         cluster: ControlPlane, stub_dcmi: Path, monkeypatch: pytest.MonkeyPatch, api_client: Any) -> None:
-    # nodes earlier tests left publishing a driver the demo runs (the demo refuses to run beside them)
-    for driver in ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io"):
-        clear_driver_nodes(api_client, driver)
+    clear_demo_drivers(api_client)
     buf = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=buf, width=220))
     # --node auto, as a new user runs it: the scenario's realNode: false skips the real node

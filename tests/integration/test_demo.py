@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import clear_driver_nodes
+from kube_helpers import clear_demo_drivers
 from rich.console import Console
 
 from dra._runtime import registry
@@ -56,9 +56,7 @@ def test_real_node_is_refused_for_a_scenario_that_does_not_suit_it(tmp_path: Pat
 @pytest.mark.cluster
 def test_the_example_drivers_demo_runs_its_examples_and_holds_every_share(
         cluster: ControlPlane, monkeypatch: pytest.MonkeyPatch, api_client: Any) -> None:
-    # nodes earlier tests left publishing a driver the demo runs (the demo refuses to run beside them)
-    for driver in ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io"):
-        clear_driver_nodes(api_client, driver)
+    clear_demo_drivers(api_client)
     buf = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=buf, width=220))
     assert run_demo(cluster.directory, cluster.k8s_version, driver_entry="example", node_mode="harness") == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import clear_driver_nodes
+from kube_helpers import clear_demo_drivers
 from rich.console import Console
 
 from dra_dev.cluster.controlplane import ControlPlane, running
@@ -19,9 +19,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 def test_demo_runs_on_a_real_node_and_says_so(cluster: ControlPlane, real_node: object,
                                               monkeypatch: pytest.MonkeyPatch, api_client: Any) -> None:
-    # nodes earlier tests left publishing a driver the demo runs (the demo refuses to run beside them)
-    for driver in ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io"):
-        clear_driver_nodes(api_client, driver)
+    clear_demo_drivers(api_client)
     # `real_node` only to skip (or fail under CI) where no real node can start; the demo starts its own.
     buf = io.StringIO()
     monkeypatch.setattr(console, "out", Console(file=buf, width=400))
