@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from dra._runtime import registry
 from dra._runtime.wait import until
 
 T = TypeVar("T")
@@ -73,10 +74,7 @@ def clear_driver_nodes(api: client.ApiClient, driver: str, keep_prefix: str = "r
     return gone
 
 
-BUNDLED_DRIVERS = ("gpu.example.com", "hami-core-gpu.project-hami.io", "ascend.project-hami.io")
-
-
 def clear_demo_drivers(api: client.ApiClient) -> list[str]:
-    """Before a demo in the session's control plane: the nodes earlier tests left publishing a
-    bundled driver (the demo refuses to run beside another node of its driver)."""
-    return [node for driver in BUNDLED_DRIVERS for node in clear_driver_nodes(api, driver)]
+    """Before a demo in the session's control plane: the nodes earlier tests left publishing an
+    installed driver (the demo refuses to run beside another node of its driver)."""
+    return [node for driver in registry.driver_classes() for node in clear_driver_nodes(api, driver)]

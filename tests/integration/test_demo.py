@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import clear_demo_drivers
+from kube_helpers import clear_demo_drivers, unique
+from kubernetes import client
 from rich.console import Console
 
 from dra._runtime import registry
@@ -21,6 +22,7 @@ from dra.errors import UserError
 from dra_dev.cluster.controlplane import ControlPlane
 from dra_dev.demo import console
 from dra_dev.demo.heterogeneous import load_parts
+from dra_dev.demo.real_node import _pod_story, _wait_finished
 from dra_dev.demo.scenario import load_scenario, scenario_files
 from dra_dev.demo.tour import run_demo
 
@@ -89,3 +91,22 @@ def test_a_broken_scenario_or_parts_file_is_refused_naming_the_file(tmp_path: Pa
     parts.write_text("parts: [{driver: mine, fake: f, cores: '1'}]\n")  # no memory, no workload
     with pytest.raises(UserError, match=r"parts.yaml: not a heterogeneous demo .*memory"):
         load_parts(parts)
+
+
+@pytest.mark.cluster
+def test_a_pod_that_does_not_finish_is_reported_with_where_it_stands(api_client: Any) -> None:
+    """The real-node demo's timeout names the pod's phase and state, not just "timed out"."""
+    core = client.CoreV1Api(api_client)
+    ns = unique("stuck")
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stuck"}, "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "no-such-node"},
+            "containers": [{"name": "main", "image": "registry.invalid/none:0"}]}})
+        with pytest.raises(UserError, match=rf"timed out .* pod stuck to finish.* pod {ns}/stuck is Pending "
+                                            r"\(no container started\); events: "):
+            _wait_finished(core, ns, "stuck", 0.5)
+        # A pod gone by the time of the diagnosis: it says so instead of raising over the timeout.
+        assert _pod_story(core, ns, "none").startswith(f"pod {ns}/none: its status could not be read (")
+    finally:
+        core.delete_namespace(ns)
