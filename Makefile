@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 # The install stamp: redone when the project's metadata or build glue change.
 STAMP := $(dir $(PY)).dra-installed
 
-.PHONY: install node-deps c-deps demo test test-versions lint clean-venv wheel image image-deps
+.PHONY: install node-deps c-deps demo test test-security test-versions lint clean-venv wheel image image-deps
 
 install: $(STAMP)
 
@@ -53,6 +53,12 @@ test: install node-deps image-deps c-deps
 	$(PY) -m dra.cli cluster build --k8s-version $(K8S_VERSION)
 	$(PY) -m dra.cli node build --k8s-version $(K8S_VERSION)
 	DRA_TEST_K8S_VERSION=$(K8S_VERSION) $(PY) -m pytest
+
+# The adversarial suite alone (fast, for reviewers): one hostile case per input path a tenant
+# controls, each named in docs/trust-boundary.md. Cases that need the embedded control plane or
+# the real node use what `make test` built (and skip with the reason where it is missing).
+test-security: install c-deps
+	$(PY) -m pytest -q tests/security
 
 # The scheduler-facing tests (pytest marker `scheduler`: allocation, spread, the fences, the
 # examples, webhook translation) on every Kubernetes minor from 1.34 the Go module proxy serves
