@@ -29,7 +29,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 AttributeValue = str | int | bool
 """A device attribute: string, int or bool; versions are strings marked with `Version`."""
@@ -140,6 +140,21 @@ class AllocatedDevice:
     def key(self) -> str:
         """A name unique per share: two shares of one device never collide."""
         return f"{self.device}-{self.share_id}" if self.share_id else self.device
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedDevice:
+    """One device of a claim in the node's checkpoint (`DriverContext.recorded`): which claim
+    holds it, whether that claim is still being prepared, and the state the driver's prepare
+    returned for it (empty while ``preparing``: the record is written before `Driver.prepare`)."""
+
+    claim: ClaimRef
+    phase: Literal["preparing", "prepared"]
+    pool: str
+    device: str
+    share_id: str | None = None
+    admin_access: bool = False
+    state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,12 +304,22 @@ class DriverContext:
     on_health: Callable[[Sequence[HealthEvent]], None] = dataclasses.field(default=_ignore, repr=False, compare=False)
     on_recorded_devices: Callable[[], Collection[str] | None] = dataclasses.field(
         default=lambda: None, repr=False, compare=False)
+    on_recorded: Callable[[], Sequence[RecordedDevice] | None] = dataclasses.field(
+        default=tuple, repr=False, compare=False)
 
     def recorded_devices(self) -> Collection[str] | None:
         """The names of this driver's devices in the node's checkpoint (claims prepared or being
         prepared), for a driver that made hardware state in prepare (e.g. a partition) and repairs it
         at start; None when unknown (no checkpoint, or a record could not be read): repair nothing."""
         return self.on_recorded_devices()
+
+    def recorded(self) -> Sequence[RecordedDevice] | None:
+        """This driver's devices in the node's checkpoint, with the claims that hold them, read now
+        (claims prepared or being prepared, the caller's own included), for a driver whose devices
+        must have one holder (a hardware partition it makes in prepare: refuse a second claim,
+        destroy only what the record names). None when a record cannot be read (it may name any
+        device); empty outside a daemon (tests, benchmarks: no checkpoint)."""
+        return self.on_recorded()
 
     def devices_changed(self) -> None:
         """Ask the framework to call `Driver.devices()` again and republish what changed (taints

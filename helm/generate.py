@@ -170,6 +170,11 @@ def webhook_schema() -> dict[str, Any]:
                                         "description": "admit claims whose own config loosens enforcement"},
                 "clientCA": obj({"configMap": {"anyOf": [DNS_SUBDOMAIN, {"const": ""}]},
                                  "key": {"type": "string", "minLength": 1}}),
+                "acceptUnauthenticatedCallers": {
+                    "type": "boolean",
+                    "description": "install with neither clientCA nor networkPolicy.apiServerFrom: any caller is answered"},
+                "maxShapesPerPod": {"type": "integer", "minimum": 1, "maximum": 1000,
+                                    "description": "distinct request shapes (templates) per pod; past it /mutate refuses"},
                 "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
             }, ["port", "healthPort", "failurePolicy"]),
             "networkPolicy": obj({"enabled": {"type": "boolean"}, "apiServerFrom": PEERS, "metricsFrom": PEERS},

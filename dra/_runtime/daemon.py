@@ -42,7 +42,7 @@ from dra._runtime.publish.fence import warn_if_unfenced
 from dra._runtime.publish.layout import parse_layout
 from dra._runtime.watchdog import ACTIONS as WATCHDOG_ACTIONS
 from dra._runtime.watchdog import WatchdogSettings
-from dra.driver import Driver, DriverContext
+from dra.driver import ClaimRef, Driver, DriverContext, RecordedDevice
 from dra.errors import UserError
 
 log = logging.getLogger("dra._runtime.daemon")
@@ -112,6 +112,19 @@ def recorded_devices(checkpoint: Any, driver: str) -> set[str] | None:
     return {d.device for r in records for d in r.devices if d.driver == driver}
 
 
+def recorded(checkpoint: Any, driver: str) -> list[RecordedDevice] | None:
+    """`DriverContext.recorded`: None while a record that exists cannot be read (it may name any
+    device). A claim whose record appears or goes while this reads is not a failure: it is read or
+    left out, as it would be a moment earlier or later."""
+    before = checkpoint.uids()
+    records = checkpoint.records()
+    if (before & checkpoint.uids()) - {r.uid for r in records}:
+        return None  # there both before and after, and still not readable
+    return [RecordedDevice(ClaimRef(r.uid, r.namespace, r.name), r.phase, d.pool, d.device, d.share_id,
+                           d.admin_access, dict(d.state))
+            for r in records for d in r.devices if d.driver == driver]
+
+
 def setup_driver(driver: Driver, ctx: DriverContext) -> None:
     """`driver.setup(ctx)`, with a failure reported as the driver's (UserError: exit 2)."""
     try:
@@ -179,6 +192,7 @@ class Daemon:
             on_devices_changed=self.publisher.devices_changed,
             on_health=self.health_feed.push,
             on_recorded_devices=lambda: recorded_devices(checkpoint, name),
+            on_recorded=lambda: recorded(checkpoint, name),
         )
         setup_driver(driver, self.context)
         self.preparer = ClaimPreparer(

@@ -4,7 +4,7 @@
 
     dra webhook run --cert /tls/tls.crt --key /tls/tls.key [--port 8443] [--health-port 8081]
                     [--config /etc/dra-webhook/vendors.yaml] [--kubeconfig FILE]
-                    [--client-ca /client-ca/ca.crt] [--allow-claim-loosening]
+                    [--client-ca /client-ca/ca.crt] [--allow-claim-loosening] [--max-shapes-per-pod 32]
 
 Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
 ~/.kube/config. It needs get/list/watch on resourceslices, get on deviceclasses and create/get on
@@ -62,6 +62,9 @@ def run(
     allow_claim_loosening: Annotated[bool, typer.Option(
         help="admit claims whose own config loosens enforcement below their DeviceClass's (as the daemons'"
              " --allow-claim-loosening)")] = False,
+    max_shapes_per_pod: Annotated[int, typer.Option(
+        min=1, help="distinct device requests (one ResourceClaimTemplate each) one pod may ask for; past it the pod"
+                    " is refused before any template is created")] = 32,
 ) -> None:
     """Serve the webhook until SIGTERM."""
     import logging
@@ -88,7 +91,8 @@ def run(
     own = os.environ.get("POD_NAMESPACE", "")
     admission = Admission(mapping, inventory, TemplateStore(api), classes=DeviceClassReader(api),
                           allow_claim_loosening=allow_claim_loosening,
-                          protected_namespaces=["kube-system", *([own] if own else [])])
+                          protected_namespaces=["kube-system", *([own] if own else [])],
+                          max_shapes_per_pod=max_shapes_per_pod)
     try:
         server = WebhookServer(admission, cert, key, port=port, host=host,
                                health_port=health_port or None, ready=lambda: inventory.ready, client_ca=client_ca)

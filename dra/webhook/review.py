@@ -73,11 +73,15 @@ class Admission:
     def __init__(self, mapping: VendorMapping, inventory: Inventory | None = None,
                  templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None,
                  classes: ClassConfigs | None = None, allow_claim_loosening: bool = False,
-                 protected_namespaces: Collection[str] = ("kube-system",)) -> None:
+                 protected_namespaces: Collection[str] = ("kube-system",),
+                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD) -> None:
         """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra._runtime.loosening`);
         `allow_claim_loosening`: the admin's word that claims may loosen their enforcement (the
         node daemons' setting of the same name); `protected_namespaces`: never written to (the
-        webhook's own namespace belongs there too)."""
+        webhook's own namespace belongs there too); `max_shapes_per_pod`: the most templates one
+        admission may create (`translate.MAX_SHAPES_PER_POD`)."""
+        if max_shapes_per_pod < 1:
+            raise ValueError(f"max_shapes_per_pod must be at least 1, not {max_shapes_per_pod}")
         self.mapping = mapping
         self.inventory = inventory or NoInventory()
         self.templates = templates
@@ -85,6 +89,7 @@ class Admission:
         self.classes = classes or NoClasses()
         self.allow_claim_loosening = allow_claim_loosening
         self.protected_namespaces = frozenset(protected_namespaces)
+        self.max_shapes_per_pod = max_shapes_per_pod
 
     # --- /mutate ------------------------------------------------------------------------------
     def mutate(self, review: Any) -> dict[str, Any]:
@@ -107,6 +112,15 @@ class Admission:
             return _response(uid, False, f"pod {own}/{pod}: the AdmissionReview's request.namespace {namespace!r} is"
                                          f" not the pod's namespace {own!r} (or is one the webhook never writes"
                                          f" to: {', '.join(sorted(self.protected_namespaces))}); nothing was created")
+        shapes = len(plan.shapes())
+        if shapes > self.max_shapes_per_pod:
+            log.warning("pod refused: too many shapes", extra={"namespace": namespace, "pod": pod, "shapes": shapes,
+                                                               "limit": self.max_shapes_per_pod})
+            return _response(uid, False, (
+                f"pod {namespace}/{pod}: its containers and init containers ask for {shapes} distinct device requests,"
+                f" and each becomes a ResourceClaimTemplate; the webhook creates at most {self.max_shapes_per_pod} per"
+                f" pod (dra webhook run --max-shapes-per-pod, chart value webhook.maxShapesPerPod): give containers"
+                f" the same requests or split the pod; nothing was created"))
         if plan.problems:
             log.info("pod not converted: impossible request", extra={"namespace": namespace, "pod": pod, "problems": plan.problems})
             return _response(uid, True, warnings=["not converted to DRA claims: the request is impossible (the "

@@ -32,6 +32,10 @@ SHAPE_ANNOTATION = f"{ANNOTATION_DOMAIN}/request"
 CONVERTED_ANNOTATION = f"{ANNOTATION_DOMAIN}/converted"
 MAX_SUBREQUESTS = 8  # firstAvailable entries per request (resource.k8s.io/v1)
 MAX_REQUESTS = 32  # requests per claim (resource.k8s.io/v1): one per device, see template_spec
+MAX_SHAPES_PER_POD = 32
+"""Default of the distinct shapes (`Share`s, one ResourceClaimTemplate each) one pod may ask for:
+past it /mutate refuses the pod before creating any template, so that one admission never makes
+more than this many API writes (``dra webhook run --max-shapes-per-pod``)."""
 
 
 class Inventory(Protocol):
@@ -83,6 +87,11 @@ class PodPlan:
     @property
     def touches_pod(self) -> bool:
         return bool(self.stripped)
+
+    def shapes(self) -> set[Share]:
+        """The distinct shapes the pod asks for, each a template of its own (`described`, the
+        original resources' text, names none: two spellings of one request are one template)."""
+        return {dataclasses.replace(cs.share, described="") for cs in self.shares}
 
 
 def containers(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:

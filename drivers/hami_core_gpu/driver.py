@@ -75,7 +75,7 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
 
     def prepare(self, claim: dra.ClaimRef, devices_: Sequence[dra.AllocatedDevice]) -> Sequence[dra.PreparedDevice]:
         if self.migs.is_mig(devices_):
-            return self.migs.prepare(devices_)
+            return self.migs.prepare(claim, devices_)
         visible = self.visible(claim, devices_)  # refuse before anything is written
         if claim_config(devices_).sharing != "mps":
             return super().prepare(claim, devices_)

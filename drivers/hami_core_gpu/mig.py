@@ -12,7 +12,10 @@ Two ways (``--set mig=``, chart ``daemon.settings.mig``):
 
 A device's name says where it sits, ``hami-gpu-<minor>-mig-<profile>-<start>`` (e.g.
 ``hami-gpu-0-mig-1g18gb-0``; a second compute instance of one GPU instance adds ``-c<id>``),
-so a checkpoint record that names the device is enough to find (and destroy) its instance.
+so a checkpoint record that names the device finds its placement. The instance itself is known by
+its identity, (GPU instance id, MIG UUID), which the prepared record's state keeps: unprepare
+destroys only that instance, and a claim never gets a placement another record names (the
+placement can be allocated again before the old claim's unprepare runs, kubernetes#141471).
 
 GPUs with MIG off are shared by hookcore as before. Switching a GPU is the admin's act (``nvidia-smi
 -i N -mig 1``, which needs the GPU idle); the daemon reads the mode at start, so restart it after.
@@ -24,10 +27,10 @@ import ctypes
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pynvml
 
@@ -229,17 +232,40 @@ def _gpu(uuid: str) -> Iterator[Any]:
         yield nvml.call(pynvml.nvmlDeviceGetHandleByUUID, uuid, target=uuid)
 
 
-def create(parent_uuid: str, profile: Profile, start: int) -> MigDevice:
+def _uuids_of(handle: Any, parent_uuid: str, profile: Profile, gi_id: int, target: str) -> set[str]:
+    """The MIG UUIDs of GPU instance `gi_id` (one per compute instance; none before its first)."""
+    return {d.uuid for d in existing(handle, parent_uuid, [profile], target, only=True) if d.gpu_instance == gi_id}
+
+
+Identity = tuple[int, str]
+"""A MIG instance as a record names it: (GPU instance id, MIG UUID). The placement alone is no
+identity: an instance destroyed and made again at one placement may get the same or another id,
+and always another UUID."""
+
+
+def create(parent_uuid: str, profile: Profile, start: int, held: Mapping[Identity, str] | None = None) -> MigDevice:
     """The MIG device of `profile` at `start`: made now (GPU instance + one compute instance spanning
-    it), or the one already there (a prepare retried after a crash finds what it made)."""
+    it), or the one already there when this claim's own earlier prepare made it and crashed before
+    its record said so (kubelet's retry; the caller has refused the claim if another record names
+    the placement). Never one that another claim's record names (`held`: identity -> that claim),
+    and none at all when `held` is None (the records could not be read: whose it is is unknown)."""
     target = f"{parent_uuid} {profile.name}@{start}"
     with _gpu(parent_uuid) as handle:
         gi = None
         for handle_gi, info in _instances_at(handle, profile, target):
-            if int(info.placement.start) == start:
-                gi = handle_gi
-                log.info("MIG instance already there (prepare retried)", extra={"gpu": parent_uuid, "profile": profile.name,
-                                                                              "start": start, "gi": int(info.id)})
+            if int(info.placement.start) != start:
+                continue
+            gi_id = int(info.id)
+            uuids = _uuids_of(handle, parent_uuid, profile, gi_id, target)
+            owner = next((who for (g, u), who in (held or {}).items() if g == gi_id and (u in uuids or not uuids)), None)
+            if held is None or owner is not None:
+                whose = f"claim {owner}'s" if owner else "of a claim unknown (a checkpoint record is unreadable)"
+                raise PrepareError(f"MIG {profile.name} at slice {start} on {parent_uuid} exists (GPU instance {gi_id},"
+                                   f" {', '.join(sorted(uuids)) or 'no compute instance'}) and is {whose}: not adopted;"
+                                   " kubelet retries once that claim is unprepared")
+            gi = handle_gi
+            log.info("MIG instance already there (prepare retried)", extra={"gpu": parent_uuid, "profile": profile.name,
+                                                                          "start": start, "gi": gi_id})
         if gi is None:
             placement = pynvml.c_nvmlGpuInstancePlacement_t(start, profile.memory_slices)
             gi = nvml.call(pynvml.nvmlDeviceCreateGpuInstanceWithPlacement, handle, profile.id, ctypes.byref(placement),
@@ -257,19 +283,32 @@ def create(parent_uuid: str, profile: Profile, start: int) -> MigDevice:
                          "the MIG device just created is not listed", "check the GPU with `nvidia-smi mig -lgi`")
 
 
-def destroy(parent_uuid: str, profile: Profile, start: int) -> bool:
-    """Destroy the MIG instance of `profile` at `start` (its compute instances first); False when
-    there was none (already destroyed: unprepare retried)."""
+Destroyed = Literal["destroyed", "none", "another", "kept"]
+"""`destroy`'s outcome: done; no instance at the placement (unprepare retried); the instance there
+is not the one named (another id or UUID: left alone); another record names it (left alone)."""
+
+
+def destroy(parent_uuid: str, profile: Profile, start: int, named: Identity | None = None,
+            keep: Collection[str] = ()) -> Destroyed:
+    """Destroy the MIG instance of `profile` at `start` (its compute instances first), only when it
+    is the one `named` (a prepared record's GPU instance id and MIG UUID; None: a record written
+    before the instance existed, or the repair at start) and none of its MIG UUIDs is in `keep`
+    (instances other claims' records name)."""
     target = f"{parent_uuid} {profile.name}@{start}"
     with _gpu(parent_uuid) as handle:
         for gi, info in _instances_at(handle, profile, target):
             if int(info.placement.start) != start:
                 continue
+            uuids = _uuids_of(handle, parent_uuid, profile, int(info.id), target)
+            if named is not None and (int(info.id) != named[0] or named[1] not in uuids):
+                return "another"
+            if uuids & set(keep):
+                return "kept"
             for ci in _compute_instances(gi, target):
                 nvml.call(pynvml.nvmlComputeInstanceDestroy, ci, target=target)
             nvml.call(pynvml.nvmlGpuInstanceDestroy, gi, target=target)
-            return True
-    return False
+            return "destroyed"
+    return "none"
 
 
 def instances(parent_uuid: str, known: Sequence[Profile]) -> list[tuple[Profile, int]]:

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
-from dra import AllocatedDevice, ClaimRef, Device, DriverContext, PreparedDevice, PrepareError, Taint
+from dra import AllocatedDevice, ClaimRef, Device, DriverContext, PreparedDevice, PrepareError, RecordedDevice, Taint
 from drivers.hami_core_gpu import devices, edits, mig, nvml
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.fake import FakeBackend
@@ -26,9 +26,11 @@ class MigDevices:
         self.devices: list[Device] = []
         self.static: dict[str, mig.MigDevice] = {}
         self.dynamic: dict[str, tuple[nvml.Gpu, mig.Profile, int]] = {}
+        self.ctx = DriverContext("", "")  # set by setup; this one records no claims
 
     def setup(self, ctx: DriverContext) -> MigDevices:
         """MIG GPUs: discover their profiles and devices, publish them per the ``mig`` setting."""
+        self.ctx = ctx
         gpus = [g for g in self.inventory.gpus if g.mig_enabled]
         if not gpus:
             return self
@@ -87,13 +89,65 @@ class MigDevices:
                                " claim holds one kind: put them in two claims")
         return kinds == {True}
 
-    def prepare(self, devices_: Sequence[AllocatedDevice]) -> list[PreparedDevice]:
+    def _others(self, claim: ClaimRef) -> list[RecordedDevice] | None:
+        """The devices other claims' checkpoint records name now (None: a record is unreadable)."""
+        recorded = self.ctx.recorded()
+        return None if recorded is None else [r for r in recorded if r.claim.uid != claim.uid]
+
+    def _slices(self, device: str) -> tuple[str, set[int]] | None:
+        """(GPU UUID, memory slices) a MIG device of this node occupies; None for another device."""
+        if device in self.dynamic:
+            gpu, profile, start = self.dynamic[device]
+            return gpu.uuid, set(range(start, start + profile.memory_slices))
+        if device in self.static:
+            d = self.static[device]
+            return d.parent_uuid, set(range(d.start, d.start + d.profile.memory_slices))
+        return None
+
+    def _holder(self, dev: AllocatedDevice, others: Sequence[RecordedDevice]) -> RecordedDevice | None:
+        """Another claim's recorded device on the same MIG hardware as `dev`: the same device, or
+        (dynamic) a placement whose memory slices overlap. Admin access to a static device is
+        Kubernetes' way to reach a device in use, so it holds nothing and is held by nothing."""
+        mine = self._slices(dev.device)
+        for r in others:
+            if dev.device in self.static:
+                if r.device == dev.device and not (r.admin_access or dev.admin_access):
+                    return r
+                continue
+            theirs = self._slices(r.device)
+            if r.device == dev.device or (mine and theirs and mine[0] == theirs[0] and mine[1] & theirs[1]):
+                return r
+        return None
+
+    def prepare(self, claim: ClaimRef, devices_: Sequence[AllocatedDevice]) -> list[PreparedDevice]:
+        """The claim's MIG devices, dynamic ones made (or, after a crash, found again) now. Refused
+        while another claim's record names the same MIG hardware: kubelet retries, and the claim is
+        prepared once that claim's unprepare has run (it destroys its instance, this one makes a new)."""
         for dev in devices_:
             c = dev.config
             if isinstance(c, GpuConfig) and (c.preload or c.compute_mode or c.full_load_clock_mhz):
                 raise PrepareError(f"device {dev.device} is a MIG device: the hardware isolates it and no hook runs"
                                    " there, so preload/computeMode/fullLoadClockMhz do not apply; drop them from"
                                    " the claim's (or DeviceClass's) GpuConfig")
+        others = self._others(claim)
+        for dev in devices_:
+            holder = self._holder(dev, others or ())
+            if holder is not None:
+                c = holder.claim
+                doing = "holds" if holder.phase == "prepared" else "is being prepared with"
+                raise PrepareError(
+                    f"device {dev.device}: claim {c.namespace}/{c.name} ({c.uid}) {doing} {holder.device}, the same MIG"
+                    " hardware, on this node; two claims never share a MIG instance. kubelet retries this claim, and"
+                    " it is prepared once that claim is unprepared (its pod gone: the placement was allocated again"
+                    " before the old claim's unprepare ran, e.g. after a force-delete)")
+        if others is None:
+            static = [d.device for d in devices_ if d.device in self.static]
+            if static:
+                raise PrepareError(f"devices {static}: a checkpoint record on this node cannot be read (see the"
+                                   " daemon's log), so whether another claim holds these MIG devices is unknown;"
+                                   " kubelet retries once the record is readable or removed")
+            log.warning("checkpoint not readable in full: a MIG instance already at a placement is not adopted",
+                        extra={"claim": claim.uid})
         prepared = []
         for dev in devices_:
             if dev.device in self.static:
@@ -101,20 +155,31 @@ class MigDevices:
             else:
                 gpu, profile, start = self.dynamic[dev.device]
                 try:
-                    found, how = mig.create(gpu.uuid, profile, start), "dynamic"
+                    found, how = mig.create(gpu.uuid, profile, start, self._held(gpu.uuid, others)), "dynamic"
                 except nvml.NvmlError as exc:
                     raise PrepareError(f"device {dev.device}: cannot create MIG {profile.name} at slice {start} on"
                                        f" {gpu.uuid}: {exc}") from exc
+                except PrepareError as exc:
+                    raise PrepareError(f"device {dev.device}: {exc}") from None
             minor = next(g.minor for g in self.inventory.gpus if g.uuid == found.parent_uuid)
             on_host = self.fake is None
             caps = mig.cap_device_nodes(minor, found.gpu_instance, found.compute_instance, self.settings.dev_root) \
                 if on_host and self.settings.cdi_mode == "self-contained" else ()
             device_edits, toolkit = edits.device_edits(self.settings, on_host, minor, found.uuid, caps)
+            # gi and uuid are the instance's identity: unprepare destroys that instance and no other
             state = {"uuid": found.uuid, "parent": found.parent_uuid, "minor": minor, "mig": how,
                      "profile": found.profile.name, "start": found.start, "memory": found.memory,
                      "gi": found.gpu_instance, "ci": found.compute_instance}
             prepared.append(PreparedDevice(dev, device_edits, state=state, cdi_devices=toolkit))
         return prepared
+
+    @staticmethod
+    def _held(gpu_uuid: str, others: Sequence[RecordedDevice] | None) -> dict[mig.Identity, str] | None:
+        """The identities of the MIG instances on this GPU that other claims' records name -> who."""
+        if others is None:
+            return None
+        return {(int(r.state["gi"]), str(r.state["uuid"])): f"{r.claim.namespace}/{r.claim.name} ({r.claim.uid})"
+                for r in others if r.state.get("parent") == gpu_uuid and "gi" in r.state and "uuid" in r.state}
 
     def of(self, p: PreparedDevice) -> mig.MigDevice:
         """The MIG device a prepared device's state describes."""
@@ -126,10 +191,29 @@ class MigDevices:
                              multiprocessors=profile.multiprocessors, memory=int(st["memory"]))
 
     def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
-        """Destroy the claim's dynamic MIG instances (found by device name: a record still
-        "preparing" has no state)."""
-        for p in prepared:
-            if p.device.device in self.dynamic:
-                gpu, profile, start = self.dynamic[p.device.device]
-                if mig.destroy(gpu.uuid, profile, start):
-                    log.info("MIG instance destroyed", extra={"claim": claim.uid, "device": p.device.device})
+        """Destroy the claim's dynamic MIG instances: the one its record names by identity (GPU
+        instance id and MIG UUID), nothing when the instance at the placement is another. A record
+        still "preparing" (or a rollback) names only the placement: its instance, made by this claim
+        before a crash, is destroyed while no other claim's record names that placement or instance,
+        else left to the repair at the next start."""
+        dynamic = [p for p in prepared if p.device.device in self.dynamic]
+        others = self._others(claim) if dynamic else []
+        keep = [str(r.state["uuid"]) for r in others or () if "uuid" in r.state]
+        for p in dynamic:
+            gpu, profile, start = self.dynamic[p.device.device]
+            st = p.state
+            if "gi" in st and "uuid" in st:
+                outcome = mig.destroy(gpu.uuid, profile, start, (int(st["gi"]), str(st["uuid"])), keep)
+            elif others is None or self._holder(p.device, others) is not None:
+                log.warning("MIG instance of an unfinished prepare left in place: another claim's record names its"
+                            " placement, or a record is unreadable (the next start repairs it)",
+                            extra={"claim": claim.uid, "device": p.device.device})
+                continue
+            else:
+                outcome = mig.destroy(gpu.uuid, profile, start, None, keep)
+            extra = {"claim": claim.uid, "device": p.device.device, "gi": st.get("gi"), "uuid": st.get("uuid")}
+            if outcome == "destroyed":
+                log.info("MIG instance destroyed", extra=extra)
+            elif outcome in ("another", "kept"):
+                log.warning("MIG instance at the claim's placement is not the one its record names (or another"
+                            " claim's record names it): left alone", extra={**extra, "why": outcome})

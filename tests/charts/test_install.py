@@ -479,7 +479,8 @@ def control_plane_pod(api_client: client.ApiClient) -> Iterator[Any]:
 def test_install_is_refused_while_a_required_feature_gate_is_off(cluster_helm: Tool, control_plane_pod: Any,
                                                                  chart: str) -> None:
     release = unique("gates")
-    extra: dict[str, Any] = {} if chart == "dra-webhook" else isolated(chart, {}, release)
+    extra: dict[str, Any] = ({"networkPolicy.apiServerFrom": [{"ipBlock": {"cidr": "10.0.0.10/32"}}]}
+                             if chart == "dra-webhook" else isolated(chart, {}, release))
 
     def dry_run(values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         return cluster_helm.run("install", release, str(HELM_DIR / chart), "-n", release, "--dry-run=server",

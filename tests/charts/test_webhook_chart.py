@@ -31,17 +31,23 @@ from dra.webhook import registration, vendors
 CHART = "dra-webhook"
 CERT_MANAGER = ["--api-versions", "cert-manager.io/v1"]
 
+# The chart refuses to install while nothing authenticates the webhook's callers (review
+# 2026-12-04 #12); these are the three ways to satisfy it. "defaults" is the chart's defaults plus
+# the client CA.
+CLIENT_CA = {"webhook.clientCA.configMap": "apiserver-webhook-client-ca"}
+API_SERVER_ONLY = {"networkPolicy.apiServerFrom": [{"ipBlock": {"cidr": "10.0.0.10/32"}}]}
+ANY_CALLER = {"webhook.acceptUnauthenticatedCallers": True}
 VALUE_SETS: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "defaults": ({}, []),
+    "defaults": (CLIENT_CA, []),
     "ignore-one-replica": ({"webhook.failurePolicy": "Ignore", "replicas": 1, "webhook.logLevel": "debug",
-                            "webhook.excludeNamespaces": ["monitoring", "kube-system"]}, []),
-    "cert-manager-self-signed": ({"certificates.mode": "cert-manager"}, CERT_MANAGER),
+                            "webhook.excludeNamespaces": ["monitoring", "kube-system"], **API_SERVER_ONLY}, []),
+    "cert-manager-self-signed": ({"certificates.mode": "cert-manager", **CLIENT_CA}, CERT_MANAGER),
     "cert-manager-cluster-issuer": ({"certificates.mode": "cert-manager",
-                                     "certificates.certManager.issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}},
-                                    CERT_MANAGER),
+                                     "certificates.certManager.issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"},
+                                     **API_SERVER_ONLY}, CERT_MANAGER),
     "own-secret": ({"certificates.mode": "secret", "certificates.secret.name": "my-tls",
                     "certificates.secret.caBundle": base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode(),
-                    "service.port": 8443, "webhook.port": 9443, "webhook.healthPort": 9090}, []),
+                    "service.port": 8443, "webhook.port": 9443, "webhook.healthPort": 9090, **ANY_CALLER}, []),
 }
 
 
@@ -101,7 +107,7 @@ def decode(secret: dict[str, Any], key: str) -> bytes:
 
 
 def test_helm_makes_a_certificate_the_api_server_trusts_for_the_service(helm: Tool) -> None:
-    objects = render(helm, CHART, release="rel", namespace="hami-system")
+    objects = render(helm, CHART, release="rel", namespace="hami-system", values=CLIENT_CA)
     secret = one(objects, "Secret")
     assert secret["type"] == "kubernetes.io/tls"
     ca = x509.load_pem_x509_certificate(decode(secret, "ca.crt"))
@@ -121,7 +127,7 @@ def test_helm_makes_a_certificate_the_api_server_trusts_for_the_service(helm: To
 def test_the_webhook_server_serves_the_charts_certificate(helm: Tool, tmp_path: Path) -> None:
     """`dra webhook run` with the chart's key pair: a TLS client that trusts only the chart's CA
     and asks for the Service's DNS name (as the API server does) completes the handshake."""
-    secret = one(render(helm, CHART, release="rel", namespace="hami-system"), "Secret")
+    secret = one(render(helm, CHART, release="rel", namespace="hami-system", values=CLIENT_CA), "Secret")
     for key in ("tls.crt", "tls.key", "ca.crt"):
         (tmp_path / key).write_bytes(decode(secret, key))
     kubeconfig = tmp_path / "kubeconfig"
@@ -171,16 +177,17 @@ def test_the_server_accepts_the_charts_command_and_serves_the_ports_it_declares(
     tls_mount = next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "tls")
     assert params["cert"].parent == Path(tls_mount) and params["key"].parent == Path(tls_mount)
     assert params["kubeconfig"] is None and params["config"] is None
+    assert params["max_shapes_per_pod"] == 32  # review 2026-12-04 #12: the chart's webhook.maxShapesPerPod
     assert one(objects, "Service")["spec"]["ports"][0]["targetPort"] == "https"
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] is True and sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
 
 
 def test_replicas_spread_and_a_disruption_budget_keeps_one(helm: Tool) -> None:
-    objects = render(helm, CHART)
+    objects = render(helm, CHART, values=CLIENT_CA)
     assert one(objects, "Deployment")["spec"]["replicas"] == 2
     assert one(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
-    assert "PodDisruptionBudget" not in kinds(render(helm, CHART, values={"replicas": 1}))
+    assert "PodDisruptionBudget" not in kinds(render(helm, CHART, values={"replicas": 1, **CLIENT_CA}))
 
 
 BAD_VALUES: list[tuple[dict[str, Any], list[str], str]] = [
@@ -199,7 +206,7 @@ BAD_VALUES: list[tuple[dict[str, Any], list[str], str]] = [
 @pytest.mark.parametrize(("values", "extra", "message"), BAD_VALUES, ids=[str(i) for i in range(len(BAD_VALUES))])
 def test_bad_values_are_refused_with_a_message_naming_them(helm: Tool, values: dict[str, Any], extra: list[str],
                                                            message: str) -> None:
-    assert message in render_error(helm, CHART, values=values, extra=extra)
+    assert message in render_error(helm, CHART, values={**CLIENT_CA, **values}, extra=extra)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -219,7 +226,7 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
     path = str(HELM_DIR / CHART)
     # Ignore: nothing serves the webhook here (no kubelet runs its pods); pods other tests create
     # meanwhile must not be refused because of it.
-    values = {"webhook.failurePolicy": "Ignore"}
+    values = {"webhook.failurePolicy": "Ignore", **API_SERVER_ONLY}
     installed = cluster_helm.run("install", release, path, "-n", namespace, "--create-namespace", *set_args(values))
     try:
         assert "STATUS: deployed" in installed.stdout and f"deployment/{fullname(release)}" in installed.stdout

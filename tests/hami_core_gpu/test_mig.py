@@ -204,3 +204,33 @@ def test_an_xid_on_a_mig_gpu_taints_its_mig_devices_and_reports_them_unhealthy(d
     assert tainted == ["hami-gpu-2-mig-1g18gb-6", "hami-gpu-2-mig-2g35gb-4", "hami-gpu-2-mig-3g71gb-0"]
     health = {e.device: e.healthy for e in d.health_events()}
     assert health["hami-gpu-2-mig-3g71gb-0"] is False and health["hami-gpu-3-mig-3g71gb-0"] is True
+
+
+def test_create_adopts_only_an_instance_no_other_record_names(driver: MakeDriver, record: Path) -> None:
+    """review 2026-12-04 #8: `create` finds an instance already at its placement (a retried prepare)
+    only when no other claim's record names it (`held`), and none when the records are unknown."""
+    d = driver("dynamic")
+    gpu, profile, start = d.migs.dynamic["hami-gpu-1-mig-2g35gb-2"]
+    made = mig.create(gpu.uuid, profile, start, {})
+    assert mig.create(gpu.uuid, profile, start, {}) == made  # adopted: nobody else names it
+    with pytest.raises(PrepareError, match=r"GPU instance \d+, MIG-.*is claim ns/other \(u1\)'s: not adopted;"
+                                           r" kubelet retries once that claim is unprepared"):
+        mig.create(gpu.uuid, profile, start, {(made.gpu_instance, made.uuid): "ns/other (u1)"})
+    with pytest.raises(PrepareError, match="a checkpoint record is unreadable"):
+        mig.create(gpu.uuid, profile, start, None)
+    assert len(lines(record, "gi+")) == 1
+
+
+def test_destroy_removes_only_the_named_instance(driver: MakeDriver, record: Path) -> None:
+    """review 2026-12-04 #8: `destroy` with the record's (GI id, UUID) leaves another instance at the
+    placement, and one whose UUID another record names (`keep`)."""
+    d = driver("dynamic")
+    gpu, profile, start = d.migs.dynamic["hami-gpu-1-mig-2g35gb-2"]
+    made = mig.create(gpu.uuid, profile, start, {})
+    assert mig.destroy(gpu.uuid, profile, start, (made.gpu_instance + 1, made.uuid)) == "another"
+    assert mig.destroy(gpu.uuid, profile, start, (made.gpu_instance, "MIG-not-it")) == "another"
+    assert mig.destroy(gpu.uuid, profile, start, (made.gpu_instance, made.uuid), keep=[made.uuid]) == "kept"
+    assert lines(record, "gi-") == []
+    assert mig.destroy(gpu.uuid, profile, start, (made.gpu_instance, made.uuid)) == "destroyed"
+    assert mig.destroy(gpu.uuid, profile, start, (made.gpu_instance, made.uuid)) == "none"
+    assert len(lines(record, "gi-")) == 1

@@ -1,7 +1,8 @@
 """What the charts ship against tenants (security review 2026-12, §3 HTTP and finding 8), rendered
 by the real helm: the daemon's HTTP port bound to the pod's address and closed by a NetworkPolicy,
 the webhook's callers confined by a NetworkPolicy and, with ``webhook.clientCA``, authenticated;
-the admin's ``allowClaimLoosening`` reaching both. At 165651d: 0.0.0.0, no policy, no client CA.
+the admin's ``allowClaimLoosening`` reaching both. At 165651d: 0.0.0.0, no policy, no client CA. Review
+2026-12-04 #12: the webhook chart refuses to install with no caller authentication unless accepted.
 """
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ def test_the_daemons_http_port_is_bound_to_the_pod_and_closed_to_other_pods(helm
 
 
 def test_the_webhook_admits_the_api_server_only_and_checks_its_certificate(helm: Path) -> None:
-    objs = objects(helm, "dra-webhook")
+    objs = objects(helm, "dra-webhook", {"webhook.acceptUnauthenticatedCallers": True})
     policy = one(objs, "NetworkPolicy")["spec"]
-    (https,) = policy["ingress"]  # the HTTPS port from anywhere, the health port from no pod, by default
+    (https,) = policy["ingress"]  # the HTTPS port from anywhere, the health port from no pod, when accepted
     assert https["ports"] == [{"port": 8443, "protocol": "TCP"}] and "from" not in https
     api_server = [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
     objs = objects(helm, "dra-webhook", {"networkPolicy.apiServerFrom": api_server,
@@ -90,3 +91,37 @@ def test_the_webhook_admits_the_api_server_only_and_checks_its_certificate(helm:
     assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in c["env"]
     role = one(objs, "ClusterRole")
     assert {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["get"]} in role["rules"]
+
+
+AUTHENTICATED = {
+    "client CA": {"webhook.clientCA.configMap": "apiserver-webhook-client-ca"},
+    "API server NetworkPolicy": {"networkPolicy.apiServerFrom": [{"ipBlock": {"cidr": "10.0.0.10/32"}}]},
+    "accepted by the admin": {"webhook.acceptUnauthenticatedCallers": True},
+}
+
+
+@pytest.mark.parametrize("values", [{}, {"networkPolicy.apiServerFrom": [{"ipBlock": {"cidr": "10.0.0.10/32"}}],
+                                         "networkPolicy.enabled": False}], ids=["defaults", "policy-disabled"])
+def test_the_webhook_chart_refuses_to_install_answering_any_caller(helm: Path, values: dict[str, Any]) -> None:
+    """review 2026-12-04 #12: by default the HTTPS port answered any in-cluster client (a forged
+    review fills a namespace with templates); now `helm template`/`install` fails naming the three
+    values that fix it, also when apiServerFrom is set but no NetworkPolicy applies it."""
+    proc = helm_template(helm, "dra-webhook", values, check=False)
+    assert proc.returncode != 0 and "kind: Deployment" not in proc.stdout
+    message = " ".join(proc.stderr.split())
+    assert "nothing authenticates the callers of the webhook's /mutate and /validate" in message, message
+    for value in ("webhook.clientCA.configMap", "networkPolicy.apiServerFrom", "webhook.acceptUnauthenticatedCallers=true"):
+        assert value in message, (value, message)
+    if values:
+        assert "networkPolicy.enabled=false: no policy applies it" in message
+
+
+@pytest.mark.parametrize("how", sorted(AUTHENTICATED))
+def test_the_webhook_chart_installs_with_each_way_of_authenticating_callers(helm: Path, how: str) -> None:
+    """review 2026-12-04 #12: each of the three values passes; the shape limit reaches the server."""
+    objs = objects(helm, "dra-webhook", AUTHENTICATED[how])
+    (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--max-shapes-per-pod=32" in c["args"]
+    assert ("--client-ca=/client-ca/ca.crt" in c["args"]) is (how == "client CA")
+    (https, *_) = one(objs, "NetworkPolicy")["spec"]["ingress"]
+    assert ("from" in https) is (how == "API server NetworkPolicy")

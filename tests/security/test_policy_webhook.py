@@ -1,4 +1,5 @@
-"""The webhook survives its callers (security review 2026-12, §4 and findings 6 and 8).
+"""The webhook survives its callers (security review 2026-12, §4 and findings 6 and 8; review
+2026-12-04 #12: at most `translate.MAX_SHAPES_PER_POD` templates per admission).
 
 At 165651d: a valid quantity such as ``nvidia.com/gpumem: "1e999999999"`` stalled a replica for
 minutes in ``int(Decimal)``; ``/mutate`` created templates in whatever namespace the request body
@@ -101,6 +102,55 @@ def test_templates_are_created_only_in_the_namespace_of_the_pod(namespace: str, 
     assert t.created == []  # no create call: the forged review names another namespace
     admission(t).mutate(pod_review({"nvidia.com/gpu": "1"}, "team-a", "team-a"))
     assert [b["metadata"]["namespace"] for b in t.created] == ["team-a"]
+
+
+def shaped_pod_review(containers: int, init_containers: int = 0, distinct: bool = True) -> dict[str, Any]:
+    """A pod whose every container (and init container) asks for its own `nvidia.com/gpumem`."""
+    review = pod_review({})
+    spec = review["request"]["object"]["spec"]
+
+    def ctr(name: str, i: int) -> dict[str, Any]:
+        return {"name": name, "resources": {"limits": {"nvidia.com/gpumem": str(1024 + (i if distinct else 0))}}}
+
+    spec["initContainers"] = [ctr(f"init-{i}", i) for i in range(init_containers)]
+    spec["containers"] = [ctr(f"c-{i}", init_containers + i) for i in range(containers)]
+    return review
+
+
+def test_a_pod_of_200_distinct_shapes_is_refused_by_mutate_before_any_template() -> None:
+    """review 2026-12-04 #12 (WH2): 200 containers of distinct nvidia.com/gpumem made 200
+    ResourceClaimTemplates in one admission (2000 in the probe); now /mutate refuses the pod with
+    the limit in its message and creates none."""
+    t = RecordingTemplates()
+    resp = admission(t).mutate(shaped_pod_review(200))["response"]
+    assert resp["allowed"] is False and t.created == []
+    message = resp["status"]["message"]
+    assert "200 distinct device requests" in message and f"at most {translate.MAX_SHAPES_PER_POD} per pod" in message
+    assert "--max-shapes-per-pod" in message and "nothing was created" in message
+
+
+@pytest.mark.parametrize(("init", "containers", "allowed"), [(0, 32, True), (16, 16, True), (16, 17, False),
+                                                             (33, 0, False)])
+def test_containers_and_init_containers_count_toward_the_shape_limit(init: int, containers: int,
+                                                                     allowed: bool) -> None:
+    """review 2026-12-04 #12: 32 distinct shapes are converted (32 templates); the 33rd, in a
+    container or an init container, refuses the pod."""
+    t = RecordingTemplates()
+    resp = admission(t).mutate(shaped_pod_review(containers, init))["response"]
+    assert resp["allowed"] is allowed, resp
+    assert len(t.created) == (32 if allowed else 0)
+    assert ("patch" in resp) is allowed
+
+
+def test_many_containers_of_one_shape_make_one_template_and_the_limit_is_a_setting() -> None:
+    """review 2026-12-04 #12: the limit counts shapes, not containers; the admin may change it."""
+    t = RecordingTemplates()
+    assert admission(t).mutate(shaped_pod_review(200, distinct=False))["response"]["allowed"] is True
+    assert len(t.created) == 1
+    strict = Admission(MAPPING, StaticInventory({GPU: (80 << 30,)}), RecordingTemplates(), registry.driver_classes(),
+                       max_shapes_per_pod=2)
+    resp = strict.mutate(shaped_pod_review(3))["response"]
+    assert resp["allowed"] is False and "at most 2 per pod" in resp["status"]["message"]
 
 
 # --- over HTTPS: who may call, and how many connections cost a thread ---------------------------

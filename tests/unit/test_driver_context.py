@@ -169,3 +169,32 @@ def test_the_daemon_installs_every_drivers_hook_library_at_start_so_heterogeneou
         assert hset == cur, "the example driver's next claim mounts the set with both libraries"
     for d in daemons:
         d.stop()
+
+
+def test_recorded_lists_each_claims_devices_and_is_none_while_a_record_is_unreadable(tmp_path: Path) -> None:
+    """`DriverContext.recorded` as the daemon wires it (review 2026-12-04 #8: a driver refuses a
+    second claim on a partition another record names): this driver's devices with their claim,
+    phase and state; None while a record this version cannot read exists (it may name any device)."""
+    import json
+
+    from dra._runtime.checkpoint import PREPARED, PREPARING, Checkpoint, ClaimRecord, DeviceRecord
+
+    driver = Recording()
+    d = _daemon(tmp_path, driver)
+    (ctx,) = driver.contexts
+    cp = Checkpoint(tmp_path / "state")
+    uid_a, uid_b, uid_c = (f"00000000-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))
+    cp.put(ClaimRecord(uid_a, "ns", "a", PREPARED, cp.boot_id, devices=(
+        DeviceRecord(driver.name, "r", "node-a", "dev-0", state={"gi": 1}),
+        DeviceRecord("other.driver", "r", "node-a", "dev-0"))))
+    cp.put(ClaimRecord(uid_b, "ns", "b", PREPARING, cp.boot_id, devices=(DeviceRecord(driver.name, "r", "node-a", "dev-1"),)))
+    assert ctx.recorded() == [
+        dra.RecordedDevice(dra.ClaimRef(uid_a, "ns", "a"), PREPARED, "node-a", "dev-0", state={"gi": 1}),
+        dra.RecordedDevice(dra.ClaimRef(uid_b, "ns", "b"), PREPARING, "node-a", "dev-1")]
+    doc = json.loads(cp.path(uid_b).read_text())
+    cp.path(uid_c).write_text(json.dumps({**doc, "apiVersion": "checkpoint.dra.k8s.io/v9"}))  # a newer release's
+    assert ctx.recorded() is None
+    cp.path(uid_c).unlink()
+    assert [r.device for r in ctx.recorded() or ()] == ["dev-0", "dev-1"]
+    assert dra.DriverContext("n", "p").recorded() == ()  # outside a daemon: no checkpoint, nothing recorded
+    d.stop()

@@ -328,3 +328,24 @@ def test_a_missing_or_broken_mapping_file_is_a_user_error(tmp_path: Path) -> Non
     (tmp_path / "bad.yaml").write_text("vendors: [\n")
     with pytest.raises(vendors.VendorConfigError, match="is not valid YAML"):
         vendors.load(tmp_path / "bad.yaml")
+
+
+def test_the_shape_limit_is_one_number_in_the_code_the_cli_and_the_chart() -> None:
+    """review 2026-12-04 #12: `dra webhook run --max-shapes-per-pod` defaults to
+    `translate.MAX_SHAPES_PER_POD`, as does the chart's webhook.maxShapesPerPod; 0 is refused."""
+    import inspect
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from dra.webhook import cli, translate
+    from dra.webhook.cli import app
+
+    option = inspect.signature(cli.run).parameters["max_shapes_per_pod"]
+    assert option.default == translate.MAX_SHAPES_PER_POD
+    chart = yaml.safe_load((Path(__file__).resolve().parents[2] / "helm/dra-webhook/values.yaml").read_text())
+    assert chart["webhook"]["maxShapesPerPod"] == translate.MAX_SHAPES_PER_POD
+    bad = CliRunner().invoke(app, ["run", "--cert", "c", "--key", "k", "--max-shapes-per-pod", "0"])
+    assert bad.exit_code == 2 and "max-shapes-per-pod" in bad.output
+    with pytest.raises(ValueError, match="at least 1"):
+        Admission(MAPPING, max_shapes_per_pod=0)

@@ -14,6 +14,23 @@
 {{- toYaml (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) -}}
 {{- end -}}
 
+{{/*
+Refuse to install a webhook that answers any caller: its callers are authenticated by a client
+CA (webhook.clientCA), confined to the API server by the NetworkPolicy (networkPolicy.apiServerFrom),
+or the admin says it accepts unauthenticated callers. Otherwise any in-cluster client could forge
+an AdmissionReview and have the webhook create ResourceClaimTemplates in any unprotected namespace.
+*/}}
+{{- define "dra-webhook.requireCallerAuthentication" -}}
+{{- $policy := and .Values.networkPolicy.enabled .Values.networkPolicy.apiServerFrom -}}
+{{- if not (or .Values.webhook.clientCA.configMap $policy .Values.webhook.acceptUnauthenticatedCallers) -}}
+{{- $why := "" -}}
+{{- if .Values.networkPolicy.apiServerFrom -}}
+{{- $why = " (networkPolicy.apiServerFrom is set, but networkPolicy.enabled=false: no policy applies it)" -}}
+{{- end -}}
+{{- fail (printf "nothing authenticates the callers of the webhook's /mutate and /validate%s: any in-cluster client could send it admission reviews. Set webhook.clientCA.configMap (a ConfigMap with the CA of the API server's webhook client certificate), or networkPolicy.apiServerFrom (the API server's addresses, with networkPolicy.enabled=true), or webhook.acceptUnauthenticatedCallers=true to accept any caller" $why) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "dra-webhook.componentLabels" -}}
 {{ include "dra-common.selectorLabels" . }}
 app.kubernetes.io/component: webhook
