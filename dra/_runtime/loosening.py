@@ -80,7 +80,7 @@ class Loosening:
         where = "the DeviceClass's" if self.from_class else "the default"
         if self.admin_only:
             return (f"{self.field}={_show(self.value)} acts on what other tenants share, so only a DeviceClass's"
-                    f" config or the daemon may choose it ({where} is {_show(self.baseline)})")
+                    f" config or the daemon may choose it, not the claim's own ({where}: {_show(self.baseline)})")
         return f"{self.field}={_show(self.value)} is weaker than {where} {_show(self.baseline)}"
 
 
