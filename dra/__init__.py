@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from dra._runtime.loosening import strength
 from dra._runtime.wait import WaitTimeout, until
-from dra.capacity import DeviceShare, ShareConfig, claim_share_config, device_shares, share_capacity, whole_mib
+from dra.capacity import (
+    DeviceShare,
+    ShareConfig,
+    claim_share_config,
+    device_share_configs,
+    device_shares,
+    share_capacity,
+    whole_mib,
+)
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
     AllocatedDevice,
@@ -95,6 +103,7 @@ __all__ = [
     "WaitTimeout",
     "claim_share_config",
     "decode_config",
+    "device_share_configs",
     "device_shares",
     "encode_config",
     "fakes",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from dra.capacity import ShareConfig, claim_share_config, device_shares, share_capacity
+from dra.capacity import ShareConfig, claim_share_config, device_share_configs, device_shares, share_capacity
 from dra.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -151,7 +151,8 @@ class SharedDeviceDriver(Driver, Generic[D]):
         raise NotImplementedError
 
     def quota(self, visible: Visible[D], cores: int, config: Any) -> Quota:
-        """The hook's quota for one visible device (`cores` is 100 where the config lifts the limit)."""
+        """The hook's quota for one visible device: `config` is the one that holds that device
+        (`device_configs`), `cores` 100 where it lifts the limit."""
         return Quota(self.device_uuid(visible.device), visible.memory, cores)
 
     def container_order(self, visible: list[Visible[D]]) -> list[Visible[D]]:
@@ -159,9 +160,16 @@ class SharedDeviceDriver(Driver, Generic[D]):
         return visible
 
     def claim_config(self, allocated: Sequence[AllocatedDevice]) -> Any:
-        """The claim's one config (its requests' configs must agree)."""
+        """The claim's one config: the strictest of its requests' (`dra.claim_share_config`);
+        raise `PrepareError` for configs that cannot be held together."""
         assert self.config_type is not None and issubclass(self.config_type, ShareConfig)
         return claim_share_config(self.config_type, allocated)
+
+    def device_configs(self, allocated: Sequence[AllocatedDevice]) -> Mapping[str, Any]:
+        """The config that holds each device, by name: the strictest of every request on it
+        (`dra.device_share_configs`), so one request's config never loosens another's device."""
+        assert self.config_type is not None and issubclass(self.config_type, ShareConfig)
+        return device_share_configs(self.config_type, allocated)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def setup(self, ctx: DriverContext) -> None:
@@ -227,16 +235,21 @@ class SharedDeviceDriver(Driver, Generic[D]):
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
         self.visible(claim, devices)  # refuse before anything is written
         self.claim_config(devices)
+        self.device_configs(devices)
         return [self.prepared_device(claim, dev, self.by_name[dev.device]) for dev in devices]
 
     def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
-        """The hook library with one quota per visible device, in container order."""
+        """The hook library with one quota per visible device, in container order. Each device is
+        held by the strictest config of the requests on it (`device_configs`): its compute limit
+        is lifted only when every one of them lifts it, and otherwise is the summed cores of all
+        of them (what the scheduler reserved for the claim on it)."""
         from dra import hook_library
 
         allocated = [p.device for p in prepared]
         config = self.claim_config(allocated)
-        unlimited = {d.device for d in allocated if d.config is not None and not getattr(d.config, "compute_limit", True)}
-        quotas = [self.quota(v, 100 if v.name in unlimited else v.cores, config) for v in self.visible(claim, allocated)]
+        held = self.device_configs(allocated)
+        quotas = [self.quota(v, v.cores if getattr(held[v.name], "compute_limit", True) else 100, held[v.name])
+                  for v in self.visible(claim, allocated)]
         preload = Preload(config.preload) if getattr(config, "preload", None) else None
         return Enforcement(hook_library(self.hook_stem), quotas, preload)
 

@@ -260,7 +260,11 @@ class ClaimPreparer:
         return self._labels_cache[1]
 
     def _configs(self, ref: ClaimRef, claim: ResourceClaim, results: Sequence[DeviceResult]) -> dict[str, Any]:
-        """The decoded config per request name: FromClass before FromClaim, the last match wins."""
+        """The decoded config per request name: FromClass before FromClaim, the last match wins.
+
+        A claim's own config is checked against its request's class only: that suffices because
+        the driver then holds each device by the strictest config of every request on it
+        (`dra.device_share_configs`), which is at least as strict as each request's class."""
         assert claim.allocation is not None
         entries = [c for c in claim.allocation.config if c.driver == self.driver.name]
         entries.sort(key=lambda c: (0 if c.source == "FromClass" else 1, c.index))

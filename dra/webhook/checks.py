@@ -23,7 +23,9 @@ from dra.webhook.translate import Inventory, NoInventory, QuantityTooLarge, boun
 from dra.webhook.vendors import Vendor, VendorMapping
 
 log = logging.getLogger(__name__)
-DAEMON_DEFAULTS = {"preload": "file", "watchdogAction": "report"}  # unset fields on a daemon with the charts' defaults
+# Unset fields on a daemon with the charts' defaults. So a claim's own watchdogAction: taint is refused
+# here even where a daemon's flag is taint (the daemon would take it: it repeats the flag); unset is the same.
+DAEMON_DEFAULTS = {"preload": "file", "watchdogAction": "report"}
 
 
 def claim_spec(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

@@ -14,8 +14,12 @@ wrong apiVersion/kind fail the claim (and, with the webhook, the `kubectl apply`
 naming the field. The memory quota is always enforced; it is what the scheduler accounted.
 
 Every field loosens enforcement when set weaker than the DeviceClass's config says (a higher
-clock charges a boosted batch less: hookcore/core/meter.c), so a claim's own config may do so
-only where the admin allowed it (`dra._runtime.loosening`, ``daemon.allowClaimLoosening``).
+clock charges a boosted batch less: hookcore/core/meter.c; ``sharing: mps`` hands the SM cap to
+an environment variable the tenant sets itself), so a claim's own config may do so only where
+the admin allowed it (`dra._runtime.loosening`, ``daemon.allowClaimLoosening``).
+
+A claim's requests are merged by the same order (`claim_config`, `dra.device_share_configs`):
+each GPU is held by the strictest mode and lowest full-load clock of the requests on it.
 """
 
 from __future__ import annotations
@@ -48,10 +52,13 @@ class GpuConfig(dra.ShareConfig):
     daemon's ``fullLoadClockMhz`` setting, else the hook's default (NVML's default application
     clock, which on some GPUs is the boost clock: then strict changes nothing)."""
 
-    sharing: Literal["mps"] | None = None
+    sharing: Literal["mps"] | None = dataclasses.field(default=None, metadata=dra.strength("mps", None, claim_wide=True))
     """``mps``: run the claim's processes as MPS clients of the GPU's one MPS server (kernels of
     several claims run at once; SMs capped per process by MPS at ``cores`` percent); unset: the
-    hook time-slices. One GPU per MPS claim (a process talks to one MPS server)."""
+    hook time-slices. One GPU per MPS claim (a process talks to one MPS server). Weaker than
+    unset: MPS's SM cap is ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the container's environment,
+    which the tenant controls, and the MPS server is shared with other tenants; so it is
+    honoured from a DeviceClass's config, and from a claim's own only with allowClaimLoosening."""
 
     def validate(self) -> None:
         super().validate()
@@ -70,18 +77,12 @@ class GpuConfig(dra.ShareConfig):
 
 
 def claim_config(allocated: Sequence[dra.AllocatedDevice]) -> GpuConfig:
-    """The claim's one config; its requests' configs must agree on the compute mode and sharing too."""
-    configs = {dev.config for dev in allocated if isinstance(dev.config, GpuConfig)}
-    modes = {c.compute_mode for c in configs if c.compute_mode is not None}
-    clocks = {c.full_load_clock_mhz for c in configs if c.full_load_clock_mhz is not None}
-    if len(modes) > 1 or len(clocks) > 1:
-        raise dra.PrepareError(f"the claim's configs ask for different compute modes {sorted(modes)} or full-load "
-                               f"clocks {sorted(clocks)}; one claim is held one way: use one computeMode (and "
-                               "fullLoadClockMhz)")
-    sharing = {c.sharing for c in configs}
+    """The claim's one config, the strictest of its requests' (`dra.claim_share_config`: a strict
+    mode over share, the lowest full-load clock); every request must say the same ``sharing``
+    (a claim's containers are MPS clients or not; the strictest, unset, would silently drop a
+    request's MPS)."""
+    sharing = {dev.config.sharing if isinstance(dev.config, GpuConfig) else None for dev in allocated}
     if len(sharing) > 1:
         raise dra.PrepareError(f"the claim's requests ask for different sharing {sorted(map(str, sharing))}; one"
                                " claim's containers are MPS clients or not: give every request sharing: mps")
-    mode, mhz = next(iter(modes), None), next(iter(clocks), None)
-    return dataclasses.replace(dra.claim_share_config(GpuConfig, allocated), compute_mode=mode,
-                               full_load_clock_mhz=mhz, sharing=next(iter(sharing), None))
+    return dra.claim_share_config(GpuConfig, allocated)

@@ -101,11 +101,15 @@ def test_more_memory_than_the_npu_is_refused(driver) -> None:
         d.prepare(CLAIM, [alloc("npu-0-0", "a", memory=20 * GiB, cores=10), alloc("npu-0-0", "b", memory=20 * GiB, cores=10)])
 
 
-def test_conflicting_preload_modes_in_one_claim_are_refused(driver) -> None:
+def test_two_preload_modes_in_one_claim_give_the_strongest_and_each_npu_its_strictest_limit(driver) -> None:
+    """Review 2026-12-04 #10: preload file over env; an NPU's compute limit lifted only where every request lifts it."""
     d = driver(settings={"health": "off"})
-    with pytest.raises(PrepareError, match="different preload modes"):
-        d.prepare(CLAIM, [alloc("npu-0-0", "a", NpuConfig(preload="env"), memory=GiB, cores=10),
-                          alloc("npu-1-0", "b", NpuConfig(preload="file"), memory=GiB, cores=10)])
+    off = NpuConfig(preload="env", compute_limit=False)
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("npu-0-0", "a", NpuConfig(preload="file"), memory=GiB, cores=10),
+                                               alloc("npu-0-0", "b", off, memory=GiB, cores=5),
+                                               alloc("npu-1-0", "c", off, memory=GiB, cores=5)]))
+    assert e.preload is not None and e.preload.value == "file"
+    assert [q.cores for q in e.quotas] == [15, 100]
 
 
 def test_opaque_config_is_strict_and_refuses_hamis_traditional_mode() -> None:

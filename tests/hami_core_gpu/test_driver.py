@@ -73,11 +73,12 @@ def test_a_device_of_another_node_is_refused_with_the_known_ones(driver) -> None
         d.prepare(CLAIM, [alloc("hami-gpu-7", memory=GiB, cores=10)])
 
 
-def test_conflicting_preload_modes_in_one_claim_are_refused(driver) -> None:
+def test_two_preload_modes_in_one_claim_give_the_strongest(driver) -> None:
+    """Review 2026-12-04 #10: claim-wide values are the strongest across requests (file over env)."""
     d = driver(settings={"health": "off"})
-    with pytest.raises(PrepareError, match="different preload modes"):
-        d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(preload="env"), memory=GiB, cores=10),
-                          alloc("hami-gpu-1", "b", GpuConfig(preload="file"), memory=GiB, cores=10)])
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(preload="env"), memory=GiB, cores=10),
+                                               alloc("hami-gpu-1", "b", GpuConfig(preload="file"), memory=GiB, cores=10)]))
+    assert e.preload is not None and e.preload.value == "file"
 
 
 def test_self_contained_mode_mounts_the_stub_driver_for_fake_gpus(driver) -> None:
@@ -177,7 +178,7 @@ def test_self_contained_mode_lists_the_device_nodes(driver, tmp_path: Path) -> N
 def test_enforcement_is_one_quota_per_visible_gpu(driver) -> None:
     d = driver(settings={"health": "off"})
     uuid = {x.name: x.attributes["uuid"] for x in d.devices()}
-    prepared = d.prepare(CLAIM, [alloc("hami-gpu-4", "a", memory=3 * GiB, cores=30),
+    prepared = d.prepare(CLAIM, [alloc("hami-gpu-4", "a", GpuConfig(preload="env"), memory=3 * GiB, cores=30),
                                  alloc("hami-gpu-1", "b", GpuConfig(compute_limit=False, preload="env"), memory=GiB, cores=5)])
     e = d.enforcement(CLAIM, prepared)
     assert e.library.name == "libvgpu.so" and e.preload is not None and e.preload.value == "env"
@@ -217,8 +218,24 @@ def test_contexts_are_charged_to_a_memory_quota_as_the_setting_says(driver) -> N
     assert [q.context_memory for q in plain.enforcement(CLAIM, plain.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB)])).quotas] == [None]
 
 
-def test_conflicting_compute_modes_in_one_claim_are_refused(driver) -> None:
+def test_each_gpu_is_held_by_the_strictest_compute_mode_and_clock_of_its_requests(driver) -> None:
+    """Review 2026-12-04 #10: per GPU the strictest of every request on it; GPUs of one claim may differ."""
     d = driver(settings={"health": "off"})
-    with pytest.raises(PrepareError, match=r"different compute modes \['share', 'strict'\]"):
-        d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(compute_mode="strict"), memory=GiB, cores=10),
-                          alloc("hami-gpu-1", "b", GpuConfig(compute_mode="share"), memory=GiB, cores=10)])
+    uuid = {x.name: x.attributes["uuid"] for x in d.devices()}
+    strict = GpuConfig(compute_mode="strict", full_load_clock_mhz=1500)
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, [
+        alloc("hami-gpu-0", "a", strict, memory=GiB, cores=10),
+        alloc("hami-gpu-0", "b", GpuConfig(compute_mode="strict", full_load_clock_mhz=1200), memory=GiB, cores=10),
+        alloc("hami-gpu-0", "c", GpuConfig(compute_mode="share"), memory=GiB, cores=10),
+        alloc("hami-gpu-1", "d", GpuConfig(compute_mode="share"), memory=GiB, cores=10)]))
+    assert [(q.uuid, q.cores, q.strict, q.full_load_mhz) for q in e.quotas] == [
+        (uuid["hami-gpu-0"], 30, True, 1200), (uuid["hami-gpu-1"], 10, False, None)]
+
+
+def test_a_full_load_clock_set_by_one_request_and_left_unset_by_another_is_refused(driver) -> None:
+    """Unset means the daemon's clock, which the merge cannot compare with a set one: refused, naming both."""
+    d = driver(settings={"health": "off"})
+    with pytest.raises(PrepareError, match=r"no strictest fullLoadClockMhz \(request 'gpu' on hami-gpu-0: 1500; "
+                                           r"request 'gpu' on hami-gpu-0: unset\)"):
+        d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(compute_mode="strict", full_load_clock_mhz=1500), memory=GiB, cores=10),
+                          alloc("hami-gpu-0", "b", GpuConfig(compute_mode="strict"), memory=GiB, cores=10)])

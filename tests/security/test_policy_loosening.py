@@ -10,80 +10,25 @@ honoured where the admin said so: in a DeviceClass's config, or with ``allowClai
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from driver_helpers import fake_drivers, isolated_env
+from prepare_rig import CLASS, GPU, Classes, Node, cfg, claim_review, nodes, opaque
 
 import dra
 from dra._runtime import registry
-from dra._runtime.cdi import CDISpecs
-from dra._runtime.checkpoint import Checkpoint
-from dra._runtime.enforcement import ClaimHooks
-from dra._runtime.hookdir import HookDir
-from dra._runtime.prepare import ClaimPreparer
-from dra.testing.cdi import apply_cdi
-from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 from dra.webhook import vendors
 from dra.webhook.review import Admission
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
-GPU = "hami-core-gpu.project-hami.io"
-CLASS = "hami-core-gpu.project-hami.io"
-STUB_ENV = ("HOOKCORE_STUB_DEVICES", "HOOKCORE_STUB_NVML_DRIVER", "HOOKCORE_STUB_NVML_CUDA",
-            "HOOKCORE_STUB_NVML_FAIL", "HOOKCORE_STUB_NVML_EVENTS")
-
-
-def cfg(**fields: Any) -> dict[str, Any]:
-    return {"apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig", **fields}
-
-
-class Node:
-    """A fake-H200 node's prepare path: the real driver, checkpoint, hook config and CDI spec."""
-
-    def __init__(self, root: Path, driver: HamiCoreGpuDriver, allow: bool) -> None:
-        self.root, self.claims = root, RecordedClaims()
-        cp = Checkpoint(root / "state", boot_id="b")
-        self.prep = ClaimPreparer(driver, self.claims, "node-a", cp, CDISpecs(driver.cdi_kind, root / "cdi"),
-                                  hooks=ClaimHooks(cp.state_dir, HookDir(root / "hook-dir")),
-                                  allow_claim_loosening=allow)
-
-    def prepare(self, *config: dict[str, Any]) -> tuple[str, dra.ClaimRef]:
-        obj = claim_dict("c", results=[result("hami-gpu-0", driver=GPU, share_id="s1", cores="1", memory="1Gi")],
-                         config=list(config))
-        c = self.claims.add(obj)
-        ref = dra.ClaimRef(c.uid, c.namespace, c.name)
-        return self.prep.prepare_claims([ref])[ref.uid].error, ref
-
-    def hook_config(self, ref: dra.ClaimRef) -> dict[str, str]:
-        text = (self.root / "state" / "hooks" / ref.uid / "config").read_text()
-        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-
-    def env(self, ref: dra.ClaimRef) -> dict[str, str]:
-        (out,) = [o for o in [self.prep.checkpoint.get(ref.uid)] if o is not None]
-        ids = [i for d in out.devices for i in d.cdi_ids]
-        return apply_cdi(self.root / "cdi", ids)[0]
-
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
-    with isolated_env(STUB_ENV):
-        made = fake_drivers(HamiCoreGpuDriver, "h200x8")
-        make = next(made)
-        n = 0
-
-        def build(allow: bool = False) -> Node:
-            nonlocal n
-            n += 1
-            return Node(tmp_path / f"n{n}", make(settings={"health": "off"}), allow)
-
+    with nodes(tmp_path) as build:
         yield build
-        with contextlib.suppress(StopIteration):
-            next(made)
 
 
 CLAIM_LOOSENS = [
@@ -147,24 +92,6 @@ def test_with_the_admins_permission_a_claim_may_loosen(node: Callable[..., Node]
 
 # --- the webhook: the same rule, the same words, at `kubectl apply` ------------------------------
 
-class Classes:
-    def __init__(self, configs: dict[str, list[dict[str, Any]]]) -> None:
-        self.configs = configs
-
-    def opaque(self, class_name: str) -> list[dict[str, Any]] | None:
-        return self.configs.get(class_name)
-
-
-def claim_review(config: list[dict[str, Any]]) -> dict[str, Any]:
-    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "t"},
-             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}],
-                                  "config": [{"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": p}}
-                                             for p in config]}}}
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "u1", "kind": {"kind": "ResourceClaim"}, "operation": "CREATE", "namespace": "t",
-                        "object": claim}}
-
-
 @pytest.mark.parametrize(("claim", "cls", "words"), [
     ([cfg(computeLimit=False)], [], "computeLimit=false is weaker than the default true"),
     ([cfg(preload="env")], [], "preload=env is weaker than the default file"),
@@ -198,7 +125,7 @@ def test_every_field_that_loosens_is_marked_in_both_drivers_configs() -> None:
 
     shared = ["preload", "computeLimit", "watchdogAction"]
     assert marked_fields(NpuConfig) == shared
-    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz"]
+    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz", "sharing"]
 
 
 def test_an_unknown_field_of_any_length_is_named_briefly() -> None:

@@ -45,13 +45,47 @@ class Config(dra.ShareConfig):
     """A driver's config type, as the vendor drivers declare theirs."""
 
 
-def test_one_config_per_claim() -> None:
+def test_one_config_per_claim_the_strictest_of_its_requests() -> None:
+    """Review 2026-12-04 #10: merged configs take the strictest, never the last or the loosest."""
     assert dra.claim_share_config(Config, [dev("gpu-0")]) == Config()
-    env, off = Config(preload="env"), Config(compute_limit=False)
-    got = dra.claim_share_config(Config, [dev("gpu-0", "a", env), dev("gpu-1", "b", off), dev("gpu-2", "c")])
-    assert got == Config(preload="env", compute_limit=False) and type(got) is Config
-    with pytest.raises(PrepareError, match=r"different preload modes \['env', 'file'\]"):
-        dra.claim_share_config(Config, [dev("gpu-0", "a", env), dev("gpu-1", "b", Config(preload="file"))])
+    env, off = Config(preload="env"), Config(compute_limit=False, preload="env")
+    got = dra.claim_share_config(Config, [dev("gpu-0", "a", env), dev("gpu-1", "b", off)])
+    assert got == Config(preload="env", compute_limit=True) and type(got) is Config
+    # a request without config holds the defaults: unset preload (the daemon's) is stronger than env
+    assert dra.claim_share_config(Config, [dev("gpu-0", "a", env), dev("gpu-2", "c")]).preload is None
+    # two preload modes: the strongest, file
+    assert dra.claim_share_config(Config, [dev("gpu-0", "a", env), dev("gpu-1", "b", Config(preload="file"))]) \
+        == Config(preload="file")
+    # the watchdog action: report < unset < taint < kill
+    actions = [Config(watchdog_action=a) for a in ("report", "kill", "taint")]
+    got = dra.claim_share_config(Config, [dev(f"gpu-{i}", f"r{i}", c) for i, c in enumerate(actions)])
+    assert got.watchdog_action == "kill"
+    assert dra.claim_share_config(Config, [dev("gpu-0", "a", actions[0]), dev("gpu-0", "b")]).watchdog_action is None
+
+
+def test_each_device_is_held_by_the_strictest_of_the_requests_on_it() -> None:
+    """Review 2026-12-04 #10: a request whose config lifts the compute limit lifts it only on a
+    device where every request lifts it; claim-wide fields are the claim's on every device."""
+    off = Config(compute_limit=False, preload="env")
+    got = dra.device_share_configs(Config, [dev("gpu-0", "a", Config()), dev("gpu-0", "b", off),
+                                            dev("gpu-1", "c", off), dev("gpu-1", "d", off)])
+    assert list(got) == ["gpu-0", "gpu-1"]
+    assert got["gpu-0"] == Config(compute_limit=True, preload=None)
+    assert got["gpu-1"] == Config(compute_limit=False, preload=None)  # preload is the claim's: a holds it
+    assert dra.device_share_configs(Config, []) == {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Unmarked(dra.ShareConfig):
+    """A driver field that says nothing about strength: the requests must agree on it."""
+
+    colour: str | None = None
+
+
+def test_fields_without_an_order_must_agree() -> None:
+    with pytest.raises(PrepareError, match=r"no strictest colour \(request 'a' on gpu-0: red; request 'b' on gpu-1: blue\)"):
+        dra.claim_share_config(Unmarked, [dev("gpu-0", "a", Unmarked(colour="red")), dev("gpu-1", "b", Unmarked(colour="blue"))])
+    assert dra.claim_share_config(Unmarked, [dev("gpu-0", "a", Unmarked(colour="red"))] * 2).colour == "red"
 
 
 def test_decoding_a_share_config_checks_the_preload_mode() -> None:
