@@ -52,8 +52,9 @@ class Node:
         return d
 
     def log(self, uuid: str) -> list[str]:
-        path = self.root / uuid / "log" / "control.log"
-        return path.read_text().splitlines() if path.exists() else []
+        """The control log, the previous daemon's (kept at a restart) first."""
+        paths = (self.root / uuid / "control.log.prev", self.root / uuid / "log" / "control.log")
+        return [ln for path in paths if path.exists() for ln in path.read_text().splitlines()]
 
 
 @pytest.fixture
@@ -73,19 +74,21 @@ def share(device: str, cores: int, memory: int, config: GpuConfig | None = MPS, 
     return AllocatedDevice("gpu", "node-a", device, sid, {"cores": cores, "memory": memory}, config=config)
 
 
-def test_an_mps_claim_gets_the_pipe_dir_and_both_limits(node: Node) -> None:
+def test_an_mps_claim_gets_the_pipe_dir_read_only_and_both_limits(node: Node) -> None:
     d = node.driver()
     uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-3"]
     prepared = d.prepare(claim(1), [share("hami-gpu-3", 30, 10 * GiB)])
     edits = d.claim_edits(claim(1), prepared)
     assert edits.env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia-mps"
+    assert "CUDA_MPS_LOG_DIRECTORY" not in edits.env  # no log dir in the container
     assert edits.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert edits.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
-    mounts = {m.container_path: m.host_path for m in edits.mounts}
-    assert mounts["/run/nvidia-mps"] == str(node.root / uuid / "pipe")
-    assert mounts["/var/log/nvidia-mps"] == str(node.root / uuid / "log")
-    (quota,) = d.enforcement(claim(1), prepared).quotas  # the hook keeps memory, MPS caps the SMs
-    assert (quota.uuid, quota.memory, quota.cores) == (uuid, 10 * GiB, 100)
+    mounts = {m.container_path: m for m in edits.mounts}
+    assert mounts["/run/nvidia-mps"].host_path == str(node.root / uuid / "pipe")
+    assert "ro" in mounts["/run/nvidia-mps"].options and "rw" not in mounts["/run/nvidia-mps"].options
+    assert not any(m.host_path.startswith(str(node.root)) for p, m in mounts.items() if p != "/run/nvidia-mps")
+    (quota,) = d.enforcement(claim(1), prepared).quotas  # the hook keeps memory and, as a ceiling, the cores
+    assert (quota.uuid, quota.memory, quota.cores) == (uuid, 10 * GiB, 30)
     starts = [ln for ln in node.log(uuid) if " start " in ln]
     assert len(starts) == 1 and f"CUDA_VISIBLE_DEVICES={uuid}" in starts[0]
 
@@ -124,7 +127,8 @@ def test_a_dead_daemon_is_restarted_and_the_gpu_unhealthy_meanwhile(node: Node) 
 
 @pytest.mark.parametrize("attack", ["quit", "socket-replaced-by-a-directory"])
 def test_a_tenant_that_stops_the_shared_daemon_gets_it_restarted(node: Node, attack: str) -> None:
-    """The pipe dir is mounted read-write into every MPS claim's containers of the GPU."""
+    """Root in a container can still send quit (the pipe is read-only, connect() needs no write); the
+    directory where the socket goes stands for anything left there (an earlier version's rw mount)."""
     d = node.driver()
     uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-4"]
     d.prepare(claim(1), [share("hami-gpu-4", 50, GiB)])
@@ -143,7 +147,7 @@ def test_a_tenant_that_stops_the_shared_daemon_gets_it_restarted(node: Node, att
     d.mps.check()
     assert [next(e.healthy for e in snap if e.device == "hami-gpu-4") for snap in node.health] == [False, None]
     assert d.mps.ask(uuid, "get_server_list") is not None
-    assert (node.root / uuid / "claims" / claim(1).uid).is_dir(), "the claim's record was lost"
+    assert (node.root / uuid / "claims" / claim(1).uid).read_text() == "default\n", "the claim's record was lost"
 
 
 def test_a_restarted_driver_adopts_the_running_daemon(node: Node) -> None:
