@@ -421,13 +421,16 @@ def _remove(path: Path) -> None:
 
 
 def _adopted_pid(pipe: Path) -> int | None:
-    """An adopted control daemon's PID: its pid file, if that PID runs an MPS control program."""
+    """An adopted control daemon's PID: its pid file, if that PID runs an MPS control program (its
+    command line names ``nvidia-cuda-mps-control``: the real one's argv[0], the fake's script)."""
     try:
-        pid = int((pipe / PID_FILE).read_text(errors="replace")[:32].strip())
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        with open(pipe / PID_FILE, "rb") as f:
+            pid = int(f.read(32).strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read(8192).split(b"\0")[:3]
     except (OSError, ValueError):
         return None
-    return pid if comm.startswith("nvidia-cuda-mps") else None
+    return pid if any(os.path.basename(a) == PID_FILE.removesuffix(".pid").encode() for a in argv) else None
 
 
 def _children(pid: int) -> set[int]:

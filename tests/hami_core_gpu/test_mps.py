@@ -197,3 +197,47 @@ def test_bad_sharing_configs_are_refused_naming_the_field(params: dict[str, obje
 def test_sharing_mps_decodes() -> None:
     got = decode_config(HamiCoreGpuDriver, {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": "mps"})
     assert got == MPS
+
+
+def test_server_pids_name_the_control_daemon_and_its_servers_for_the_watchdog(node: Node) -> None:
+    """Review 2026-12-04 #11: an MPS server is a GPU process of no claim; the watchdog learns it here
+    (the servers are the control daemon's children, as on the H200, so a new one is known at once)."""
+    d = node.driver()
+    uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-5"]
+    prepared = d.prepare(claim(1), [share("hami-gpu-5", 50, GiB)])
+    assert d.mps is not None
+    control = d.mps.status()[uuid].process
+    assert control is not None and d.mps.server_pids() == {control.pid}
+    assert d.mps.ask(uuid, "start_server -uid 0") is not None  # what a client's arrival does
+    (server,) = [int(w) for w in (d.mps.ask(uuid, "get_server_list") or "").split()]
+    assert d.mps.server_pids() == {control.pid, server}  # before any watcher round
+    d.mps.check()
+    assert d.mps.status()[uuid].servers == {server}
+    d.close()  # as after kill -9: the next daemon adopts the control daemon, its PID from its pid file
+    again = node.driver()
+    assert again.mps is not None and again.mps.server_pids() == {control.pid, server}
+    again.unprepare(claim(1), prepared)
+    assert again.mps.server_pids() == frozenset()
+
+
+def test_an_adopted_pid_file_naming_another_program_is_not_believed(node: Node) -> None:
+    d = node.driver()
+    uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-6"]
+    d.prepare(claim(1), [share("hami-gpu-6", 50, GiB)])
+    assert d.mps is not None
+    d.close()
+    (node.root / uuid / "pipe" / "nvidia-cuda-mps-control.pid").write_text(f"{os.getpid()}\n")  # pytest's PID
+    again = node.driver()
+    assert again.mps is not None and os.getpid() not in again.mps.server_pids()
+
+
+@pytest.mark.parametrize(("value", "ok"), [("namespace", True), ("any", True), ("all", False), ("", False)])
+def test_mps_sharing_setting(value: str, ok: bool) -> None:
+    from drivers.hami_core_gpu.settings import Settings, SettingsError
+
+    if ok:
+        assert Settings.parse({"mpsSharing": value}).mps_sharing == value
+    else:
+        with pytest.raises(SettingsError, match="mpsSharing"):
+            Settings.parse({"mpsSharing": value})
+    assert Settings.parse({}).mps_sharing == "namespace"
