@@ -181,7 +181,7 @@ class MpsDaemons:
         try:
             self.add_claim(uuids[0], claim.uid, claim.namespace)
         except (OSError, RuntimeError, SharingRefused) as exc:
-            raise PrepareError(f"claim {claim.namespace}/{claim.name}, device {names[0]}: MPS: {exc}") from exc
+            raise PrepareError(f"device {names[0]}: MPS: {exc}") from exc
 
     def claim_edits(self, uuid: str, cores: int, memory: int) -> ContainerEdits:
         """An MPS claim's edits: its server's pipe dir (read-only), the SM and pinned-memory limits."""
