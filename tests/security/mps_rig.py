@@ -27,6 +27,7 @@ from dra._runtime.prepare import ClaimPreparer
 from dra.testing.cdi import apply_cdi
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+from drivers.hami_core_gpu.mps import MpsDaemons
 
 GPU = "hami-core-gpu.project-hami.io"
 FAKE_CONTROL = Path(__file__).resolve().parents[2] / "drivers" / "hami_core_gpu" / "fake_mps" / "nvidia-cuda-mps-control"
@@ -49,7 +50,7 @@ class MpsNode:
                                   hooks=ClaimHooks(cp.state_dir, HookDir(root / "hook-dir")))
 
     @property
-    def mps(self) -> Any:
+    def mps(self) -> MpsDaemons:
         return self.driver.mps
 
     def uuid(self, device: str) -> str:
@@ -76,8 +77,14 @@ class MpsNode:
         text = (self.root / "state" / "hooks" / ref.uid / "config").read_text()
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
 
+    def control(self, uuid: str) -> subprocess.Popen[bytes]:
+        """The GPU's control daemon, a child of the driver."""
+        process = self.mps.status()[uuid].process
+        assert process is not None
+        return process
+
     def ask(self, uuid: str, command: str) -> str | None:
-        return self.mps.ask(uuid, command)  # type: ignore[no-any-return]
+        return self.mps.ask(uuid, command)
 
     def close(self) -> None:
         self.mps.stop_all()

@@ -99,7 +99,7 @@ def test_leftovers_of_a_writable_mount_are_wiped_before_a_restart_without_follow
         assert node.prepare("a")[0] == ""
         uuid = node.uuid("hami-gpu-0")
         base = node.mps_root / uuid
-        first = node.mps.status()[uuid].process
+        first = node.control(uuid)
         first.kill()
         first.wait()
         if not stamped:
@@ -143,11 +143,11 @@ def test_a_running_container_reaches_the_restarted_daemon_through_its_read_only_
         deadline = time.monotonic() + 30
         while not ready.exists() and t.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)  # the container's namespace and mounts are in place
-        first = node.mps.status()[uuid].process
+        first = node.control(uuid)
         first.kill()
         first.wait()
         node.mps.check()
-        assert node.mps.status()[uuid].process.pid != first.pid
+        assert node.control(uuid).pid != first.pid
         go.touch()
         t.join(60)
         assert out and "answered" in out[0].stdout, (out[0].stdout + out[0].stderr) if out else "no result"

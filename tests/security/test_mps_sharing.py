@@ -77,7 +77,7 @@ def test_only_root_can_quit_the_server_through_the_read_only_pipe(tmp_path: Path
         uuid = node.uuid("hami-gpu-0")
         error, _, ids = node.prepare("a", namespace="team-a")
         assert error == ""
-        first = node.mps.status()[uuid].process
+        first = node.control(uuid)
         proc = run_with_cdi(node.root / "cdi", ids, ["sh", "-c", script], drop_capabilities=["sys_admin"])
         assert "Not enough privilege to execute quit command" in proc.stdout and "alive" in proc.stdout, proc.stdout
         first.wait(10)  # root's quit
