@@ -333,7 +333,7 @@ def main() -> int:
     if not program:
         print("nvidia-cuda-mps-control is not on PATH (it ships with the NVIDIA driver)", file=sys.stderr)
         return 2
-    tmp = Path(tempfile.mkdtemp(prefix="mpsmounts-"))
+    tmp = Path(tempfile.mkdtemp(prefix="mpsmounts-", dir="/tmp"))  # not $TMPDIR: uid 65534 walks to it
     tmp.chmod(0o755)  # uid 65534 walks into it
     res: dict[str, Any] = {"env": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu_selftest": a.cpu_selftest}}
     if not a.cpu_selftest:
