@@ -225,6 +225,8 @@ def gpu_settings() -> dict[str, Any]:
         "mig": {"enum": ["off", "static", "dynamic"], "description": "what GPUs in MIG mode are published as"},
         "mpsRoot": ABS_PATH,
         "mpsControl": string_setting(minLength=1),
+        "mpsSharing": {"enum": ["namespace", "any"],
+                       "description": "namespace: a GPU's MPS server serves one namespace; any: shared across namespaces"},
         "contextMemory": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|k|M|G)?$",
                                         description="device memory charged per CUDA context, e.g. 692Mi; 0: none"),
     })

@@ -52,7 +52,8 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
         root = self.fake.stub_library.parent if self.fake else s.driver_root if s.cdi_mode == "self-contained" else None  # fake: stubs
         self.files = edits.DriverFiles.find(root) if root is not None else None
         self.mps = self.adopt(mps.for_node(s.mps_root, "mpsRoot" in ctx.settings, s.mps_control,
-                                           (self.fake.mps_root, self.fake.mps_control) if self.fake else None, self.health_changed))
+                                           (self.fake.mps_root, self.fake.mps_control) if self.fake else None,
+                                           self.health_changed, s.mps_sharing))
         self.mps.start([g.uuid for g in shared])
         self._processes = self.adopt(ProcessReader([(devices.device_name(g), g.uuid) for g in shared]))
         return shared
@@ -79,7 +80,7 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
         visible = self.visible(claim, devices_)  # refuse before anything is written
         if claim_config(devices_).sharing != "mps":
             return super().prepare(claim, devices_)
-        self.mps.admit(claim.uid, [v.device.uuid for v in visible], [d.device for d in devices_])
+        self.mps.admit(claim, [v.device.uuid for v in visible], [d.device for d in devices_])
         return [dataclasses.replace(p, state={**p.state, "mps": True}) for p in super().prepare(claim, devices_)]
 
     def prepared_device(self, claim: dra.ClaimRef, allocated: dra.AllocatedDevice, gpu: nvml.Gpu) -> dra.PreparedDevice:
@@ -92,8 +93,9 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
         return None if self.migs.is_mig([p.device for p in prepared]) else super().enforcement(claim, prepared)
 
     def quota(self, v: dra.Visible[nvml.Gpu], cores: int, config: GpuConfig) -> dra.Quota:
-        """MPS caps the SMs (the hook keeps the memory quota only); strict caps full-load throughput."""
-        cores = 100 if config.sharing == "mps" else cores
+        """Strict caps full-load throughput. Under MPS the hook keeps the claim's cores too: MPS's SM
+        percentage is the client's own environment, the hook's config is the daemon's (a ceiling;
+        review 2026-12-04 #5)."""
         capped = config.compute_mode == "strict" and cores < 100  # nothing to cap on a whole GPU
         mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if capped else None
         return dra.Quota(v.device.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz,

@@ -27,10 +27,14 @@
   prepare); ``off``, nothing (`mig.py`). GPUs with MIG off are shared by the hook in every mode.
 
 - ``mpsRoot`` (``/run/hami-core-gpu/mps``): where the MPS control daemons keep their pipe and log
-  directories and the record of their claims (`mps.py`); a host path that the claims' containers
-  can mount.
+  directories and the record of their claims (`mps.py`); a host path (the claims' containers get
+  its pipe dirs read-only).
 - ``mpsControl`` (``nvidia-cuda-mps-control``): the MPS control program (the fake backend's default
   is the fake of ``fake_mps/``).
+- ``mpsSharing`` (``namespace``): ``namespace``: a GPU's MPS server serves the claims of one
+  namespace; a claim of another is refused at prepare until they end (kubelet retries).
+  ``any``: the admin accepts MPS servers shared across namespaces (one fault domain, one client
+  uid at a time, and root in any of the containers can ``quit`` the server of all of them).
 
 Unknown keys and bad values stop the daemon at start with a message naming the key.
 """
@@ -65,18 +69,22 @@ class Settings:
     mig: str = "static"
     mps_root: Path = Path("/run/hami-core-gpu/mps")
     mps_control: str | None = None  # None: nvidia-cuda-mps-control (the fake's under --fake)
+    mps_sharing: str = "namespace"
     context_memory: int | None = None  # None: DEFAULT_CONTEXT_MEMORY on real GPUs, 0 on the fake
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
         known = {
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig", "mpsRoot", "mpsControl", "contextMemory",
+            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig", "mpsRoot", "mpsControl", "mpsSharing",
+            "contextMemory",
         }
         dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
         if "mig" in raw:
             out["mig"] = dra.settings.one_of("mig", raw["mig"], ("off", "static", "dynamic"))
+        if "mpsSharing" in raw:
+            out["mps_sharing"] = dra.settings.one_of("mpsSharing", raw["mpsSharing"], ("namespace", "any"))
         if "cdiMode" in raw:
             out["cdi_mode"] = dra.settings.one_of("cdiMode", raw["cdiMode"], CDI_MODES)
         if "toolkitCdiKind" in raw:

@@ -225,6 +225,7 @@ def test_an_mps_claim_carries_the_pipe_dir_and_both_limits(rig_for: Callable[...
         uuid = rig.slice_devices()[r["device"]]["attributes"]["uuid"]["string"]
         mounts = {m["containerPath"]: m["hostPath"] for m in (spec.get("containerEdits") or {}).get("mounts") or []}
         assert mounts["/run/nvidia-mps"] == f"{root}/{uuid}/pipe"
+        assert not [p for p, h in mounts.items() if h.startswith(root) and p != "/run/nvidia-mps"]  # no log dir
         log = Path(root) / uuid / "log" / "control.log"
         assert f"CUDA_VISIBLE_DEVICES={uuid}" in log.read_text()
         run_device(rig, ids, 0, 8 << 30)  # the hook still holds the claim's memory

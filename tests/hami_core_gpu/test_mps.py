@@ -52,8 +52,9 @@ class Node:
         return d
 
     def log(self, uuid: str) -> list[str]:
-        path = self.root / uuid / "log" / "control.log"
-        return path.read_text().splitlines() if path.exists() else []
+        """The control log, the previous daemon's (kept at a restart) first."""
+        paths = (self.root / uuid / "control.log.prev", self.root / uuid / "log" / "control.log")
+        return [ln for path in paths if path.exists() for ln in path.read_text().splitlines()]
 
 
 @pytest.fixture
@@ -73,19 +74,21 @@ def share(device: str, cores: int, memory: int, config: GpuConfig | None = MPS, 
     return AllocatedDevice("gpu", "node-a", device, sid, {"cores": cores, "memory": memory}, config=config)
 
 
-def test_an_mps_claim_gets_the_pipe_dir_and_both_limits(node: Node) -> None:
+def test_an_mps_claim_gets_the_pipe_dir_read_only_and_both_limits(node: Node) -> None:
     d = node.driver()
     uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-3"]
     prepared = d.prepare(claim(1), [share("hami-gpu-3", 30, 10 * GiB)])
     edits = d.claim_edits(claim(1), prepared)
     assert edits.env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia-mps"
+    assert "CUDA_MPS_LOG_DIRECTORY" not in edits.env  # no log dir in the container
     assert edits.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert edits.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
-    mounts = {m.container_path: m.host_path for m in edits.mounts}
-    assert mounts["/run/nvidia-mps"] == str(node.root / uuid / "pipe")
-    assert mounts["/var/log/nvidia-mps"] == str(node.root / uuid / "log")
-    (quota,) = d.enforcement(claim(1), prepared).quotas  # the hook keeps memory, MPS caps the SMs
-    assert (quota.uuid, quota.memory, quota.cores) == (uuid, 10 * GiB, 100)
+    mounts = {m.container_path: m for m in edits.mounts}
+    assert mounts["/run/nvidia-mps"].host_path == str(node.root / uuid / "pipe")
+    assert "ro" in mounts["/run/nvidia-mps"].options and "rw" not in mounts["/run/nvidia-mps"].options
+    assert not any(m.host_path.startswith(str(node.root)) for p, m in mounts.items() if p != "/run/nvidia-mps")
+    (quota,) = d.enforcement(claim(1), prepared).quotas  # the hook keeps memory and, as a ceiling, the cores
+    assert (quota.uuid, quota.memory, quota.cores) == (uuid, 10 * GiB, 30)
     starts = [ln for ln in node.log(uuid) if " start " in ln]
     assert len(starts) == 1 and f"CUDA_VISIBLE_DEVICES={uuid}" in starts[0]
 
@@ -124,7 +127,8 @@ def test_a_dead_daemon_is_restarted_and_the_gpu_unhealthy_meanwhile(node: Node) 
 
 @pytest.mark.parametrize("attack", ["quit", "socket-replaced-by-a-directory"])
 def test_a_tenant_that_stops_the_shared_daemon_gets_it_restarted(node: Node, attack: str) -> None:
-    """The pipe dir is mounted read-write into every MPS claim's containers of the GPU."""
+    """Root in a container can still send quit (the pipe is read-only, connect() needs no write); the
+    directory where the socket goes stands for anything left there (an earlier version's rw mount)."""
     d = node.driver()
     uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-4"]
     d.prepare(claim(1), [share("hami-gpu-4", 50, GiB)])
@@ -143,7 +147,7 @@ def test_a_tenant_that_stops_the_shared_daemon_gets_it_restarted(node: Node, att
     d.mps.check()
     assert [next(e.healthy for e in snap if e.device == "hami-gpu-4") for snap in node.health] == [False, None]
     assert d.mps.ask(uuid, "get_server_list") is not None
-    assert (node.root / uuid / "claims" / claim(1).uid).is_dir(), "the claim's record was lost"
+    assert (node.root / uuid / "claims" / claim(1).uid).read_text() == "default\n", "the claim's record was lost"
 
 
 def test_a_restarted_driver_adopts_the_running_daemon(node: Node) -> None:
@@ -193,3 +197,47 @@ def test_bad_sharing_configs_are_refused_naming_the_field(params: dict[str, obje
 def test_sharing_mps_decodes() -> None:
     got = decode_config(HamiCoreGpuDriver, {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": "mps"})
     assert got == MPS
+
+
+def test_server_pids_name_the_control_daemon_and_its_servers_for_the_watchdog(node: Node) -> None:
+    """Review 2026-12-04 #11: an MPS server is a GPU process of no claim; the watchdog learns it here
+    (the servers are the control daemon's children, as on the H200, so a new one is known at once)."""
+    d = node.driver()
+    uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-5"]
+    prepared = d.prepare(claim(1), [share("hami-gpu-5", 50, GiB)])
+    assert d.mps is not None
+    control = d.mps.status()[uuid].process
+    assert control is not None and d.mps.server_pids() == {control.pid}
+    assert d.mps.ask(uuid, "start_server -uid 0") is not None  # what a client's arrival does
+    (server,) = [int(w) for w in (d.mps.ask(uuid, "get_server_list") or "").split()]
+    assert d.mps.server_pids() == {control.pid, server}  # before any watcher round
+    d.mps.check()
+    assert d.mps.status()[uuid].servers == {server}
+    d.close()  # as after kill -9: the next daemon adopts the control daemon, its PID from its pid file
+    again = node.driver()
+    assert again.mps is not None and again.mps.server_pids() == {control.pid, server}
+    again.unprepare(claim(1), prepared)
+    assert again.mps.server_pids() == frozenset()
+
+
+def test_an_adopted_pid_file_naming_another_program_is_not_believed(node: Node) -> None:
+    d = node.driver()
+    uuid = {x.name: str(x.attributes["uuid"]) for x in d.devices()}["hami-gpu-6"]
+    d.prepare(claim(1), [share("hami-gpu-6", 50, GiB)])
+    assert d.mps is not None
+    d.close()
+    (node.root / uuid / "pipe" / "nvidia-cuda-mps-control.pid").write_text(f"{os.getpid()}\n")  # pytest's PID
+    again = node.driver()
+    assert again.mps is not None and os.getpid() not in again.mps.server_pids()
+
+
+@pytest.mark.parametrize(("value", "ok"), [("namespace", True), ("any", True), ("all", False), ("", False)])
+def test_mps_sharing_setting(value: str, ok: bool) -> None:
+    from drivers.hami_core_gpu.settings import Settings, SettingsError
+
+    if ok:
+        assert Settings.parse({"mpsSharing": value}).mps_sharing == value
+    else:
+        with pytest.raises(SettingsError, match="mpsSharing"):
+            Settings.parse({"mpsSharing": value})
+    assert Settings.parse({}).mps_sharing == "namespace"

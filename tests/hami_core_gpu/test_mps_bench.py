@@ -50,3 +50,24 @@ def test_a_killed_run_still_stops_the_daemon_and_writes_what_it_has(tmp_path: Pa
     assert proc.returncode != 0
     r = json.loads((out / "mps-results.json").read_text())
     assert r["mps"]["stopped"] is True and r["mps"]["control_log"].rstrip().endswith("quit")
+
+
+def test_mps_mounts_selftest_reports_the_read_only_pipe_and_who_may_quit(tmp_path: Path) -> None:
+    """bench/mps_mounts_h200.py on the fake control daemon (review 2026-12-04 #1, #11): the
+    orchestration and the JSON the H200 run writes; the fake's clients connect() through the
+    read-only view, nothing can be written there, and only root's quit is obeyed."""
+    from ci_gate import skip_or_fail
+
+    from dra.testing.runtime import runtime_unavailable
+
+    skip_or_fail(runtime_unavailable())
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "mps_mounts_h200.py"), "--cpu-selftest", "--out",
+                           str(out)], capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    r = json.loads((out / "mps-mounts.json").read_text())["ro-pipe"]
+    assert r["client uid 0"]["context"] and r["client uid 65534"]["context"]
+    for who in ("tenant root", "tenant uid 65534"):
+        assert all("refused" in line for line in r[who]["files"]), r[who]
+    assert "Not enough privilege" in r["quit by uid 65534 through the view"][1] and r["alive after 65534's quit"]
+    assert r["exited after root's quit"] and r["stopped"]
