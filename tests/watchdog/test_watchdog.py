@@ -142,9 +142,11 @@ def test_no_share_verdict_without_a_compute_limit_or_without_utilization(rig: Ri
         rig.now += 1
 
 
-def test_the_ledgers_quota_wins_over_the_allocation(rig: Rig) -> None:
+def test_the_hooks_settings_win_over_the_allocation(rig: Rig) -> None:
     """A claim whose config lifts its compute limit (computeLimit: false) is enforced at 100
-    cores by the hook although 20 were allocated: no over-share verdict for it."""
+    cores by the hook although 20 were allocated: no over-share verdict for it. The hook's
+    settings come from the daemon's record of the claim (what it wrote into the read-only config),
+    not from the ledger (review 2026-12-04 #3)."""
     c = rig.claim(cores=20, hook_cores=100)
     pid = rig.start(c, ["sleep", "300"])
     rig.on_gpu(pid, c.device, GiB, 90)
