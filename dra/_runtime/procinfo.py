@@ -157,10 +157,12 @@ def _dead(stat_path: str) -> bool:
     return not fields or fields[0] in (b"Z", b"X")
 
 
-def task_dir(proc: Path, pid: int) -> str:
+def task_dir(proc: Path, pid: int) -> str | None:
     """The directory to read `pid`'s mounts, memory map, root and cgroup from: ``/proc/<pid>``, or,
     when its thread-group leader has exited but a thread runs on, that thread's
-    ``/proc/<pid>/task/<tid>`` (the first of `TASKS_MAX` that is alive)."""
+    ``/proc/<pid>/task/<tid>``. None when no thread runs any more (the process has exited and its
+    device memory is freed). When none of the first `TASKS_MAX` threads is alive (zombie threads
+    that a tracer keeps), the leader's dir: its reads fail and the process is judged unreadable."""
     base = f"{proc}/{pid}"
     if not _dead(f"{base}/stat"):
         return base
@@ -168,12 +170,17 @@ def task_dir(proc: Path, pid: int) -> str:
         with os.scandir(f"{base}/task") as it:
             for n, entry in enumerate(it):
                 if n >= TASKS_MAX:
-                    break
+                    return base
                 if entry.name != str(pid) and entry.name.isdigit() and not _dead(f"{base}/task/{entry.name}/stat"):
                     return f"{base}/task/{entry.name}"
     except OSError:
-        pass
-    return base
+        return None
+    return None
+
+
+def exited(proc: Path, pid: int) -> bool:
+    """Whether no thread of `pid` runs any more (or it is gone)."""
+    return task_dir(proc, pid) is None
 
 
 def pod_of(cgroup_text: str) -> tuple[str | None, str | None]:
@@ -247,6 +254,8 @@ def hooks_fs(proc: Path, hooks_root: Path) -> HooksFs | None:
 def workload(proc: Path, pid: int, hooks: HooksFs) -> Workload | None:
     """The pod, container and claims of host process `pid`; None when it is gone."""
     base = task_dir(proc, pid)
+    if base is None:
+        return None
     pod: str | None = None
     container: str | None = None
     for where in dict.fromkeys((base, f"{proc}/{pid}")):
@@ -272,14 +281,15 @@ def workload(proc: Path, pid: int, hooks: HooksFs) -> Workload | None:
 
 def maps_file(maps_text: bytes, files: Collection[tuple[int, int]]) -> bool:
     """Whether /proc/<pid>/maps text shows an executable mapping of one of `files` ((st_dev, st_ino))."""
-    return _maps_lines(maps_text.splitlines(), files)
+    return _maps_lines(maps_text.splitlines(), files) is True
 
 
-def _maps_lines(text_lines: Iterable[bytes], files: Collection[tuple[int, int]]) -> bool:
-    if not files:
-        return False
+def _maps_lines(text_lines: Iterable[bytes], files: Collection[tuple[int, int]]) -> bool | None:
+    """True: mapped; False: not; None: no line at all (no memory map: the process is exiting)."""
     inodes = {str(ino).encode() for _dev, ino in files}
+    empty = True
     for line in text_lines:
+        empty = False
         fields = line.split(None, 5)
         if len(fields) < 5 or fields[4] not in inodes or b"x" not in fields[1]:
             continue
@@ -291,18 +301,22 @@ def _maps_lines(text_lines: Iterable[bytes], files: Collection[tuple[int, int]])
             continue
         if (dev, ino) in files:
             return True
-    return False
+    return None if empty else False
 
 
-MAPPED, ABSENT, UNREADABLE, OVERSIZED = "mapped", "absent", "unreadable", "oversized"
+MAPPED, ABSENT, UNREADABLE, OVERSIZED, EMPTY = "mapped", "absent", "unreadable", "oversized", "empty"
 
 
 def hook_mapping(proc: Path, pid: int, files: Collection[tuple[int, int]]) -> str:
     """Whether `pid` maps one of `files` executable: `MAPPED`, `ABSENT`, `UNREADABLE` (no ptrace
-    access, or gone) or `OVERSIZED` (no such mapping within `MAPS_MAX` bytes of maps)."""
+    access, or gone), `OVERSIZED` (no such mapping within `MAPS_MAX` bytes of maps) or `EMPTY` (no
+    memory map at all: it is exiting, its memory map released before its device files)."""
+    base = task_dir(proc, pid)
+    if base is None:
+        return UNREADABLE
     try:
-        with contextlib.closing(lines(f"{task_dir(proc, pid)}/maps", MAPS_MAX)) as it:
-            return MAPPED if _maps_lines(it, files) else ABSENT
+        with contextlib.closing(lines(f"{base}/maps", MAPS_MAX)) as it:
+            return {True: MAPPED, False: ABSENT, None: EMPTY}[_maps_lines(it, files)]
     except Overflow:
         return OVERSIZED
     except OSError:
@@ -332,9 +346,12 @@ def file_in_root(proc: Path, pid: int, path: str) -> tuple[int, int] | None:
     parts = [p for p in path.split("/") if p]
     if not parts or any(p in (".", "..") for p in parts):
         return None
+    base = task_dir(proc, pid)
+    if base is None:
+        return None
     fds: list[int] = []
     try:
-        fds.append(os.open(f"{task_dir(proc, pid)}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        fds.append(os.open(f"{base}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
         for i, part in enumerate(parts):
             flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if i < len(parts) - 1 else 0)
             fds.append(os.open(part, flags, dir_fd=fds[-1]))

@@ -420,6 +420,8 @@ class Watchdog:
             if start is None:
                 invisible += 1  # exited since the device listed it, or not in our PID namespace
                 continue
+            if procinfo.exited(proc_root, p.pid):
+                continue  # a zombie whose threads are all gone: its device memory is freed
             key = (p.pid, start)
             old = self._procs.get(key)
             s: Seen | None
@@ -478,6 +480,8 @@ class Watchdog:
         proc = self.settings.proc
         if self.maps:
             mapping = procinfo.hook_mapping(proc, s.proc.pid, claim.hook)
+            if mapping == procinfo.EMPTY:
+                return s  # exiting (no memory map left): as it was; its memory still counts in the claim
             if mapping != procinfo.MAPPED:
                 why = {procinfo.ABSENT: "without the claim's hook loaded",
                        procinfo.UNREADABLE: "with its memory map unreadable to the watchdog",
