@@ -224,6 +224,22 @@ class Rig:
             time.sleep(0.01)
         raise AssertionError(f"{argv} did not start in 10 s")
 
+    def start_hooked(self, claim: Claim) -> int:
+        """The hook's stub CUDA workload in the claim (its first CUDA call made): held by maps, and
+        registered in the claim's ledger (what a daemon without maps sees)."""
+        import hookcore
+
+        assert self.driver.fake is not None
+        env = {"LD_LIBRARY_PATH": str(hookcore.stub_dir()), **self.driver.fake.container_env([claim.gpu_uuid])}
+        workload = hookcore.stub_dir().parent / "workload" / "cuda_workload"
+        pid = self.start(claim, [str(workload), "--hold", "300"], env=env)
+        ledger = self.state / "hooks" / claim.uid / "ledger"
+        deadline = time.monotonic() + 20
+        while not any(p.state == "live" for p in hookcore.read_ledger(ledger).processes):
+            assert time.monotonic() < deadline and self.alive(pid), "the hook never registered the workload"
+            time.sleep(0.05)
+        return pid
+
     def on_gpu(self, pid: int, device: str, memory: int, utilization: int | None = None) -> None:
         """The stub NVML lists `pid` on `device` from now on."""
         _, index = self.gpu(device)
