@@ -298,3 +298,24 @@ def test_over_share_kill_takes_the_busiest_and_over_quota_taint_marks_the_device
     assert next(c for c in rig.children if c.pid == busy).wait(timeout=10) != 0 and rig.alive(calm)
     assert wd.taints("hami-gpu-4") == (Taint("hami-core-gpu.project-hami.io/watchdog", "over-quota", "NoSchedule"),)
     assert rig.alive(fat)
+
+
+def test_a_claims_action_is_the_strongest_of_its_devices_configs(tmp_path: Path) -> None:
+    """review 2026-12-04 #10 (L3): report < taint < kill across the claim's devices, whichever
+    request's config comes last (on 0cee347 the last one won)."""
+    from dra._runtime.checkpoint import PREPARED, ClaimRecord, DeviceRecord
+    from dra._runtime.watchdog import claim_view
+
+    def action(*configured: str | None) -> str | None:
+        devices = tuple(DeviceRecord("d.example.com", f"r{i}", "pool", f"gpu-{i}",
+                                     config={"watchdogAction": a} if a else {}) for i, a in enumerate(configured))
+        rec = ClaimRecord("5f0e8d0e-0000-4000-8000-00000000d001", "ns", "c", PREPARED, "boot", devices=devices)
+        view = claim_view(rec, "d.example.com", tmp_path)
+        assert view is not None
+        return view.action
+
+    assert action("kill", "report") == action("report", "kill") == "kill"
+    assert action("report", "taint") == action("taint", "report") == "taint"
+    assert action("taint", "kill", "report") == "kill"
+    assert action(None, "report") == "report" and action(None, None) is None
+    assert action("explode", "report") == "report"  # not an action: ignored
