@@ -246,9 +246,11 @@ def test_a_claim_prepared_after_the_records_were_read_is_found(rig: Rig, static_
     assert [(v.kind, v.pid, v.claim.uid if v.claim else None) for v in got] == [("unheld", static, c.uid)]
 
 
-def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper: Path) -> None:
-    """The chart gives the daemon no CAP_SYS_PTRACE: then a process is held when the hook registered
-    it in the claim's ledger (stub CUDA under the hook), and unheld after two polls without."""
+def test_without_maps_a_ledger_slot_only_spares_the_unheld_verdict(rig: Rig, static_sleeper: Path) -> None:
+    """A daemon without CAP_SYS_PTRACE: nothing proves a process held. One the hook registered in the
+    claim's ledger (stub CUDA under the hook) is "registered (unverified)": no unheld verdict, held
+    stays unknown (review 2026-12-04 #3: the slot is the tenant's word); one with no slot is unheld
+    after two polls."""
     import hookcore
 
     c = rig.claim(memory=4 * GiB)
@@ -276,6 +278,8 @@ def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper
     assert [(v.kind, v.pid) for v in got] == [("unheld", static)]
     rig.now += 1
     assert wd.poll() == []
+    registered = next(s for s in wd._procs.values() if s.proc.pid == held)
+    assert registered.registered and registered.held is None
 
 
 def test_over_share_kill_takes_the_busiest_and_over_quota_taint_marks_the_device(rig: Rig) -> None:
