@@ -221,6 +221,10 @@ class DeviceProcess:
     """Bytes of device memory the process holds, its context included."""
     utilization: float | None = None
     """Percent of the device's compute the process used since the last poll; None: not reported."""
+    system: str | None = None
+    """A process the driver itself runs on the device (e.g. ``"mps-server"``): not a tenant's. The
+    watchdog neither judges it nor counts it in a claim. Set only from what the driver knows it
+    started (its own PIDs), never from anything a process can say about itself."""
 
 
 # --- enforcement: how a share is held to its quota -----------------------------------------------

@@ -15,14 +15,41 @@ claim from /proc (`dra._runtime.procinfo`), and gives three verdicts:
   percentage points, averaged over `share_window` seconds (only where the driver reports
   per-process utilization; never for a claim without a compute limit).
 
+Evidence (nothing a tenant can write is trusted: the daemon runs with more privilege than the
+processes it judges):
+
+- **Quotas** are the daemon's own: the allocation (the checkpoint record's consumed capacity) and
+  the hook settings the daemon wrote for the claim (the record's copy of the claim's read-only
+  ``config``), never the claim's ledger, which every process of the claim can write.
+- **Claim membership** is by file identity (`procinfo.HooksFs`): a file mount of exactly the
+  daemon's ``hooks/<uid>/config`` or ``ledger``; a directory, or a file elsewhere named like it,
+  never counts.
+- **Held** needs the kernel's word: the claim's hook library mapped executable in the process's
+  ``/proc/<pid>/maps`` (CAP_SYS_PTRACE, which the chart grants while the watchdog is on). Where
+  the daemon may read maps, that is the only evidence; where its root is also readable, the
+  ``ledger`` the process sees must be the claim's file (same device and inode), else it is
+  unheld. Without CAP_SYS_PTRACE nothing proves a process held: a live slot in the claim's ledger
+  (its ``NStgid`` and start time) is recorded as *registered (unverified)*; it spares the process
+  the ``unheld`` verdict (which a process without a slot gets after two polls) and nothing more:
+  memory is judged from the device's per-process numbers against the daemon's quota as for any
+  process, and the kill takes a process not proven held first.
+- **A process the watchdog cannot read** in full (its mountinfo unreadable or past its bound, its
+  maps unreadable or past theirs) is judged unheld, never skipped; one whose mounts cannot be read
+  counts in the claim its pod's other processes on that device are in (the pod from its cgroup,
+  which a container cannot leave). A process whose thread-group leader exited is read through a
+  live thread (`procinfo.task_dir`).
+- **The driver's own processes** on a device (`DeviceProcess.system`, e.g. an MPS server) are
+  neither judged nor counted in a claim. Only the driver sets that field; nothing read from
+  /proc does.
+
 Each verdict is a Warning Event on the pod (the Node for a host process), one structured log
 line and metrics; it fires once when its condition starts and again only after it has cleared.
-The action (the claim's config ``watchdogAction``, else the daemon's ``--watchdog``):
-``report`` (nothing more), ``kill`` (SIGKILL one offending process through a pidfd, after
-re-checking that it is the same process and still in a claim of this driver: a process in no
-claim of this driver is never killed), ``taint`` (a NoSchedule taint on the device until the claim
-ends, or the process exits when it is in no claim). Every action is logged with the process, pod
-and reason.
+The action (the strongest ``watchdogAction`` of the claim's devices' configs, else the daemon's
+``--watchdog``): ``report`` (nothing more), ``kill`` (SIGKILL one offending process through a
+pidfd, after re-checking that it is the same process and still in a claim of this driver: a
+process in no claim of this driver is never killed), ``taint`` (a NoSchedule taint on the device
+until the claim ends, or the process exits when it is in no claim). Every action is logged with
+the process, pod and reason.
 """
 
 from __future__ import annotations
@@ -35,6 +62,7 @@ import logging
 import os
 import queue
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,6 +81,9 @@ ACTIONS = ("report", "kill", "taint")
 VERDICTS = ("unheld", "over-quota", "over-share")
 REASONS = {"unheld": "ProcessUnheld", "over-quota": "MemoryOverQuota", "over-share": "ComputeOverShare"}
 CONFIG_KEY = "watchdogAction"
+ACTION_RANK = {"report": 0, "taint": 1, "kill": 2}  # a claim's devices' configs: the strongest wins
+WARNED_MAX = 4096
+LEDGER_TIMEOUT = 0.25  # seconds one ledger read may take (hookcore.read_ledger gives up then)
 RECORDS_MAX_AGE = 5.0
 GiB = 1 << 30
 
@@ -69,8 +100,9 @@ class WatchdogSettings:
     share_tolerance: float = 10.0
     proc: Path = Path("/proc")
     maps: bool = True
-    """Also read /proc/<pid>/maps (needs CAP_SYS_PTRACE; turned off by itself when refused):
-    without it a process is held only when the hook registered it in the claim's ledger."""
+    """Read /proc/<pid>/maps for the evidence that a process is held (used only when the daemon has
+    CAP_SYS_PTRACE): without it no process is proven held, and a ledger slot only makes one
+    "registered (unverified)"."""
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -92,7 +124,9 @@ class ClaimView:
     memory: Mapping[str, int | None]  # per device name: the quota in bytes (None: none)
     cores: Mapping[str, int]  # per device name: percent (100: no compute limit)
     hook: frozenset[tuple[int, int]]  # (st_dev, st_ino) of its hook library; empty: not enforced
-    action: str | None = None  # the claim's config's watchdogAction
+    action: str | None = None  # the strongest watchdogAction of its devices' configs
+    ledger: tuple[int, int] | None = None  # (st_dev, st_ino) of its hooks/<uid>/ledger
+    config_dir: str | None = None  # where its containers see config and ledger (/run/hookcore/<stem>)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +138,13 @@ class Seen:
     pod_uid: str | None
     container_id: str | None
     claim: ClaimView | None
-    held: bool | None  # None: not decided yet, or the claim is not enforced
-    misses: int = 0  # polls in which neither the ledger nor maps showed the hook
+    held: bool | None
+    """True: the hook is mapped (the kernel's word). False: unheld. None: not decided yet, only
+    registered in the ledger (unverified), or the claim is not enforced."""
+    misses: int = 0  # polls in which the ledger had no slot of it (no maps)
+    registered: bool = False  # a live slot of the claim's ledger names it: the tenant's word, no authority
+    why: str = ""  # what made it unheld, for the message
+    readable: bool = True  # its mountinfo was read in full
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,48 +169,66 @@ class EventSink(Protocol):
 
 
 def claim_view(record: ClaimRecord, driver: str, hooks_root: Path) -> ClaimView | None:
-    """The claim as the watchdog sees it, from its checkpoint record and ledger; None when it has
-    no device of `driver` or is not prepared."""
+    """The claim as the watchdog sees it, from its checkpoint record (the daemon's own, never the
+    claim's ledger); None when it has no device of `driver` or is not prepared."""
     devices = [d for d in record.devices if d.driver == driver]
     if record.phase != PREPARED or not devices:
         return None
     memory: dict[str, int | None] = {}
     cores: dict[str, int] = {}
-    action = None
+    action: str | None = None
     for d in devices:
         memory[d.device] = (memory.get(d.device) or 0) + int(d.consumed_capacity.get("memory", 0)) or None
         cores[d.device] = min(100, cores.get(d.device, 0) + int(d.consumed_capacity.get("cores", 100)))
         configured = (d.config or {}).get(CONFIG_KEY)
-        if configured in ACTIONS:
+        if configured in ACTION_RANK and (action is None or ACTION_RANK[configured] > ACTION_RANK[action]):
             action = configured
     hook: frozenset[tuple[int, int]] = frozenset()
+    ledger = None
+    config_dir = None
     enforcement = record.enforcement or {}
     if enforcement.get("set") and enforcement.get("stem"):
         found = procinfo.file_id(Path(str(enforcement["set"])) / f"lib{enforcement['stem']}.so")
         hook = frozenset([found]) if found else frozenset()
-        _ledger_quotas(hooks_root / record.uid / "ledger", record, devices, memory, cores)
-    return ClaimView(record.uid, record.namespace, record.name, frozenset(memory), memory, cores, hook, action)
+        _hook_quotas(record, devices, enforcement, memory, cores)
+        ledger = _regular_file(hooks_root / record.uid / "ledger")
+        config_dir = str(enforcement.get("configDir") or "") or None
+    return ClaimView(record.uid, record.namespace, record.name, frozenset(memory), memory, cores, hook, action,
+                     ledger, config_dir)
 
 
-def _ledger_quotas(path: Path, record: ClaimRecord, devices: Sequence[Any], memory: dict[str, int | None],
-                   cores: dict[str, int]) -> None:
-    """The quotas the hook enforces (the ledger's), which win over the allocation's: a claim whose
-    config lifts its compute limit has cores 100 there."""
+def _hook_quotas(record: ClaimRecord, devices: Sequence[Any], enforcement: Mapping[str, Any],
+                 memory: dict[str, int | None], cores: dict[str, int]) -> None:
+    """The quotas the hook enforces, which win over the allocation's (a claim whose config lifts
+    its compute limit has cores 100 there): the settings the daemon wrote into the claim's
+    read-only ``config``, parsed from the daemon's own record by the hook's parser."""
+    settings = enforcement.get("settings")
     uuids = {str(d.state.get("uuid")): d.device for d in devices if d.state.get("uuid")}
-    if not uuids or not path.exists():
+    if not uuids or not isinstance(settings, Mapping):
         return
     import hookcore
 
     try:
-        with hookcore.Ledger(path) as ledger:
-            for dev in ledger.devices():
-                name = uuids.get(dev.uuid or "")
-                if name is not None:
-                    memory[name] = dev.memory_limit
-                    cores[name] = int(dev.sm_limit)
-    except (OSError, ValueError) as exc:
-        log.warning("claim ledger unreadable; the allocation's quotas are used",
-                    extra={"claim": record.uid, "path": str(path), "error": str(exc)})
+        config = hookcore.parse_config({str(k): str(v) for k, v in settings.items()},
+                                       stem=str(enforcement["stem"]))
+    except ValueError as exc:
+        log.warning("claim hook settings unreadable in its record; the allocation's quotas are used",
+                    extra={"claim": record.uid, "error": str(exc)})
+        return
+    for dev in config.configured():
+        name = uuids.get(dev.uuid or "")
+        if name is not None:
+            memory[name] = dev.memory_limit
+            cores[name] = int(dev.sm_limit)
+
+
+def _regular_file(path: Path) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of `path` when it is a regular file (not followed); None otherwise."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 class Watchdog:
@@ -202,18 +259,30 @@ class Watchdog:
         self._taints: dict[str, dict[tuple[str, Any], Taint]] = {}  # device -> (claim uid or pid key) -> taint
         self._warned: set[str] = set()
         self._seen_devices: set[str] = set()
+        self._system: Sequence[DeviceProcess] = ()
         self._slots: dict[str, set[tuple[int, int]]] = {}
         self._blind = 0
-        self._maps = self.settings.maps
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.polls = 0
-        try:
-            self._hooks_dev = os.stat(self.hooks_root).st_dev
-        except OSError:
-            self.hooks_root.mkdir(parents=True, exist_ok=True)
-            self._hooks_dev = os.stat(self.hooks_root).st_dev
+        self.hooks_root.mkdir(parents=True, exist_ok=True)
+        hooks_fs = procinfo.hooks_fs(self.settings.proc, self.hooks_root)
+        if hooks_fs is None:  # no mountinfo of its own: the path as this process sees it
+            st = os.stat(self.hooks_root)
+            hooks_fs = procinfo.HooksFs(f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}",
+                                        os.path.realpath(self.hooks_root))
+            log.warning("the watchdog cannot read its own mountinfo: claims are recognised by the hooks root's "
+                        "path as this process sees it", extra={"hooks_root": str(self.hooks_root)})
+        self.hooks_fs = hooks_fs
+        self.maps = self.settings.maps and procinfo.capable(self.settings.proc, procinfo.CAP_SYS_PTRACE)
+        """Held is proven by maps (the daemon has CAP_SYS_PTRACE); else nothing proves it."""
+        if not self.maps:
+            log.warning("the watchdog does not read processes' maps (no CAP_SYS_PTRACE, or maps off): no process "
+                        "is proven to hold its claim's hook; a ledger slot, which the claim's own processes can "
+                        "write, marks one registered (unverified) and gives it no authority: memory is judged "
+                        "from the device's per-process numbers, and a process without a slot is unheld",
+                        extra={"maps_setting": self.settings.maps})
         d = driver.name
         self.m_verdicts = Counter("dra_watchdog_verdicts", "Watchdog verdicts given.", ["driver", "verdict"], registry=registry)
         self.m_actions = Counter("dra_watchdog_actions", "Watchdog actions taken.", ["driver", "action", "result"],
@@ -222,6 +291,9 @@ class Watchdog:
                               ["driver", "device"], registry=registry)
         self.m_processes = Gauge("dra_device_processes", "Processes on the device.", ["driver", "device"],
                                  registry=registry)
+        self.m_unverified = Gauge("dra_device_processes_unverified",
+                                  "Processes on the device only their claim's ledger says are held (no maps).",
+                                  ["driver", "device"], registry=registry)
         self.m_over_quota = Gauge("dra_claim_memory_over_quota_bytes",
                                   "Device memory of the claim beyond its quota plus the context tolerance.",
                                   ["driver", "namespace", "claim", "claim_uid", "device"], registry=registry)
@@ -286,7 +358,9 @@ class Watchdog:
                 return []
             claims = self._refresh_claims()
             self._slots = {}
-            seen = self._identify(procs, claims)
+            system = [p for p in procs if p.system]
+            seen = self._identify([p for p in procs if not p.system], claims)
+            self._note_system(system)
             now = self._clock()
             verdicts = self._judge(seen, now)
             taints_changed = self._expire_taints(claims, seen)
@@ -346,13 +420,15 @@ class Watchdog:
             if start is None:
                 invisible += 1  # exited since the device listed it, or not in our PID namespace
                 continue
+            if procinfo.exited(proc_root, p.pid):
+                continue  # a zombie whose threads are all gone: its device memory is freed
             key = (p.pid, start)
             old = self._procs.get(key)
             s: Seen | None
-            if old is not None and (old.claim is None or old.claim.uid in claims):
+            if old is not None and old.readable and (old.claim is None or old.claim.uid in claims):
                 s = dataclasses.replace(old, proc=p, claim=claims.get(old.claim.uid) if old.claim else None)
-                if s.held is None and s.claim is not None and s.claim.hook:
-                    s = self._check_held(s)
+                if s.claim is not None and s.claim.hook:
+                    s = self._check_held(s)  # every poll: an exec keeps the PID and start time
             else:
                 s = self._who(p, start, claims)
             if s is None:
@@ -365,42 +441,69 @@ class Watchdog:
             self._warn_once("blind", "the device lists processes this daemon cannot see in /proc: it needs the "
                             "host PID namespace (the chart's hostPID, on while the watchdog is)",
                             pids=[p.pid for p in procs][:8])
-        return seen
+        return self._by_pod(seen)
+
+    def _by_pod(self, seen: list[Seen]) -> list[Seen]:
+        """A process whose mounts could not be read counts in the claim its pod's other processes
+        on that device are in (the pod from its cgroup, which a container cannot leave)."""
+        known: dict[tuple[str, str], ClaimView] = {}
+        for s in sorted(seen, key=lambda s: s.claim.uid if s.claim else ""):
+            if s.readable and s.claim is not None and s.pod_uid and s.proc.device in s.claim.devices:
+                known.setdefault((s.pod_uid, s.proc.device), s.claim)
+        return [dataclasses.replace(s, claim=known.get((s.pod_uid, s.proc.device)))
+                if not s.readable and s.claim is None and s.pod_uid else s for s in seen]
 
     def _who(self, p: DeviceProcess, start: int, claims: Mapping[str, ClaimView]) -> Seen | None:
-        w = procinfo.workload(self.settings.proc, p.pid, self._hooks_dev)
+        w = procinfo.workload(self.settings.proc, p.pid, self.hooks_fs)
         if w is None:
-            self._warn_once("unreadable", "a device process's /proc entries are unreadable: the daemon needs the "
-                            "host PID namespace (the chart's hostPID, on while the watchdog is)", pid=p.pid)
-            return None
+            return None  # exited meanwhile
         if any(u not in claims and (self.hooks_root / u).is_dir() for u in w.claims):
             claims = self._refresh_claims(force=True)  # a claim prepared since the records were read
         mine = [claims[u] for u in sorted(w.claims) if u in claims]
         claim = next((c for c in mine if p.device in c.devices), mine[0] if mine else None)
+        if not w.complete:
+            self._warn_once(f"unreadable-{p.pid}-{start}", "a device process's mounts cannot be read in full "
+                            "(unreadable, or past the watchdog's bound): judged unheld", pid=p.pid)
+            return Seen(p, start, w.pod_uid, w.container_id, claim, False,
+                        why="its mounts could not be read in full", readable=False)
         s = Seen(p, start, w.pod_uid, w.container_id, claim, False if claim is None else None)
         return self._check_held(s) if claim is not None and claim.hook else s
 
     def _check_held(self, s: Seen) -> Seen:
-        """Held: registered in the claim's ledger, or (where readable) its hook mapped. Neither
-        in two polls running is unheld: a hook registers a process at its first CUDA call, which
-        can be a moment after the device lists it."""
-        assert s.claim is not None
-        if self._in_ledger(s.claim, s.proc.pid, s.start):
-            return dataclasses.replace(s, held=True)
-        if self._maps:
-            mapped = procinfo.loaded(self.settings.proc, s.proc.pid, s.claim.hook)
-            if mapped is None:
-                self._maps = False
-                log.info("the watchdog cannot read processes' maps (no CAP_SYS_PTRACE): the claims' ledgers alone "
-                         "say which processes the hook holds", extra={"pid": s.proc.pid})
-            elif mapped:
-                return dataclasses.replace(s, held=True)
+        """Held only with the kernel's word: the claim's hook mapped executable (maps), and where
+        the process's root is readable, its ledger the claim's own file. Without maps, a live
+        ledger slot makes it registered (unverified, held stays None); no slot in two polls
+        running is unheld (a hook registers a process at its first CUDA call, which can be a moment
+        after the device lists it)."""
+        claim = s.claim
+        assert claim is not None
+        proc = self.settings.proc
+        if self.maps:
+            mapping = procinfo.hook_mapping(proc, s.proc.pid, claim.hook)
+            if mapping == procinfo.EMPTY:
+                return s  # exiting (no memory map left): as it was; its memory still counts in the claim
+            if mapping != procinfo.MAPPED:
+                why = {procinfo.ABSENT: "without the claim's hook loaded",
+                       procinfo.UNREADABLE: "with its memory map unreadable to the watchdog",
+                       procinfo.OVERSIZED: "with a memory map past the watchdog's bound"}[mapping]
+                return dataclasses.replace(s, held=False, why=why, registered=False)
+            if claim.ledger is not None and claim.config_dir:
+                seen_ledger = procinfo.file_in_root(proc, s.proc.pid, f"{claim.config_dir}/ledger")
+                if seen_ledger is not None and seen_ledger != claim.ledger:
+                    return dataclasses.replace(s, held=False, registered=False,
+                                               why="with another file than its claim's ledger at the ledger's path")
+            return dataclasses.replace(s, held=True, why="", registered=False)
+        if self._in_ledger(claim, s.proc.pid, s.start):
+            return dataclasses.replace(s, held=None, registered=True, misses=0, why="")
         misses = s.misses + 1
-        return dataclasses.replace(s, held=False if misses >= 2 or self._maps else None, misses=misses)
+        return dataclasses.replace(s, held=False if misses >= 2 else None, registered=False, misses=misses,
+                                   why="without the claim's hook loaded (no slot in its claim's ledger)")
 
     def _in_ledger(self, claim: ClaimView, pid: int, start: int) -> bool:
         """Whether the claim's ledger has a live slot of this process (its namespace PID and start
-        time). The ledger is read at most once per poll per claim."""
+        time): the tenant's word, for the record only. The ledger is read at most once per poll
+        per claim, into private memory with a deadline (`hookcore.read_ledger`: never mapped, so a
+        tenant truncating it cannot fault the daemon)."""
         slots = self._slots.get(claim.uid)
         if slots is None:
             slots = set()
@@ -408,13 +511,20 @@ class Watchdog:
             try:
                 import hookcore
 
-                with hookcore.Ledger(path) as ledger:
-                    slots = {(p.pid, p.start_time) for p in ledger.processes() if p.state == "live"}
+                snap = hookcore.read_ledger(path, timeout=LEDGER_TIMEOUT)
+                slots = {(p.pid, p.start_time) for p in snap.processes if p.state == "live"}
             except (OSError, ValueError) as exc:
                 self._warn_once(f"ledger-{claim.uid}", "claim ledger unreadable", claim=claim.uid, error=str(exc))
             self._slots[claim.uid] = slots
-        ns = procinfo.ns_pid(self.settings.proc, pid)
+        ns = procinfo.ns_tgid(self.settings.proc, pid)
         return ns is not None and (ns, start) in slots
+
+    def _note_system(self, procs: Sequence[DeviceProcess]) -> None:
+        """The driver's own processes (an MPS server): logged once each, never judged."""
+        for p in procs:
+            self._warn_once(f"system-{p.pid}", "a process the driver runs itself is on a device: not judged",
+                            level=logging.INFO, pid=p.pid, device=p.device, system=p.system)
+        self._system = procs
 
     def _judge(self, seen: Sequence[Seen], now: float) -> list[Verdict]:
         d = self.driver.name
@@ -428,18 +538,23 @@ class Watchdog:
             active[key] = v
 
         unheld: dict[str, int] = collections.Counter()
+        unverified: dict[str, int] = collections.Counter()
         per_claim: dict[tuple[str, str], list[Seen]] = collections.defaultdict(list)
         for s in seen:
             if s.claim is not None:
                 per_claim[(s.claim.uid, s.proc.device)].append(s)
+            if s.registered:
+                unverified[s.proc.device] += 1
             if s.held is False:
                 unheld[s.proc.device] += 1
                 verdict(("unheld", s.proc.pid, s.start), functools.partial(self._unheld, s))
-        devices = {s.proc.device for s in seen} | set(self._seen_devices)
+        devices = {s.proc.device for s in seen} | {p.device for p in self._system} | set(self._seen_devices)
         self._seen_devices = devices
         for dev in devices:
             self.m_unheld.labels(d, dev).set(unheld.get(dev, 0))
-            self.m_processes.labels(d, dev).set(sum(1 for s in seen if s.proc.device == dev))
+            self.m_unverified.labels(d, dev).set(unverified.get(dev, 0))
+            self.m_processes.labels(d, dev).set(sum(1 for s in seen if s.proc.device == dev)
+                                                + sum(1 for p in self._system if p.device == dev))
         for (uid, dev), group in per_claim.items():
             claim = group[0].claim
             assert claim is not None
@@ -480,10 +595,11 @@ class Watchdog:
                    f"{self.driver.name}'s claims ({where}): nothing limits it. Give the pod a claim of "
                    f"this driver, or stop giving it the device another way")
         else:
+            why = s.why or "without the claim's hook loaded"
             msg = (f"process {p.pid} of claim {s.claim.namespace}/{s.claim.name} on device {p.device} holds "
-                   f"{_mib(p.memory)} MiB without the claim's hook loaded (a static binary, another loader, or "
-                   "a cleared preload): its quota is not enforced. Run it dynamically linked with the preload "
-                   "the claim's containers get")
+                   f"{_mib(p.memory)} MiB {why} (a static binary, another "
+                   "loader, a cleared preload, or a process the watchdog cannot read): its quota is not enforced. "
+                   "Run it dynamically linked with the preload the claim's containers get")
         return Verdict("unheld", p.device, msg, s.claim, p.pid, s.pod_uid, s.container_id,
                        (s.pod_uid,) if s.pod_uid else (), float(p.memory), self._action(s.claim))
 
@@ -541,10 +657,14 @@ class Watchdog:
             self.m_actions.labels(d, "kill", "failed").inc()
             return f"not killed: process {v.pid}: {exc.strerror}"
         try:
-            # The pidfd pins the process: re-check it is the one judged and still in the claim.
-            w = procinfo.workload(self.settings.proc, target.proc.pid, self._hooks_dev)
-            if (procinfo.start_time(self.settings.proc, target.proc.pid) != target.start or w is None
-                    or target.claim.uid not in w.claims):
+            # The pidfd pins the process: re-check it is the one judged and still in the claim (one
+            # whose mounts cannot be read: still in the pod that put it there).
+            w = procinfo.workload(self.settings.proc, target.proc.pid, self.hooks_fs)
+            if w is not None and target.readable:
+                member = target.claim.uid in w.claims
+            else:
+                member = w is not None and w.pod_uid is not None and w.pod_uid == target.pod_uid
+            if procinfo.start_time(self.settings.proc, target.proc.pid) != target.start or not member:
                 self.m_actions.labels(d, "kill", "refused").inc()
                 return f"not killed: process {v.pid} exited or left the claim before the kill"
             signal.pidfd_send_signal(fd, signal.SIGKILL)
@@ -587,10 +707,12 @@ class Watchdog:
         except Exception:
             log.exception("watchdog event not queued")
 
-    def _warn_once(self, key: str, message: str, **extra: Any) -> None:
+    def _warn_once(self, key: str, message: str, level: int = logging.WARNING, **extra: Any) -> None:
         if key not in self._warned:
+            if len(self._warned) >= WARNED_MAX:  # keys per process: forget them all now and then
+                self._warned.clear()
             self._warned.add(key)
-            log.warning(message, extra=extra)
+            log.log(level, message, extra=extra)
 
 
 def _mib(n: float) -> int:

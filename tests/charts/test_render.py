@@ -157,10 +157,12 @@ def test_the_gpu_daemon_runs_without_privileges_or_capabilities(helm: Tool) -> N
         assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
         assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "hostNetwork" not in spec and "hostPID" not in spec
-    # The watchdog (on by default) adds the host PID namespace and CAP_KILL to the daemon alone.
+    # The watchdog (on by default) adds the host PID namespace, CAP_KILL and CAP_SYS_PTRACE (maps: the
+    # proof of a held process a tenant cannot forge, review 2026-12-04 #3) to the daemon alone.
     watched = pod_spec(render(helm, "hami-core-gpu"))
     assert watched["hostPID"] is True and "--watchdog=report" in container(watched, "daemon")["args"]
-    assert container(watched, "daemon")["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL"]}
+    assert container(watched, "daemon")["securityContext"]["capabilities"] == {
+        "drop": ["ALL"], "add": ["KILL", "SYS_PTRACE"]}
     assert all(c["securityContext"]["capabilities"] == {"drop": ["ALL"]} for c in watched.get("initContainers", []))
     privileged = pod_spec(render(helm, "hami-core-gpu", values={"kubeletPlugin.privileged": True}))
     assert container(privileged, "daemon")["securityContext"]["privileged"] is True

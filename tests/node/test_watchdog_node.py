@@ -7,7 +7,6 @@ given more memory than its hook charged gets MemoryOverQuota.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import time
@@ -91,14 +90,14 @@ def running(api: client.ApiClient, ns: str, name: str) -> tuple[str, str, int]:
     return str(pod.metadata.uid), str(claim.metadata.uid), int(device.rsplit("-", 1)[1])
 
 
-def host_pid(pod_uid: str, claim_uid: str, hooks_dev: int) -> int:
+def host_pid(pod_uid: str, claim_uid: str, hooks: procinfo.HooksFs) -> int:
     """The host PID of the pod's container process: in the pod's cgroup and the claim's mounts
     (the pod's sandbox is in the cgroup but not the mounts)."""
     def find() -> int | None:
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
-            w = procinfo.workload(Path("/proc"), int(entry.name), hooks_dev)
+            w = procinfo.workload(Path("/proc"), int(entry.name), hooks)
             if w is not None and w.pod_uid == pod_uid and claim_uid in w.claims:
                 return int(entry.name)
         return None
@@ -123,9 +122,10 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
     run(api_client, namespace, "static", node, PAUSE_IMAGE)  # statically linked: no preload reaches it
     held_pod, held_claim, held_gpu = running(api_client, namespace, "held")
     static_pod, static_claim, static_gpu = running(api_client, namespace, "static")
-    hooks_dev = os.stat(watched["daemon"].state_dir / "hooks").st_dev
-    held_pid = host_pid(held_pod, held_claim, hooks_dev)
-    static_pid = host_pid(static_pod, static_claim, hooks_dev)
+    hooks = procinfo.hooks_fs(Path("/proc"), watched["daemon"].state_dir / "hooks")
+    assert hooks is not None
+    held_pid = host_pid(held_pod, held_claim, hooks)
+    static_pid = host_pid(static_pod, static_claim, hooks)
 
     lines = [f"{held_gpu} {held_pid} {GiB}", f"{static_gpu} {static_pid} {GiB}"]
     watched["procs"].write_text("".join(x + "\n" for x in lines))
@@ -137,13 +137,13 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
     assert f"process {static_pid}" in got[0].message and got[0].type == "Warning"
     assert got[0].involved_object.uid == static_pod
     assert events(api_client, namespace, "held", "ProcessUnheld") == []  # the hook holds it
-    # What the chart's daemon (no CAP_SYS_PTRACE, no maps) relies on: the hook registered the
-    # container's process in its claim's ledger under the PID it has in the pod's PID namespace.
+    # What a daemon without CAP_SYS_PTRACE records as "registered (unverified)": the hook registered
+    # the container's process in its claim's ledger under the PID it has in the pod's PID namespace.
     import hookcore
 
-    with hookcore.Ledger(watched["daemon"].state_dir / "hooks" / held_claim / "ledger") as ledger:
-        slots = {(p.pid, p.start_time) for p in ledger.processes() if p.state == "live"}
-    ns_pid = procinfo.ns_pid(Path("/proc"), held_pid)
+    slots = {(p.pid, p.start_time) for p in hookcore.read_ledger(
+        watched["daemon"].state_dir / "hooks" / held_claim / "ledger").processes}
+    ns_pid = procinfo.ns_tgid(Path("/proc"), held_pid)
     assert ns_pid is not None and ns_pid != held_pid  # the pod has its own PID namespace
     assert (ns_pid, procinfo.start_time(Path("/proc"), held_pid)) in slots
     print(f"watchdog: ProcessUnheld Event on the unheld pod {took:.2f} s after it appeared on the GPU")
@@ -151,7 +151,7 @@ def test_unheld_pod_gets_the_event_in_2s_and_kill_spares_the_neighbour(
     # The same escape in a claim whose config says kill: only that pod's process dies.
     run(api_client, namespace, "rogue", node, PAUSE_IMAGE, action="kill")
     rogue_pod, rogue_claim, rogue_gpu = running(api_client, namespace, "rogue")
-    rogue_pid = host_pid(rogue_pod, rogue_claim, hooks_dev)
+    rogue_pid = host_pid(rogue_pod, rogue_claim, hooks)
     lines.append(f"{rogue_gpu} {rogue_pid} {GiB}")
     watched["procs"].write_text("".join(x + "\n" for x in lines))
     t0 = time.monotonic()

@@ -33,25 +33,47 @@ def mountinfo(root: str, dev: str = "254:0", point: str = "/run/hookcore/vgpu") 
     return f"75 69 {dev} {root} {point} rw,nosuid,nodev,relatime - ext4 /dev/vda rw\n"
 
 
-def test_the_claim_from_its_hook_dir_mount_on_the_hooks_filesystem() -> None:
-    dev = os.makedev(254, 0)
-    text = "22 1 254:0 / / rw - ext4 /dev/vda rw\n" + mountinfo(f"/var/lib/kubelet/plugins/d/state/hooks/{CLAIM}")
-    assert procinfo.claims_of(text, dev) == {CLAIM}
-    # on another filesystem (a tenant's own directory named like it): not the claim's
-    assert procinfo.claims_of(mountinfo(f"/tmp/x/hooks/{CLAIM}", dev="0:52"), dev) == frozenset()
-    # the claim's files mounted one by one (config read-only, ledger read-write)
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/config", point="/run/hookcore/vgpu/config"), dev) == {CLAIM}
-    # deeper, a longer name, a truncated line: nothing
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/sub/x"), dev) == frozenset()
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}x"), dev) == frozenset()
-    assert procinfo.claims_of(f"75 69 254:0 /s/hooks/{CLAIM}\n", dev) == frozenset()
-    # octal escapes are undone before matching (a space in the state dir)
-    assert procinfo.claims_of(mountinfo(f"/my\\040state/hooks/{CLAIM}"), dev) == {CLAIM}
-    # the claim's two file mounts (config read-only, ledger read-write) name it too; other files do not
-    point = "/run/hookcore/vgpu/config"
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/config", point=point), dev) == {CLAIM}
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/ledger", point=point), dev) == {CLAIM}
-    assert procinfo.claims_of(mountinfo(f"/s/hooks/{CLAIM}/other", point=point), dev) == frozenset()
+def test_the_claim_from_its_hook_files_mounted_from_the_hooks_root() -> None:
+    """A claim is named only by a mount of exactly the daemon's hooks/<uid>/config or ledger on the
+    hooks filesystem (review 2026-12-04 #6: by file identity, not by a path's ending)."""
+    hooks = procinfo.HooksFs("254:0", "/var/lib/kubelet/plugins/d/state/hooks")
+    base = f"{hooks.path}/{CLAIM}"
+    point = "/run/hookcore/vgpu/ledger"
+    text = "22 1 254:0 / / rw - ext4 /dev/vda rw\n" + mountinfo(f"{base}/ledger", point=point)
+    assert procinfo.claims_of(text, hooks) == {CLAIM}
+    assert procinfo.claims_of(mountinfo(f"{base}/config", point="/run/hookcore/vgpu/config"), hooks) == {CLAIM}
+    # the whole dir (a directory mount, as an emptyDir subPath makes one): never
+    assert procinfo.claims_of(mountinfo(base), hooks) == frozenset()
+    # elsewhere on the same filesystem, ending the same way (a file in a tenant's emptyDir): never
+    tenant = "/var/lib/kubelet/pods/p/volumes/kubernetes.io~empty-dir/x/hooks"
+    assert procinfo.claims_of(mountinfo(f"{tenant}/{CLAIM}/ledger", point=point), hooks) == frozenset()
+    assert procinfo.claims_of(mountinfo(f"/x{base}/ledger", point=point), hooks) == frozenset()
+    # on another filesystem: never
+    assert procinfo.claims_of(mountinfo(f"{base}/ledger", dev="0:52", point=point), hooks) == frozenset()
+    # deeper, a longer name, another file, a truncated line: nothing
+    for root in (f"{base}/sub/ledger", f"{base}x/ledger", f"{base}/other", f"{base}/ledger/x", f"{base}/ledgerx"):
+        assert procinfo.claims_of(mountinfo(root, point=point), hooks) == frozenset(), root
+    assert procinfo.claims_of(f"75 69 254:0 {base}/ledger\n", hooks) == frozenset()
+    # octal escapes are undone before comparing (a space in the state dir)
+    spaced = procinfo.HooksFs("254:0", "/my state/hooks")
+    assert procinfo.claims_of(mountinfo(f"/my\\040state/hooks/{CLAIM}/ledger", point=point), spaced) == {CLAIM}
+
+
+def test_the_hooks_root_on_its_filesystem_from_the_daemons_own_mountinfo(tmp_path: Path) -> None:
+    """The mount holding the hooks root (the longest mount point above it, the last when stacked),
+    its root field plus the rest of the path."""
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "mountinfo").write_text(
+        "22 1 254:0 / / rw - ext4 /dev/vda rw\n"
+        "30 22 254:1 /var/lib/kubelet/plugins /var/lib/kubelet/plugins rw - ext4 /dev/vdb rw\n"
+        "31 22 254:2 /other /var/lib/kubelet/pluginsX rw - ext4 /dev/vdc rw\n"
+        "32 30 254:3 /plugins /var/lib/kubelet/plugins rw - ext4 /dev/vdd rw\n")
+    got = procinfo.hooks_fs(tmp_path, Path("/var/lib/kubelet/plugins/d/state/hooks"))
+    assert got == procinfo.HooksFs("254:3", "/plugins/d/state/hooks")
+    assert procinfo.hooks_fs(tmp_path, Path("/srv/hooks")) == procinfo.HooksFs("254:0", "/srv/hooks")
+    assert procinfo.hooks_fs(tmp_path / "none", Path("/srv/hooks")) is None
+    real = procinfo.hooks_fs(Path("/proc"), tmp_path)
+    assert real is not None and real.path.endswith(str(tmp_path).lstrip("/"))
 
 
 def test_the_hook_is_loaded_only_when_its_file_is_mapped_executable() -> None:
@@ -80,6 +102,8 @@ def test_start_time_survives_a_comm_with_spaces_and_parentheses(tmp_path: Path) 
 def test_this_process_reads_as_itself() -> None:
     me = procinfo.start_time(Path("/proc"), os.getpid())
     assert me is not None and me > 0
-    w = procinfo.workload(Path("/proc"), os.getpid(), os.stat("/").st_dev)
-    assert w is not None and w.claims == frozenset()
-    assert procinfo.workload(Path("/proc"), 2**22 + 7, 0) is None
+    hooks = procinfo.HooksFs("254:0", "/hooks")
+    w = procinfo.workload(Path("/proc"), os.getpid(), hooks)
+    assert w is not None and w.claims == frozenset() and w.complete
+    assert procinfo.workload(Path("/proc"), 2**22 + 7, hooks) is None
+    assert procinfo.ns_tgid(Path("/proc"), os.getpid()) == os.getpid()

@@ -142,9 +142,11 @@ def test_no_share_verdict_without_a_compute_limit_or_without_utilization(rig: Ri
         rig.now += 1
 
 
-def test_the_ledgers_quota_wins_over_the_allocation(rig: Rig) -> None:
+def test_the_hooks_settings_win_over_the_allocation(rig: Rig) -> None:
     """A claim whose config lifts its compute limit (computeLimit: false) is enforced at 100
-    cores by the hook although 20 were allocated: no over-share verdict for it."""
+    cores by the hook although 20 were allocated: no over-share verdict for it. The hook's
+    settings come from the daemon's record of the claim (what it wrote into the read-only config),
+    not from the ledger (review 2026-12-04 #3)."""
     c = rig.claim(cores=20, hook_cores=100)
     pid = rig.start(c, ["sleep", "300"])
     rig.on_gpu(pid, c.device, GiB, 90)
@@ -244,9 +246,11 @@ def test_a_claim_prepared_after_the_records_were_read_is_found(rig: Rig, static_
     assert [(v.kind, v.pid, v.claim.uid if v.claim else None) for v in got] == [("unheld", static, c.uid)]
 
 
-def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper: Path) -> None:
-    """The chart gives the daemon no CAP_SYS_PTRACE: then a process is held when the hook registered
-    it in the claim's ledger (stub CUDA under the hook), and unheld after two polls without."""
+def test_without_maps_a_ledger_slot_only_spares_the_unheld_verdict(rig: Rig, static_sleeper: Path) -> None:
+    """A daemon without CAP_SYS_PTRACE: nothing proves a process held. One the hook registered in the
+    claim's ledger (stub CUDA under the hook) is "registered (unverified)": no unheld verdict, held
+    stays unknown (review 2026-12-04 #3: the slot is the tenant's word); one with no slot is unheld
+    after two polls."""
     import hookcore
 
     c = rig.claim(memory=4 * GiB)
@@ -274,6 +278,8 @@ def test_without_maps_the_ledger_tells_held_from_unheld(rig: Rig, static_sleeper
     assert [(v.kind, v.pid) for v in got] == [("unheld", static)]
     rig.now += 1
     assert wd.poll() == []
+    registered = next(s for s in wd._procs.values() if s.proc.pid == held)
+    assert registered.registered and registered.held is None
 
 
 def test_over_share_kill_takes_the_busiest_and_over_quota_taint_marks_the_device(rig: Rig) -> None:
@@ -296,3 +302,24 @@ def test_over_share_kill_takes_the_busiest_and_over_quota_taint_marks_the_device
     assert next(c for c in rig.children if c.pid == busy).wait(timeout=10) != 0 and rig.alive(calm)
     assert wd.taints("hami-gpu-4") == (Taint("hami-core-gpu.project-hami.io/watchdog", "over-quota", "NoSchedule"),)
     assert rig.alive(fat)
+
+
+def test_a_claims_action_is_the_strongest_of_its_devices_configs(tmp_path: Path) -> None:
+    """review 2026-12-04 #10 (L3): report < taint < kill across the claim's devices, whichever
+    request's config comes last (on 0cee347 the last one won)."""
+    from dra._runtime.checkpoint import PREPARED, ClaimRecord, DeviceRecord
+    from dra._runtime.watchdog import claim_view
+
+    def action(*configured: str | None) -> str | None:
+        devices = tuple(DeviceRecord("d.example.com", f"r{i}", "pool", f"gpu-{i}",
+                                     config={"watchdogAction": a} if a else {}) for i, a in enumerate(configured))
+        rec = ClaimRecord("5f0e8d0e-0000-4000-8000-00000000d001", "ns", "c", PREPARED, "boot", devices=devices)
+        view = claim_view(rec, "d.example.com", tmp_path)
+        assert view is not None
+        return view.action
+
+    assert action("kill", "report") == action("report", "kill") == "kill"
+    assert action("report", "taint") == action("taint", "report") == "taint"
+    assert action("taint", "kill", "report") == "kill"
+    assert action(None, "report") == "report" and action(None, None) is None
+    assert action("explode", "report") == "report"  # not an action: ignored

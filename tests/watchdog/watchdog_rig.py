@@ -1,8 +1,10 @@
 """The watchdog's rig on the CPU: the real hami-core-gpu driver on fake H200s (stub NVML), real
 claim hook dirs and checkpoint records, and real processes placed as a container runtime would
 place them (a pod's cgroup, the claim's CDI mounts in a private mount namespace), listed to the
-stub NVML through STUB_NVML_PROCESSES. conftest.py makes it the tests' `rig` fixture; the
-benches import it. Root only (mount namespaces, cgroups).
+stub NVML through STUB_NVML_PROCESSES. Its fixtures (`rig`, root only: mount namespaces, cgroups;
+`fake_rig`, any user: the same claims, processes made up in a `FakeProc` tree) are the watchdog
+tests' (conftest.py) and tests/security's (imported as ``tests.watchdog.watchdog_rig``); the
+benches import it too.
 """
 
 from __future__ import annotations
@@ -15,17 +17,22 @@ import subprocess
 import tempfile
 import time
 import uuid as uuidlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from ci_gate import skip_or_fail
+from driver_helpers import build_stub_libraries, isolated_env
 from prometheus_client import CollectorRegistry
 
 import dra
+from dra._runtime import procinfo
 from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
 from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
 from dra._runtime.watchdog import Verdict, Watchdog, WatchdogSettings
-from dra.driver import DriverContext, Enforcement, Preload, Quota
+from dra.driver import DriverContext, Enforcement, Mount, Preload, Quota
 from dra.testing.runtime import mount_script, runtime_unavailable
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
@@ -42,14 +49,53 @@ def _unavailable() -> str:
     return why
 
 
-def static_program(d: Path) -> Path:
-    """A statically linked program that waits (in `d`): what no preload can reach."""
-    (d / "sleeper.c").write_text("#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
-    proc = subprocess.run(["gcc", "-static", "-O1", "-o", str(d / "sleeper"), str(d / "sleeper.c")],
+def c_program(d: Path, name: str, source: str, *flags: str) -> Path:
+    """`source` built with gcc in `d` as `name`."""
+    (d / f"{name}.c").write_text(source)
+    proc = subprocess.run(["gcc", "-O1", *flags, "-o", str(d / name), str(d / f"{name}.c")],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"gcc -static failed (libc6-dev has libc.a): {proc.stderr}")
-    return d / "sleeper"
+        raise RuntimeError(f"gcc {' '.join(flags)} failed (libc6-dev has libc.a): {proc.stderr}")
+    return d / name
+
+
+def static_program(d: Path) -> Path:
+    """A statically linked program that waits (in `d`): what no preload can reach."""
+    return c_program(d, "sleeper", "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n", "-static")
+
+
+def zombie_program(d: Path) -> Path:
+    """A static program whose thread-group leader exits while a second thread waits on: the leader
+    is a zombie (no mounts, no memory map at /proc/<pid>), the process runs on."""
+    return c_program(d, "zombie", """#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void *wait_forever(void *arg) { for (;;) pause(); return arg; }
+int main(void) {
+    pthread_t t;
+    if (pthread_create(&t, 0, wait_forever, 0) != 0) return 1;
+    syscall(SYS_exit, 0); /* this thread only */
+    return 0;
+}
+""", "-static", "-pthread")
+
+
+def mapper_program(d: Path) -> Path:
+    """A (dynamic) program that maps the file argv[1] argv[2] times, each range apart (offset 0 every
+    time: no two merge), then waits: a maps file as long as a tenant likes."""
+    return c_program(d, "mapper", """#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    int fd = open(argv[1], O_RDONLY);
+    if (fd < 0) return 3;
+    for (long i = 0, n = atol(argv[2]); i < n; i++)
+        if (mmap(0, 4096, PROT_READ, MAP_PRIVATE, fd, 0) == MAP_FAILED) return 4;
+    for (;;) pause();
+}
+""")
 
 
 @dataclasses.dataclass
@@ -143,10 +189,14 @@ class Rig:
         self.hooks.remove(claim.uid)
 
     def start(self, claim: Claim | None, argv: list[str], pod_uid: str | None = None,
-              env: dict[str, str] | None = None) -> int:
-        """`argv` in the claim's mounts (a private mount namespace) and its pod's cgroup; the PID."""
+              env: dict[str, str] | None = None, mounts: tuple[Mount, ...] = (),
+              ready: Callable[[int], bool] | None = None) -> int:
+        """`argv` in the claim's mounts (a private mount namespace) plus `mounts` (after the
+        claim's, as a pod's own volumes) and its pod's cgroup; the PID, once `ready(pid)` (default:
+        the program waits in an interruptible sleep)."""
         scratch = tempfile.mkdtemp(prefix="wd-", dir=self.root)
-        lines = mount_script(claim.mounts, scratch) if claim else ["set -eu"]
+        all_mounts = (claim.mounts if claim else ()) + mounts
+        lines = mount_script(all_mounts, scratch) if all_mounts else ["set -eu"]
         pod = pod_uid or (claim.pod_uid if claim else None)
         if pod:
             container = uuidlib.uuid4().hex + uuidlib.uuid4().hex  # 64 hex digits, as containerd's IDs
@@ -155,7 +205,7 @@ class Rig:
             lines.append(f"echo $$ > {shlex.quote(str(cg / 'cgroup.procs'))}")
         extra = " ".join(shlex.quote(f"{k}={v}") for k, v in (env or {}).items())
         lines.append(f"exec env -i PATH=/usr/bin:/bin {extra} {' '.join(shlex.quote(a) for a in argv)}")
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)] if claim else \
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)] if all_mounts else \
             ["sh", "-c", "\n".join(lines)]
         child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.children.append(child)
@@ -165,7 +215,7 @@ class Rig:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                if Path(f"/proc/{child.pid}/comm").read_text().strip() == name and sleeping(child.pid):
+                if Path(f"/proc/{child.pid}/comm").read_text().strip() == name and (ready or sleeping)(child.pid):
                     return child.pid
             except OSError:
                 pass
@@ -173,6 +223,22 @@ class Rig:
                 raise AssertionError(f"{argv} exited early: {child.stderr.read().decode() if child.stderr else ''}")
             time.sleep(0.01)
         raise AssertionError(f"{argv} did not start in 10 s")
+
+    def start_hooked(self, claim: Claim) -> int:
+        """The hook's stub CUDA workload in the claim (its first CUDA call made): held by maps, and
+        registered in the claim's ledger (what a daemon without maps sees)."""
+        import hookcore
+
+        assert self.driver.fake is not None
+        env = {"LD_LIBRARY_PATH": str(hookcore.stub_dir()), **self.driver.fake.container_env([claim.gpu_uuid])}
+        workload = hookcore.stub_dir().parent / "workload" / "cuda_workload"
+        pid = self.start(claim, [str(workload), "--hold", "300"], env=env)
+        ledger = self.state / "hooks" / claim.uid / "ledger"
+        deadline = time.monotonic() + 20
+        while not any(p.state == "live" for p in hookcore.read_ledger(ledger).processes):
+            assert time.monotonic() < deadline and self.alive(pid), "the hook never registered the workload"
+            time.sleep(0.05)
+        return pid
 
     def on_gpu(self, pid: int, device: str, memory: int, utilization: int | None = None) -> None:
         """The stub NVML lists `pid` on `device` from now on."""
@@ -183,6 +249,10 @@ class Rig:
     def alive(self, pid: int) -> bool:
         child = next(c for c in self.children if c.pid == pid)
         return child.poll() is None
+
+    def wait_gone(self, pid: int) -> int:
+        """The exit status of child `pid` (waits up to 10 s): a killed one has -9."""
+        return next(c for c in self.children if c.pid == pid).wait(timeout=10)
 
     def close(self) -> None:
         for c in self.children:
@@ -195,3 +265,78 @@ class Rig:
         if self.cgroup.exists():
             self.cgroup.rmdir()
         self.driver.close()
+
+
+class FakeProc:
+    """A /proc tree on disk for the watchdog's readers (``WatchdogSettings.proc``): the daemon's own
+    mountinfo (this process's, so the hooks root is found as on the host) and status (`caps`:
+    CapEff), and processes written line by line, as hostile as a test likes."""
+
+    def __init__(self, root: Path, caps: int = 0) -> None:
+        self.root = root
+        (root / "self").mkdir(parents=True)
+        (root / "self" / "mountinfo").write_bytes(Path("/proc/self/mountinfo").read_bytes())
+        (root / "self" / "status").write_text(f"Name:\tdaemon\nCapEff:\t{caps:016x}\n")
+
+    def process(self, pid: int, start: int = 1000, state: str = "S", ns_tgid: int | None = None,
+                cgroup: str = "0::/\n", mountinfo: str | bytes | None = "", maps: bytes | None = b"") -> Path:
+        """/proc/<pid> with these files; None: that file unreadable (a directory in its place)."""
+        d = self.root / str(pid)
+        d.mkdir()
+        (d / "stat").write_text(f"{pid} (x) {state} " + " ".join(["0"] * 18) + f" {start} " + " ".join(["0"] * 30))
+        (d / "status").write_text(f"Name:\tx\nNStgid:\t{pid}\t{ns_tgid or pid}\n")
+        (d / "cgroup").write_text(cgroup)
+        for name, content in (("mountinfo", mountinfo), ("maps", maps)):
+            if content is None:
+                (d / name).mkdir()
+            else:
+                (d / name).write_bytes(content.encode() if isinstance(content, str) else content)
+        return d
+
+    @staticmethod
+    def claim_mount(hooks_root: Path, uid: str, file: str = "ledger", mount_id: int = 900) -> str:
+        """The mountinfo line of a claim's hook file mounted into a container."""
+        hooks = procinfo.hooks_fs(Path("/proc"), hooks_root)
+        assert hooks is not None
+        return (f"{mount_id} 800 {hooks.dev} {hooks.path}/{uid}/{file} /run/hookcore/vgpu/{file} "
+                "rw,nosuid,nodev,relatime - ext4 /dev/vda rw\n")
+
+
+def pod_cgroup(pod_uid: str) -> str:
+    return f"0::/kubepods/besteffort/pod{pod_uid}/{'c' * 64}\n"
+
+
+@pytest.fixture(scope="session")
+def static_sleeper(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return static_program(tmp_path_factory.mktemp("static"))
+
+
+@pytest.fixture(scope="session")
+def stub_nvml() -> Path:
+    return build_stub_libraries() / "libnvidia-ml.so.1"
+
+
+@pytest.fixture
+def rig(stub_nvml: Path) -> Iterator[Rig]:
+    why = _unavailable()
+    skip_or_fail(why and f"the watchdog rig needs root: {why}")
+    with isolated_env(STUB_ENV):
+        with tempfile.TemporaryDirectory(prefix="dra-wd-", dir="/tmp") as work:
+            r = Rig(Path(work), stub_nvml)
+            try:
+                yield r
+            finally:
+                r.close()
+
+
+@pytest.fixture
+def fake_rig(stub_nvml: Path) -> Iterator[Rig]:
+    """The rig's driver, claims and checkpoint for processes that exist only in a `FakeProc` tree
+    (``rig.watchdog(proc=...)``): no root needed."""
+    with isolated_env(STUB_ENV):
+        with tempfile.TemporaryDirectory(prefix="dra-wdf-", dir="/tmp") as work:
+            r = Rig(Path(work), stub_nvml)
+            try:
+                yield r
+            finally:
+                r.close()

@@ -53,7 +53,9 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- $kp := $v.kubeletPlugin -}}
 {{- $watchdog := not (has (($v.daemon.watchdog | default dict).action | default "off") (list "off")) -}}
 {{- $security := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged) -}}
-{{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "KILL") list $watchdog)) -}}
+{{- /* The watchdog: CAP_KILL for its kill action, CAP_SYS_PTRACE to read processes' maps and root (the only
+     evidence of a held process that a tenant cannot forge; dra/_runtime/watchdog.py). */ -}}
+{{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "KILL" "SYS_PTRACE") list $watchdog)) -}}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
