@@ -69,7 +69,12 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
         return health.health_events(self.by_name, self.monitor, self.mps, self.migs.devices)
 
     def processes(self) -> Sequence[dra.DeviceProcess]:
-        return self._processes.read()  # every process on the shared GPUs, from NVML, for the watchdog
+        """Every process on the shared GPUs, from NVML, for the watchdog; the MPS control daemons
+        and servers this daemon started are marked ``mps`` (known by PID from `MpsDaemons`, never
+        from anything a process shows in /proc), so they are neither unheld nor in a claim."""
+        procs = self._processes.read()
+        ours = self.mps.server_pids() if procs else frozenset()
+        return [dataclasses.replace(p, system="mps") if p.pid in ours else p for p in procs]
 
     def to_devices(self, taints: Mapping[str, tuple[dra.Taint, ...]]) -> Sequence[dra.Device]:
         return [*devices.to_devices(self.inventory, dict(taints)), *self.migs.tainted(taints)]

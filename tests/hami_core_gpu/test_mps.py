@@ -241,3 +241,25 @@ def test_mps_sharing_setting(value: str, ok: bool) -> None:
         with pytest.raises(SettingsError, match="mpsSharing"):
             Settings.parse({"mpsSharing": value})
     assert Settings.parse({}).mps_sharing == "namespace"
+
+
+def test_the_drivers_process_list_marks_its_own_mps_processes_and_nothing_else(
+        node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review 2026-12-04 #11, wired: what NVML lists is marked ``mps`` only for the PIDs the MPS
+    daemons know (the control daemon, its servers); a tenant's process on the same GPU is not."""
+    d = node.driver()
+    names = {x.name: x for x in d.devices()}
+    uuid = str(names["hami-gpu-5"].attributes["uuid"])
+    d.prepare(claim(1), [share("hami-gpu-5", 50, GiB)])
+    assert d.mps is not None and d.mps.ask(uuid, "start_server -uid 0") is not None
+    (server,) = [int(w) for w in (d.mps.ask(uuid, "get_server_list") or "").split()]
+    control = d.mps.status()[uuid].process
+    assert control is not None
+    tenant = os.getpid()  # any process that is not the daemon's
+    listed = tmp_path / "nvml-processes"
+    index = d.by_name["hami-gpu-5"].index
+    listed.write_text(f"{index} {server} {1 << 30}\n{index} {control.pid} {1 << 20}\n{index} {tenant} {1 << 30}\n")
+    monkeypatch.setenv("STUB_NVML_PROCESSES", str(listed))
+    got = {p.pid: p.system for p in d.processes()}
+    assert got == {server: "mps", control.pid: "mps", tenant: None}
+    d.mps.stop_all()
