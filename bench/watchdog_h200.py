@@ -22,7 +22,11 @@ three PyTorch processes, each in its claim's mounts (a private mount namespace, 
    claim's two processes then hold more than quota + 2 x tolerance; the child is also unheld);
 3. ``unhooked``: its claim's mounts but ``LD_PRELOAD`` removed (a process that clears its
    environment), 3 GiB: ``unheld`` expected, and ``over-share`` where NVML reports
-   per-process utilization (it runs a bf16 matmul loop unthrottled; the others are held at 30%).
+   per-process utilization (it runs a bf16 matmul loop unthrottled; the others are held at 30%);
+4. ``leaderless``: unhooked too, its 3 GiB held by a thread after the thread-group leader exited
+   (review 2026-12-04 #4: its /proc/<pid>/mountinfo then fails with EINVAL, and the watchdog of
+   0cee347 gave it no verdict): ``unheld`` expected. The fake run cannot make a leaderless
+   process out of ``sleep``: there it is a second unhooked process (the rig's tests have a real one).
 
 Times: unheld from the process's first CUDA call (context made); over-quota from the moment the
 extra contexts exist; over-share from the start of its matmul loop (at least --share-window).
@@ -61,6 +65,19 @@ CHILD = ("import sys, time, torch; a = torch.empty(4 << 30, dtype=torch.uint8, d
 mode, ready, contexts = sys.argv[1], sys.argv[2], int(sys.argv[3])
 GiB = 1 << 30
 out = {"mode": mode}
+if mode == "leaderless":  # the GPU work on a thread, then the thread-group leader exits alone
+    import os, threading
+    def work():
+        torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+        out["t_ctx"] = time.time()
+        keep = torch.empty(3 * GiB, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize()
+        out["t_alloc"] = out["t_loop"] = time.time()
+        open(ready, "w").write(json.dumps(out))
+        time.sleep(3600)
+    threading.Thread(target=work).start()
+    while not os.path.exists(ready):
+        time.sleep(0.05)
+    ctypes.CDLL(None).syscall(60, 0)  # SYS_exit on x86-64: this thread only (ctypes drops the GIL)
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 out["t_ctx"] = time.time()
 keep = [torch.empty((1 if mode == "within" else 3) * GiB, dtype=torch.uint8, device="cuda")]
@@ -177,7 +194,7 @@ def main() -> int:
         if args.fake:
             os.environ["STUB_NVML_PROCESSES"] = str(procs_file)
         claims: dict[str, Any] = {}
-        for mode in ("within", "contexts", "unhooked"):
+        for mode in ("within", "contexts", "unhooked", "leaderless"):
             uid = str(uuidlib.uuid4())
             plan = hooks.plan(dra.Enforcement(library, [dra.Quota(gpu.uuid, 4 * GiB, 30)], dra.Preload.ENV))
             hooks.create(uid, plan)
@@ -199,7 +216,7 @@ def main() -> int:
                     argv = ["sleep", "600"]
                 else:
                     argv = [sys.executable, "-c", WORKLOAD, mode, str(ready_file), str(args.contexts)]
-                if mode == "unhooked":
+                if mode in ("unhooked", "leaderless"):
                     argv = ["env", "-u", "LD_PRELOAD", *argv]
                 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root",
                        "CUDA_VISIBLE_DEVICES": gpu.uuid, **edits.env}
@@ -220,12 +237,12 @@ def main() -> int:
                     time.sleep(0.02)
                 now = time.time()
                 expected = {"within": (int(1.5 * GiB), 25), "contexts": (int(7.5 * GiB), 28),
-                            "unhooked": (int(3.5 * GiB), 70)}
+                            "unhooked": (int(3.5 * GiB), 70), "leaderless": (int(3.5 * GiB), 0)}
                 procs_file.write_text("".join(f"{gpu.index} {pids[m]} {mem} {util}\n"
                                               for m, (mem, util) in expected.items()))
                 ready = {m: {"mode": m, "t_ctx": now, "t_alloc": now, "t_loop": now} for m in pids}
             deadline = time.monotonic() + args.seconds
-            want = {("unheld", "unhooked"), ("over-quota", "contexts")}
+            want = {("unheld", "unhooked"), ("over-quota", "contexts"), ("unheld", "leaderless")}
             while time.monotonic() < deadline:
                 for m in pids:
                     f = work / f"ready-{m}"
@@ -241,6 +258,7 @@ def main() -> int:
                         sys.exit(f"workload {m} exited with {c.returncode} before it was ready")
                 time.sleep(0.1)
             listed = driver.processes()
+            leader_state = _state(pids["leaderless"])
         finally:
             wd.stop()
             for c in children:
@@ -256,6 +274,7 @@ def main() -> int:
                                 "nvml_utilization_percent": by_pid[pid].utilization if pid in by_pid else None}
                             for m, pid in pids.items()}
     results["utilization_reported"] = any(p.utilization is not None for p in listed)
+    results["leaderless_leader_state"] = leader_state  # Z on the GPU: the leader exited, a thread runs on
     verdicts = []
     for t, v in sink.got:
         mode = _mode(v, claims)
@@ -269,13 +288,14 @@ def main() -> int:
         "unheld(unhooked)": any(v["verdict"] == "unheld" and v["process"] == "unhooked" for v in verdicts),
         "over-quota(contexts)": any(v["verdict"] == "over-quota" and v["process"] == "contexts" for v in verdicts),
         "over-share(unhooked)": any(v["verdict"] == "over-share" and v["process"] == "unhooked" for v in verdicts),
+        "unheld(leaderless)": any(v["verdict"] == "unheld" and v["process"] == "leaderless" for v in verdicts),
         "nothing for within": not any(v["process"] == "within" for v in verdicts),
     }
     (args.out / "watchdog-h200.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps({"expected_seen": results["expected_seen"], "utilization_reported": results["utilization_reported"],
                       "verdicts": [{k: v for k, v in x.items() if k != "message"} for x in verdicts]}, indent=2))
     return 0 if all(results["expected_seen"][k] for k in ("unheld(unhooked)", "over-quota(contexts)",
-                                                           "nothing for within")) else 1
+                                                           "unheld(leaderless)", "nothing for within")) else 1
 
 
 def _sleeping(pid: int, comm: str) -> bool:
@@ -285,6 +305,14 @@ def _sleeping(pid: int, comm: str) -> bool:
         return False
     name, rest = stat.split("(", 1)[1].rsplit(")", 1)
     return name == comm and rest.split()[0] == "S"
+
+
+def _state(pid: int) -> str | None:
+    """The process state letter of /proc/<pid>/stat (Z: its thread-group leader has exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _mode(verdict: Any, claims: dict[str, Any]) -> str | None:

@@ -23,7 +23,7 @@ def test_the_h200_script_gives_every_verdict_on_the_stub(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads((tmp_path / "watchdog-h200.json").read_text())
     assert got["expected_seen"] == {"unheld(unhooked)": True, "over-quota(contexts)": True,
-                                    "over-share(unhooked)": True, "nothing for within": True}
+                                    "over-share(unhooked)": True, "unheld(leaderless)": True, "nothing for within": True}
     unheld = next(v for v in got["verdicts"] if v["verdict"] == "unheld")
     assert 0 <= unheld["seconds_after_ctx"] < 2.0
     share = next(v for v in got["verdicts"] if v["verdict"] == "over-share")
