@@ -109,5 +109,6 @@ cdef extern from "limiter.h" nogil:
         int64_t tokens_ns
         int64_t charged_ns
         int64_t throttled_ns
+        int64_t granted_ns
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

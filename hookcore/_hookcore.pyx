@@ -247,13 +247,13 @@ cdef class LedgerView:
         }
 
     def limiter(self, int index):
-        """The compute limiter's bucket of device `index` (device time charged, time throttled)."""
+        """The compute limiter's bucket of device `index` (device time charged and granted, time throttled)."""
         cdef hk_limiter_stats st
         if index < 0 or index >= HK_MAX_DEVICES:
             raise IndexError(f"device index {index} out of range 0..{HK_MAX_DEVICES - 1}")
         hk_limiter_read(hk_ledger_limiter_area(self._open(), index), &st)
         return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
-                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns}
+                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns}
 
     def process(self, int slot):
         cdef hk_process_info p
