@@ -67,7 +67,8 @@ def _ext() -> Any:
 def __getattr__(name: str) -> Any:
     # The exceptions live in the extension so the C messages cross unchanged; import lazily so
     # `library_path()` works before the extension is built.
-    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT"):
+    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT",
+                "LIMITER_BURST_NS"):
         return getattr(_ext(), name)
     raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
 

@@ -103,6 +103,7 @@ cdef extern from "hookcore.h" nogil:
 
 
 cdef extern from "limiter.h" nogil:
+    const long long HK_LIMITER_BURST_NS
     ctypedef struct hk_limiter_stats:
         uint32_t active
         uint32_t share
