@@ -477,7 +477,9 @@ static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
     snprintf(full, sizeof full, "%s%s", fn, async ? "Async" : "");
     void *f = sym(full, V, fl);
     const char *sname;
-    if (strcmp(owner(f, &sname), "libvgpu.so") && getenv("LD_PRELOAD")) fail("%s not hooked (%s)", full, sname);
+    const char *preload = getenv("LD_PRELOAD");
+    if (strcmp(owner(f, &sname), "libvgpu.so") && preload && strstr(preload, "libvgpu.so"))
+        fail("%s not hooked (%s)", full, sname);
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
     CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
     CUstream st = NULL;
