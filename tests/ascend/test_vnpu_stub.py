@@ -218,7 +218,7 @@ def test_limiter_holds_the_share_on_the_hosts_clock(run, tmp_path: Path) -> None
 def test_limiter_off_costs_nothing(run, tmp_path: Path) -> None:
     """A memory quota alone sets up no limiter: on the virtual clock the hooked client runs exactly
     as many submissions as the bare one (no wait, no device time added). The hook's cost in host
-    time is a benchmark's figure (bench/limiter_overhead_cpu.py), not a test's."""
+    time is a benchmark's figure (bench/limiter_stub_cpu.py), not a test's."""
     native = ran(ok(run("rate", "kernel", str(US), "1.0", preload="", virtual=True)), US * 1000, BATCH)
     hooked = ran(ok(run("rate", "kernel", str(US), "1.0", virtual=True, HOOKCORE_MEMORY_LIMIT_0="1Gi")), US * 1000, BATCH)
     assert hooked == native and native.device_ns == native.elapsed_ns, (native, hooked)  # the NPU never idled

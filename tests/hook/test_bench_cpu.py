@@ -130,3 +130,17 @@ def test_context_rows(bench: ModuleType, tmp_path: Path) -> None:
                for ln in rows}
     assert verdict == {"1 process(es) charged": "yes", "1 process(es) uncharged": "?",
                        "4 process(es) charged": "NO", "4 process(es) uncharged": "?"}   # 4160 MiB > 4096
+
+
+def test_limiter_stub_bench_runs(hookcore_libs: HookLibs, tmp_path: Path) -> None:
+    """bench/limiter_stub_cpu.py (the host-clock rates the limiter's tests no longer assert, issue
+    26) runs end to end and writes its cases; its figures are the bench's, not checked here."""
+    out = tmp_path / "limiter.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench/limiter_stub_cpu.py"), "--seconds", "0.05", "--shares",
+                           "50", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(out.read_text())
+    assert {c["workload"] for c in got["cases"]} == {"cuda launch", "cuda graph", "cuda copy async", "cuda copy sync",
+                                                     "acl kernel", "acl model sync"}
+    assert all(c["share"] == 50 and c["rate"] > 0 and c["charged_duty"] is not None for c in got["cases"])
+    assert len(got["overhead"]) == 4 and all(o["hooked_rate"] > 0 for o in got["overhead"])

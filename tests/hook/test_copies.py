@@ -82,7 +82,7 @@ def test_per_thread_stream_variants_are_held_too(client: Path, hookcore_libs: Ho
 def test_unlimited_copies_are_not_slowed(client: Path, hookcore_libs: HookLibs, tmp_path: Path, what: str) -> None:
     """A memory quota only (no compute limit): the copies take the fast path, no limiter is set up,
     and on the virtual clock the hooked client copies exactly as much as the bare one. (The hook's
-    cost in host time is a benchmark's figure: bench/limiter_overhead_cpu.py.)"""
+    cost in host time is a benchmark's figure: bench/limiter_stub_cpu.py.)"""
     native, _ = copies(client, hookcore_libs, tmp_path / "native", what, 0.8, preload=False)
     hooked, books = copies(client, hookcore_libs, tmp_path / "hooked", what, 0.8, CUDA_DEVICE_MEMORY_LIMIT="1Gi")
     assert hooked == native and native.device_ns == native.elapsed_ns, (native, hooked)  # the engine never idled

@@ -260,7 +260,7 @@ def test_limiter_holds_the_share_on_the_hosts_clock(run, tmp_path: Path) -> None
 def test_limiter_off_costs_nothing(run, tmp_path: Path) -> None:
     """A memory quota alone sets up no limiter: on the virtual clock the hooked client launches
     exactly as much as the bare one (no wait, no device time added). The hook's cost in host time
-    is a benchmark's figure (bench/limiter_overhead_cpu.py), not a test's."""
+    is a benchmark's figure (bench/limiter_stub_cpu.py), not a test's."""
     native = ran(ok(run("launch", str(US), "0", "1.0", preload=False, virtual=True)), US * 1000, BATCH)
     hooked = ran(ok(run("launch", str(US), "0", "1.0", virtual=True, CUDA_DEVICE_MEMORY_LIMIT="1Gi")), US * 1000, BATCH)
     assert hooked == native and native.device_ns == native.elapsed_ns, (native, hooked)  # the GPU never idled
