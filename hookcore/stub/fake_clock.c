@@ -24,7 +24,8 @@
  * all n parties have started and none is running, the earliest wake first. So no party's host
  * code ever races the clock, and the host's scheduling changes no figure beyond the order of
  * parties that run at the same instant. A party that ends leaves the simulation; one killed (or
- * blocked outside a wait) stops the others' clock, so tests bound such runs with a timeout.
+ * blocked outside a wait) stops the others' clock, so tests bound such runs with a timeout. A
+ * forked child is not a party of its own: single-threaded clients that do not fork.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
