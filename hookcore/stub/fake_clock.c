@@ -34,7 +34,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/file.h>
@@ -42,6 +41,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../core/atomic.h"
 
 #define API         __attribute__((visibility("default")))
 #define FC_START_NS 1000000000000LL /* 1000 s */
@@ -65,8 +66,8 @@ typedef struct fc_shared {
 } fc_shared;
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static fc_shared g_local;       /* one process */
-static fc_shared *g_sim;        /* several processes: the mapped file */
+static fc_shared g_local; /* one process */
+static fc_shared *g_sim;  /* several processes: the mapped file */
 static int g_fd = -1, g_me = -1;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* flock does not exclude this process's threads */
 
@@ -93,7 +94,7 @@ static void leave(void) {
 }
 
 static void setup(void) {
-    atomic_store(&g_local.now, FC_START_NS);
+    hk_atomic_store_seq_cst(&g_local.now, FC_START_NS);
     const char *path = getenv("HOOKCORE_STUB_CLOCK_FILE");
     const char *parties = getenv("HOOKCORE_STUB_CLOCK_PARTIES");
     if (!path || !*path) return;
@@ -107,7 +108,7 @@ static void setup(void) {
     sim_lock();
     if (g_sim->magic != FC_MAGIC) {
         g_sim->expected = n;
-        atomic_store(&g_sim->now, FC_START_NS);
+        hk_atomic_store_seq_cst(&g_sim->now, FC_START_NS);
         g_sim->magic = FC_MAGIC;
     }
     for (int i = 0; i < FC_PARTIES && g_me < 0; i++) {
@@ -127,7 +128,7 @@ static void init(void) { pthread_once(&g_once, setup); }
 
 static int64_t now_ns(void) {
     init();
-    return atomic_load(g_sim ? &g_sim->now : &g_local.now);
+    return hk_atomic_load_seq_cst(g_sim ? &g_sim->now : &g_local.now);
 }
 
 /* Under the lock: if every party has joined and none runs, wake the earliest waiter. */
@@ -140,7 +141,8 @@ static void schedule(void) {
         if (st == P_WAITING && (next < 0 || g_sim->party[i].wake < g_sim->party[next].wake)) next = i;
     }
     if (next < 0) return;
-    if (g_sim->party[next].wake > atomic_load(&g_sim->now)) atomic_store(&g_sim->now, g_sim->party[next].wake);
+    if (g_sim->party[next].wake > hk_atomic_load_seq_cst(&g_sim->now))
+        hk_atomic_store_seq_cst(&g_sim->now, g_sim->party[next].wake);
     g_sim->party[next].state = P_RUNNING;
 }
 
@@ -148,8 +150,8 @@ static void schedule(void) {
 static void wait_until(int64_t until) {
     init();
     if (!g_sim) {
-        int64_t cur = atomic_load(&g_local.now);
-        while (cur < until && !atomic_compare_exchange_weak(&g_local.now, &cur, until)) {}
+        int64_t cur = hk_atomic_load_seq_cst(&g_local.now);
+        while (cur < until && !hk_atomic_cas_weak_seq_cst(&g_local.now, &cur, until)) {}
         return;
     }
     sim_lock();
@@ -169,9 +171,7 @@ static int virtual_clock(clockid_t c) {
     return c == CLOCK_MONOTONIC || c == CLOCK_MONOTONIC_RAW || c == CLOCK_BOOTTIME;
 }
 
-static int64_t span_ns(const struct timespec *ts) {
-    return ts ? (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec : 0;
-}
+static int64_t span_ns(const struct timespec *ts) { return ts ? (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec : 0; }
 
 API int clock_gettime(clockid_t c, struct timespec *ts) {
     if (!virtual_clock(c)) return (int)syscall(SYS_clock_gettime, c, ts);

@@ -1323,14 +1323,14 @@ static void test_limiter_books(void) {
     hk_limiter_stats st;
 
     CHECK(hk_limiter_balance(&lim, t0 + 20000000) == 6000000); /* 20 ms at 30% */
-    hk_limiter_charge(&lim, 16000000);                          /* 16 ms of work: 10 ms in debt */
+    hk_limiter_charge(&lim, 16000000);                         /* 16 ms of work: 10 ms in debt */
     CHECK(hk_limiter_balance(&lim, t0 + 20000000) == -10000000);
-    CHECK(hk_limiter_wait_ns(&lim, -10000000) == 20000000);   /* repaid in 33 ms: wait at most 20, re-check */
+    CHECK(hk_limiter_wait_ns(&lim, -10000000) == 20000000); /* repaid in 33 ms: wait at most 20, re-check */
     hk_limiter_read(area, &st);
     CHECK(st.active == 1 && st.share == 30 && st.charged_ns == 16000000 && st.granted_ns == 6000000);
     CHECK(st.charged_ns - st.granted_ns == -st.tokens_ns);
 
-    CHECK(hk_limiter_balance(&lim, t0 + 20000000 + 33333334) == 0); /* 33.3 ms later: repaid */
+    CHECK(hk_limiter_balance(&lim, t0 + 20000000 + 33333334) == 0);            /* 33.3 ms later: repaid */
     CHECK(hk_limiter_balance(&lim, t0 + 2000000000LL) == HK_LIMITER_BURST_NS); /* idle: only the burst */
     hk_limiter_read(area, &st);
     CHECK(st.granted_ns == 16000000 + HK_LIMITER_BURST_NS && st.tokens_ns == HK_LIMITER_BURST_NS);
