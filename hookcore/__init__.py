@@ -67,7 +67,8 @@ def _ext() -> Any:
 def __getattr__(name: str) -> Any:
     # The exceptions live in the extension so the C messages cross unchanged; import lazily so
     # `library_path()` works before the extension is built.
-    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT"):
+    if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT",
+                "LIMITER_BURST_NS"):
         return getattr(_ext(), name)
     raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
 
@@ -248,7 +249,13 @@ class DeviceUsage:
 
 @dataclass(frozen=True)
 class LimiterUsage:
-    """The compute limiter of one device index of a claim: device time charged and waited."""
+    """The compute limiter of one device index of a claim: device time granted, charged and waited.
+
+    The bucket's own books: ``granted_ns`` is the credit its refills added (share x time, less what
+    the burst cap dropped while the claim was idle), ``charged_ns`` the device time the claim's
+    work took; ``charged_ns - granted_ns`` is the debt the limiter let the claim run into, which is
+    at most the work in flight when it was last admitted (and ``-tokens_ns`` unless the ledger was
+    written to). Tests assert on these instead of on rates measured on the host's clock."""
 
     index: int
     active: bool  # a process of the claim has set up a compute limit on this device
@@ -256,6 +263,7 @@ class LimiterUsage:
     charged_ns: int  # device time charged since the ledger was created
     throttled_ns: int  # time the claim's submitting threads waited for their share
     tokens_ns: int  # current balance (negative = in debt)
+    granted_ns: int  # credit given by the refills since the ledger was created
 
 
 @dataclass(frozen=True)

@@ -103,11 +103,13 @@ cdef extern from "hookcore.h" nogil:
 
 
 cdef extern from "limiter.h" nogil:
+    const long long HK_LIMITER_BURST_NS
     ctypedef struct hk_limiter_stats:
         uint32_t active
         uint32_t share
         int64_t tokens_ns
         int64_t charged_ns
         int64_t throttled_ns
+        int64_t granted_ns
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

@@ -15,6 +15,7 @@ MEM_UNLIMITED = HK_MEM_UNLIMITED
 MEM_MAX = HK_MEM_MAX
 SM_UNLIMITED = HK_SM_UNLIMITED
 LEDGER_VERSION = HK_LEDGER_VERSION
+LIMITER_BURST_NS = HK_LIMITER_BURST_NS  # device time a compute limiter banks at most while idle
 DEFAULT_LEDGER = HK_DEFAULT_LEDGER.decode()
 CONFIG_ROOT = HK_CONFIG_ROOT.decode()
 _STATES = {HK_SLOT_FREE: "free", HK_SLOT_CLAIMING: "claiming", HK_SLOT_LIVE: "live",
@@ -247,13 +248,13 @@ cdef class LedgerView:
         }
 
     def limiter(self, int index):
-        """The compute limiter's bucket of device `index` (device time charged, time throttled)."""
+        """The compute limiter's bucket of device `index` (device time charged and granted, time throttled)."""
         cdef hk_limiter_stats st
         if index < 0 or index >= HK_MAX_DEVICES:
             raise IndexError(f"device index {index} out of range 0..{HK_MAX_DEVICES - 1}")
         hk_limiter_read(hk_ledger_limiter_area(self._open(), index), &st)
         return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
-                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns}
+                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns}
 
     def process(self, int slot):
         cdef hk_process_info p

@@ -59,7 +59,8 @@ void hk_limiter_attach(hk_limiter *lim, void *area, uint32_t share_percent) {
 }
 
 /* Refill one bucket (tokens, last refill) up to `now`; returns its balance. */
-static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, uint32_t share, int64_t now) {
+static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, _Atomic int64_t *granted, uint32_t share,
+                      int64_t now) {
     int64_t last = hk_atomic_load_relaxed(lastp);
     if (now - last >= HK_LIMITER_QUANTUM_NS && hk_atomic_cas_strong_acq_rel(lastp, &last, now)) {
         /* This thread won the quantum: credit (now - last) * share, capped at the burst. */
@@ -72,6 +73,7 @@ static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, uint32_t 
             next = cur + add;
             if (next > HK_LIMITER_BURST_NS || next < cur) next = HK_LIMITER_BURST_NS;
         } while (!hk_atomic_cas_weak_acq_rel(tokens, &cur, next));
+        if (granted && next > cur) hk_atomic_add_relaxed(granted, next - cur);
         return next;
     }
     int64_t b = hk_atomic_load_acquire(tokens);
@@ -80,8 +82,8 @@ static int64_t refill(_Atomic int64_t *tokens, _Atomic int64_t *lastp, uint32_t 
 
 int64_t hk_limiter_balance(hk_limiter *lim, int64_t now) {
     hk_limiter_shared *s = lim->shared;
-    int64_t shared = refill(&s->xtokens_ns, &s->xlast_refill_ns, lim->share, now);
-    int64_t local = refill(&lim->xlocal_tokens_ns, &lim->xlocal_last_ns, lim->share, now);
+    int64_t shared = refill(&s->xtokens_ns, &s->xlast_refill_ns, &s->xgranted_ns, lim->share, now);
+    int64_t local = refill(&lim->xlocal_tokens_ns, &lim->xlocal_last_ns, NULL, lim->share, now);
     return local < shared ? local : shared;
 }
 
@@ -107,11 +109,12 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     const hk_limiter_shared *s = (const hk_limiter_shared *)area;
     out->active = 0;
     out->share = 0;
-    out->tokens_ns = out->charged_ns = out->throttled_ns = 0;
+    out->tokens_ns = out->charged_ns = out->throttled_ns = out->granted_ns = 0;
     if (!s || hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;
     out->active = 1;
     out->share = hk_atomic_load_relaxed(&s->xshare);
     out->tokens_ns = hk_atomic_load_relaxed(&s->xtokens_ns);
     out->charged_ns = hk_atomic_load_relaxed(&s->xcharged_ns);
     out->throttled_ns = hk_atomic_load_relaxed(&s->xthrottled_ns);
+    out->granted_ns = hk_atomic_load_relaxed(&s->xgranted_ns);
 }

@@ -36,6 +36,8 @@ typedef struct hk_limiter_shared {
     _Atomic int64_t xlast_refill_ns; /* CLOCK_MONOTONIC of the last refill */
     _Atomic int64_t xcharged_ns;     /* total GPU time charged (statistics) */
     _Atomic int64_t xthrottled_ns;   /* total time launching threads waited (statistics) */
+    _Atomic int64_t xgranted_ns;     /* total credit the refills added, after the burst cap (statistics;
+                                        appended in 2026-12: an area set up before reads 0) */
 } hk_limiter_shared;
 
 /* A process-local handle on one device's bucket. The share comes from the process's own config
@@ -59,6 +61,8 @@ typedef struct hk_limiter_stats {
     int64_t tokens_ns;    /* current balance (negative = in debt) */
     int64_t charged_ns;   /* device time charged since the ledger was created */
     int64_t throttled_ns; /* time submitting threads waited */
+    int64_t granted_ns;   /* credit the bucket was given: share x time, less what the burst cap dropped.
+                             charged - granted = the debt (= -tokens_ns unless the area was written) */
 } hk_limiter_stats;
 
 /* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when

@@ -11,7 +11,8 @@
  *   3. allocates the rest plus one MiB, one MiB past <total>: over_quota_alloc=refused
  *      (ACL_ERROR_RT_MEMORY_ALLOCATION) or over_quota_alloc=allowed;
  *   4. with --compute SECONDS: launches kernels for SECONDS (on the stub, a kernel handle of 1000
- *      runs 1 ms) and prints compute_percent=<kernel time / wall time x 100>.
+ *      runs 1 ms), 16 between syncs, and prints compute_percent=<kernel time / wall time x 100>,
+ *      compute_kernels=<kernels completed> and compute_ns=<wall time>.
  *
  * Usage: acl_workload [--device N] [--compute SECONDS]     Output: one key=value per line.
  * Exit status: 0 the over-quota allocation was refused (the quota holds); 1 it was allowed
@@ -98,7 +99,9 @@ int main(int argc, char **argv) {
             if (++k % 16 == 0) sync(s);
         }
         sync(s);
-        printf("compute_percent=%.1f\n", (double)k * 1e-3 / (now() - t0) * 100);
+        double took = now() - t0;
+        printf("compute_percent=%.1f\ncompute_kernels=%ld\ncompute_ns=%.0f\n", (double)k * 1e-3 / took * 100, k,
+               took * 1e9);
     }
     return r == OUT_OF_MEMORY ? 0 : 1;
 }

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import hookcore
+from tests.limiter_books import fake_clock
 
 GiB = 1 << 30
 NPU = "uuid=NPU-{0:08x}-00000000-00000000-00000000-00000001,memory={1},phy={2}"
@@ -82,6 +83,7 @@ def test_memory_to_capacity_and_refused_past_it() -> None:
 
 
 def test_engine_runs_work_for_its_handles_duration() -> None:
+    """On the virtual clock (hookcore/stub/fake_clock.c): the durations exactly, whatever the host's load."""
     got = run("""
     acl.aclrtSetDevice(0)
     s = ptr(); acl.aclrtCreateStream(ctypes.byref(s))
@@ -97,10 +99,10 @@ def test_engine_runs_work_for_its_handles_duration() -> None:
     t1 = time.monotonic(); r = acl.aclmdlExecute(30000, None, None); model = time.monotonic() - t1   # 30 ms, sync
     print(json.dumps({"pending": pending, "done": st.value, "ms": ms.value, "wall": wall, "model": model, "r": r,
                       "launches": rt.stubNpuLaunchCount()}))
-    """, two())
+    """, two(), LD_PRELOAD=str(fake_clock()))
     assert got["pending"] == 0 and got["done"] == 1 and got["r"] == 0
-    assert 39.5 <= got["ms"] <= 41 and got["wall"] >= 0.039
-    assert 0.029 <= got["model"] < 0.2 and got["launches"] == 21
+    assert got["ms"] == 40 and got["wall"] == pytest.approx(0.040, abs=1e-6)
+    assert got["model"] == pytest.approx(0.030, abs=1e-6) and got["launches"] == 21
 
 
 def test_capture_records_work_and_the_graph_runs_for_its_total() -> None:
@@ -113,8 +115,8 @@ def test_capture_records_work_and_the_graph_runs_for_its_total() -> None:
     ri = ptr(); acl.aclmdlRICaptureEnd(s, ctypes.byref(ri))
     t0 = time.monotonic(); acl.aclmdlRIExecute(ri, -1); took = time.monotonic() - t0
     print(json.dumps({"ri": ri.value, "refused": refused, "took": took}))
-    """, two())
-    assert got["ri"] == 15000 and got["refused"] == 107028 and 0.0149 <= got["took"] < 0.2
+    """, two(), LD_PRELOAD=str(fake_clock()))   # on the virtual clock: the 15 ms exactly
+    assert got["ri"] == 15000 and got["refused"] == 107028 and got["took"] == pytest.approx(0.015, abs=1e-6)
 
 
 @pytest.mark.parametrize("layout,reached", [("split", "2 1 1"), ("fused", "0 0 0")])

@@ -4,8 +4,11 @@ On the stub a boosting GPU is modelled: with STUB_SM_MHZ=1800 and STUB_FULL_LOAD
 of 1000 us (at the full-load clock) takes 667 us, and the tests' own NVML double
 (tests/hook/c/nvml_clocks.c) reports the 1800 MHz SM clock. So 1000 kernels/s is full-load
 throughput; the default share of device time lets a 30% claim run 30% / 0.667 = 45% of that, the
-strict cap 30%. Copies (memory-bound) do not speed up with the clock: the strict cap charges them
-the boost too and they get share / 1.5. Tolerance +-5 points.
+strict cap charges each batch 1.5x its device time and holds it to 30%. Copies (memory-bound) do
+not speed up with the clock: the strict cap charges them the boost too and they get share / 1.5.
+
+Asserted on the limiter's books in the ledger and on the virtual clock (tests/limiter_books.py),
+within the limiter's burst and two batches, never on rates measured on the host's clock (issue 26).
 """
 
 from __future__ import annotations
@@ -16,14 +19,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import hookcore
 from tests.hook.clients import client_env
 from tests.hook.conftest import ROOT, cc
+from tests.limiter_books import Run, assert_held, ran, virtual_preload
 
 if TYPE_CHECKING:
     from tests.hook.conftest import HookLibs
 
 UUID0 = "GPU-57554201-0000-4000-8000-000000000000"
-FULL_LOAD = 1000.0   # kernels/s (1000 us each at the full-load clock)
+FULL_LOAD_NS = 1_000_000  # a kernel's duration at the full-load clock
+BOOSTED_NS = FULL_LOAD_NS * 1200 // 1800  # what the stub runs it in at 1800 MHz (667 us)
+BOOST = 1.5  # what the strict cap charges per ns of device time at 1800 MHz (1800 / 1200)
+BATCH = 10  # shim_client syncs every 10 launches or copies
 
 
 @pytest.fixture(scope="module")
@@ -33,62 +41,66 @@ def nvml_clocks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def run(client: Path, libs: HookLibs, nvml: Path, tmp_path: Path, *args: str, **env: str) -> tuple[float, str]:
+def run(client: Path, libs: HookLibs, nvml: Path, tmp_path: Path, *args: str, work_ns: int = BOOSTED_NS,
+        **env: str) -> tuple[Run, hookcore.LimiterUsage, str]:
+    """The client on the virtual clock: its run, the claim's limiter afterwards, its stderr."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    e = client_env(libs, libs.libvgpu, **{"HOOKCORE_DEVICE_UUID_0": UUID0, "HOOKCORE_LEDGER": str(tmp_path / "l"),
-                                          "STUB_SM_MHZ": "1800", "STUB_FULL_LOAD_MHZ": "1200", **env})
+    e = client_env(libs, virtual_preload(libs.libvgpu),
+                   **{"HOOKCORE_DEVICE_UUID_0": UUID0, "HOOKCORE_LEDGER": str(tmp_path / "l"),
+                      "STUB_SM_MHZ": "1800", "STUB_FULL_LOAD_MHZ": "1200", **env})
     e["LD_LIBRARY_PATH"] = f"{nvml}:{libs.stub_dir}"
     proc = subprocess.run([str(client), *args], env=e, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return float(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RATE")).split()[1]), proc.stderr
+    with hookcore.Ledger(tmp_path / "l") as ledger:
+        return ran(proc.stdout, work_ns, BATCH), ledger.limiter(0), proc.stderr
 
 
 @pytest.mark.parametrize("share", [30, 50, 70])
 def test_strict_holds_throughput_where_share_gives_the_boost_away(
         client: Path, hookcore_libs: HookLibs, nvml_clocks: Path, tmp_path: Path, share: int) -> None:
-    default, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "a", "launch", "1000", "0", "1.5",
-                     HOOKCORE_COMPUTE_LIMIT_0=str(share))
-    strict, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "b", "launch", "1000", "0", "1.5",
-                    HOOKCORE_COMPUTE_LIMIT_0=str(share), HOOKCORE_COMPUTE_MODE_0="strict",
-                    HOOKCORE_COMPUTE_REF_MHZ_0="1200")
-    assert abs(100 * strict / FULL_LOAD - share) <= 5, strict
-    assert abs(100 * default / FULL_LOAD - min(share * 1.5, 100)) <= 6, default   # device time: share
+    default, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "a", "launch", "1000", "0", "1.5",
+                            HOOKCORE_COMPUTE_LIMIT_0=str(share))
+    assert_held(books, [default], share)  # the share of device time: 1.5x the share of full-load throughput
+    strict, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "b", "launch", "1000", "0", "1.5",
+                           HOOKCORE_COMPUTE_LIMIT_0=str(share), HOOKCORE_COMPUTE_MODE_0="strict",
+                           HOOKCORE_COMPUTE_REF_MHZ_0="1200")
+    assert_held(books, [strict], share, charge=BOOST)  # charged 1.5x: share / 1.5 of the time = the share of full load
 
 
 def test_strict_reference_defaults_to_nvmls_application_clock(client: Path, hookcore_libs: HookLibs,
                                                               nvml_clocks: Path, tmp_path: Path) -> None:
-    got, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "1.5",
-                 HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict", STUB_APP_MHZ="1200")
-    assert abs(100 * got / FULL_LOAD - 30) <= 5, got
+    got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "1.5",
+                        HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict", STUB_APP_MHZ="1200")
+    assert_held(books, [got], 30, charge=BOOST)
 
 
 def test_strict_without_a_reference_says_so_and_charges_device_time(client: Path, hookcore_libs: HookLibs,
                                                                     nvml_clocks: Path, tmp_path: Path) -> None:
-    got, err = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "1.5",
-                   HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict")
+    got, books, err = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "1.5",
+                          HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict")
     assert "no full-load clock (set HOOKCORE_COMPUTE_REF_MHZ_0)" in err
-    assert abs(100 * got / FULL_LOAD - 45) <= 6, got
+    assert_held(books, [got], 30)   # device time: 30%, so 45% of full-load throughput
 
 
 def test_at_the_full_load_clock_strict_is_the_share(client: Path, hookcore_libs: HookLibs, nvml_clocks: Path,
                                                     tmp_path: Path) -> None:
     """Under contention the GPU runs at its full-load clock: both modes give the share."""
-    got, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "1.5",
-                 HOOKCORE_COMPUTE_LIMIT_0="50", HOOKCORE_COMPUTE_MODE_0="strict", HOOKCORE_COMPUTE_REF_MHZ_0="1200",
-                 STUB_SM_MHZ="1200")
-    assert abs(100 * got / FULL_LOAD - 50) <= 5, got
+    got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "1.5",
+                        work_ns=FULL_LOAD_NS, HOOKCORE_COMPUTE_LIMIT_0="50", HOOKCORE_COMPUTE_MODE_0="strict",
+                        HOOKCORE_COMPUTE_REF_MHZ_0="1200", STUB_SM_MHZ="1200")
+    assert_held(books, [got], 50)   # no boost: charged its device time
 
 
 def test_what_strict_costs_a_memory_bound_workload(client: Path, hookcore_libs: HookLibs, nvml_clocks: Path,
                                                    tmp_path: Path) -> None:
     """1 MB copies take 1 ms whatever the SM clock: the strict cap still charges them the 1.5x boost."""
-    common = dict(HOOKCORE_COMPUTE_LIMIT_0="30", STUB_COPY_MBPS="1000")
-    default, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "a", "copy", "dtod-async", "1000000", "1.5",
-                     **common)
-    strict, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "b", "copy", "dtod-async", "1000000", "1.5",
-                    HOOKCORE_COMPUTE_MODE_0="strict", HOOKCORE_COMPUTE_REF_MHZ_0="1200", **common)
-    assert abs(default / 10 - 30) <= 5, default           # 1000 copies/s native
-    assert abs(strict / 10 - 20) <= 4, strict             # 30% / 1.5
+    common = dict(HOOKCORE_COMPUTE_LIMIT_0="30", STUB_COPY_MBPS="1000", work_ns=1_000_000)
+    default, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "a", "copy", "dtod-async", "1000000", "1.5",
+                            **common)
+    assert_held(books, [default], 30)
+    strict, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path / "b", "copy", "dtod-async", "1000000", "1.5",
+                           HOOKCORE_COMPUTE_MODE_0="strict", HOOKCORE_COMPUTE_REF_MHZ_0="1200", **common)
+    assert_held(books, [strict], 30, charge=BOOST)   # 30% / 1.5 = 20% of the copy engine's time
 
 
 @pytest.mark.parametrize("env,needle", [

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../internal.h"
+#include "../limiter.h"
 
 static int g_failures;
 static char g_dir[1024] = "/tmp";
@@ -1308,6 +1309,40 @@ static int populate(int argc, char **argv) {
     return 0; /* exits without closing: the slot stays charged until reclaimed */
 }
 
+/* The limiter's books on a clock the test sets (hk_limiter_balance takes `now`): refills grant
+   share x time up to the burst, charges add to charged, and granted - charged is the balance. */
+static void test_limiter_books(void) {
+    static _Alignas(64) unsigned char area[HK_LIMITER_BYTES];
+    memset(area, 0, sizeof area);
+    hk_limiter lim;
+    hk_limiter_attach(&lim, area, 30);
+    CHECK(lim.shared == (hk_limiter_shared *)(void *)area);
+    int64_t t0 = 1000000000000LL;
+    hk_atomic_store_relaxed(&lim.shared->xlast_refill_ns, t0);
+    hk_atomic_store_relaxed(&lim.xlocal_last_ns, t0);
+    hk_limiter_stats st;
+
+    CHECK(hk_limiter_balance(&lim, t0 + 20000000) == 6000000); /* 20 ms at 30% */
+    hk_limiter_charge(&lim, 16000000);                         /* 16 ms of work: 10 ms in debt */
+    CHECK(hk_limiter_balance(&lim, t0 + 20000000) == -10000000);
+    CHECK(hk_limiter_wait_ns(&lim, -10000000) == 20000000); /* repaid in 33 ms: wait at most 20, re-check */
+    hk_limiter_read(area, &st);
+    CHECK(st.active == 1 && st.share == 30 && st.charged_ns == 16000000 && st.granted_ns == 6000000);
+    CHECK(st.charged_ns - st.granted_ns == -st.tokens_ns);
+
+    CHECK(hk_limiter_balance(&lim, t0 + 20000000 + 33333334) == 0);            /* 33.3 ms later: repaid */
+    CHECK(hk_limiter_balance(&lim, t0 + 2000000000LL) == HK_LIMITER_BURST_NS); /* idle: only the burst */
+    hk_limiter_read(area, &st);
+    CHECK(st.granted_ns == 16000000 + HK_LIMITER_BURST_NS && st.tokens_ns == HK_LIMITER_BURST_NS);
+
+    /* a balance written above the burst (by a tenant: the area is in its ledger) grants nothing */
+    hk_atomic_store_relaxed(&lim.shared->xtokens_ns, 1LL << 62);
+    CHECK(hk_limiter_balance(&lim, t0 + 3000000000LL) == HK_LIMITER_BURST_NS);
+    hk_limiter_read(area, &st);
+    CHECK(st.granted_ns == 16000000 + HK_LIMITER_BURST_NS);
+    printf("ok limiter_books (granted, charged, debt, burst cap, written balance)\n");
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* test_core bench DIR: cost of the admission path (not a test; numbers for the report). */
 
@@ -1393,6 +1428,7 @@ int main(int argc, char **argv) {
     test_tampered_ledger();
     test_lost_slot_race();
     test_track();
+    test_limiter_books();
     test_validation();
     test_pid_reuse();
     test_creation_race();

@@ -7,7 +7,7 @@
  *   info [-d DEV] [-r]                 memory info (ACL, or rtMemGetInfoEx with -r): "INFO <free> <total>"
  *   phy [-d DEV]                       "PHY <physical id>"
  *   rate MODE US SECONDS               submit US-microsecond work for SECONDS (at most 16 queued), then
- *                                      "RATE <completed per second>";
+ *                                      "RATE <completed per second>" and "RAN <completed> <ns>";
  *                                      MODE: kernel (aclrtLaunchKernel), v2, cfg, model (aclmdlExecuteAsync),
  *                                      sync (aclmdlExecute), ri (an aclmdlRI captured from 1 kernel,
  *                                      aclmdlRIExecuteAsync), rt (rtKernelLaunch), rth
@@ -156,7 +156,9 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
         if (++n % 16 == 0) aclrtSynchronizeStream(s); /* keep the queue short: count what completes */
     }
     aclrtSynchronizeDevice();
-    printf("RATE %.1f\n", (double)n / (now() - t0));
+    double took = now() - t0;
+    printf("RATE %.1f\n", (double)n / took);
+    printf("RAN %ld %.0f\n", n, took * 1e9);
     return 0;
 }
 

@@ -16,7 +16,8 @@
  *                         cuMemCreate(BYTES): "IMPORT <rc> AFTER <rc>"; create, map, retain, release
  *                         twice, cuMemCreate(BYTES): "RETAIN <rc>", unmap, again: "UNMAPPED <rc>"
  *   legacy WHICH US SECONDS  cuLaunch / cuLaunchGrid / cuLaunchGridAsync of US-microsecond stub
- *                         kernels for SECONDS: "RATE <completed per second>"
+ *                         kernels for SECONDS, 10 between syncs: "RATE <completed per second>" and
+ *                         "RAN <completed> <ns>"
  *   hold BYTES            allocate BYTES, print "HELD", then per stdin line "alloc N": "RC <rc>"
  */
 #define _GNU_SOURCE
@@ -269,7 +270,9 @@ static void cmd_legacy(const char *which, unsigned us, double seconds) {
         if (++n % 10 == 0) cuCtxSynchronize(); /* completed work, not a queue running ahead */
     }
     cuCtxSynchronize();
-    printf("RATE %.1f\n", (double)n / (now_s() - t0));
+    double took = now_s() - t0;
+    printf("RATE %.1f\n", (double)n / took);
+    printf("RAN %ld %.0f\n", n, took * 1e9);
 }
 
 static void cmd_hold(size_t bytes) {

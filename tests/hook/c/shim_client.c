@@ -16,14 +16,15 @@
  *   churn CHUNK N            keep N blocks, free/allocate forever (for kill -9), print "READY"
  *   fork CHUNK               parent and forked child both allocate; child's charge ends with it
  *   init                     cuInit + one cuMemAlloc + one launch: print the three CUresults
- *   launch US GRAPH SECONDS  launch US-microsecond stub kernels (or graphs) for SECONDS,
- *                            print "RATE <completed per second>"
+ *   launch US GRAPH SECONDS  launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
+ *                            syncs; print "RATE <completed per second>" and "RAN <completed> <ns>"
  *   capture                  launches during stream capture pass through without events
  *   cuinit                   time dlopen + cuGetProcAddress + cuInit (microseconds)
  *   nvml [IDX]               NVML memory info (v1 and v2) of NVML device IDX
  *   devices                  every visible device: "DEV <ordinal> <uuid> <total bytes> <name>"
  *   copy WHAT BYTES SECONDS [ptds]
- *                            copies or memsets of BYTES for SECONDS, "RATE <ops per second>"; WHAT
+ *                            copies or memsets of BYTES for SECONDS, "RATE <ops per second>" and
+ *                            "RAN <ops> <ns>"; WHAT
  *                            is memcpy htod dtoh dtod peer 2d 3d memset8 memset16 memset32
  *                            memset2d8, with "-async" for the stream-ordered form (10 per sync);
  *                            ptds resolves the per-thread-default-stream variants
@@ -476,7 +477,9 @@ static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
     snprintf(full, sizeof full, "%s%s", fn, async ? "Async" : "");
     void *f = sym(full, V, fl);
     const char *sname;
-    if (strcmp(owner(f, &sname), "libvgpu.so") && getenv("LD_PRELOAD")) fail("%s not hooked (%s)", full, sname);
+    const char *preload = getenv("LD_PRELOAD");
+    if (strcmp(owner(f, &sname), "libvgpu.so") && preload && strstr(preload, "libvgpu.so"))
+        fail("%s not hooked (%s)", full, sname);
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
     CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
     CUstream st = NULL;
@@ -533,6 +536,7 @@ static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
         n += 10;
     }
     printf("RATE %.1f\n", n / (t - t0));
+    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
 }
 
 static void cmd_copynames(void) {
@@ -625,6 +629,7 @@ static void cmd_launch(unsigned us, int graph, double seconds) {
         n += 10;
     }
     printf("RATE %.1f\n", n / (t - t0));
+    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
 }
 
 static void cmd_capture(void) {
