@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from truncate_loop import truncate_until_exit
 
 import hookcore
 from dra._runtime.ledger_metrics import LedgerCollector
@@ -130,15 +131,7 @@ def test_a_ledger_truncated_in_a_loop_never_kills_the_reader(ext: None, tmp_path
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    flips = 0
-    with path.open("r+b") as f:
-        while proc.poll() is None:
-            f.truncate(4096)
-            f.truncate(0)
-            f.seek(0)
-            f.write(good)
-            f.flush()
-            flips += 1
+    flips = truncate_until_exit(path, good, proc)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (proc.returncode, err[-2000:])   # -7 (SIGBUS) on 165651d
     word, worst, errors = out.split()

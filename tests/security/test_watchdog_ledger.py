@@ -22,6 +22,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from truncate_loop import truncate_until_exit
 
 import hookcore
 from dra._runtime import procinfo
@@ -191,15 +192,7 @@ def test_a_ledger_truncated_in_a_loop_never_kills_the_daemon(fake_rig: Rig, tmp_
     """)
     child = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    flips = 0
-    with ledger.open("r+b") as f:
-        while child.poll() is None:
-            f.truncate(4096)
-            f.truncate(0)
-            f.seek(0)
-            f.write(good)
-            f.flush()
-            flips += 1
+    flips = truncate_until_exit(ledger, good, child)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, (child.returncode, err[-3000:])  # -7 (SIGBUS) on 0cee347
     word, polls, ok, refused = out.split()
