@@ -31,14 +31,16 @@ from dra.testing.claims import RecordedClaims
 from drivers.example.driver import ExampleDriver
 
 
-class SlowCollector:
-    """A collector whose scrape takes `seconds` (a ledger read stuck on a tenant's file)."""
+class StuckCollector:
+    """A collector whose scrape hangs until released (a ledger read stuck on a tenant's file)."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self) -> None:
+        self.entered = threading.Semaphore(0)
+        self.release = threading.Event()
 
     def collect(self) -> Iterator[Any]:
-        time.sleep(self.seconds)
+        self.entered.release()
+        self.release.wait(30)
         yield GaugeMetricFamily("slow", "a slow series", value=1)
 
 
@@ -58,14 +60,17 @@ def get(port: int, path: str, timeout: float = 5) -> tuple[int, float]:
         return int(resp.status), time.monotonic() - t0
 
 
-def test_500_idle_connections_leave_healthz_answering_within_a_second(server: tuple[HealthServer, Metrics]) -> None:
+def test_500_idle_connections_leave_healthz_answering(server: tuple[HealthServer, Metrics]) -> None:
+    """At 165651d each idle connection held a thread for ever: /healthz never answered. Asserted:
+    it answers (a timeout far above the server's 2 s request timeout, so a loaded machine cannot
+    fail it; the answer's latency is a figure for bench/, not a test) on a bounded number of threads."""
     srv, _ = server
     before = threading.active_count()
     socks = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(500)]
     try:
         for _ in range(3):
-            status, took = get(srv.port, "/healthz", timeout=1)
-            assert status == 200 and took < 1, took
+            status, _took = get(srv.port, "/healthz", timeout=30)
+            assert status == 200
         assert threading.active_count() - before <= 4  # two small pools, not a thread per connection
     finally:
         for s in socks:
@@ -99,18 +104,24 @@ def test_an_oversized_request_head_is_dropped(server: tuple[HealthServer, Metric
 
 
 def test_a_slow_metrics_scrape_does_not_delay_healthz(server: tuple[HealthServer, Metrics]) -> None:
+    """Two scrapes stuck inside a collector (evidence: both entered it), and /healthz answers while
+    they still are: it never waits behind /metrics. No latency is asserted (a loaded machine would
+    fail it); a /healthz queued behind the scrapes would not answer until they are released."""
     srv, metrics = server
-    metrics.registry.register(SlowCollector(1.5))  # type: ignore[arg-type]
+    stuck = StuckCollector()
+    metrics.registry.register(stuck)  # type: ignore[arg-type]
     answers: list[int] = []
-    scrapes = [threading.Thread(target=lambda: answers.append(get(srv.port, "/metrics", timeout=10)[0]), daemon=True)
+    scrapes = [threading.Thread(target=lambda: answers.append(get(srv.port, "/metrics", timeout=60)[0]), daemon=True)
                for _ in range(2)]
     for t in scrapes:
         t.start()
-    time.sleep(0.2)  # the scrapes are in flight (what is measured is /healthz meanwhile)
-    status, took = get(srv.port, "/healthz", timeout=1)
-    assert status == 200 and took < 1, took
+    for _ in scrapes:
+        assert stuck.entered.acquire(timeout=30), "a scrape never reached the collector"
+    status, _took = get(srv.port, "/healthz", timeout=20)
+    assert status == 200 and not stuck.release.is_set() and answers == []  # answered while both were stuck
+    stuck.release.set()
     for t in scrapes:
-        t.join(15)
+        t.join(30)
     assert answers == [200, 200]  # the scrapes themselves finished too
 
 
