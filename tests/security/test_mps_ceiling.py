@@ -71,7 +71,7 @@ def phase(line: str, work_ns: int) -> Run:
     return Run(int(count), int(ns), work_ns, BATCH)
 
 
-def test_a_tenant_that_raised_its_mps_percentage_is_held_to_the_claims_share(hostile: Path, hookcore_libs: HookLibs,
+def test_a_tenant_that_raised_its_mps_percentage_is_held_to_the_claims_share(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
                                                                             tmp_path: Path) -> None:
     """MPS at 100% (the tenant's environment) under the claim's 30 cores: every SM, charged in full,
     30% of the device's time: 30% of its SM x time, what the hook alone gives."""
@@ -80,7 +80,7 @@ def test_a_tenant_that_raised_its_mps_percentage_is_held_to_the_claims_share(hos
     assert_held(books, [ran("RAN " + out["RAN"][0], ON_ALL, BATCH)], 30)
 
 
-def test_an_honest_mps_client_beside_it_runs_as_mps_lets_it(hostile: Path, hookcore_libs: HookLibs,
+def test_an_honest_mps_client_beside_it_runs_as_mps_lets_it(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
                                                             tmp_path: Path) -> None:
     """The happy case of the one above: at its claim's 30% it is charged 0.3 x its time and never waits."""
     out, books = tenant(hostile, hookcore_libs, tmp_path, "kernels", str(US), "1.5", percent=30)
@@ -89,7 +89,7 @@ def test_an_honest_mps_client_beside_it_runs_as_mps_lets_it(hostile: Path, hookc
 
 
 def test_a_primary_context_reset_after_raising_the_percentage_is_charged_in_full(
-        hostile: Path, hookcore_libs: HookLibs, tmp_path: Path) -> None:
+        hostile: Path, hookcore_libs: HookLibs, tmp_path: Path) -> None:  # noqa: F811
     """Honest at 30% first (the share is cached for the primary context), then the percentage raised
     to 100 and the primary context reset: the same handle, a new context with every SM. The reset
     makes the hook ask the driver again: the second half is held to 30% of the time."""
@@ -104,7 +104,7 @@ def test_a_primary_context_reset_after_raising_the_percentage_is_charged_in_full
 
 
 @pytest.mark.parametrize("stream", ["own", "foreign"])
-def test_work_on_another_contexts_stream_is_charged_in_full(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path,
+def test_work_on_another_contexts_stream_is_charged_in_full(hostile: Path, hookcore_libs: HookLibs, tmp_path: Path,  # noqa: F811
                                                             stream: str) -> None:
     """A context limited to 30 SMs (cuCtxCreate_v3 with an SM count) is current. Launching onto its own
     stream, the work runs on its 30 SMs and is charged 0.3 x its time (happy: never waits). Launching
