@@ -32,9 +32,10 @@ typedef struct hk_pair {
 struct hk_meter_batch {
     int open;
     int ldev;
-    int work;        /* HK_WORK_SM or HK_WORK_COPY: one kind per batch */
-    uint32_t sm_ppm; /* the SM fraction it is charged at (HK_SM_PPM_FULL for copies) */
-    uint64_t sig;    /* hash of what the batch submitted */
+    int work;         /* HK_WORK_SM or HK_WORK_COPY: what opened it */
+    uint32_t ctx_ppm; /* its context's SM fraction (sm_share_ppm) */
+    uint32_t sm_ppm;  /* the SM fraction it is charged at: ctx_ppm for SM work, HK_SM_PPM_FULL for copies */
+    uint64_t sig;     /* hash of what the batch submitted */
     void *stream;
     void *ctx;
     hk_pair ev;
@@ -240,9 +241,9 @@ static void make_exit_key(void) { pthread_key_create(&g_exit_key, on_thread_exit
 
 hk_meter_batch *hk_meter_before(void *s) { return hk_meter_before_work(s, HK_WORK_SM); }
 
-/* The SM fraction a new batch of `work` on `s` in `ctx` is charged at (fail safe: all SMs). */
-static uint32_t batch_sm_ppm(void *ctx, void *s, int work) {
-    if (work != HK_WORK_SM || !g_ops->sm_share_ppm) return HK_SM_PPM_FULL;
+/* The SM fraction of work on `s` in `ctx` (fail safe: all SMs). */
+static uint32_t context_sm_ppm(void *ctx, void *s) {
+    if (!g_ops->sm_share_ppm) return HK_SM_PPM_FULL;
     uint32_t p = g_ops->sm_share_ppm(ctx, s);
     return p == 0 || p > HK_SM_PPM_FULL ? HK_SM_PPM_FULL : p;
 }
@@ -259,8 +260,11 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
     if (!lim) return NULL;
 
     int64_t now = hk_limiter_now_ns();
-    if (b->open && (b->stream != s || b->ctx != ctx || b->work != work || b->count >= HK_BATCH_MAX_SUBMITS ||
-                    now - b->opened_ns > HK_BATCH_MAX_AGE_NS || now - b->last_ns > HK_BATCH_GAP_NS))
+    /* Kernels and copies share a batch where both cost the same, a context with every SM; elsewhere a
+       change of kind closes it (more batches only for clients on part of the SMs). */
+    if (b->open && (b->stream != s || b->ctx != ctx || (b->work != work && b->ctx_ppm < HK_SM_PPM_FULL) ||
+                    b->count >= HK_BATCH_MAX_SUBMITS || now - b->opened_ns > HK_BATCH_MAX_AGE_NS ||
+                    now - b->last_ns > HK_BATCH_GAP_NS))
         close_batch(b);
     while (collect_one(0)) {}
     int64_t bal = hk_limiter_balance(lim, now);
@@ -290,7 +294,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         b->ctx = ctx;
         b->ldev = ldev;
         b->work = work;
-        b->sm_ppm = batch_sm_ppm(ctx, s, work);
+        b->ctx_ppm = context_sm_ppm(ctx, s);
+        b->sm_ppm = work == HK_WORK_SM ? b->ctx_ppm : HK_SM_PPM_FULL;
         b->count = 0;
         b->sig = 0;
         b->opened_ns = now;

@@ -27,8 +27,9 @@
  * of the device's SMs its context may use (hk_meter_ops.sm_share_ppm, asked when the batch opens;
  * the shim caches it per context), so the share bounds SM x time and a client the driver already
  * confines to part of the SMs (MPS, affinity contexts) is not limited twice. Copies and memsets
- * (HK_WORK_COPY) are charged in full: copy engines are not partitioned with the SMs. A batch holds
- * one kind of work: a submission of the other kind closes it.
+ * (HK_WORK_COPY) are charged in full: copy engines are not partitioned with the SMs. On a context
+ * with part of the SMs a batch holds one kind of work (a submission of the other kind closes it);
+ * on one with every SM both cost the same and share batches, as before.
  *
  * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost
  * scaled by the clock boost the device got from running below full load (hk_meter_ops.clock_ratio),
@@ -66,7 +67,7 @@ typedef struct hk_meter_ops {
     /* Optional (NULL = every context has all SMs): the fraction of its device's SMs that work
        submitted now to `stream` with `ctx` current may run on, in millionths (HK_SM_PPM_FULL = all),
        as the driver provisions it. 0 or above HK_SM_PPM_FULL = unknown: charged in full. Called once
-       per batch of SM work, when it opens; the answer must be cheap (cached per context). */
+       per batch, when it opens; the answer must be cheap (cached per context). */
     uint32_t (*sm_share_ppm)(void *ctx, void *stream);
 } hk_meter_ops;
 

@@ -15,8 +15,9 @@ lets it, and every way a tenant has to change that share ends in a full charge:
   reads the environment again under the same handle; the hook forgets the share it cached;
 - launch onto a stream of a context with every SM while a context of few SMs is current: work on
   another context's stream is charged in full;
-- make its copies cheap by asking for 1% of the SMs: copies and memsets are charged in full (the
-  copy engines are not the SMs).
+- make its copies cheap by asking for 1% of the SMs, or by interleaving them with kernels on one
+  stream: copies and memsets are charged in full (the copy engines are not the SMs), in batches of
+  their own.
 
 On the stub libcuda acting as an MPS client (hookcore/stub/README.md), on the virtual clock and the
 limiter's books (tests/limiter_books.py); the honest and the fail-safe cases of the charge are in
@@ -129,3 +130,15 @@ def test_copies_are_charged_in_full_whatever_the_mps_share(client: Path, hookcor
                         STUB_COPY_MBPS="1000")
     assert books.sm_ppm == hookcore.SM_PPM_FULL and books.charged_ns == books.device_ns, books
     assert_held(books, [ran("RAN " + out["RAN"][0], 1_000_000, BATCH)], 30)
+
+
+def test_copies_interleaved_with_kernels_are_charged_in_full(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                             tmp_path: Path) -> None:
+    """A kernel (1 ms on its 30 SMs) then a 1 MB copy (1 ms), on one stream, at MPS 30%: the kernel
+    is charged 0.3 ms, the copy 1 ms (a batch of its own), so 1.3 ms per 2 ms of device time and the
+    pair gets 30 / 0.65 = 46% of the device's time; in one batch the copy would have cost 0.3 ms."""
+    out, books = tenant(hostile, hookcore_libs, tmp_path, "mixed", str(US), "1000000", "1.5", STUB_COPY_MBPS="1000")
+    got = ran("RAN " + out["RAN"][0], 1_000_000, 2 * BATCH)  # every submission takes 1 ms
+    assert abs(books.charged_ns / books.device_ns - 0.65) < 0.01, books
+    assert_share([got], 30, charge=0.65)
+

@@ -21,6 +21,8 @@
  *   hold BYTES            allocate BYTES, print "HELD", then per stdin line "alloc N": "RC <rc>"
  *   kernels US SECONDS    cuLaunchKernel of US-microsecond stub kernels onto a stream for SECONDS, 10
  *                         between syncs: "RAN <completed> <ns>"
+ *   mixed US BYTES SECONDS  a US-microsecond stub kernel then a BYTES device-to-device async copy, on
+ *                         one stream, for SECONDS, 10 pairs between syncs: "RAN <submissions> <ns>"
  *   mpsreset US SECONDS PCT  launch US-microsecond stub kernels for SECONDS on the primary context
  *                         the environment gave it, then set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=PCT,
  *                         reset the primary context (a new one reads it), launch SECONDS more:
@@ -324,6 +326,30 @@ static void cmd_kernels(unsigned us, double seconds) {
     printf("RAN %ld %.0f\n", n, took * 1e9);
 }
 
+static void cmd_mixed(unsigned us, size_t bytes, double seconds) {
+    F(CUresult, cuLaunchKernel,
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
+    F(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream));
+    F(CUresult, cuStreamSynchronize, (CUstream));
+    CUstream s = new_stream();
+    CUdeviceptr d = 0x700000000000ULL; /* the stub moves no bytes */
+    double t0 = now_s();
+    long n = 0;
+    while (now_s() - t0 < seconds) {
+        for (int i = 0; i < 10; i++) {
+            CUresult r = cuLaunchKernel((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+            if (r == CUDA_SUCCESS) r = cuMemcpyDtoDAsync_v2(d, d, bytes, s);
+            if (r != CUDA_SUCCESS) {
+                printf("FAIL mixed %d\n", r);
+                exit(1);
+            }
+        }
+        cuStreamSynchronize(s);
+        n += 20;
+    }
+    printf("RAN %ld %.0f\n", n, (now_s() - t0) * 1e9);
+}
+
 static void cmd_mpsreset(unsigned us, double seconds, const char *pct) {
     F(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice));
     F(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice));
@@ -397,6 +423,8 @@ int main(int argc, char **argv) {
         cmd_hold(size_arg(argv[2]));
     else if (!strcmp(cmd, "kernels") && argc > 3)
         cmd_kernels((unsigned)atoi(argv[2]), atof(argv[3]));
+    else if (!strcmp(cmd, "mixed") && argc > 4)
+        cmd_mixed((unsigned)atoi(argv[2]), size_arg(argv[3]), atof(argv[4]));
     else if (!strcmp(cmd, "mpsreset") && argc > 4)
         cmd_mpsreset((unsigned)atoi(argv[2]), atof(argv[3]), argv[4]);
     else if (!strcmp(cmd, "affinity") && argc > 5)
