@@ -26,6 +26,7 @@ tests/hook/test_shim_stub.py and tests/hook/test_strict_cap.py.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 from pathlib import Path
 
@@ -42,6 +43,7 @@ US = 300  # a 0.3 ms stub kernel on all 100 SMs; 1 ms on 30 of them
 ON_30 = 1_000_000
 ON_ALL = US * 1000
 BATCH = 10  # the clients sync every 10 launches
+DEV0_LIMITER = 4096 + 256  # device 0's limiter area in the ledger (hookcore/INTERFACE-NOTES.md)
 
 
 @pytest.fixture(scope="module")
@@ -141,4 +143,20 @@ def test_copies_interleaved_with_kernels_are_charged_in_full(hostile: Path, hook
     got = ran("RAN " + out["RAN"][0], 1_000_000, 2 * BATCH)  # every submission takes 1 ms
     assert abs(books.charged_ns / books.device_ns - 0.65) < 0.01, books
     assert_share([got], 30, charge=0.65)
+
+
+def test_the_sm_fraction_in_the_ledger_is_statistics_never_read_back(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
+                                                                     tmp_path: Path) -> None:
+    """The ledger is the tenant's to write. Its limiter area shows the SM fraction of the last charge
+    and the device time charged (offsets 56 and 48), but the hook charges from the driver's answer
+    only: a ledger made with 1 millionth planted there holds a client on every SM to 30%."""
+    ledger = tmp_path / "ledger"
+    hookcore.create_ledger(ledger, {"HOOKCORE_COMPUTE_LIMIT_0": "30", "HOOKCORE_LEDGER": str(ledger)})
+    with ledger.open("r+b") as f:
+        f.seek(DEV0_LIMITER + 48)
+        f.write(struct.pack("<qI", 1 << 40, 1))
+    out, books = tenant(hostile, hookcore_libs, tmp_path, "kernels", str(US), "1.5", percent=100)
+    assert books.sm_ppm == hookcore.SM_PPM_FULL, books  # overwritten by the first charge
+    assert books.device_ns > 1 << 40, books  # the planted figure was there all along (added to)
+    assert_held(books, [ran("RAN " + out["RAN"][0], ON_ALL, BATCH)], 30)
 
