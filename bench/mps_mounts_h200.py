@@ -8,6 +8,7 @@ Run on the GPU machine from the repository root, as root (mount namespaces; setp
 65534), with python3 + torch; no network, nothing installed:
 
     python3 bench/mps_mounts_h200.py --out "$OUT"          # about 3 minutes
+    python3 bench/mps_mounts_h200.py --out "$OUT" --sections hook-ceiling   # under 3 minutes
 
 The whole run happens in a private mount namespace (``unshare --mount``): the control daemon's
 pipe dir is bind-mounted read-only at a second path (the "container's view") and every client
@@ -26,6 +27,13 @@ container does. Sections:
   hook-ceiling  one matmul client at a time (bench/mps_h200.py's worker, 4 s): native, MPS 30%,
                 MPS 30% + hookcore at 30 cores, MPS 100% (a tenant that raised its own
                 environment) + hookcore at 30, hookcore at 30 without MPS. Shares of native.
+                The hook charges a batch its device time x its context's SM fraction (what
+                cuCtxGetExecAffinity reports over the device's SM count), so expected after that
+                change: MPS 30% + hook 30 ~ MPS 30% alone (not throttled twice), MPS 100% + hook 30
+                ~ hook 30 alone (30% of SM x time). For each hooked run the SM fraction the hook
+                used (the ledger's limiter stats via build/hk-ledger: sm_ppm, charged / device
+                time, time throttled) and the hook's debug line that names what the driver
+                reported (SMs of the context, SMs of the device).
 
 Output: OUT/mps-mounts.json and OUT/mps-mounts.md (printed last). Every control daemon is quit
 (and killed if it does not go) before the script ends, also on an error.
@@ -251,10 +259,27 @@ def section_nonroot_ctl(tmp: Path, program: str, cpu: bool) -> dict[str, Any]:
     return out
 
 
+def hook_books(tool: Path, ledger: Path, stderr: str) -> dict[str, Any]:
+    """What the hook charged in a run: the SM fraction of its last batch (the ledger's limiter area,
+    read with the core's own reader), charged / device time over the run, the time it throttled,
+    and its debug lines naming what cuCtxGetExecAffinity and the device's SM count were."""
+    got: dict[str, Any] = {"driver said": sorted({ln.split("hookcore: ", 1)[-1] for ln in stderr.splitlines()
+                                                  if "cuCtxGetExecAffinity" in ln})}
+    r = subprocess.run([str(tool), "limiter", str(ledger), "0"], capture_output=True, text=True)
+    f = r.stdout.split()
+    if r.returncode != 0 or len(f) < 9 or f[0] != "LIMITER":
+        got["ledger"] = (r.stdout + r.stderr).strip()[-300:]  # an older hk-ledger, or no limiter
+        return got
+    charged, throttled, device, ppm = int(f[3]), int(f[4]), int(f[7]), int(f[8])
+    got.update({"sm_fraction": ppm / 1e6, "charged_per_device_ns": round(charged / device, 4) if device else None,
+                "charged_s": charged / 1e9, "device_s": device / 1e9, "throttled_s": throttled / 1e9})
+    return got
+
+
 def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
     build = tmp / "build"
     r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"-j{min(os.cpu_count() or 1, 8)}", f"BUILD={build}",
-                        "hooklibs"], capture_output=True, text=True)
+                        "hooklibs", "tools"], capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": "hookcore build failed: " + (r.stdout + r.stderr)[-1500:]}
     ctl = Control(tmp / "hook-ctl", program, None, False)
@@ -269,14 +294,17 @@ def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
         env["CUDA_MPS_PIPE_DIRECTORY"] = str(ctl.pipe if mps is not None else tmp / "no-mps")
         if mps is not None:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps)
+        ledger = tmp / f"c{n}.ledger"
         if hook is not None:
             env.update({"LD_PRELOAD": str(build / "libvgpu.so"), "CUDA_DEVICE_SM_LIMIT": str(hook),
-                        "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(tmp / f"c{n}.ledger")})
+                        "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(ledger), "HOOKCORE_LOG": "debug"})
         args = {"go_at": time.time() + 14, "secs": 4.0, "warm": 2.0}
         p = subprocess.run([sys.executable, str(ROOT / "bench" / "mps_h200.py"), "--worker", "matmul",
                             json.dumps(args)], env=env, capture_output=True, text=True, timeout=120)
         res = [json.loads(ln[7:]) for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
         out[name] = {"rate": res[-1]["rate"] if res else None, "stderr": None if res else p.stderr[-800:]}
+        if hook is not None:
+            out[name]["hook"] = hook_books(build / "hk-ledger", ledger, p.stderr)
         solo = out.get("native", {}).get("rate")
         if solo and out[name]["rate"]:
             out[name]["share_pct"] = round(100 * out[name]["rate"] / solo, 1)
@@ -297,7 +325,9 @@ def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
 def summary(res: dict[str, Any]) -> str:
     rows = [f"MPS mounts, {res['env']['date']}; GPU: {res['env'].get('gpu', 'none (cpu self-test)')}", ""]
     for sec in ("ro-pipe", "nonroot-ctl"):
-        s = res.get(sec, {})
+        if sec not in res:  # not among --sections
+            continue
+        s = res[sec]
         rows.append(f"## {sec}")
         for k in ("client uid 0", "client uid 65534"):
             c = s.get(k, {})
@@ -310,8 +340,21 @@ def summary(res: dict[str, Any]) -> str:
         rows.append("")
     h = res.get("hook-ceiling", {})
     if h:
-        rows.append("## hook-ceiling (share of native matmul throughput)")
-        rows += [f"- {k}: {v.get('share_pct', v)}" for k, v in h.items() if isinstance(v, dict)]
+        rows.append("## hook-ceiling (share of native matmul throughput; the hook's SM fraction)")
+        for k, v in h.items():
+            if not isinstance(v, dict):
+                continue
+            line = f"- {k}: {v.get('share_pct', v)}"
+            books = v.get("hook")
+            if books:
+                line += (f" | sm_fraction={books.get('sm_fraction')} charged/device={books.get('charged_per_device_ns')}"
+                         f" throttled_s={books.get('throttled_s')} | driver: {'; '.join(books.get('driver said', []))}")
+            rows.append(line)
+        rate = {k: v.get("share_pct") for k, v in h.items() if isinstance(v, dict)}
+        pairs = (("mps 30 + hook 30", "mps 30"), ("mps 100 + hook 30 (tenant raised its env)", "hook 30 (no MPS)"))
+        for a, b in pairs:
+            if rate.get(a) and rate.get(b):
+                rows.append(f"- {a} / {b}: {rate[a] / rate[b]:.2f} (expected ~1 since the SM-fraction charge)")
     return "\n".join(rows) + "\n"
 
 

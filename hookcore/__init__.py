@@ -68,7 +68,7 @@ def __getattr__(name: str) -> Any:
     # The exceptions live in the extension so the C messages cross unchanged; import lazily so
     # `library_path()` works before the extension is built.
     if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT",
-                "LIMITER_BURST_NS"):
+                "LIMITER_BURST_NS", "SM_PPM_FULL"):
         return getattr(_ext(), name)
     raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
 
@@ -255,7 +255,12 @@ class LimiterUsage:
     the burst cap dropped while the claim was idle), ``charged_ns`` the device time the claim's
     work took; ``charged_ns - granted_ns`` is the debt the limiter let the claim run into, which is
     at most the work in flight when it was last admitted (and ``-tokens_ns`` unless the ledger was
-    written to). Tests assert on these instead of on rates measured on the host's clock."""
+    written to). Tests assert on these instead of on rates measured on the host's clock.
+
+    ``device_ns`` is the device time of the charged work before its SM fraction and clock ratio, and
+    ``sm_ppm`` the fraction of the device's SMs (millionths) the last batch was charged at: a batch
+    costs device time x the SM fraction its context may use (``charged_ns / device_ns`` on a claim
+    without a strict cap). Both read 0 in a ledger whose limiter was set up by an older library."""
 
     index: int
     active: bool  # a process of the claim has set up a compute limit on this device
@@ -264,6 +269,8 @@ class LimiterUsage:
     throttled_ns: int  # time the claim's submitting threads waited for their share
     tokens_ns: int  # current balance (negative = in debt)
     granted_ns: int  # credit given by the refills since the ledger was created
+    device_ns: int = 0  # device time of the charged work, before its SM fraction and clock ratio
+    sm_ppm: int = 0  # SM fraction (millionths of the device's SMs) of the last charged batch; 0 = none
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ cdef extern from "hookcore.h" nogil:
 
 cdef extern from "limiter.h" nogil:
     const long long HK_LIMITER_BURST_NS
+    const unsigned int HK_SM_PPM_FULL
     ctypedef struct hk_limiter_stats:
         uint32_t active
         uint32_t share
@@ -111,5 +112,7 @@ cdef extern from "limiter.h" nogil:
         int64_t charged_ns
         int64_t throttled_ns
         int64_t granted_ns
+        int64_t device_ns
+        uint32_t sm_ppm
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

@@ -16,6 +16,7 @@ MEM_MAX = HK_MEM_MAX
 SM_UNLIMITED = HK_SM_UNLIMITED
 LEDGER_VERSION = HK_LEDGER_VERSION
 LIMITER_BURST_NS = HK_LIMITER_BURST_NS  # device time a compute limiter banks at most while idle
+SM_PPM_FULL = HK_SM_PPM_FULL  # an SM fraction in millionths: all of the device's SMs (LimiterUsage.sm_ppm)
 DEFAULT_LEDGER = HK_DEFAULT_LEDGER.decode()
 CONFIG_ROOT = HK_CONFIG_ROOT.decode()
 _STATES = {HK_SLOT_FREE: "free", HK_SLOT_CLAIMING: "claiming", HK_SLOT_LIVE: "live",
@@ -248,13 +249,15 @@ cdef class LedgerView:
         }
 
     def limiter(self, int index):
-        """The compute limiter's bucket of device `index` (device time charged and granted, time throttled)."""
+        """The compute limiter's bucket of device `index` (device time charged and granted, time throttled,
+        the SM fraction of the last charge)."""
         cdef hk_limiter_stats st
         if index < 0 or index >= HK_MAX_DEVICES:
             raise IndexError(f"device index {index} out of range 0..{HK_MAX_DEVICES - 1}")
         hk_limiter_read(hk_ledger_limiter_area(self._open(), index), &st)
         return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
-                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns}
+                "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns,
+                "device_ns": st.device_ns, "sm_ppm": st.sm_ppm}
 
     def process(self, int slot):
         cdef hk_process_info p

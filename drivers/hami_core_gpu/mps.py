@@ -40,10 +40,18 @@ H200), and containers run as any uid.
 A claim's containers get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its ``cores`` and
 ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` = its ``memory``, both per client process (MPS has no
 per-container limit). They are the client's environment, so the hook's compute limiter stays on
-as a ceiling (the claim's ``cores`` in its read-only config, review 2026-12-04 #5): a client that
-raises its own percentage is still held to its share of GPU time. The two stack for an honest
-client (H200: 30% SMs under the hook's 30 cores give 11.7% of native matmul throughput, MPS alone
-39.2%; raised to 100% under the hook's 30: 35.5%). hookcore also keeps the claim's
+as a ceiling (the claim's ``cores`` in its read-only config, review 2026-12-04 #5), and it limits
+SM x time: each batch of kernels costs its device time x the share of the GPU's SMs its context
+may use, as the driver reports it (``cuCtxGetExecAffinity``, not the environment). An honest client
+at the claim's percentage is charged that share of its time and is not limited twice (before this
+the two stacked: on the H200 30% SMs under the hook's 30 cores gave 11.7% of native matmul
+throughput, MPS alone 39.2%); a client that raises its own percentage gets more SMs and is charged
+for them, so it still gets at most ``cores``% of SM x time (raised to 100% under the hook's 30:
+35.5%, as the hook alone, 35.6%; measured before this change, which charges a client on every SM
+as before). Where the driver rounds a percentage up to
+whole SMs (30% of the H200's 132 is 39.6) an honest client loses about 1% of its share to the
+ceiling (the hook-ceiling section of bench/mps_mounts_h200.py records what the H200 reports); copies
+and memsets are charged in full (copy engines are not partitioned). hookcore also keeps the claim's
 memory quota over all its processes together and the totals NVML and ``cudaMemGetInfo`` report.
 What remains (documented, not closed): root in a container can still send the control daemon
 ``quit``, ``shutdown_server`` or ``terminate_client`` (connect() needs no write access, and MPS

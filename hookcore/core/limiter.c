@@ -7,6 +7,7 @@
 #include "atomic.h"
 
 #include <sched.h>
+#include <stdint.h>
 #include <time.h>
 
 _Static_assert(sizeof(hk_limiter_shared) <= 256, "limiter state must fit HK_LIMITER_BYTES");
@@ -94,6 +95,32 @@ void hk_limiter_charge(hk_limiter *lim, int64_t gpu_ns) {
     hk_atomic_add_relaxed(&lim->shared->xcharged_ns, gpu_ns);
 }
 
+/* x * num / den rounded up, for 0 <= num <= den: no intermediate product above x. */
+static int64_t scale_up(int64_t x, int64_t num, int64_t den) {
+    int64_t q = x / den, r = x % den;
+    return q * num + (r * num + den - 1) / den;
+}
+
+int64_t hk_limiter_cost(int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli) {
+    if (device_ns <= 0) return 0;
+    int64_t c = device_ns;
+    if (ratio_milli > 1000) { /* a boost: the work was cheaper than at full load */
+        int64_t q = c / 1000, r = c % 1000;
+        c = q > INT64_MAX / (int64_t)ratio_milli ? INT64_MAX : q * ratio_milli + r * ratio_milli / 1000;
+    }
+    if (sm_ppm == 0 || sm_ppm > HK_SM_PPM_FULL) sm_ppm = HK_SM_PPM_FULL;
+    return scale_up(c, sm_ppm, HK_SM_PPM_FULL);
+}
+
+int64_t hk_limiter_charge_work(hk_limiter *lim, int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli) {
+    int64_t c = hk_limiter_cost(device_ns, sm_ppm, ratio_milli);
+    if (c <= 0) return 0;
+    hk_limiter_charge(lim, c);
+    hk_atomic_add_relaxed(&lim->shared->xdevice_ns, device_ns);
+    hk_atomic_store_relaxed(&lim->shared->xsm_ppm, sm_ppm == 0 || sm_ppm > HK_SM_PPM_FULL ? HK_SM_PPM_FULL : sm_ppm);
+    return c;
+}
+
 int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance) {
     if (balance >= 0) return 0;
     int64_t w = -balance * 100 / (int64_t)lim->share;
@@ -109,7 +136,8 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     const hk_limiter_shared *s = (const hk_limiter_shared *)area;
     out->active = 0;
     out->share = 0;
-    out->tokens_ns = out->charged_ns = out->throttled_ns = out->granted_ns = 0;
+    out->tokens_ns = out->charged_ns = out->throttled_ns = out->granted_ns = out->device_ns = 0;
+    out->sm_ppm = 0;
     if (!s || hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;
     out->active = 1;
     out->share = hk_atomic_load_relaxed(&s->xshare);
@@ -117,4 +145,6 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     out->charged_ns = hk_atomic_load_relaxed(&s->xcharged_ns);
     out->throttled_ns = hk_atomic_load_relaxed(&s->xthrottled_ns);
     out->granted_ns = hk_atomic_load_relaxed(&s->xgranted_ns);
+    out->device_ns = hk_atomic_load_relaxed(&s->xdevice_ns);
+    out->sm_ppm = hk_atomic_load_relaxed(&s->xsm_ppm);
 }

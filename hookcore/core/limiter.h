@@ -6,9 +6,17 @@
  * (meter.h) charges each measured stretch of device work after it completes, and a submitting
  * thread that finds the balance negative waits until it is repaid.
  *
+ * What a stretch of work costs (hk_limiter_cost): its device time times the fraction of the device's
+ * SMs its context may use, so the share bounds SM x time, a percentage of the device's compute (as
+ * HAMi's gpucores means it). A context provisioned a part of the SMs by the driver (an MPS client
+ * with an active-thread percentage, an affinity or green context) is charged that part of its time:
+ * the share stays a ceiling without limiting such a client twice. The fraction is the driver's
+ * (the shim asks it per context), never the environment; unknown means all SMs (a full charge).
+ *
  * Strict cap (hk_limiter.strict, HOOKCORE_COMPUTE_MODE_<i>=strict): the meter charges each batch
  * its cost at the device's full-load clock rather than the time it took, so a claim alone on an
  * idle device, whose clock then boosts, gets s% of full-load throughput instead of s% of time.
+ * Both factors multiply: device time x SM fraction x clock ratio.
  *
  * The state lives in the ledger's per-device limiter area (hk_limiter_area), so every process of
  * a claim draws on one bucket. Lock free: a CAS elects the refiller of each quantum, charges are
@@ -27,6 +35,7 @@ extern "C" {
 #define HK_LIMITER_VERSION    0x4c494d31u /* "LIM1": layout of hk_limiter_shared */
 #define HK_LIMITER_BURST_NS   10000000LL  /* at most 10 ms of GPU time banked while idle */
 #define HK_LIMITER_QUANTUM_NS 20000LL     /* refill at most every 20 us */
+#define HK_SM_PPM_FULL        1000000u    /* an SM fraction in millionths: all of the device's SMs */
 
 /* Layout of the shared area (fits in HK_LIMITER_BYTES = 256). */
 typedef struct hk_limiter_shared {
@@ -38,6 +47,11 @@ typedef struct hk_limiter_shared {
     _Atomic int64_t xthrottled_ns;   /* total time launching threads waited (statistics) */
     _Atomic int64_t xgranted_ns;     /* total credit the refills added, after the burst cap (statistics;
                                         appended in 2026-12: an area set up before reads 0) */
+    /* Appended in 2026-12 (issue 25), same layout word: an area set up before reads 0. Statistics. */
+    _Atomic int64_t xdevice_ns; /* device time of the charged work before its SM fraction and clock ratio
+                                   (after the contention estimate): charged / device = the mean factor */
+    _Atomic uint32_t xsm_ppm;   /* SM fraction (millionths) the last charged batch was charged at; 0 = none */
+    uint32_t xreserved;
 } hk_limiter_shared;
 
 /* A process-local handle on one device's bucket. The share comes from the process's own config
@@ -63,6 +77,8 @@ typedef struct hk_limiter_stats {
     int64_t throttled_ns; /* time submitting threads waited */
     int64_t granted_ns;   /* credit the bucket was given: share x time, less what the burst cap dropped.
                              charged - granted = the debt (= -tokens_ns unless the area was written) */
+    int64_t device_ns;    /* device time of the charged work, before the SM fraction and clock ratio */
+    uint32_t sm_ppm;      /* SM fraction of the last charged batch, millionths (0 = none yet / older area) */
 } hk_limiter_stats;
 
 /* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when
@@ -81,6 +97,17 @@ int64_t hk_limiter_balance(hk_limiter *lim, int64_t now_ns);
 
 /* Charge measured GPU time. */
 void hk_limiter_charge(hk_limiter *lim, int64_t gpu_ns);
+
+/* The cost of `device_ns` of work that ran on `sm_ppm` millionths of the device's SMs at a clock
+   `ratio_milli` / 1000 of its full-load clock: device_ns x sm_ppm / 10^6 x ratio_milli / 1000,
+   rounded up. A fraction of 0 or above HK_SM_PPM_FULL counts as HK_SM_PPM_FULL (fail safe: full
+   charge); a ratio of 1000 or less (0 = unknown) counts as 1000 (a boost is charged, never a
+   slowdown refunded). */
+int64_t hk_limiter_cost(int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli);
+
+/* Charge a batch: its cost (hk_limiter_cost), recorded with its device time and SM fraction in
+   the statistics. Returns the cost charged. */
+int64_t hk_limiter_charge_work(hk_limiter *lim, int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli);
 
 /* How long to wait, given a negative balance, until the debt is repaid (ns, capped at 20 ms so
    the caller re-checks; 0 if not in debt). */

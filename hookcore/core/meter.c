@@ -32,7 +32,10 @@ typedef struct hk_pair {
 struct hk_meter_batch {
     int open;
     int ldev;
-    uint64_t sig; /* hash of what the batch submitted */
+    int work;         /* HK_WORK_SM or HK_WORK_COPY: what opened it */
+    uint32_t ctx_ppm; /* its context's SM fraction (sm_share_ppm) */
+    uint32_t sm_ppm;  /* the SM fraction it is charged at: ctx_ppm for SM work, HK_SM_PPM_FULL for copies */
+    uint64_t sig;     /* hash of what the batch submitted */
     void *stream;
     void *ctx;
     hk_pair ev;
@@ -50,6 +53,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     hk_pair ev;
     int ldev;
+    uint32_t sm_ppm;
     uint64_t sig;
 } g_pending[HK_RING];
 static unsigned g_head, g_npending;
@@ -149,14 +153,12 @@ static void put_pair(const hk_pair *p) {
     g_ops->event_destroy(p->end);
 }
 
-/* The charge of a finished batch: the estimate, scaled by the clock boost under a strict cap. */
-static int64_t charge_of_batch(hk_limiter *lim, int ldev, uint64_t sig, int64_t elapsed) {
-    int64_t c = charge_for(sig, elapsed);
-    if (lim->strict && g_ops->clock_ratio_milli) {
-        uint32_t r = g_ops->clock_ratio_milli(ldev);
-        if (r > 1000) c = c * (int64_t)r / 1000; /* a boost: the work was cheaper than at full load */
-    }
-    return c;
+/* The charge of a finished batch: the estimate x its SM fraction, x the clock boost under a strict
+   cap (hk_limiter_cost). */
+static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, int64_t elapsed) {
+    int64_t est = charge_for(sig, elapsed);
+    uint32_t ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
+    return hk_limiter_charge_work(lim, est, sm_ppm, ratio);
 }
 
 /* Charge the oldest closed batch if it is done (block = 0) or after waiting for it (block = 1).
@@ -174,6 +176,7 @@ static int collect_one(int block) {
     }
     hk_pair ev = g_pending[i].ev;
     int ldev = g_pending[i].ldev;
+    uint32_t sm_ppm = g_pending[i].sm_ppm;
     uint64_t sig = g_pending[i].sig;
     g_head = (g_head + 1) % HK_RING;
     g_npending--;
@@ -182,8 +185,7 @@ static int collect_one(int block) {
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
     if (lim && g_ops->event_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
-        int64_t c = charge_of_batch(lim, ldev, sig, ns);
-        hk_limiter_charge(lim, c);
+        int64_t c = charge_batch(lim, ldev, sig, sm_ppm, ns);
         hk_atomic_add_relaxed(&g_batches, 1);
         hk_atomic_add_relaxed(&g_charged, c);
     }
@@ -211,6 +213,7 @@ static void close_batch(hk_meter_batch *b) {
             unsigned tail = (g_head + g_npending) % HK_RING;
             g_pending[tail].ev = b->ev;
             g_pending[tail].ldev = b->ldev;
+            g_pending[tail].sm_ppm = b->sm_ppm;
             g_pending[tail].sig = b->sig;
             g_npending++;
             pthread_mutex_unlock(&g_lock);
@@ -236,7 +239,16 @@ static void make_exit_key(void) { pthread_key_create(&g_exit_key, on_thread_exit
 /* ------------------------------------------------------------------------------------------- */
 /* The gate                                                                                     */
 
-hk_meter_batch *hk_meter_before(void *s) {
+hk_meter_batch *hk_meter_before(void *s) { return hk_meter_before_work(s, HK_WORK_SM); }
+
+/* The SM fraction of work on `s` in `ctx` (fail safe: all SMs). */
+static uint32_t context_sm_ppm(void *ctx, void *s) {
+    if (!g_ops->sm_share_ppm) return HK_SM_PPM_FULL;
+    uint32_t p = g_ops->sm_share_ppm(ctx, s);
+    return p == 0 || p > HK_SM_PPM_FULL ? HK_SM_PPM_FULL : p;
+}
+
+hk_meter_batch *hk_meter_before_work(void *s, int work) {
     if (hk_unlikely(hk_atomic_load_acquire(&g_ops_state) != 1)) return NULL;
     if (hk_atomic_load_acquire(&g_captures) > 0) return NULL;
     if (g_ops->capturing(s)) return NULL;
@@ -248,8 +260,11 @@ hk_meter_batch *hk_meter_before(void *s) {
     if (!lim) return NULL;
 
     int64_t now = hk_limiter_now_ns();
-    if (b->open && (b->stream != s || b->ctx != ctx || b->count >= HK_BATCH_MAX_SUBMITS ||
-                    now - b->opened_ns > HK_BATCH_MAX_AGE_NS || now - b->last_ns > HK_BATCH_GAP_NS))
+    /* Kernels and copies share a batch where both cost the same, a context with every SM; elsewhere a
+       change of kind closes it (more batches only for clients on part of the SMs). */
+    if (b->open && (b->stream != s || b->ctx != ctx || (b->work != work && b->ctx_ppm < HK_SM_PPM_FULL) ||
+                    b->count >= HK_BATCH_MAX_SUBMITS || now - b->opened_ns > HK_BATCH_MAX_AGE_NS ||
+                    now - b->last_ns > HK_BATCH_GAP_NS))
         close_batch(b);
     while (collect_one(0)) {}
     int64_t bal = hk_limiter_balance(lim, now);
@@ -278,6 +293,9 @@ hk_meter_batch *hk_meter_before(void *s) {
         b->stream = s;
         b->ctx = ctx;
         b->ldev = ldev;
+        b->work = work;
+        b->ctx_ppm = context_sm_ppm(ctx, s);
+        b->sm_ppm = work == HK_WORK_SM ? b->ctx_ppm : HK_SM_PPM_FULL;
         b->count = 0;
         b->sig = 0;
         b->opened_ns = now;

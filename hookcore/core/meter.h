@@ -23,9 +23,17 @@
  * 1/512 per use): repeated work is charged its uncontended cost, new work its elapsed time.
  * HOOKCORE_LIMITER_CHARGE=elapsed switches the estimate off.
  *
+ * SM fraction (limiter.h): a batch of kernels and graphs is charged its device time times the share
+ * of the device's SMs its context may use (hk_meter_ops.sm_share_ppm, asked when the batch opens;
+ * the shim caches it per context), so the share bounds SM x time and a client the driver already
+ * confines to part of the SMs (MPS, affinity contexts) is not limited twice. Copies and memsets
+ * (HK_WORK_COPY) are charged in full: copy engines are not partitioned with the SMs. On a context
+ * with part of the SMs a batch holds one kind of work (a submission of the other kind closes it);
+ * on one with every SM both cost the same and share batches, as before.
+ *
  * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost
  * scaled by the clock boost the device got from running below full load (hk_meter_ops.clock_ratio),
- * so throughput, not device time, stays at the share on an idle device.
+ * so throughput, not device time, stays at the share on an idle device. The two factors multiply.
  *
  * Stream capture: while any capture is in progress the meter records no event at all (event
  * queries are illegal during a global-mode capture; recorded events would become graph nodes).
@@ -56,7 +64,16 @@ typedef struct hk_meter_ops {
     /* Strict cap only (may be NULL): the device's clock now relative to its clock under full
        load, x1000 (1000 = no boost; 1230 = running 23% faster). 0 = unknown. */
     uint32_t (*clock_ratio_milli)(int ldev);
+    /* Optional (NULL = every context has all SMs): the fraction of its device's SMs that work
+       submitted now to `stream` with `ctx` current may run on, in millionths (HK_SM_PPM_FULL = all),
+       as the driver provisions it. 0 or above HK_SM_PPM_FULL = unknown: charged in full. Called once
+       per batch, when it opens; the answer must be cheap (cached per context). */
+    uint32_t (*sm_share_ppm)(void *ctx, void *stream);
 } hk_meter_ops;
+
+/* What a submission is, for its charge. */
+#define HK_WORK_SM   0 /* kernels, graphs: device time x the context's SM fraction */
+#define HK_WORK_COPY 1 /* copies, memsets: device time (copy engines are not partitioned) */
 
 typedef struct hk_meter_batch hk_meter_batch;
 
@@ -68,6 +85,8 @@ void hk_meter_setup(const hk_meter_ops *ops);
    batch. Returns the batch to pass to hk_meter_after(), or NULL when this submission is not
    metered (no limit on its device, no context, a capture in progress, no event API). */
 hk_meter_batch *hk_meter_before(void *stream);
+/* The same for work of kind `work` (HK_WORK_SM or HK_WORK_COPY); hk_meter_before is HK_WORK_SM. */
+hk_meter_batch *hk_meter_before_work(void *stream, int work);
 
 /* After the submission: `ok` = the driver accepted it; `sig` = a hash of what it was. */
 void hk_meter_after(hk_meter_batch *b, void *stream, int ok, uint64_t sig);

@@ -79,6 +79,27 @@ HK_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     return hk_real.cuDevicePrimaryCtxRetain(ctx, dev);
 }
 
+/* A primary context reset, or released (to zero references: the driver then destroys it), comes
+   back under the same handle as a new context, which reads the environment again (an MPS client's
+   active-thread percentage): the SM share cached for the old one is forgotten (sm_share.c). */
+static CUresult primary_gone(CUresult (*real_fn)(CUdevice), CUdevice dev) {
+    if (!real_fn) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real_fn(dev);
+    if (r == CUDA_SUCCESS) hk_cuda_sm_share_forget(NULL);
+    return r;
+}
+
+HK_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    return primary_gone(hk_real.cuDevicePrimaryCtxRelease, dev);
+}
+HK_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    return primary_gone(hk_real.cuDevicePrimaryCtxRelease_v2, dev);
+}
+HK_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_gone(hk_real.cuDevicePrimaryCtxReset, dev); }
+HK_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    return primary_gone(hk_real.cuDevicePrimaryCtxReset_v2, dev);
+}
+
 /* A created context: reserve its charge, create it, remember it (or give the charge back). */
 #define CREATE_BODY(real_fn, out, dev, call)                                                         \
     if (!(real_fn)) return CUDA_ERROR_NOT_INITIALIZED;                                               \
@@ -126,13 +147,19 @@ static void forget_context(uint64_t key) {
 HK_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (!hk_real.cuCtxDestroy_v2) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuCtxDestroy_v2(ctx);
-    if (r == CUDA_SUCCESS && ctx) forget_context((uint64_t)(uintptr_t)ctx);
+    if (r == CUDA_SUCCESS && ctx) {
+        forget_context((uint64_t)(uintptr_t)ctx);
+        hk_cuda_sm_share_forget(ctx);
+    }
     return r;
 }
 HK_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx ctx) {
     if (!hk_real.cuGreenCtxDestroy) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuGreenCtxDestroy(ctx);
-    if (r == CUDA_SUCCESS && ctx) forget_context((uint64_t)(uintptr_t)ctx);
+    if (r == CUDA_SUCCESS && ctx) {
+        forget_context((uint64_t)(uintptr_t)ctx);
+        hk_cuda_sm_share_forget(NULL); /* its CUcontext (cuCtxFromGreenCtx) is another handle */
+    }
     return r;
 }
 

@@ -12,7 +12,9 @@
  * stream): the events go there and the end event completes when the copy has, so the charge is
  * its device time, not the host's wait. A peer copy is charged to the calling context's device.
  * Copy-engine time counts like SM time: a claim that overlaps copies with kernels on other
- * streams is charged for both.
+ * streams is charged for both. A copy or memset is charged its whole device time, never the
+ * context's SM fraction that kernels are charged at (an MPS client's share of the SMs does not
+ * partition the copy engines); it goes in a batch of its own (HK_WORK_COPY).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -22,7 +24,9 @@
 /* Signature of one copy: what it was and how much it moved. */
 #define HK_COPY_SIG(kind, bytes) (((uint64_t)(kind) << 56) ^ ((uint64_t)(bytes) * 0x9e3779b97f4a7c15ULL))
 
-#define HK_COPY_DEF(name, params, args, stream, bytes, kind) \
-    HK_EXPORT CUresult name params { GATED(hk_real.name, (stream), HK_COPY_SIG(kind, bytes), hk_real.name args); }
+#define HK_COPY_DEF(name, params, args, stream, bytes, kind)                                           \
+    HK_EXPORT CUresult name params {                                                                   \
+        GATED_WORK(hk_real.name, (stream), HK_COPY_SIG(kind, bytes), HK_WORK_COPY, hk_real.name args); \
+    }
 HK_COPIES(HK_COPY_DEF)
 #undef HK_COPY_DEF

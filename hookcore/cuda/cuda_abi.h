@@ -48,6 +48,7 @@ enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY = 224,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
@@ -90,6 +91,24 @@ typedef enum {
     CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
     CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
 } CUlimit;
+
+/* Execution affinity (CUDA >= 11.4): the SMs a context may use. cuCtxGetExecAffinity reports it
+   for the current context: an MPS client's share of the SMs (its active-thread percentage), or
+   what cuCtxCreate_v3 asked for. */
+typedef enum {
+    CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0,
+} CUexecAffinityType;
+
+typedef struct CUexecAffinitySmCount_st {
+    unsigned int val; /* the number of SMs the context is limited to */
+} CUexecAffinitySmCount;
+
+typedef struct CUexecAffinityParam_st {
+    CUexecAffinityType type;
+    union {
+        CUexecAffinitySmCount smCount;
+    } param;
+} CUexecAffinityParam;
 
 typedef struct CUgreenCtx_st *CUgreenCtx;
 typedef struct CUdevResourceDesc_st *CUdevResourceDesc;

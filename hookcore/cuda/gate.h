@@ -16,14 +16,18 @@ static inline int fast_path(void) {
     return HK_LIKELY((s == HK_STATE_READY || s == HK_STATE_DORMANT) && !hk_preload_limiter_on());
 }
 
-#define GATED(real_fn, stream, sig, call)                                                 \
+#define GATED(real_fn, stream, sig, call) GATED_WORK(real_fn, stream, sig, HK_WORK_SM, call)
+
+/* `work`: HK_WORK_SM (kernels, graphs: charged x the context's SM fraction) or HK_WORK_COPY
+   (copies, memsets: charged their device time in full). */
+#define GATED_WORK(real_fn, stream, sig, work, call)                                      \
     do {                                                                                  \
         if (HK_UNLIKELY(!real_fn)) return CUDA_ERROR_NOT_INITIALIZED;                     \
         if (fast_path()) return call;                                                     \
         if (hk_preload_ready() == HK_STATE_FAILCLOSED) return CUDA_ERROR_NOT_INITIALIZED; \
         if (!hk_preload_limiter_on()) return call;                                        \
         CUstream s_ = (stream);                                                           \
-        hk_meter_batch *b_ = hk_meter_before(s_);                                         \
+        hk_meter_batch *b_ = hk_meter_before_work(s_, (work));                            \
         CUresult r_ = call;                                                               \
         hk_meter_after(b_, s_, r_ == CUDA_SUCCESS, (sig));                                \
         return r_;                                                                        \

@@ -3,7 +3,8 @@
  * The meter does the measuring, batching, charging and throttling; this file gives it CUDA's
  * events, contexts and stream-capture state, and wraps every launch entry point. A batch's
  * signature is a hash of the kernels with their grid and block shapes, or of the graphs, it
- * launched (repeated work is charged its uncontended cost, see meter.h).
+ * launched (repeated work is charged its uncontended cost, see meter.h). Kernels and graphs are
+ * charged their device time x the share of the device's SMs their context may use (sm_share.c).
  *
  * With no compute limit configured (or no configuration at all) a launch costs one predictable
  * branch on top of the driver call.
@@ -11,6 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "../core/limiter.h"
 #include "../core/meter.h"
 #include "gate.h"
 #include "shim.h"
@@ -19,20 +21,32 @@
  * The meter's operations, in CUDA terms
  * ------------------------------------------------------------------------- */
 static __thread CUcontext t_ctx; /* the last context this thread launched into ... */
-static __thread int t_ldev;      /* ... and its ledger device */
+static __thread int t_ldev;      /* ... its ledger device, */
+static __thread CUdevice t_ord;  /* its CUDA ordinal */
+static __thread unsigned t_gen;  /* and hk_cuda_ctx_generation() then (a handle can come back) */
 
 static int op_current(void **ctx, int *ldev) {
     CUcontext c = NULL;
     if (hk_real.cuCtxGetCurrent(&c) != CUDA_SUCCESS || !c) return -1;
-    if (c != t_ctx) {
+    unsigned gen = hk_cuda_ctx_generation();
+    if (c != t_ctx || gen != t_gen) {
         int d;
-        if (hk_current_dev(&d, NULL) != CUDA_SUCCESS) return -1;
+        CUdevice ord;
+        if (hk_current_dev(&d, &ord) != CUDA_SUCCESS) return -1;
         t_ctx = c;
         t_ldev = d;
+        t_ord = ord;
+        t_gen = gen;
     }
     *ctx = c;
     *ldev = t_ldev;
     return 0;
+}
+
+/* Called by the meter right after op_current, for the context it returned. */
+static uint32_t op_sm_share_ppm(void *ctx, void *s) {
+    if ((CUcontext)ctx != t_ctx) return HK_SM_PPM_FULL; /* not the context just resolved: unknown */
+    return hk_cuda_sm_share_ppm((CUcontext)ctx, t_ord, (CUstream)s);
 }
 
 static int op_capturing(void *s) {
@@ -66,6 +80,7 @@ static hk_meter_ops g_ops = {
     .event_done = op_event_done,
     .event_wait = op_event_wait,
     .event_elapsed_ns = op_event_elapsed_ns,
+    .sm_share_ppm = op_sm_share_ppm,
 };
 
 void hk_cuda_meter_setup(void) {

@@ -76,6 +76,10 @@ CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, s
 CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edata, size_t n,
                            CUgraphNodeParams *params);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
 CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev);
 CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev);
@@ -133,6 +137,20 @@ int hk_cuda_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
 CUresult hk_context_charge_primary(int ldev) HK_HIDDEN;
 /* The same for the current context, unless it is one this process created (charged already). */
 CUresult hk_context_charge_current(int ldev) HK_HIDDEN;
+
+/* ---------------------------------------------------------------------------
+ * sm_share.c: the share of its device's SMs a context may use (the limiter charges kernels at it)
+ * ------------------------------------------------------------------------- */
+/* In millionths (HK_SM_PPM_FULL = all), for work submitted to `s` with `ctx` current on ordinal
+   `ord`: the driver's cuCtxGetExecAffinity SM count / the device's, cached per context; the full
+   device when unknown or when `s` belongs to another context. */
+uint32_t hk_cuda_sm_share_ppm(CUcontext ctx, CUdevice ord, CUstream s) HK_HIDDEN;
+/* A context was destroyed or a primary context reset or released (NULL: any): its handle may come
+   back for a context with other SMs. Also makes every per-thread context cache stale. */
+void hk_cuda_sm_share_forget(CUcontext ctx) HK_HIDDEN;
+/* Bumped by every forget: per-thread caches keyed by a context handle compare it. */
+unsigned hk_cuda_ctx_generation(void) HK_HIDDEN;
+void hk_cuda_sm_share_atfork_child(void) HK_HIDDEN;
 
 /* ---------------------------------------------------------------------------
  * launch.c

@@ -12,6 +12,7 @@ void hk_context_atfork_child(void) HK_HIDDEN;
 static void cuda_atfork_child(void) {
     hk_meter_atfork_child();
     hk_context_atfork_child();
+    hk_cuda_sm_share_atfork_child();
 }
 
 static const hk_env_alias cuda_aliases[] = {

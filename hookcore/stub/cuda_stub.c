@@ -20,7 +20,25 @@
  *
  * Contexts: cuCtxCreate_v2/v3/v4 make a context of their own (current, as the driver does), each
  * taking STUB_CONTEXT_MEMORY bytes of device memory (default 0); cuCtxSetLimit/GetLimit remember
- * values. VMM export/import/retain, pool attributes and graph memory nodes are answered without
+ * values.
+ *
+ * SMs: a device has `sms` SMs (HOOKCORE_STUB_DEVICES key, default 132, the H200's), which
+ * cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) reports. A context may be limited to fewer, and
+ * cuCtxGetExecAffinity(CU_EXEC_AFFINITY_TYPE_SM_COUNT) reports how many: an affinity context
+ * (cuCtxCreate_v3 with an SM count) the count it asked for; any other context, when the process
+ * acts as an MPS client -- CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE both set
+ * in its environment when the context is made -- ceil(sms x percentage / 100). That mimics the
+ * driver's documented behaviour: an MPS client's active-thread percentage limits the SMs each of its
+ * contexts may use, read when the context is created (a primary context reset or released, then
+ * used again, is a new context and reads it again), and cuCtxGetExecAffinity reports "the number of
+ * SMs the context is limited to use". The real driver may round to its own SM granularity; the
+ * H200 bench (bench/mps_mounts_h200.py, hook-ceiling) records what it reports. Otherwise a context
+ * has every SM. A kernel or graph of F us on a context with s of the device's S SMs runs F x S / s
+ * us (compute-bound work spread over fewer SMs), so an MPS client is slower, as on a GPU.
+ * Test knobs: HOOKCORE_STUB_CUDA_FAIL=call=code[,call=code...] makes cuCtxGetExecAffinity,
+ * cuDeviceGetAttribute or cuStreamGetCtx return that CUresult; HOOKCORE_STUB_EXEC_AFFINITY_SMS=<n>
+ * makes cuCtxGetExecAffinity report n SMs whatever the context has (a driver answering 0, or more
+ * than the device). VMM export/import/retain, pool attributes and graph memory nodes are answered without
  * modelling the memory behind them (what the shim charges is what the tests check).
  *
  * Test-only extras (not CUDA API): stubCudaUsedBytes(dev) and stubCudaLaunchCount().
@@ -53,6 +71,8 @@ typedef struct stub_device {
     _Atomic size_t used;
     _Atomic int64_t busy_until_ns; /* simulated engine: end of the last queued work */
     int ctx_tag;                   /* primary context is &devices[i] */
+    unsigned sms;                  /* the device's SMs (key `sms`, default 132) */
+    unsigned primary_sms;          /* SMs of the primary context; 0 = not made yet (reads the env then) */
 } stub_device;
 
 typedef struct stub_alloc {
@@ -68,6 +88,7 @@ typedef struct stub_event {
 typedef struct stub_stream {
     int dev;
     int64_t last_end_ns;
+    CUcontext ctx; /* the context it was created in (NULL: a default stream, the current one's) */
 } stub_stream;
 
 static int g_ndev = -1;
@@ -85,6 +106,7 @@ static __thread CUcontext t_cur_ctx; /* the current context's handle (primary: &
 typedef struct stub_ctx {
     int magic;
     int dev;
+    unsigned sms; /* the SMs it may use */
 } stub_ctx;
 static stub_stream g_default_stream[STUB_MAX_DEVICES];
 
@@ -135,6 +157,9 @@ static void stub_setup(void) {
         hk_atomic_store_seq_cst(&g_dev[i].used, 0);
         hk_atomic_store_seq_cst(&g_dev[i].busy_until_ns, 0);
         g_next_addr[i] = 0x700000000000ULL + ((unsigned long long)order[i] << 36);
+        const char *sms = stub_device_get(&all[order[i]], "sms");
+        g_dev[i].sms = sms && atoi(sms) > 0 ? (unsigned)atoi(sms) : 132;
+        g_dev[i].primary_sms = 0;
         g_default_stream[i].dev = i;
     }
     g_ndev = count;
@@ -206,6 +231,46 @@ static int cur_dev(void) {
     int d = cur_dev(); \
     if (d < 0) return CUDA_ERROR_INVALID_CONTEXT
 
+/* HOOKCORE_STUB_CUDA_FAIL=call=code,...: the CUresult `call` is told to return, or 0. */
+static CUresult stub_fail(const char *call) {
+    const char *v = getenv("HOOKCORE_STUB_CUDA_FAIL");
+    size_t n = strlen(call);
+    for (const char *p = v; p && *p;) {
+        if (!strncmp(p, call, n) && p[n] == '=') return (CUresult)atoi(p + n + 1);
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* SMs a context made now on device `dev` may use: the MPS client's share when the environment
+   makes this process one (see the header), else all of them. */
+static unsigned mps_sms(int dev) {
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY"), *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    unsigned total = g_dev[dev].sms;
+    if (!pipe || !pct) return total;
+    double p = atof(pct);
+    if (!(p > 0) || p >= 100) return total;
+    unsigned sms = (unsigned)((double)total * p / 100.0);
+    if ((double)sms * 100.0 < (double)total * p) sms++; /* ceil */
+    return sms < 1 ? 1 : sms > total ? total : sms;
+}
+
+/* SMs of context `c` (a primary context is made, reading the environment, on first use). */
+static unsigned ctx_sms(CUcontext c) {
+    stub_device *d = (stub_device *)c;
+    if (d >= g_dev && d < g_dev + g_ndev) {
+        if (d->primary_sms == 0) d->primary_sms = mps_sms((int)(d - g_dev));
+        return d->primary_sms;
+    }
+    return ((stub_ctx *)c)->sms;
+}
+
+static CUcontext cur_ctx(void) {
+    if (t_cur_dev < 0) return NULL;
+    return t_cur_ctx ? t_cur_ctx : (CUcontext)&g_dev[t_cur_dev];
+}
+
 /* ---------------------------------------------------------------------------
  * Init, devices, contexts
  * ------------------------------------------------------------------------- */
@@ -265,7 +330,9 @@ STUB_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
     NEED_INIT();
     if (!value) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
-    *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 132 : 1;
+    CUresult f = stub_fail("cuDeviceGetAttribute");
+    if (f != CUDA_SUCCESS) return f;
+    *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? (int)g_dev[dev].sms : 1;
     return CUDA_SUCCESS;
 }
 
@@ -274,12 +341,34 @@ STUB_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
     *ctx = (CUcontext)&g_dev[dev];
+    ctx_sms(*ctx); /* made now, if it was not */
     return CUDA_SUCCESS;
 }
 
+/* Released (the stub keeps no count: as the last reference) or reset: the next use makes a new
+   primary context, which reads the environment again. */
 STUB_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     NEED_INIT();
-    return (dev < 0 || dev >= g_ndev) ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    g_dev[dev].primary_sms = 0;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+STUB_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+STUB_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+STUB_API CUresult cuCtxGetExecAffinity(CUexecAffinityParam *p, CUexecAffinityType type) {
+    NEED_INIT();
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = cur_ctx();
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    CUresult f = stub_fail("cuCtxGetExecAffinity");
+    if (f != CUDA_SUCCESS) return f;
+    const char *forced = getenv("HOOKCORE_STUB_EXEC_AFFINITY_SMS");
+    p->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+    p->param.smCount.val = forced ? (unsigned)strtoul(forced, NULL, 10) : ctx_sms(c);
+    return CUDA_SUCCESS;
 }
 
 STUB_API CUresult cuCtxSetCurrent(CUcontext ctx) {
@@ -315,9 +404,15 @@ static size_t ctx_memory(void) {
     return v ? (size_t)strtoull(v, NULL, 0) : 0;
 }
 
+static CUresult create_ctx(CUcontext *ctx, CUdevice dev, unsigned sms);
 STUB_API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev) {
     (void)flags;
     NEED_INIT();
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    return create_ctx(ctx, dev, mps_sms(dev));
+}
+
+static CUresult create_ctx(CUcontext *ctx, CUdevice dev, unsigned sms) {
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
     size_t cm = ctx_memory();
@@ -333,15 +428,25 @@ STUB_API CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice de
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->magic = STUB_CTX_MAGIC;
     c->dev = dev;
+    c->sms = sms;
     *ctx = (CUcontext)c;
     t_cur_dev = dev;
     t_cur_ctx = *ctx;
     return CUDA_SUCCESS;
 }
+/* An affinity context: limited to the SM count it asks for (at most the device's). */
 STUB_API CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev) {
-    (void)affinity;
-    (void)n;
-    return cuCtxCreate_v2(ctx, flags, dev);
+    (void)flags;
+    NEED_INIT();
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    unsigned sms = mps_sms(dev);
+    const CUexecAffinityParam *a = affinity;
+    for (int i = 0; a && i < n; i++) {
+        if (a[i].type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+        if (a[i].param.smCount.val == 0) return CUDA_ERROR_INVALID_VALUE;
+        if (a[i].param.smCount.val < sms) sms = a[i].param.smCount.val;
+    }
+    return create_ctx(ctx, dev, sms);
 }
 STUB_API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev) {
     (void)params;
@@ -732,7 +837,22 @@ STUB_API CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
     stub_stream *st = calloc(1, sizeof *st);
     if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
     st->dev = d;
+    st->ctx = cur_ctx();
     *s = (CUstream)st;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
+    NEED_INIT();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    CUresult f = stub_fail("cuStreamGetCtx");
+    if (f != CUDA_SUCCESS) return f;
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+        if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+        *ctx = cur_ctx();
+    } else {
+        *ctx = ((stub_stream *)s)->ctx;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -854,10 +974,15 @@ STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { retur
 /* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
    STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
    GPU that boosts when it is not fully loaded (for the strict cap tests). */
-static int64_t kernel_ns(uintptr_t us) {
+static int64_t kernel_ns(uintptr_t us, CUstream s) {
     const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
     int64_t ns = (int64_t)us * 1000;
     if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
+    /* on a context with fewer SMs than the device (MPS, affinity): slower in proportion */
+    CUcontext c = (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? NULL : ((stub_stream *)s)->ctx;
+    if (!c) c = cur_ctx();
+    unsigned sms = c ? ctx_sms(c) : 0, total = cur_dev() >= 0 ? g_dev[cur_dev()].sms : 0;
+    if (sms > 0 && sms < total) ns = ns * total / sms;
     return ns;
 }
 
@@ -873,7 +998,7 @@ STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
     (void)extra;
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, kernel_ns((uintptr_t)f));
+    enqueue(s, kernel_ns((uintptr_t)f, s));
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **params, void **extra) {
@@ -903,7 +1028,7 @@ STUB_API CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s) {
 STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     NEED_INIT();
     if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, kernel_ns((uintptr_t)g));
+    enqueue(s, kernel_ns((uintptr_t)g, s));
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
@@ -988,6 +1113,11 @@ typedef struct {
     X(cuDeviceGetAttribute)           \
     X(cuDevicePrimaryCtxRetain)       \
     X(cuDevicePrimaryCtxRelease_v2)   \
+    X(cuDevicePrimaryCtxRelease)      \
+    X(cuDevicePrimaryCtxReset_v2)     \
+    X(cuDevicePrimaryCtxReset)        \
+    X(cuCtxGetExecAffinity)           \
+    X(cuStreamGetCtx)                 \
     X(cuCtxSetCurrent)                \
     X(cuCtxGetCurrent)                \
     X(cuCtxGetDevice)                 \

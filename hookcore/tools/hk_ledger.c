@@ -1,7 +1,8 @@
 /* hk_ledger.c - a ledger from the command line, with the core's own reader (no Python needed;
  * the GPU benchmark uses it on machines without the Cython wrapper).
  *
- *   hk-ledger limiter PATH DEV   "LIMITER <active> <share %> <charged ns> <throttled ns> <tokens ns> <granted ns>"
+ *   hk-ledger limiter PATH DEV   "LIMITER <active> <share %> <charged ns> <throttled ns> <tokens ns> <granted ns>
+ *                                 <device ns> <SM fraction of the last charge, millionths>"
  *   hk-ledger usage PATH DEV     "USAGE <used bytes> <limit bytes or -1> <live processes>"
  * Exit 2 with the core's one-line message when the file is not a readable ledger.
  */
@@ -28,8 +29,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "limiter")) {
         hk_limiter_stats st;
         hk_limiter_read(hk_ledger_limiter_area(l, dev), &st);
-        printf("LIMITER %u %u %lld %lld %lld %lld\n", st.active, st.share, (long long)st.charged_ns,
-               (long long)st.throttled_ns, (long long)st.tokens_ns, (long long)st.granted_ns);
+        printf("LIMITER %u %u %lld %lld %lld %lld %lld %u\n", st.active, st.share, (long long)st.charged_ns,
+               (long long)st.throttled_ns, (long long)st.tokens_ns, (long long)st.granted_ns, (long long)st.device_ns,
+               st.sm_ppm);
     } else {
         hk_device_info d;
         if (hk_ledger_device(l, dev, &d) != HK_OK) {

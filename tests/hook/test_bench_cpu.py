@@ -144,3 +144,30 @@ def test_limiter_stub_bench_runs(hookcore_libs: HookLibs, tmp_path: Path) -> Non
                                                      "acl kernel", "acl model sync"}
     assert all(c["share"] == 50 and c["rate"] > 0 and c["charged_duty"] is not None for c in got["cases"])
     assert len(got["overhead"]) == 4 and all(o["hooked_rate"] > 0 for o in got["overhead"])
+
+
+def test_mps_mounts_bench_reads_the_hooks_sm_fraction(hookcore_libs: HookLibs, client: Path, hookcore_ext: ModuleType,
+                                                      tmp_path: Path) -> None:
+    """bench/mps_mounts_h200.py's hook-ceiling reader (review 2026-12-04 #5) on the stub acting as an
+    MPS client at 30% of 132 SMs: the SM fraction and charge per device ns from build/hk-ledger agree
+    with the wrapper, and the hook's debug line names what the driver reported."""
+    spec = importlib.util.spec_from_file_location("mps_mounts_bench", ROOT / "bench/mps_mounts_h200.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ledger = tmp_path / "claim.ledger"
+    env = client_env(hookcore_libs, virtual_preload(hookcore_libs.libvgpu), CUDA_DEVICE_SM_LIMIT="30",
+                     CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger), HOOKCORE_LOG="debug",
+                     CUDA_MPS_PIPE_DIRECTORY="/nonexistent/mps-pipe", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="30")
+    proc = subprocess.run([str(client), "launch", "1000", "0", "0.5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    books = mod.hook_books(BUILD / "hk-ledger", ledger, proc.stderr)
+    with hookcore_ext.Ledger(ledger) as led:
+        lim = led.limiter(0)
+    assert books["sm_fraction"] == lim.sm_ppm / 1e6 == 303031 / 1e6, books   # 40 of 132 SMs, rounded up
+    assert books["charged_per_device_ns"] == round(lim.charged_ns / lim.device_ns, 4), (books, lim)
+    assert books["driver said"] and "(40 SMs), device 0 (132 SMs)" in books["driver said"][0], books
+    text = mod.summary({"env": {"date": "d"}, "hook-ceiling": {"mps 30": {"share_pct": 39.2},
+                                                               "mps 30 + hook 30": {"share_pct": 38.8, "hook": books}}})
+    assert "## ro-pipe" not in text and "sm_fraction=0.303031" in text and "mps 30 + hook 30 / mps 30: 0.99" in text

@@ -60,6 +60,11 @@ def ok(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout
 
 
+def ok_err(proc: subprocess.CompletedProcess) -> str:
+    ok(proc)
+    return proc.stderr
+
+
 def mem(proc: subprocess.CompletedProcess) -> tuple[int, int, int]:
     line = next(ln for ln in ok(proc).splitlines() if ln.startswith("MEM "))
     free, total, devtotal = map(int, line.split()[1:])
@@ -281,6 +286,85 @@ def test_limiter_is_claim_wide(run, tmp_path: Path) -> None:
         runs.append(ran(out, US * 1000, BATCH))
     assert_held(usage(tmp_path), runs, 50)
     assert min(r.count for r in runs) > 0, runs
+
+
+# --------------------------------------------------------------------------------------------
+# Under MPS (review 2026-12-04 #5): a kernel costs its device time x the share of the device's SMs
+# its context may use, as the driver reports it (cuCtxGetExecAffinity). The stub acts as an MPS
+# client when CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE are set: its contexts
+# get ceil(SMs x percentage / 100) SMs, and kernels run slower on fewer SMs (hookcore/stub/README.md).
+# The hostile cases (a raised percentage, a reset context, another context's stream, copies) are
+# in tests/security/test_mps_ceiling.py.
+
+MPS_US = 300  # a 0.3 ms kernel on the whole device: 1 ms on 30 of its 100 SMs
+
+
+def mps(percent: int | None, sms: int = 100) -> dict[str, str]:
+    """A stub device of `sms` SMs; an MPS client's environment at `percent` (None: no MPS)."""
+    env = {"HOOKCORE_STUB_DEVICES": f"uuid={STUB_UUID(0)},sms={sms}"}
+    if percent is not None:
+        env |= {"CUDA_MPS_PIPE_DIRECTORY": "/nonexistent/mps-pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent)}
+    return env
+
+
+def test_an_mps_client_at_the_claims_share_is_not_throttled(run, tmp_path: Path) -> None:
+    """An MPS client on 30% of the SMs, held by the hook to 30 cores and busy all the time, is
+    charged 0.3 x its device time, which the 30% grant covers: it never waits and runs exactly as
+    MPS alone lets it (H200 before the fix: 11.7% of native where MPS alone gave 39.2%)."""
+    alone = ran(ok(run("launch", str(MPS_US), "0", "1.5", preload=False, virtual=True, **mps(30))), 1_000_000, BATCH)
+    got = ran(ok(run("launch", str(MPS_US), "0", "1.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", **mps(30))),
+              1_000_000, BATCH)
+    books = usage(tmp_path)
+    assert got == alone and got.device_ns == got.elapsed_ns, (alone, got)  # the device never idled
+    assert books.sm_ppm == 300_000 and books.throttled_ns == 0, books
+    assert books.device_ns >= got.device_ns - got.batch_ns, books  # every batch charged, the last (open) aside
+    assert abs(books.charged_ns - 0.3 * books.device_ns) <= got.count, books  # 1 ns of rounding a batch at most
+    assert books.charged_ns <= books.granted_ns, books  # the grant covers it
+
+
+def test_without_mps_a_kernel_is_charged_its_device_time(run, tmp_path: Path) -> None:
+    """No MPS: the context has every SM, the fraction is 1 and the limiter is what it was."""
+    got = ran(ok(run("launch", str(MPS_US), "0", "1.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", **mps(None))),
+              MPS_US * 1000, BATCH)
+    books = usage(tmp_path)
+    assert books.sm_ppm == hookcore.SM_PPM_FULL and books.charged_ns == books.device_ns, books
+    assert_held(books, [got], 30)
+
+
+def test_the_h200s_mps_share_is_its_provisioned_sms(run, tmp_path: Path) -> None:
+    """132 SMs at 30%: 40 SMs (rounded up), charged 40/132 of the device time (rounded up) and held
+    to 30% of SM x time: the client gets 30 / (40/132) = 99% of its MPS share."""
+    got = ran(ok(run("launch", "1000", "0", "1.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", **mps(30, sms=132))),
+              1000 * 1000 * 132 // 40, BATCH)
+    books = usage(tmp_path)
+    assert books.sm_ppm == -(-40 * hookcore.SM_PPM_FULL // 132), books
+    share = assert_held(books, [got], 30, charge=books.sm_ppm / hookcore.SM_PPM_FULL)
+    assert share > 90, share
+
+
+@pytest.mark.parametrize("driver", [
+    {"HOOKCORE_STUB_CUDA_FAIL": "cuCtxGetExecAffinity=224"},  # CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY
+    {"HOOKCORE_STUB_EXEC_AFFINITY_SMS": "0"},
+    {"HOOKCORE_STUB_EXEC_AFFINITY_SMS": "101"},  # more than the device has
+    {"HOOKCORE_STUB_CUDA_FAIL": "cuDeviceGetAttribute=1"},
+    {"HOOKCORE_STUB_CUDA_FAIL": "cuStreamGetCtx=201"},
+], ids=["affinity-fails", "zero-sms", "too-many-sms", "no-device-count", "no-stream-context"])
+def test_an_unknown_sm_share_is_a_full_charge(run, tmp_path: Path, driver: dict[str, str]) -> None:
+    """Fail safe: whatever the driver does not answer, or answers out of range, the kernel is
+    charged its whole device time (an MPS client at 30% is then limited twice, never under-charged)."""
+    got = ran(ok(run("launch", str(MPS_US), "0", "1.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", **mps(30),
+                     **driver)), 1_000_000, BATCH)
+    books = usage(tmp_path)
+    assert books.sm_ppm == hookcore.SM_PPM_FULL and books.charged_ns == books.device_ns, books
+    assert_held(books, [got], 30)
+
+
+def test_the_sm_share_is_asked_once_per_context(run) -> None:
+    """The driver is asked when a context first runs metered work, not per launch or batch."""
+    err = ok_err(run("launch", str(MPS_US), "0", "0.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", HOOKCORE_LOG="debug",
+                     **mps(30)))
+    asked = [ln for ln in err.splitlines() if "cuCtxGetExecAffinity" in ln]
+    assert len(asked) == 1 and "(30 SMs), device 0 (100 SMs): charged at 300000/1000000" in asked[0], asked
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1343,6 +1344,38 @@ static void test_limiter_books(void) {
     printf("ok limiter_books (granted, charged, debt, burst cap, written balance)\n");
 }
 
+/* A batch costs device time x its context's SM fraction (x the clock ratio under a strict cap);
+   an unknown or impossible fraction is a full charge (review 2026-12-04 #5: the hook's ceiling
+   under MPS without limiting an honest client twice). */
+static void test_limiter_cost(void) {
+    CHECK(hk_limiter_cost(10000000, HK_SM_PPM_FULL, 0) == 10000000);     /* all SMs, no strict cap */
+    CHECK(hk_limiter_cost(10000000, 300000, 0) == 3000000);              /* 30% of the SMs */
+    CHECK(hk_limiter_cost(13200000, 40 * 1000000u / 132, 0) == 3999996); /* 40 of 132 SMs */
+    CHECK(hk_limiter_cost(1000001, 300000, 0) == 300001);                /* rounded up */
+    CHECK(hk_limiter_cost(10000000, 0, 0) == 10000000);                  /* unknown: full */
+    CHECK(hk_limiter_cost(10000000, HK_SM_PPM_FULL + 1, 0) == 10000000); /* above the device: full */
+    CHECK(hk_limiter_cost(10000000, 300000, 1500) == 4500000);           /* both factors multiply */
+    CHECK(hk_limiter_cost(10000000, 300000, 800) == 3000000);            /* a slowdown is not refunded */
+    CHECK(hk_limiter_cost(1, 1, 0) == 1);                                /* never rounds work to nothing */
+    CHECK(hk_limiter_cost(0, 300000, 0) == 0 && hk_limiter_cost(-5, 300000, 0) == 0);
+    CHECK(hk_limiter_cost(INT64_MAX, 500000, 0) == INT64_MAX / 2 + 1); /* no overflow on the way */
+
+    static _Alignas(64) unsigned char area[HK_LIMITER_BYTES];
+    memset(area, 0, sizeof area);
+    hk_limiter lim;
+    hk_limiter_attach(&lim, area, 30);
+    hk_limiter_stats st;
+    hk_limiter_read(area, &st);
+    CHECK(st.device_ns == 0 && st.sm_ppm == 0); /* nothing charged yet */
+    CHECK(hk_limiter_charge_work(&lim, 10000000, 300000, 0) == 3000000);
+    CHECK(hk_limiter_charge_work(&lim, 10000000, 0, 0) == 10000000);
+    hk_limiter_read(area, &st);
+    CHECK(st.charged_ns == 13000000 && st.device_ns == 20000000 && st.sm_ppm == HK_SM_PPM_FULL);
+    CHECK(offsetof(hk_limiter_shared, xgranted_ns) == 40 && offsetof(hk_limiter_shared, xdevice_ns) == 48 &&
+          offsetof(hk_limiter_shared, xsm_ppm) == 56); /* appended: older readers keep their offsets */
+    printf("ok limiter_cost (SM fraction x clock ratio, fail safe, statistics)\n");
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* test_core bench DIR: cost of the admission path (not a test; numbers for the report). */
 
@@ -1429,6 +1462,7 @@ int main(int argc, char **argv) {
     test_lost_slot_race();
     test_track();
     test_limiter_books();
+    test_limiter_cost();
     test_validation();
     test_pid_reuse();
     test_creation_race();

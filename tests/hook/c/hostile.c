@@ -19,6 +19,17 @@
  *                         kernels for SECONDS, 10 between syncs: "RATE <completed per second>" and
  *                         "RAN <completed> <ns>"
  *   hold BYTES            allocate BYTES, print "HELD", then per stdin line "alloc N": "RC <rc>"
+ *   kernels US SECONDS    cuLaunchKernel of US-microsecond stub kernels onto a stream for SECONDS, 10
+ *                         between syncs: "RAN <completed> <ns>"
+ *   mixed US BYTES SECONDS  a US-microsecond stub kernel then a BYTES device-to-device async copy, on
+ *                         one stream, for SECONDS, 10 pairs between syncs: "RAN <submissions> <ns>"
+ *   mpsreset US SECONDS PCT  launch US-microsecond stub kernels for SECONDS on the primary context
+ *                         the environment gave it, then set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=PCT,
+ *                         reset the primary context (a new one reads it), launch SECONDS more:
+ *                         "PHASE <i> <completed> <ns>" for each, "RESET <rc>"
+ *   affinity SMS US SECONDS own|foreign  make a context limited to SMS SMs (cuCtxCreate_v3) current
+ *                         and launch onto a stream of its own, or of the primary context (full SMs):
+ *                         "CTX <rc>", "RAN <completed> <ns>"
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -275,6 +286,102 @@ static void cmd_legacy(const char *which, unsigned us, double seconds) {
     printf("RAN %ld %.0f\n", n, took * 1e9);
 }
 
+/* US-microsecond stub kernels onto `s` for SECONDS, 10 between syncs; completed count and time. */
+static void launch_for(CUstream s, unsigned us, double seconds, long *n_out, double *took) {
+    F(CUresult, cuLaunchKernel,
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
+    F(CUresult, cuStreamSynchronize, (CUstream));
+    double t0 = now_s();
+    long n = 0;
+    while (now_s() - t0 < seconds) {
+        for (int i = 0; i < 10; i++) {
+            CUresult r = cuLaunchKernel((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+            if (r != CUDA_SUCCESS) {
+                printf("FAIL launch %d\n", r);
+                exit(1);
+            }
+        }
+        cuStreamSynchronize(s);
+        n += 10;
+    }
+    *n_out = n;
+    *took = now_s() - t0;
+}
+
+static CUstream new_stream(void) {
+    F(CUresult, cuStreamCreate, (CUstream *, unsigned));
+    CUstream s;
+    CUresult r = cuStreamCreate(&s, 0);
+    if (r != CUDA_SUCCESS) {
+        printf("FAIL stream %d\n", r);
+        exit(1);
+    }
+    return s;
+}
+
+static void cmd_kernels(unsigned us, double seconds) {
+    long n;
+    double took;
+    launch_for(new_stream(), us, seconds, &n, &took);
+    printf("RAN %ld %.0f\n", n, took * 1e9);
+}
+
+static void cmd_mixed(unsigned us, size_t bytes, double seconds) {
+    F(CUresult, cuLaunchKernel,
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **));
+    F(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream));
+    F(CUresult, cuStreamSynchronize, (CUstream));
+    CUstream s = new_stream();
+    CUdeviceptr d = 0x700000000000ULL; /* the stub moves no bytes */
+    double t0 = now_s();
+    long n = 0;
+    while (now_s() - t0 < seconds) {
+        for (int i = 0; i < 10; i++) {
+            CUresult r = cuLaunchKernel((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+            if (r == CUDA_SUCCESS) r = cuMemcpyDtoDAsync_v2(d, d, bytes, s);
+            if (r != CUDA_SUCCESS) {
+                printf("FAIL mixed %d\n", r);
+                exit(1);
+            }
+        }
+        cuStreamSynchronize(s);
+        n += 20;
+    }
+    printf("RAN %ld %.0f\n", n, (now_s() - t0) * 1e9);
+}
+
+static void cmd_mpsreset(unsigned us, double seconds, const char *pct) {
+    F(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice));
+    F(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice));
+    F(CUresult, cuCtxSetCurrent, (CUcontext));
+    long n;
+    double took;
+    launch_for(new_stream(), us, seconds, &n, &took);
+    printf("PHASE 1 %ld %.0f\n", n, took * 1e9);
+    setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct, 1);
+    CUcontext c;
+    CUresult r = cuDevicePrimaryCtxReset_v2(0);
+    if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&c, 0);
+    if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(c);
+    printf("RESET %d\n", r);
+    launch_for(new_stream(), us, seconds, &n, &took); /* the old stream went with the old context */
+    printf("PHASE 2 %ld %.0f\n", n, took * 1e9);
+}
+
+static void cmd_affinity(unsigned sms, unsigned us, double seconds, const char *which) {
+    F(CUresult, cuCtxCreate_v3, (CUcontext *, CUexecAffinityParam *, int, unsigned, CUdevice));
+    CUstream primary = new_stream(); /* in the primary context, which has every SM */
+    CUexecAffinityParam a = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = sms};
+    CUcontext c;
+    CUresult r = cuCtxCreate_v3(&c, &a, 1, 0, 0); /* current now */
+    printf("CTX %d\n", r);
+    if (r != CUDA_SUCCESS) exit(1);
+    long n;
+    double took;
+    launch_for(!strcmp(which, "own") ? new_stream() : primary, us, seconds, &n, &took);
+    printf("RAN %ld %.0f\n", n, took * 1e9);
+}
+
 static void cmd_hold(size_t bytes) {
     F(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t));
     CUdeviceptr p;
@@ -314,6 +421,14 @@ int main(int argc, char **argv) {
         cmd_legacy(argv[2], (unsigned)atoi(argv[3]), atof(argv[4]));
     else if (!strcmp(cmd, "hold") && argc > 2)
         cmd_hold(size_arg(argv[2]));
+    else if (!strcmp(cmd, "kernels") && argc > 3)
+        cmd_kernels((unsigned)atoi(argv[2]), atof(argv[3]));
+    else if (!strcmp(cmd, "mixed") && argc > 4)
+        cmd_mixed((unsigned)atoi(argv[2]), size_arg(argv[3]), atof(argv[4]));
+    else if (!strcmp(cmd, "mpsreset") && argc > 4)
+        cmd_mpsreset((unsigned)atoi(argv[2]), atof(argv[3]), argv[4]);
+    else if (!strcmp(cmd, "affinity") && argc > 5)
+        cmd_affinity((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]), atof(argv[4]), argv[5]);
     else {
         fprintf(stderr, "unknown command %s\n", cmd);
         return 2;
