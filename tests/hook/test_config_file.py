@@ -125,7 +125,7 @@ def test_clean_environment_child_still_gets_the_claim(client: Path, hookcore_lib
 
 
 @pytest.mark.parametrize("text", ["HOOKCORE_MEMORY_LIMIT_0=12x\n", "NOT A LINE\n", "HOOKCORE_LEDGER=rel\n",
-                                  "HOOKCORE_MEMORY_LIMIT_0=1Gi\x00\n"])
+                                  "HOOKCORE_MEMORY_LIMIT_0=1Gi\x00\n", "HOOKCORE_DEVICE_SMS_0=0\n"])
 def test_garbage_in_the_file_fails_closed_with_one_line(client: Path, hookcore_libs: HookLibs,
                                                         testing_lib: Path, tmp_path: Path, text: str) -> None:
     write_config(tmp_path, "vgpu", text)
