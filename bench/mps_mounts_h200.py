@@ -27,13 +27,22 @@ container does. Sections:
   hook-ceiling  one matmul client at a time (bench/mps_h200.py's worker, 4 s): native, MPS 30%,
                 MPS 30% + hookcore at 30 cores, MPS 100% (a tenant that raised its own
                 environment) + hookcore at 30, hookcore at 30 without MPS. Shares of native.
-                The hook charges a batch its device time x its context's SM fraction (what
-                cuCtxGetExecAffinity reports over the device's SM count), so expected after that
-                change: MPS 30% + hook 30 ~ MPS 30% alone (not throttled twice), MPS 100% + hook 30
-                ~ hook 30 alone (30% of SM x time). For each hooked run the SM fraction the hook
-                used (the ledger's limiter stats via build/hk-ledger: sm_ppm, charged / device
-                time, time throttled) and the hook's debug line that names what the driver
-                reported (SMs of the context, SMs of the device).
+                The hook charges a batch its device time x its context's SM fraction: the SMs
+                cuCtxGetExecAffinity gives the context over the device's SM count, which the daemon
+                reads from NVML (nvmlDeviceGetAttributes' multiprocessorCount, read here the same
+                way and printed) and writes into the claim's config as HOOKCORE_DEVICE_SMS_0. The
+                hooked runs get that config as a claim's container does: a file at
+                /run/hookcore/vgpu/config (a directory of this run bind-mounted there, in this
+                run's private mount namespace), so the environment's keys are ignored. Inside an
+                MPS client CUDA's MULTIPROCESSOR_COUNT answers the client's own SMs (38 of 132 at
+                30% on the H200, round 2), so a run without the key ("no device SM count") shows
+                the double throttle it causes. Expected with the key: MPS 30% + hook 30 ~ MPS 30%
+                alone, MPS 100% + hook 30 ~ hook 30 alone (30% of SM x time). Where NVML gives no
+                count for the whole GPU (its reference documents the call for MIG devices) the
+                daemon leaves the key out; the runs then use the count CUDA reports outside MPS,
+                labelled so. For each hooked run the SM fraction the hook used (the ledger's
+                limiter stats via build/hk-ledger: sm_ppm, charged / device time, time throttled)
+                and the hook's debug line naming both counts and where the device's came from.
 
 Output: OUT/mps-mounts.json and OUT/mps-mounts.md (printed last). Every control daemon is quit
 (and killed if it does not go) before the script ends, also on an error.
@@ -276,6 +285,61 @@ def hook_books(tool: Path, ledger: Path, stderr: str) -> dict[str, Any]:
     return got
 
 
+HOOK_CONFIG_DIR = Path("/run/hookcore/vgpu")  # where libvgpu.so reads its claim's config (HK_CONFIG_ROOT)
+
+
+def nvml_sms(index: int = 0, library: str = "libnvidia-ml.so.1") -> tuple[int | None, str]:
+    """The GPU's SM count as the daemon reads it (nvmlDeviceGetAttributes_v2 on the GPU's handle,
+    multiprocessorCount) and "", or None and what NVML answered. ctypes, so nothing needs installing."""
+    import ctypes
+
+    class Attributes(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint) for n in (
+            "multiprocessorCount", "sharedCopyEngineCount", "sharedDecoderCount", "sharedEncoderCount",
+            "sharedJpegCount", "sharedOfaCount", "gpuInstanceSliceCount", "computeInstanceSliceCount")] + [
+            ("memorySizeMB", ctypes.c_ulonglong)]
+
+    try:
+        lib = ctypes.CDLL(library)
+    except OSError as e:
+        return None, f"cannot load {library}: {e}"
+    if (r := lib.nvmlInit_v2()) != 0:
+        return None, f"nvmlInit_v2: NVML return {r}"
+    try:
+        handle = ctypes.c_void_p()
+        if (r := lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle))) != 0:
+            return None, f"nvmlDeviceGetHandleByIndex_v2({index}): NVML return {r}"
+        a = Attributes()
+        if (r := lib.nvmlDeviceGetAttributes_v2(handle, ctypes.byref(a))) != 0:
+            return None, f"nvmlDeviceGetAttributes_v2(index {index}): NVML return {r}"
+        return (a.multiprocessorCount, "") if 1 <= a.multiprocessorCount <= 4096 else (
+            None, f"nvmlDeviceGetAttributes_v2: {a.multiprocessorCount} SMs")
+    finally:
+        lib.nvmlShutdown()
+
+
+def hook_config_text(cores: int, ledger: Path, device_sms: int | None) -> str:
+    """A claim's config as the daemon writes it (hookcore.config_file_text's keys; written by hand so
+    the GPU machine needs no built extension): `cores` on device 0, its ledger, the device's SMs."""
+    keys = {"HOOKCORE_COMPUTE_LIMIT_0": str(cores), "HOOKCORE_LEDGER": str(ledger)}
+    if device_sms is not None:
+        keys["HOOKCORE_DEVICE_SMS_0"] = str(device_sms)
+    return "# hookcore claim configuration, written by the bench as the DRA driver writes it\n" + "".join(
+        f"{k}={keys[k]}\n" for k in sorted(keys))
+
+
+def cuda_sms_outside_mps(tmp: Path) -> tuple[int | None, str]:
+    """The SM count CUDA reports in a process that is no MPS client (the whole GPU, on the H200)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+    env.update({"CUDA_VISIBLE_DEVICES": "0", "CUDA_MPS_PIPE_DIRECTORY": str(tmp / "no-mps")})
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0)"
+                        ".multi_processor_count)"], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        return int(r.stdout.split()[-1]), ""
+    except (ValueError, IndexError):
+        return None, (r.stdout + r.stderr)[-300:]
+
+
 def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
     build = tmp / "build"
     r = subprocess.run(["make", "-C", str(ROOT / "hookcore"), f"-j{min(os.cpu_count() or 1, 8)}", f"BUILD={build}",
@@ -284,9 +348,26 @@ def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
         return {"error": "hookcore build failed: " + (r.stdout + r.stderr)[-1500:]}
     ctl = Control(tmp / "hook-ctl", program, None, False)
     out: dict[str, Any] = {}
+    sms, why = nvml_sms(0)
+    source = "nvml"
+    out["device SMs"] = {"nvml": sms, "nvml error": why or None}
+    if sms is None:  # the daemon would leave the key out; the runs use CUDA's count outside MPS instead
+        sms, why2 = cuda_sms_outside_mps(tmp)
+        source = "cuda outside MPS (NVML gave none: the daemon would write no key)"
+        out["device SMs"]["cuda outside MPS"] = sms
+        if why2:
+            out["device SMs"]["cuda error"] = why2
+    out["device SMs"]["config"] = sms
+    out["device SMs"]["source"] = source
+    say(f"hook-ceiling device SMs: {out['device SMs']}")
+    config_src = tmp / "hook-config"
+    config_src.mkdir(mode=0o755)
+    made = not HOOK_CONFIG_DIR.exists()
+    HOOK_CONFIG_DIR.mkdir(parents=True, exist_ok=True)  # the mount point; removed again if made here
+    subprocess.run(["mount", "--bind", str(config_src), str(HOOK_CONFIG_DIR)], check=True)  # this namespace only
     n = 0
 
-    def run(name: str, mps: int | None, hook: int | None) -> None:
+    def run(name: str, mps: int | None, hook: int | None, device_sms: int | None = None) -> None:
         nonlocal n
         n += 1
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_MPS_", "CUDA_DEVICE_"))}
@@ -295,9 +376,10 @@ def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
         if mps is not None:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps)
         ledger = tmp / f"c{n}.ledger"
-        if hook is not None:
-            env.update({"LD_PRELOAD": str(build / "libvgpu.so"), "CUDA_DEVICE_SM_LIMIT": str(hook),
-                        "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(ledger), "HOOKCORE_LOG": "debug"})
+        (config_src / "config").unlink(missing_ok=True)
+        if hook is not None:  # the claim's config, a file as the daemon mounts it (authoritative)
+            (config_src / "config").write_text(hook_config_text(hook, ledger, device_sms))
+            env.update({"LD_PRELOAD": str(build / "libvgpu.so"), "HOOKCORE_LOG": "debug"})
         args = {"go_at": time.time() + 14, "secs": 4.0, "warm": 2.0}
         p = subprocess.run([sys.executable, str(ROOT / "bench" / "mps_h200.py"), "--worker", "matmul",
                             json.dumps(args)], env=env, capture_output=True, text=True, timeout=120)
@@ -305,6 +387,7 @@ def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
         out[name] = {"rate": res[-1]["rate"] if res else None, "stderr": None if res else p.stderr[-800:]}
         if hook is not None:
             out[name]["hook"] = hook_books(build / "hk-ledger", ledger, p.stderr)
+            out[name]["hook"]["config device SMs"] = device_sms
         solo = out.get("native", {}).get("rate")
         if solo and out[name]["rate"]:
             out[name]["share_pct"] = round(100 * out[name]["rate"] / solo, 1)
@@ -314,11 +397,19 @@ def section_hook_ceiling(tmp: Path, program: str) -> dict[str, Any]:
         ctl.start()
         run("native", None, None)
         run("mps 30", 30, None)
-        run("mps 30 + hook 30", 30, 30)
-        run("mps 100 + hook 30 (tenant raised its env)", 100, 30)
-        run("hook 30 (no MPS)", None, 30)
+        run("mps 30 + hook 30", 30, 30, sms)
+        run("mps 30 + hook 30, no device SM count", 30, 30, None)
+        run("mps 100 + hook 30 (tenant raised its env)", 100, 30, sms)
+        run("hook 30 (no MPS)", None, 30, sms)
     finally:
         out["stopped"] = ctl.stop()
+        subprocess.run(["umount", str(HOOK_CONFIG_DIR)], check=False)
+        if made:
+            for d in (HOOK_CONFIG_DIR, HOOK_CONFIG_DIR.parent):
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
     return out
 
 
@@ -341,20 +432,26 @@ def summary(res: dict[str, Any]) -> str:
     h = res.get("hook-ceiling", {})
     if h:
         rows.append("## hook-ceiling (share of native matmul throughput; the hook's SM fraction)")
+        dev = h.get("device SMs", {})
+        if dev:
+            rows.append(f"- device SMs in the claim's config (HOOKCORE_DEVICE_SMS_0): {dev.get('config')}"
+                        f" from {dev.get('source')}; NVML said {dev.get('nvml')}"
+                        + (f" ({dev['nvml error']})" if dev.get("nvml error") else ""))
         for k, v in h.items():
-            if not isinstance(v, dict):
+            if not isinstance(v, dict) or k == "device SMs":
                 continue
             line = f"- {k}: {v.get('share_pct', v)}"
             books = v.get("hook")
             if books:
-                line += (f" | sm_fraction={books.get('sm_fraction')} charged/device={books.get('charged_per_device_ns')}"
+                line += (f" | config SMs={books.get('config device SMs')}"
+                         f" sm_fraction={books.get('sm_fraction')} charged/device={books.get('charged_per_device_ns')}"
                          f" throttled_s={books.get('throttled_s')} | driver: {'; '.join(books.get('driver said', []))}")
             rows.append(line)
-        rate = {k: v.get("share_pct") for k, v in h.items() if isinstance(v, dict)}
+        rate = {k: v.get("share_pct") for k, v in h.items() if isinstance(v, dict) and k != "device SMs"}
         pairs = (("mps 30 + hook 30", "mps 30"), ("mps 100 + hook 30 (tenant raised its env)", "hook 30 (no MPS)"))
         for a, b in pairs:
             if rate.get(a) and rate.get(b):
-                rows.append(f"- {a} / {b}: {rate[a] / rate[b]:.2f} (expected ~1 since the SM-fraction charge)")
+                rows.append(f"- {a} / {b}: {rate[a] / rate[b]:.2f} (expected ~1 with the device's SM count in the config)")
     return "\n".join(rows) + "\n"
 
 

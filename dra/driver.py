@@ -266,6 +266,13 @@ class Quota:
     once per process and once per extra context (None: contexts are not charged). The driver
     knows the figure (measured per GPU model and driver); without it a 4 GiB claim's process holds
     4 GiB of allocations plus its context."""
+    device_sms: int | None = None
+    """The device's SM count (streaming multiprocessors or the vendor's compute units), as the driver
+    read it from the vendor's management library: the whole the hook measures a context's SM
+    fraction against, so a sharing client limited to part of the device (MPS) is charged its part
+    of `cores` once. Not the compute API's figure, which inside such a client answers its own part
+    (None: the hook asks the compute API, which is right outside MPS and charges the full device
+    time inside it)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,6 +113,7 @@ class DeviceQuota:
     compute_mode: str = "share"  # "share" (of device time) or "strict" (of full-load throughput)
     ref_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
     context_memory: int | None = None  # bytes a context takes on this device, charged per context (None: 0)
+    device_sms: int | None = None  # the device's SM count as the daemon read it (None: the hook asks CUDA)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -167,7 +168,7 @@ def parse_config(
     raw = _ext().parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
     devices = tuple(
         DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"], d["compute_mode"], d["ref_mhz"],
-                    d["context_memory"])
+                    d["context_memory"], d["device_sms"])
         for d in raw["devices"]
     )
     return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"])
@@ -178,7 +179,9 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
     only below 100, ``HOOKCORE_COMPUTE_MODE_<i>`` / ``HOOKCORE_COMPUTE_REF_MHZ_<i>`` for a strict
-    cap, ``HOOKCORE_CONTEXT_MEMORY_<i>`` when a context size is given, ``HOOKCORE_DEVICE_UUID_<i>``
+    cap, ``HOOKCORE_CONTEXT_MEMORY_<i>`` when a context size is given, ``HOOKCORE_DEVICE_SMS_<i>``
+    when the device's SM count is known (the whole the hook measures a context's SM fraction
+    against; CUDA inside an MPS client answers the client's part), ``HOOKCORE_DEVICE_UUID_<i>``
     when given (then the claim is UUID-keyed and every device must have one), ``HOOKCORE_LEDGER`` =
     `ledger_path` as the container sees it. Raises HookConfigError if the library would reject the
     result. Write it with :func:`config_file_text`.
@@ -197,6 +200,8 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
             env[f"HOOKCORE_COMPUTE_REF_MHZ_{i}"] = str(d.ref_mhz)
         if d.context_memory:
             env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(d.context_memory)
+        if d.device_sms is not None:
+            env[f"HOOKCORE_DEVICE_SMS_{i}"] = str(d.device_sms)
     if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
         raise _ext().HookConfigError("claim_env: either every device has a UUID or none has")
     parse_config(env)

@@ -50,6 +50,7 @@ cdef extern from "hookcore.h" nogil:
         uint32_t ref_mhz[16]
         char uuid[16][64]
         uint64_t ctx_bytes[16]
+        uint32_t device_sms[16]
         char ledger_path[4096]
 
     ctypedef struct hk_ledger:

@@ -134,6 +134,7 @@ def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
                 "compute_mode": "strict" if cfg.compute_mode[i] == HK_COMPUTE_STRICT else "share",
                 "ref_mhz": cfg.ref_mhz[i] or None,
                 "context_memory": cfg.ctx_bytes[i] or None,
+                "device_sms": cfg.device_sms[i] or None,
                 "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
             })
         return {

@@ -57,6 +57,10 @@ RW = ("rw", "nosuid", "nodev", "noexec", "bind")
 MAX_CONFIG_BYTES = 64 << 10  # hookcore refuses larger config files
 
 
+DEVICE_SMS_MAX = 4096
+"""The largest SM count the hook's config accepts (HK_SMS_MAX)."""
+
+
 class EnforcementError(DRAError):
     """The driver's enforcement settings cannot be carried out (the message says why and what to do)."""
 
@@ -139,8 +143,11 @@ class ClaimHooks:
             if q.full_load_mhz is not None and not (q.strict and q.full_load_mhz > 0):
                 raise EnforcementError(f"quota {i} (device {q.uuid}): full_load_mhz={q.full_load_mhz} needs a strict"
                                        " cap and a positive clock in MHz")
+            if q.device_sms is not None and not 1 <= q.device_sms <= DEVICE_SMS_MAX:
+                raise EnforcementError(f"quota {i} (device {q.uuid}): device_sms must be the device's SM count,"
+                                       f" 1..{DEVICE_SMS_MAX}, not {q.device_sms}; leave it None when unknown")
         devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None, "strict" if q.strict else "share",
-                                  q.full_load_mhz, q.context_memory) for i, q in enumerate(quotas)]
+                                  q.full_load_mhz, q.context_memory, q.device_sms) for i, q in enumerate(quotas)]
         try:
             config_path = str(hk.container_config_path(enforcement.library))
             config_dir = os.path.dirname(config_path)
@@ -154,7 +161,8 @@ class ClaimHooks:
             got = parsed.devices[i]
             mode = "strict" if q.strict else "share"
             if (got.memory_limit != q.memory or got.sm_limit != q.cores or got.compute_mode != mode
-                    or got.ref_mhz != q.full_load_mhz or got.context_memory != (q.context_memory or None)):
+                    or got.ref_mhz != q.full_load_mhz or got.context_memory != (q.context_memory or None)
+                    or got.device_sms != q.device_sms):
                 raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
                                        f" cores={got.sm_limit} {got.compute_mode}, not memory={q.memory}"
                                        f" cores={q.cores} {mode}")

@@ -23,6 +23,7 @@ a YAML document:
       memory: 23034Mi
       architecture: Ada Lovelace    # names as published (see nvml.ARCHITECTURES / BRANDS)
       computeCapability: "8.9"
+      multiprocessorCount: 58       # SMs, as NVML's nvmlDeviceGetAttributes reports them
       brand: Nvidia
       migMode: unsupported          # on, off or unsupported
       uuid: GPU-...                 # default: derived from the node name and position
@@ -64,15 +65,16 @@ class Model:
     brand: str
     pci_device_id: int
     mig: str  # "off" (MIG-capable, disabled) or "unsupported"
+    sms: int  # SM count (NVML's multiprocessorCount of the whole GPU)
 
 
 MODELS: dict[str, Model] = {
-    "h200": Model("NVIDIA H200", 143771, "Hopper", "9.0", "Nvidia", 0x233510DE, "off"),
-    "h100": Model("NVIDIA H100 80GB HBM3", 81559, "Hopper", "9.0", "Nvidia", 0x233010DE, "off"),
-    "a100-80g": Model("NVIDIA A100-SXM4-80GB", 81920, "Ampere", "8.0", "Nvidia", 0x20B210DE, "off"),
-    "a100-40g": Model("NVIDIA A100-SXM4-40GB", 40960, "Ampere", "8.0", "Nvidia", 0x20B010DE, "off"),
-    "l4": Model("NVIDIA L4", 23034, "Ada Lovelace", "8.9", "Nvidia", 0x27B810DE, "unsupported"),
-    "t4": Model("Tesla T4", 15360, "Turing", "7.5", "Tesla", 0x1EB810DE, "unsupported"),
+    "h200": Model("NVIDIA H200", 143771, "Hopper", "9.0", "Nvidia", 0x233510DE, "off", 132),
+    "h100": Model("NVIDIA H100 80GB HBM3", 81559, "Hopper", "9.0", "Nvidia", 0x233010DE, "off", 132),
+    "a100-80g": Model("NVIDIA A100-SXM4-80GB", 81920, "Ampere", "8.0", "Nvidia", 0x20B210DE, "off", 108),
+    "a100-40g": Model("NVIDIA A100-SXM4-40GB", 40960, "Ampere", "8.0", "Nvidia", 0x20B010DE, "off", 108),
+    "l4": Model("NVIDIA L4", 23034, "Ada Lovelace", "8.9", "Nvidia", 0x27B810DE, "unsupported", 58),
+    "t4": Model("Tesla T4", 15360, "Turing", "7.5", "Tesla", 0x1EB810DE, "unsupported", 40),
 }
 MAX_GPUS = 16
 DEFAULT_DRIVER = "580.159.04"
@@ -100,6 +102,7 @@ class FakeGpu:
     pcie_root: str
     numa_node: int | None
     pci_device_id: int = 0x233510DE
+    sms: int = 132  # the stub's `sms` key: NVML's multiprocessorCount and libcuda's MULTIPROCESSOR_COUNT
 
     def stub_fields(self, index: int | None = None) -> dict[str, str]:
         """This GPU's ``HOOKCORE_STUB_DEVICES`` fields (NVML's numeric enums)."""
@@ -109,7 +112,7 @@ class FakeGpu:
             "uuid": self.uuid, "name": self.product_name, "memory": str(self.memory),
             "index": str(self.index if index is None else index), "minor": str(self.minor),
             "pci": self.pci_bus_id, "pciid": hex(self.pci_device_id), "arch": str(arch), "brand": str(brand),
-            "cc": self.compute_capability, "mig": self.mig,
+            "cc": self.compute_capability, "mig": self.mig, "sms": str(self.sms),
         }
         return fields
 
@@ -156,7 +159,7 @@ def _from_model(model: Model, node: str, position: int) -> FakeGpu:
         uuid=fake_uuid(node, position), index=position, minor=position, product_name=model.product_name,
         memory=model.memory_mib * MiB, architecture=model.architecture, compute_capability=model.compute_capability,
         brand=model.brand, mig=model.mig, pci_bus_id=bus, pcie_root=root, numa_node=numa,
-        pci_device_id=model.pci_device_id,
+        pci_device_id=model.pci_device_id, sms=model.sms,
     )
 
 
@@ -180,7 +183,7 @@ def profile(name: str, node: str) -> FakeNode:
 
 _GPU_KEYS = {
     "model", "uuid", "index", "minor", "productName", "memory", "architecture", "computeCapability", "brand",
-    "migMode", "pciBusID", "pcieRoot", "numaNode",
+    "migMode", "pciBusID", "pcieRoot", "numaNode", "multiprocessorCount",
 }
 
 
@@ -213,7 +216,7 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
     for key, attr in simple.items():
         if key in entry:
             changes[attr] = str(entry[key])
-    for key, attr in (("index", "index"), ("minor", "minor"), ("numaNode", "numa_node")):
+    for key, attr in (("index", "index"), ("minor", "minor"), ("numaNode", "numa_node"), ("multiprocessorCount", "sms")):
         if key in entry:
             if not isinstance(entry[key], int) or isinstance(entry[key], bool):
                 raise FakeDevicesError(f"{where}: {key} must be an integer, got {entry[key]!r}")
@@ -240,6 +243,8 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
         raise FakeDevicesError(f"{where}: computeCapability {gpu.compute_capability!r} must look like 8.6")
     if gpu.memory <= 0:
         raise FakeDevicesError(f"{where}: memory must be positive")
+    if not 1 <= gpu.sms <= 4096:
+        raise FakeDevicesError(f"{where}: multiprocessorCount must be an SM count, 1..4096, got {gpu.sms}")
     return gpu
 
 

@@ -42,7 +42,11 @@ A claim's containers get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its ``cores`` a
 per-container limit). They are the client's environment, so the hook's compute limiter stays on
 as a ceiling (the claim's ``cores`` in its read-only config, review 2026-12-04 #5), and it limits
 SM x time: each batch of kernels costs its device time x the share of the GPU's SMs its context
-may use, as the driver reports it (``cuCtxGetExecAffinity``, not the environment). An honest client
+may use: the SMs the driver gives the context (``cuCtxGetExecAffinity``, not the environment) over
+the GPU's SM count that this daemon read from NVML at discovery and wrote into the claim's config
+(``HOOKCORE_DEVICE_SMS_<i>``; CUDA inside an MPS client answers its provisioned count for the
+device's too, 38 of the H200's 132 at 30%, so without the daemon's count the fraction is 1 and the
+client is held twice: 11.5% of native). An honest client
 at the claim's percentage is charged that share of its time and is not limited twice (before this
 the two stacked: on the H200 30% SMs under the hook's 30 cores gave 11.7% of native matmul
 throughput, MPS alone 39.2%); a client that raises its own percentage gets more SMs and is charged

@@ -168,6 +168,7 @@ class Gpu:
     pcie_root: str | None  # e.g. pci0000:15; None when sysfs cannot tell
     numa_node: int | None  # None: no NUMA affinity known
     mig_enabled: bool | None  # None: the GPU has no MIG
+    sms: int | None = None  # SM count (nvmlDeviceGetAttributes); None: NVML did not say (see `_sms`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +200,32 @@ def discover(sysfs: Path = Path("/sys"), memory_override: int | None = None) -> 
                 log.error("GPU left out: lost at discovery", extra={"index": i, "error": str(exc)})
                 skipped.append(str(exc))
     return Inventory(driver, cuda, tuple(gpus), tuple(skipped))
+
+
+_sms_unknown_logged = False
+
+
+def _sms(handle: Any, target: str) -> int | None:
+    """The GPU's SM count from NVML (nvmlDeviceGetAttributes_v2's multiprocessorCount), for the hook's
+    config (`HOOKCORE_DEVICE_SMS_<i>`): CUDA inside an MPS client answers the client's own part, so
+    the hook cannot learn the whole from there. NVML's reference documents the call for MIG device
+    handles; a driver that refuses it for a whole GPU (or answers nonsense) leaves it None, logged
+    once: the hook then asks CUDA, as before (right outside MPS; a full charge inside it)."""
+    global _sms_unknown_logged
+    try:
+        sms = int(call(pynvml.nvmlDeviceGetAttributes, handle, target=target).multiprocessorCount)
+        if 1 <= sms <= 4096:
+            return sms
+        why = f"NVML reports {sms} SMs"
+    except NvmlError as exc:
+        if exc.code == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise
+        why = str(exc)
+    if not _sms_unknown_logged:
+        _sms_unknown_logged = True
+        log.warning("the GPU's SM count is unknown: under MPS the hook charges a client's full device time,"
+                    " throttling it twice (by MPS and by the claim's cores)", extra={"gpu": target, "error": why})
+    return None
 
 
 def _gpu(handle: Any, where: str, sysfs: Path, memory_override: int | None) -> Gpu:
@@ -239,4 +266,5 @@ def _gpu(handle: Any, where: str, sysfs: Path, memory_override: int | None) -> G
         pcie_root=topology.pcie_root(sysfs, bus),
         numa_node=topology.numa_node(sysfs, bus),
         mig_enabled=mig,
+        sms=_sms(handle, target),
     )

@@ -254,7 +254,7 @@ static int uuid_char_ok(char c) {
 /* ---------------------------------------------------------------------------------------------
    Keys: the vendor-neutral names, and the sources they come from                              */
 
-enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_CTX };
+enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_CTX, V_SMS };
 
 typedef struct key_spec {
     const char *name; /* exact name, or the prefix before <i> when indexed */
@@ -269,7 +269,7 @@ static const key_spec g_keys[] = {
     {"HOOKCORE_COMPUTE_MODE_", V_MODE, 1},   {"HOOKCORE_COMPUTE_MODE", V_MODE, 0},
     {"HOOKCORE_COMPUTE_REF_MHZ_", V_MHZ, 1}, {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
     {"HOOKCORE_CONTEXT_MEMORY_", V_CTX, 1},  {"HOOKCORE_CONTEXT_MEMORY", V_CTX, 0},
-    {"HOOKCORE_LEDGER", V_PATH, 0},
+    {"HOOKCORE_DEVICE_SMS_", V_SMS, 1},      {"HOOKCORE_LEDGER", V_PATH, 0},
 };
 #define NKEYS (sizeof g_keys / sizeof g_keys[0])
 
@@ -297,6 +297,7 @@ typedef struct parse_state {
     char mode_default_by[NAME_MAX_LEN];
     char mode_by[HK_MAX_DEVICES][NAME_MAX_LEN];
     char mhz_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+    char sms_by[HK_MAX_DEVICES][NAME_MAX_LEN];
     char mem_default_by[NAME_MAX_LEN]; /* the name that set it, for messages ("" = unset) */
     char sm_default_by[NAME_MAX_LEN];
     char path_by[NAME_MAX_LEN];
@@ -399,6 +400,21 @@ static int parse_mhz_v(const char *name, const char *value, void *o, char *err, 
     return HK_OK;
 }
 
+/* The device's SM count, as the daemon read it from the vendor's management library: 1..HK_SMS_MAX. */
+static int parse_sms_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+    uint32_t v = 0, *out = (uint32_t *)o;
+    size_t n = strlen(value);
+    if (n == 0 || n > 4 || value[0] == '0')
+        return reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
+    for (size_t i = 0; i < n; i++) {
+        if (!is_digit(value[i])) return reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
+        v = v * 10 + (uint32_t)(value[i] - '0');
+    }
+    if (v > HK_SMS_MAX) return reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
+    *out = v;
+    return HK_OK;
+}
+
 static int parse_uuid_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
     size_t ulen = strlen(value);
     char *out = (char *)o;
@@ -493,6 +509,13 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
                 rc = parse_mhz_v(name, value, &out->ref_mhz[idx], err, errlen);
                 copy_name(st->mhz_by[idx], name, strlen(name));
                 break;
+            case V_SMS:
+                if (st->sms_by[idx][0])
+                    return repeated(st, st->sms_by[idx], name, value, parse_sms_v, &out->device_sms[idx],
+                                    sizeof(uint32_t), err, errlen);
+                rc = parse_sms_v(name, value, &out->device_sms[idx], err, errlen);
+                copy_name(st->sms_by[idx], name, strlen(name));
+                break;
             case V_PATH:
                 if (st->path_by[0])
                     return repeated(st, st->path_by, name, value, parse_path_v, out->ledger_path, HK_PATH_MAX, err,
@@ -510,7 +533,7 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
         hk__errf(err, errlen,
                  "unknown key %s (expected HOOKCORE_MEMORY_LIMIT_<i>, HOOKCORE_COMPUTE_LIMIT_<i>, "
                  "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_DEVICE_UUID_<i>, "
-                 "HOOKCORE_CONTEXT_MEMORY_<i> or HOOKCORE_LEDGER)",
+                 "HOOKCORE_CONTEXT_MEMORY_<i>, HOOKCORE_DEVICE_SMS_<i> or HOOKCORE_LEDGER)",
                  qn);
         return HK_EFAILCLOSED;
     }

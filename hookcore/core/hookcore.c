@@ -224,6 +224,11 @@ uint32_t hk_compute_ref_mhz(int dev) {
     return g.cfg.ref_mhz[dev];
 }
 
+uint32_t hk_device_sms(int dev) {
+    if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
+    return g.cfg.device_sms[dev]; /* the process's own parsed config */
+}
+
 uint64_t hk_context_bytes(int dev) {
     if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
     return g.cfg.ctx_bytes[dev];

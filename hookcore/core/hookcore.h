@@ -42,6 +42,11 @@
  *   HOOKCORE_CONTEXT_MEMORY      charged to the quota once per process and device when the process
  *                                first uses the device, and once per extra context it creates
  *                                (default 0: contexts not charged)
+ *   HOOKCORE_DEVICE_SMS_<i>      the SM count of device index i, 1..HK_SMS_MAX, as the daemon read it
+ *                                from the vendor's management library (not the compute API, which
+ *                                answers a sharing client's own part): the whole the compute limiter
+ *                                measures a context's SM fraction against (default: the shim asks
+ *                                the compute API; see the shim's README)
  *   HOOKCORE_LEDGER              ledger path. Default: <config dir>/ledger for a file config;
  *                                /tmp/hookcore-<stem>.ledger for an environment config with a limit
  * Aliases map a legacy name onto a key, suffix and all: {"OLD_MEM_LIMIT", "HOOKCORE_MEMORY_LIMIT"}
@@ -127,6 +132,7 @@ extern "C" {
 #define HK_MEM_UNLIMITED  UINT64_MAX             /* mem limit of a device without a quota */
 #define HK_MEM_MAX        ((uint64_t)1 << 62)    /* largest accepted quota (4 EiB) */
 #define HK_SM_UNLIMITED   100u                   /* sm limit meaning "no compute limit" */
+#define HK_SMS_MAX        4096u                  /* largest HOOKCORE_DEVICE_SMS_<i> accepted */
 #define HK_DEFAULT_LEDGER "/tmp/hookcore.ledger" /* environment config, no stem known */
 #ifndef HK_CONFIG_ROOT
 #define HK_CONFIG_ROOT "/run/hookcore" /* config files: HK_CONFIG_ROOT/<stem>/config */
@@ -175,6 +181,7 @@ typedef struct hk_config {
     uint32_t ref_mhz[HK_MAX_DEVICES];       /* strict: full-load clock in MHz, 0 = not given */
     char uuid[HK_MAX_DEVICES][HK_UUID_MAX]; /* "" when not given */
     uint64_t ctx_bytes[HK_MAX_DEVICES];     /* device memory charged per context (0 = none) */
+    uint32_t device_sms[HK_MAX_DEVICES];    /* the device's SM count as the daemon read it, 0 = not given */
     char ledger_path[HK_PATH_MAX];          /* "" when no ledger is needed (no limit set, no path) */
 } hk_config;
 
@@ -273,6 +280,10 @@ uint32_t hk_sm_limit(int dev);
    not configured). 0 when dormant, failed closed or out of range. */
 int hk_compute_strict(int dev);
 uint32_t hk_compute_ref_mhz(int dev);
+
+/* The SM count the claim's config gives ledger index `dev` (HOOKCORE_DEVICE_SMS_<i>, the daemon's
+   reading of the device); 0 when not given, dormant, failed closed or out of range. */
+uint32_t hk_device_sms(int dev);
 
 /* Device memory charged per context on ledger index `dev` (HOOKCORE_CONTEXT_MEMORY_<i>); 0 when
    none, dormant or failed closed. */

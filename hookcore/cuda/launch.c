@@ -46,7 +46,7 @@ static int op_current(void **ctx, int *ldev) {
 /* Called by the meter right after op_current, for the context it returned. */
 static uint32_t op_sm_share_ppm(void *ctx, void *s) {
     if ((CUcontext)ctx != t_ctx) return HK_SM_PPM_FULL; /* not the context just resolved: unknown */
-    return hk_cuda_sm_share_ppm((CUcontext)ctx, t_ord, (CUstream)s);
+    return hk_cuda_sm_share_ppm((CUcontext)ctx, t_ldev, t_ord, (CUstream)s);
 }
 
 static int op_capturing(void *s) {

@@ -142,9 +142,10 @@ CUresult hk_context_charge_current(int ldev) HK_HIDDEN;
  * sm_share.c: the share of its device's SMs a context may use (the limiter charges kernels at it)
  * ------------------------------------------------------------------------- */
 /* In millionths (HK_SM_PPM_FULL = all), for work submitted to `s` with `ctx` current on ordinal
-   `ord`: the driver's cuCtxGetExecAffinity SM count / the device's, cached per context; the full
-   device when unknown or when `s` belongs to another context. */
-uint32_t hk_cuda_sm_share_ppm(CUcontext ctx, CUdevice ord, CUstream s) HK_HIDDEN;
+   `ord` (ledger device `ldev`): the driver's cuCtxGetExecAffinity SM count / the device's (the
+   claim's HOOKCORE_DEVICE_SMS_<ldev> when given, else the driver's attribute), cached per context;
+   the full device when unknown or when `s` belongs to another context. */
+uint32_t hk_cuda_sm_share_ppm(CUcontext ctx, int ldev, CUdevice ord, CUstream s) HK_HIDDEN;
 /* A context was destroyed or a primary context reset or released (NULL: any): its handle may come
    back for a context with other SMs. Also makes every per-thread context cache stale. */
 void hk_cuda_sm_share_forget(CUcontext ctx) HK_HIDDEN;

@@ -2,18 +2,27 @@
  * charges a batch of kernels at (core/limiter.h: a batch costs its device time x this fraction, so
  * a claim's `cores` bound SM x time, a percentage of the GPU's compute).
  *
- * The driver says it, never the environment: cuCtxGetExecAffinity(CU_EXEC_AFFINITY_TYPE_SM_COUNT)
- * gives the SMs the current context is limited to (an MPS client's active-thread percentage as the
- * driver provisioned it, an affinity context's count), cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)
- * the device's. CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is the tenant's to set, but the driver enforces
- * the SMs it provisions: a tenant that raises its percentage gets more SMs and a larger fraction,
- * so the claim's share stays a ceiling; an honest MPS client at its claim's percentage is charged
- * that part of its device time and is not limited twice.
+ * The part comes from the driver, never from the environment: cuCtxGetExecAffinity(
+ * CU_EXEC_AFFINITY_TYPE_SM_COUNT) gives the SMs the current context is limited to (an MPS client's
+ * active-thread percentage as the driver provisioned it, an affinity context's count).
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is the tenant's to set, but the driver enforces the SMs it
+ * provisions: a tenant that raises its percentage gets more SMs and a larger fraction, so the
+ * claim's share stays a ceiling; an honest MPS client at its claim's percentage is charged that
+ * part of its device time and is not limited twice.
+ *
+ * The whole comes from the daemon: HOOKCORE_DEVICE_SMS_<i> in the claim's read-only config, the
+ * device's SM count as the DRA driver read it from the vendor's management library at discovery
+ * (hk_device_sms). Not from CUDA: inside an MPS client cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)
+ * answers the client's provisioned count too, the same as cuCtxGetExecAffinity (measured on an
+ * H200 under MPS at 30%: both 38 of 132, bench/results/h200-2026-12-04-round2/mps-mounts.md), so
+ * the fraction would be 1 and an honest client would be throttled twice, by MPS and by the hook.
+ * A config without the key (an older daemon, a driver that could not read the count) falls back
+ * to the attribute: right outside MPS, a full charge inside it (fail safe).
  *
  * Fail safe, the full device (a charge of the whole device time): a driver without the call, an
- * error, 0 SMs, more SMs than the device has, a device count the driver does not give, or work
- * submitted to a stream of another context than the current one (cuStreamGetCtx; the fraction is
- * the current context's).
+ * error, 0 SMs, more SMs than the device has (the config's count, or the attribute's), no device
+ * count, or work submitted to a stream of another context than the current one (cuStreamGetCtx;
+ * the fraction is the current context's).
  *
  * Asked once per context and cached process-wide; each batch of work opens with one lookup in a
  * thread-local copy (a compare), never a driver query per launch. A context handle can come back
@@ -65,30 +74,36 @@ void hk_cuda_sm_share_atfork_child(void) {
     hk_atomic_add_acq_rel(&g_gen, 1);
 }
 
-/* Ask the driver about the current context `ctx` on device ordinal `ord`. */
-static uint32_t query(CUcontext ctx, CUdevice ord) {
+/* Ask the driver about the current context `ctx` on device ordinal `ord`, ledger device `ldev`. */
+static uint32_t query(CUcontext ctx, int ldev, CUdevice ord) {
     CUexecAffinityParam a;
     memset(&a, 0, sizeof a);
     int total = 0;
     CUresult ra = hk_real.cuCtxGetExecAffinity ? hk_real.cuCtxGetExecAffinity(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT)
                                                : CUDA_ERROR_NOT_FOUND;
-    CUresult rt = hk_real.cuDeviceGetAttribute
-                      ? hk_real.cuDeviceGetAttribute(&total, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ord)
-                      : CUDA_ERROR_NOT_FOUND;
+    uint32_t configured = hk_device_sms(ldev); /* the daemon's count of the device, 0 = not given */
+    CUresult rt = CUDA_SUCCESS;
+    if (configured)
+        total = (int)configured;
+    else
+        rt = hk_real.cuDeviceGetAttribute
+                 ? hk_real.cuDeviceGetAttribute(&total, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ord)
+                 : CUDA_ERROR_NOT_FOUND;
     unsigned sms = a.param.smCount.val;
     uint32_t ppm = HK_SM_PPM_FULL;
     if (ra == CUDA_SUCCESS && rt == CUDA_SUCCESS && total > 0 && sms > 0 && sms <= (unsigned)total)
         ppm = (uint32_t)(((uint64_t)sms * HK_SM_PPM_FULL + (uint64_t)total - 1) / (uint64_t)total); /* rounded up */
     if (hk_log_debug())
-        hk_log("context %p on device ordinal %d: cuCtxGetExecAffinity %d (%u SMs), device %d (%d SMs): charged at "
-               "%u/1000000 of its device time",
-               (void *)ctx, ord, ra, sms, rt, total, ppm);
+        hk_log("context %p on device ordinal %d: cuCtxGetExecAffinity %d (%u SMs), device %d (%d SMs, %s): "
+               "charged at %u/1000000 of its device time",
+               (void *)ctx, ord, ra, sms, rt, total, configured ? "the claim's config" : "the driver's attribute",
+               ppm);
     return ppm;
 }
 
 static int special(CUstream s) { return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
 
-uint32_t hk_cuda_sm_share_ppm(CUcontext ctx, CUdevice ord, CUstream s) {
+uint32_t hk_cuda_sm_share_ppm(CUcontext ctx, int ldev, CUdevice ord, CUstream s) {
     if (!ctx) return HK_SM_PPM_FULL;
     if (!special(s)) { /* a stream of another context runs on that context's SMs */
         CUcontext sc = NULL;
@@ -103,7 +118,7 @@ uint32_t hk_cuda_sm_share_ppm(CUcontext ctx, CUdevice ord, CUstream s) {
         if (g_cache[i].ctx == ctx) ppm = g_cache[i].ppm;
     pthread_mutex_unlock(&g_lock);
     if (!ppm) {
-        ppm = query(ctx, ord); /* outside the lock: a driver call */
+        ppm = query(ctx, ldev, ord); /* outside the lock: a driver call */
         pthread_mutex_lock(&g_lock);
         if (hk_atomic_load_relaxed(&g_gen) == gen) { /* not forgotten meanwhile */
             unsigned i = g_ncache < HK_SM_CACHE ? g_ncache++ : g_next++ % HK_SM_CACHE;

@@ -22,8 +22,9 @@
  * taking STUB_CONTEXT_MEMORY bytes of device memory (default 0); cuCtxSetLimit/GetLimit remember
  * values.
  *
- * SMs: a device has `sms` SMs (HOOKCORE_STUB_DEVICES key, default 132, the H200's), which
- * cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) reports. A context may be limited to fewer, and
+ * SMs: a device has `sms` SMs (HOOKCORE_STUB_DEVICES key, default 132, the H200's; the NVML stub's
+ * nvmlDeviceGetAttributes reports the same), which cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)
+ * reports outside an MPS client. A context may be limited to fewer, and
  * cuCtxGetExecAffinity(CU_EXEC_AFFINITY_TYPE_SM_COUNT) reports how many: an affinity context
  * (cuCtxCreate_v3 with an SM count) the count it asked for; any other context, when the process
  * acts as an MPS client -- CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE both set
@@ -31,8 +32,10 @@
  * driver's documented behaviour: an MPS client's active-thread percentage limits the SMs each of its
  * contexts may use, read when the context is created (a primary context reset or released, then
  * used again, is a new context and reads it again), and cuCtxGetExecAffinity reports "the number of
- * SMs the context is limited to use". The real driver may round to its own SM granularity; the
- * H200 bench (bench/mps_mounts_h200.py, hook-ceiling) records what it reports. Otherwise a context
+ * SMs the context is limited to use". In an MPS client cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)
+ * answers the provisioned count too, not the device's, as the real driver does (measured on an
+ * H200 under MPS at 30%: both calls 38 of 132, bench/results/h200-2026-12-04-round2/mps-mounts.md;
+ * the real driver rounds to its own SM granularity, the stub rounds up). Otherwise a context
  * has every SM. A kernel or graph of F us on a context with s of the device's S SMs runs F x S / s
  * us (compute-bound work spread over fewer SMs), so an MPS client is slower, as on a GPU.
  * Test knobs: HOOKCORE_STUB_CUDA_FAIL=call=code[,call=code...] makes cuCtxGetExecAffinity,
@@ -157,8 +160,7 @@ static void stub_setup(void) {
         hk_atomic_store_seq_cst(&g_dev[i].used, 0);
         hk_atomic_store_seq_cst(&g_dev[i].busy_until_ns, 0);
         g_next_addr[i] = 0x700000000000ULL + ((unsigned long long)order[i] << 36);
-        const char *sms = stub_device_get(&all[order[i]], "sms");
-        g_dev[i].sms = sms && atoi(sms) > 0 ? (unsigned)atoi(sms) : 132;
+        g_dev[i].sms = all[order[i]].sms;
         g_dev[i].primary_sms = 0;
         g_default_stream[i].dev = i;
     }
@@ -256,6 +258,14 @@ static unsigned mps_sms(int dev) {
     return sms < 1 ? 1 : sms > total ? total : sms;
 }
 
+/* The device's SM count as CUDA reports it to this process: the device's, or, in an MPS client,
+   its primary context's provisioned count (read now if the primary context is not made yet). */
+static unsigned client_sms(int dev) {
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY"), *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    if (!pipe || !pct) return g_dev[dev].sms;
+    return g_dev[dev].primary_sms ? g_dev[dev].primary_sms : mps_sms(dev);
+}
+
 /* SMs of context `c` (a primary context is made, reading the environment, on first use). */
 static unsigned ctx_sms(CUcontext c) {
     stub_device *d = (stub_device *)c;
@@ -332,7 +342,8 @@ STUB_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
     CUresult f = stub_fail("cuDeviceGetAttribute");
     if (f != CUDA_SUCCESS) return f;
-    *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? (int)g_dev[dev].sms : 1;
+    /* An MPS client is told its provisioned SMs here too, as the real driver tells it (H200, 30%: 38) */
+    *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? (int)client_sms(dev) : 1;
     return CUDA_SUCCESS;
 }
 

@@ -102,6 +102,7 @@ struct nvmlDevice_st {
     int mig; /* -1 unsupported, 0 off, 1 on */
     int lost;
     unsigned recovery;
+    unsigned sms; /* the description's `sms` */
 };
 
 struct nvmlEventSet_st {
@@ -149,6 +150,7 @@ static void device_from(struct nvmlDevice_st *d, unsigned i, const stub_device_d
     set_str(d->uuid, sizeof d->uuid, desc->uuid);
     set_str(d->name, sizeof d->name, desc->name);
     d->total = desc->memory;
+    d->sms = desc->sms;
     d->index = d->minor = i;
     d->bus = 0x10 + i;
     d->arch = 9;   /* Hopper */
@@ -666,6 +668,14 @@ int stub_nvml_gpu_at(unsigned position, stub_gpu_view *out, struct nvmlDevice_st
     view(&g_dev[position], out);
     *handle = &g_dev[position];
     return 0;
+}
+
+int stub_nvml_gpu_attributes(const char *call, nvmlDevice_t d, unsigned *sms, unsigned long long *mib) {
+    nvmlReturn_t r = enter(call, d);
+    if (r != NVML_SUCCESS) return r;
+    *sms = d->sms;
+    *mib = d->total >> 20;
+    return NVML_SUCCESS;
 }
 
 int stub_nvml_gpu_of(const struct nvmlDevice_st *d, stub_gpu_view *out) {

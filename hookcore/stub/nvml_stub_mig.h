@@ -27,6 +27,10 @@ int stub_nvml_gpu_at(unsigned position, stub_gpu_view *out, struct nvmlDevice_st
 /* nvml_stub.c: the GPU behind a handle (0), or -1 when it is not a GPU handle. */
 int stub_nvml_gpu_of(const struct nvmlDevice_st *d, stub_gpu_view *out);
 
+/* nvml_stub.c: nvmlDeviceGetAttributes(_v2) of a GPU handle (`call` for the checks): its SM count
+   (the description's `sms`, libcuda's source too) and framebuffer MiB. An NVML return code. */
+int stub_nvml_gpu_attributes(const char *call, struct nvmlDevice_st *d, unsigned *sms, unsigned long long *mib);
+
 /* nvml_stub_mig.c: when `d` is a MIG device handle, answer nvmlDeviceGetUUID for it (return 1,
    *ret the NVML return code); 0 when it is not one. */
 int stub_mig_device_uuid(const void *d, char *uuid, unsigned len, int *ret);

@@ -78,6 +78,17 @@ static int take_device(void *ctx, int pos, const stub_entry *e, char *err, size_
         snprintf(err, errlen, "device %d: %s", pos, why);
         return -1;
     }
+    const char *sms = stub_device_get(d, "sms");
+    d->sms = STUB_DEFAULT_SMS;
+    if (sms) {
+        char *end = NULL;
+        unsigned long v = strtoul(sms, &end, 10);
+        if (!(*sms >= '1' && *sms <= '9') || *end || v > 4096) {
+            snprintf(err, errlen, "device %d: sms=%s: expected an SM count, 1..4096", pos, sms);
+            return -1;
+        }
+        d->sms = (unsigned)v;
+    }
     const char *name = stub_device_get(d, "name");
     if (name)
         memcpy(d->name, name, strlen(name) + 1);
@@ -116,6 +127,7 @@ int stub_devices_from_env(stub_device_desc *out, int max) {
         snprintf(d->uuid, sizeof d->uuid, "GPU-57554201-0000-4000-8000-0000000000%02x", i);
         uuid_bytes(d->uuid, d->uuid_bytes);
         d->memory = mem;
+        d->sms = STUB_DEFAULT_SMS;
         snprintf(d->name, sizeof d->name, "Stub GPU %d", i);
     }
     return count;

@@ -8,6 +8,8 @@
  *   uuid     required; "GPU-" + 32 hex digits as 8-4-4-4-12 (what cuDeviceGetUuid and NVML report)
  *   memory   a quantity as the core reads one (hk_parse_mem: 141Gi, 80G, 1.5Ti); default 16Gi
  *   name     default "Stub GPU <position>"
+ *   sms      the device's SM count, 1..4096, default 132 (the H200's): libcuda's
+ *            MULTIPROCESSOR_COUNT outside an MPS client, NVML's nvmlDeviceGetAttributes
  * Other keys are kept for the stub that wants them (the NVML stub's discovery keys: index, minor,
  * pci, ...; see README.md) and ignored by the rest.
  * Unset: the legacy STUB_CUDA_DEVICES (count, default 1) and STUB_CUDA_MEMORY (default 16Gi),
@@ -28,12 +30,14 @@
 #pragma GCC visibility push(hidden) /* each stub library has its own copy; none exports it */
 
 #define STUB_MAX_DEVICES 16
+#define STUB_DEFAULT_SMS 132 /* the H200's */
 
 typedef struct stub_device_desc {
     char uuid[STUB_VALUE_MAX];    /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
     unsigned char uuid_bytes[16]; /* the same, raw (cuDeviceGetUuid) */
     unsigned long long memory;    /* bytes */
     char name[STUB_VALUE_MAX];
+    unsigned sms; /* SM count (key `sms`, 1..4096, default 132): libcuda's and NVML's one source */
     stub_entry entry; /* every key=value as given, in order */
 } stub_device_desc;
 

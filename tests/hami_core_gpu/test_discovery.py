@@ -24,6 +24,7 @@ def test_h200x8_profile_is_discovered_with_every_attribute(fake_node) -> None:
     assert g0.product_name == "NVIDIA H200" and g0.memory == 143771 * MiB
     assert (g0.brand, g0.architecture, g0.compute_capability) == ("Nvidia", "Hopper", "9.0.0")
     assert g0.mig_enabled is False
+    assert [g.sms for g in inv.gpus] == [132] * 8  # nvmlDeviceGetAttributes, the stub's `sms` (the H200's)
     # two GPUs per PCIe root, the first four on NUMA node 0, as the profile lays out the board
     assert [g.pcie_root for g in inv.gpus] == ["pci0000:15"] * 2 + ["pci0000:48"] * 2 + ["pci0000:97"] * 2 + ["pci0000:c7"] * 2
     assert [g.numa_node for g in inv.gpus] == [0] * 4 + [1] * 4
@@ -65,7 +66,8 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
         "gpus:\n"
         "- model: h100\n  numaNode: 1\n"
         "- productName: NVIDIA L4\n  memory: 23034Mi\n  architecture: Ada Lovelace\n  computeCapability: '8.9'\n"
-        "  migMode: unsupported\n  pciBusID: '0000:3b:00.0'\n  pcieRoot: pci0000:3a\n  uuid: GPU-0000c0de-0000-4000-8000-000000000014\n"
+        "  migMode: unsupported\n  multiprocessorCount: 58\n"
+        "  pciBusID: '0000:3b:00.0'\n  pcieRoot: pci0000:3a\n  uuid: GPU-0000c0de-0000-4000-8000-000000000014\n"
         "- model: a100-80g\n  migMode: on\n"
     )
     inv = nvml.discover(fake_node(str(path)).sysfs)
@@ -76,6 +78,7 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
     assert (l4.architecture, l4.compute_capability, l4.mig_enabled) == ("Ada Lovelace", "8.9.0", None)
     assert (l4.pci_bus_id, l4.pcie_root, l4.memory) == ("0000:3b:00.0", "pci0000:3a", 23034 * MiB)
     assert a100.mig_enabled is True
+    assert (h100.sms, l4.sms, a100.sms) == (132, 58, 108)  # the model's, the file's, the model's
     # a GPU in MIG mode runs no CUDA work outside its MIG instances: not shared, not published
     assert [d.attributes["uuid"] for d in devices.to_devices(inv)] == [h100.uuid, l4.uuid]
 
@@ -92,6 +95,8 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
     ("gpu:\n- model: h200\n", "unknown keys ['gpu']"),
     ("gpus:\n- model: h200\n  uuid: GPU-1\n", "uuid 'GPU-1' must look like GPU-xxxxxxxx"),
     ("gpus:\n- model: h200\n  productName: 'a,b'\n", "no ',', ';' or '='"),
+    ("gpus:\n- model: h200\n  multiprocessorCount: 0\n", "multiprocessorCount must be an SM count, 1..4096"),
+    ("gpus:\n- model: h200\n  multiprocessorCount: '132'\n", "multiprocessorCount must be an integer"),
 ])
 def test_bad_fake_files_say_what_to_change(tmp_path: Path, text: str, error: str) -> None:
     path = tmp_path / "gpus.yaml"
@@ -144,6 +149,20 @@ def test_a_gpu_lost_at_discovery_is_left_out_not_fatal(fake_node) -> None:
     inv = nvml.discover(backend.sysfs)
     assert [g.index for g in inv.gpus] == [0, 2]
     assert len(inv.skipped) == 1 and "GPU is lost" in inv.skipped[0]
+
+
+def test_a_gpu_whose_nvml_gives_no_sm_count_is_discovered_without_one(fake_node, caplog: pytest.LogCaptureFixture) -> None:
+    """NVML's reference documents nvmlDeviceGetAttributes for MIG device handles: a driver that refuses
+    it for a whole GPU leaves the count unknown (the hook then asks CUDA, as before), logged once."""
+    backend = fake_node("h200x2")
+    os.environ["HOOKCORE_STUB_NVML_FAIL"] = "nvmlDeviceGetAttributes_v2=3"  # NVML_ERROR_NOT_SUPPORTED
+    nvml._sms_unknown_logged = False
+    with caplog.at_level("WARNING", logger=nvml.log.name):
+        inv = nvml.discover(backend.sysfs)
+    assert [g.sms for g in inv.gpus] == [None, None]
+    assert [r.message for r in caplog.records].count(
+        "the GPU's SM count is unknown: under MPS the hook charges a client's full device time, throttling it twice"
+        " (by MPS and by the claim's cores)") == 1
 
 
 def test_missing_sysfs_leaves_topology_out(fake_node, tmp_path: Path) -> None:

@@ -203,6 +203,20 @@ def test_a_strict_claim_is_capped_at_the_full_load_clock_of_its_config_or_the_da
     assert (q.strict, q.full_load_mhz) == (False, None)  # the default: a share of GPU time
 
 
+def test_the_quota_carries_the_gpus_sm_count_from_nvml_to_the_hook_config(driver) -> None:
+    """The daemon's NVML reading of the GPU's SMs (the fake H200: 132) goes with each quota into the
+    claim's read-only config, the whole the hook measures an MPS client's SMs against (review
+    2026-12-04 #5: CUDA inside the client answers its own part)."""
+    from dra._runtime.enforcement import ClaimHooks
+    from dra._runtime.hookdir import HookDir
+
+    d = driver(settings={"health": "off"})
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=30)]))
+    assert [q.device_sms for q in e.quotas] == [132]
+    plan = ClaimHooks(Path(tempfile.mkdtemp()), HookDir(Path(tempfile.mkdtemp()))).plan(e)
+    assert "HOOKCORE_DEVICE_SMS_0=132\n" in plan.config_text
+
+
 def test_contexts_are_charged_to_a_memory_quota_as_the_setting_says(driver) -> None:
     from dra._runtime.enforcement import ClaimHooks
     from dra._runtime.hookdir import HookDir

@@ -147,17 +147,28 @@ def test_limiter_stub_bench_runs(hookcore_libs: HookLibs, tmp_path: Path) -> Non
 
 
 def test_mps_mounts_bench_reads_the_hooks_sm_fraction(hookcore_libs: HookLibs, client: Path, hookcore_ext: ModuleType,
-                                                      tmp_path: Path) -> None:
+                                                      testing_lib: Path, tmp_path: Path) -> None:
     """bench/mps_mounts_h200.py's hook-ceiling reader (review 2026-12-04 #5) on the stub acting as an
-    MPS client at 30% of 132 SMs: the SM fraction and charge per device ns from build/hk-ledger agree
-    with the wrapper, and the hook's debug line names what the driver reported."""
+    MPS client at 30% of 132 SMs, under the claim config the bench writes (the device's SMs from the
+    stub NVML, read as the bench reads the GPU's): the SM fraction and charge per device ns from
+    build/hk-ledger agree with the wrapper, and the hook's debug line names both counts."""
     spec = importlib.util.spec_from_file_location("mps_mounts_bench", ROOT / "bench/mps_mounts_h200.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import mps_mounts_h200 as m; "
+             "print(m.nvml_sms(0, sys.argv[2]))")
+    stub_nvml = str(hookcore_libs.stub_dir / "libnvidia-ml.so.1")
+    got = subprocess.run([sys.executable, "-c", probe, str(ROOT / "bench"), stub_nvml],
+                         env=client_env(hookcore_libs, None), capture_output=True, text=True, timeout=60)
+    assert got.stdout.strip() == "(132, '')", got.stdout + got.stderr
     ledger = tmp_path / "claim.ledger"
-    env = client_env(hookcore_libs, virtual_preload(hookcore_libs.libvgpu), CUDA_DEVICE_SM_LIMIT="30",
-                     CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger), HOOKCORE_LOG="debug",
+    text = mod.hook_config_text(30, ledger, 132)
+    assert [(d.sm_limit, d.device_sms) for d in hookcore_ext.parse_config(file_text=text).configured()] == [(30, 132)]
+    (tmp_path / "root" / "vgpu").mkdir(parents=True)
+    (tmp_path / "root" / "vgpu" / "config").write_text(text)
+    env = client_env(hookcore_libs, virtual_preload(testing_lib), HOOKCORE_LOG="debug",
+                     HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path / "root"),
                      CUDA_MPS_PIPE_DIRECTORY="/nonexistent/mps-pipe", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="30")
     proc = subprocess.run([str(client), "launch", "1000", "0", "0.5"], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -167,7 +178,9 @@ def test_mps_mounts_bench_reads_the_hooks_sm_fraction(hookcore_libs: HookLibs, c
         lim = led.limiter(0)
     assert books["sm_fraction"] == lim.sm_ppm / 1e6 == 303031 / 1e6, books   # 40 of 132 SMs, rounded up
     assert books["charged_per_device_ns"] == round(lim.charged_ns / lim.device_ns, 4), (books, lim)
-    assert books["driver said"] and "(40 SMs), device 0 (132 SMs)" in books["driver said"][0], books
-    text = mod.summary({"env": {"date": "d"}, "hook-ceiling": {"mps 30": {"share_pct": 39.2},
-                                                               "mps 30 + hook 30": {"share_pct": 38.8, "hook": books}}})
+    assert books["driver said"] and "(40 SMs), device 0 (132 SMs, the claim's config)" in books["driver said"][0], books
+    text = mod.summary({"env": {"date": "d"}, "hook-ceiling": {
+        "device SMs": {"nvml": 132, "config": 132, "source": "nvml"}, "mps 30": {"share_pct": 39.2},
+        "mps 30 + hook 30": {"share_pct": 38.8, "hook": {**books, "config device SMs": 132}}}})
     assert "## ro-pipe" not in text and "sm_fraction=0.303031" in text and "mps 30 + hook 30 / mps 30: 0.99" in text
+    assert "HOOKCORE_DEVICE_SMS_0): 132 from nvml; NVML said 132" in text and "config SMs=132" in text

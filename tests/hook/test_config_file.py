@@ -7,6 +7,7 @@ driver. The config root is redirected with HOOKCORE_TESTING_CONFIG_ROOT, which o
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -57,6 +58,24 @@ def test_claim_env_and_config_file_text_round_trip(hookcore_ext: ModuleType) -> 
     assert cfg.origin == "file" and cfg.uuid_keyed and cfg.ledger_path == "/run/hookcore/vgpu/ledger"
     assert [(d.memory_limit, d.sm_limit, d.uuid) for d in cfg.configured()] == \
         [(d.memory_limit, d.sm_limit, d.uuid) for d in devices]
+
+
+def test_the_device_sm_count_round_trips_and_the_file_ignores_the_environments(hookcore_ext: ModuleType) -> None:
+    """DeviceQuota.device_sms -> HOOKCORE_DEVICE_SMS_<i> -> the library's parser; with the file there,
+    a tenant's HOOKCORE_DEVICE_SMS_0 in the environment is not read (review 2026-12-04 #5)."""
+    hc = hookcore_ext
+    devices = [hc.DeviceQuota(0, None, 30, "GPU-11111111-2222-3333-4444-555555555555", device_sms=132),
+               hc.DeviceQuota(1, None, 30, "GPU-66666666-7777-8888-9999-000000000000")]
+    text = hc.config_file_text(hc.claim_env(devices, "/run/hookcore/vgpu/ledger"))
+    assert "HOOKCORE_DEVICE_SMS_0=132\n" in text and "HOOKCORE_DEVICE_SMS_1" not in text
+    cfg = hc.parse_config({"HOOKCORE_DEVICE_SMS_0": "4096", "HOOKCORE_DEVICE_SMS_1": "4096"}, file_text=text)
+    assert [d.device_sms for d in cfg.configured()] == [132, None]
+    assert hc.parse_config({"HOOKCORE_DEVICE_SMS_0": "78"}).devices[0].device_sms == 78  # no file: the environment's
+    for bad in ("0", "4097", "013", "1.5", "x"):
+        with pytest.raises(hc.HookConfigError, match=f'HOOKCORE_DEVICE_SMS_0="{re.escape(bad)}": expected the device'):
+            hc.parse_config(file_text=f"HOOKCORE_DEVICE_SMS_0={bad}\n")
+    with pytest.raises(hc.HookConfigError, match="set twice"):
+        hc.parse_config(file_text="HOOKCORE_DEVICE_SMS_0=132\nHOOKCORE_DEVICE_SMS_0=132\n")
 
 
 def test_config_file_text_refuses_what_the_library_would(hookcore_ext: ModuleType) -> None:
@@ -125,7 +144,7 @@ def test_clean_environment_child_still_gets_the_claim(client: Path, hookcore_lib
 
 
 @pytest.mark.parametrize("text", ["HOOKCORE_MEMORY_LIMIT_0=12x\n", "NOT A LINE\n", "HOOKCORE_LEDGER=rel\n",
-                                  "HOOKCORE_MEMORY_LIMIT_0=1Gi\x00\n"])
+                                  "HOOKCORE_MEMORY_LIMIT_0=1Gi\x00\n", "HOOKCORE_DEVICE_SMS_0=0\n"])
 def test_garbage_in_the_file_fails_closed_with_one_line(client: Path, hookcore_libs: HookLibs,
                                                         testing_lib: Path, tmp_path: Path, text: str) -> None:
     write_config(tmp_path, "vgpu", text)

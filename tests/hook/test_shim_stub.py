@@ -299,9 +299,13 @@ def test_limiter_is_claim_wide(run, tmp_path: Path) -> None:
 MPS_US = 300  # a 0.3 ms kernel on the whole device: 1 ms on 30 of its 100 SMs
 
 
-def mps(percent: int | None, sms: int = 100) -> dict[str, str]:
-    """A stub device of `sms` SMs; an MPS client's environment at `percent` (None: no MPS)."""
+def mps(percent: int | None, sms: int = 100, device_sms: int | None = -1) -> dict[str, str]:
+    """A stub device of `sms` SMs; an MPS client's environment at `percent` (None: no MPS); the claim's
+    HOOKCORE_DEVICE_SMS_0 = `device_sms` (-1: `sms`, as the daemon reads it from NVML; None: not
+    given, the hook asks CUDA, whose MULTIPROCESSOR_COUNT an MPS client answers with its own SMs)."""
     env = {"HOOKCORE_STUB_DEVICES": f"uuid={STUB_UUID(0)},sms={sms}"}
+    if device_sms is not None:
+        env["HOOKCORE_DEVICE_SMS_0"] = str(sms if device_sms == -1 else device_sms)
     if percent is not None:
         env |= {"CUDA_MPS_PIPE_DIRECTORY": "/nonexistent/mps-pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent)}
     return env
@@ -342,18 +346,21 @@ def test_the_h200s_mps_share_is_its_provisioned_sms(run, tmp_path: Path) -> None
     assert share > 90, share
 
 
-@pytest.mark.parametrize("driver", [
-    {"HOOKCORE_STUB_CUDA_FAIL": "cuCtxGetExecAffinity=224"},  # CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY
-    {"HOOKCORE_STUB_EXEC_AFFINITY_SMS": "0"},
-    {"HOOKCORE_STUB_EXEC_AFFINITY_SMS": "101"},  # more than the device has
-    {"HOOKCORE_STUB_CUDA_FAIL": "cuDeviceGetAttribute=1"},
-    {"HOOKCORE_STUB_CUDA_FAIL": "cuStreamGetCtx=201"},
-], ids=["affinity-fails", "zero-sms", "too-many-sms", "no-device-count", "no-stream-context"])
-def test_an_unknown_sm_share_is_a_full_charge(run, tmp_path: Path, driver: dict[str, str]) -> None:
+@pytest.mark.parametrize(("driver", "device_sms"), [
+    ({"HOOKCORE_STUB_CUDA_FAIL": "cuCtxGetExecAffinity=224"}, -1),  # CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY
+    ({"HOOKCORE_STUB_EXEC_AFFINITY_SMS": "0"}, -1),
+    ({"HOOKCORE_STUB_EXEC_AFFINITY_SMS": "101"}, -1),  # more than the device has
+    ({}, 20),  # the config's count below the context's 30 SMs
+    ({"HOOKCORE_STUB_CUDA_FAIL": "cuDeviceGetAttribute=1"}, None),  # no count in the config, none from CUDA
+    ({}, None),  # no count in the config: CUDA's, in an MPS client its own 30 (the H200's driver)
+    ({"HOOKCORE_STUB_CUDA_FAIL": "cuStreamGetCtx=201"}, -1),
+], ids=["affinity-fails", "zero-sms", "too-many-sms", "config-below-context", "no-device-count",
+        "mps-client-device-count", "no-stream-context"])
+def test_an_unknown_sm_share_is_a_full_charge(run, tmp_path: Path, driver: dict[str, str], device_sms: int | None) -> None:
     """Fail safe: whatever the driver does not answer, or answers out of range, the kernel is
     charged its whole device time (an MPS client at 30% is then limited twice, never under-charged)."""
-    got = ran(ok(run("launch", str(MPS_US), "0", "1.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", **mps(30),
-                     **driver)), 1_000_000, BATCH)
+    got = ran(ok(run("launch", str(MPS_US), "0", "1.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30",
+                     **mps(30, device_sms=device_sms), **driver)), 1_000_000, BATCH)
     books = usage(tmp_path)
     assert books.sm_ppm == hookcore.SM_PPM_FULL and books.charged_ns == books.device_ns, books
     assert_held(books, [got], 30)
@@ -364,7 +371,8 @@ def test_the_sm_share_is_asked_once_per_context(run) -> None:
     err = ok_err(run("launch", str(MPS_US), "0", "0.5", virtual=True, CUDA_DEVICE_SM_LIMIT="30", HOOKCORE_LOG="debug",
                      **mps(30)))
     asked = [ln for ln in err.splitlines() if "cuCtxGetExecAffinity" in ln]
-    assert len(asked) == 1 and "(30 SMs), device 0 (100 SMs): charged at 300000/1000000" in asked[0], asked
+    assert len(asked) == 1 and "(30 SMs), device 0 (100 SMs, the claim's config): charged at 300000/1000000" \
+        in asked[0], asked
 
 
 # --------------------------------------------------------------------------------------------

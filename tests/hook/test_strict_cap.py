@@ -108,7 +108,7 @@ def test_under_mps_the_sm_share_and_the_boost_multiply(client: Path, hookcore_li
     """An MPS client on 30 of the device's 100 SMs (review 2026-12-04 #5) under a strict 30% cap on a
     boosting GPU: each batch costs device time x 0.3 (its SMs) x 1.5 (the boost)."""
     mps = {"HOOKCORE_STUB_DEVICES": f"uuid={UUID0},sms=100", "CUDA_MPS_PIPE_DIRECTORY": "/nonexistent/mps-pipe",
-           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"}
+           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30", "HOOKCORE_DEVICE_SMS_0": "100"}  # the daemon's NVML count
     # a 300 us kernel at full load: 200 us at 1800 MHz on the whole device, 666 us on 30 of its SMs
     got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "300", "0", "1.5",
                         work_ns=300_000 * 1200 // 1800 * 100 // 30, HOOKCORE_COMPUTE_LIMIT_0="30",

@@ -81,6 +81,8 @@ def test_cuda_visible_devices_takes_uuids(client: Path, hookcore_libs: HookLibs,
     (f"uuid={A};uuid=GPU-{A[4:].upper()}", "already used by device 0"),
     (f"uuid={A},uuid={B}", "key uuid given twice"),
     (f"uuid={A},flag", "\"flag\" is not key=value"),
+    (f"uuid={A},sms=0", "device 0: sms=0: expected an SM count, 1..4096"),
+    (f"uuid={A},sms=13x", "device 0: sms=13x: expected an SM count, 1..4096"),
 ])
 def test_bad_description_leaves_no_device_and_says_why(client: Path, hookcore_libs: HookLibs, spec: str,
                                                        needle: str) -> None:

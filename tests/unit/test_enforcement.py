@@ -125,6 +125,8 @@ def test_the_daemon_default_preload_applies_when_the_driver_does_not_say(tmp_pat
     ([dra.Quota(UUID0, memory=GiB, strict=True)], "a strict cap needs cores below 100, not 100"),
     ([dra.Quota(UUID0, cores=30, full_load_mhz=1500)], "full_load_mhz=1500 needs a strict cap"),
     ([dra.Quota(UUID0, cores=30, strict=True, full_load_mhz=100000)], "hook library rejects"),  # the hook's parser
+    ([dra.Quota(UUID0, cores=30, device_sms=0)], "device_sms must be the device's SM count, 1..4096, not 0"),
+    ([dra.Quota(UUID0, cores=30, device_sms=4097)], "device_sms must be the device's SM count, 1..4096, not 4097"),
 ])
 def test_a_share_the_hook_would_reject_is_a_per_claim_error_that_leaves_nothing(
         tmp_path: Path, quotas: list[dra.Quota], words: str) -> None:
@@ -211,6 +213,21 @@ def test_claim_hooks_plan_refuses_a_library_named_otherwise(tmp_path: Path) -> N
     other.write_bytes(b"\x7fELF")
     with pytest.raises(EnforcementError, match=r"lib<stem>\.so"):
         ClaimHooks(tmp_path, HookDir(tmp_path / "hd")).plan(dra.Enforcement(other, [dra.Quota(UUID0)]))
+
+
+def test_the_device_sm_count_reaches_the_hook_config_and_reads_back(tmp_path: Path) -> None:
+    """Quota.device_sms -> HOOKCORE_DEVICE_SMS_<i> in the claim's config -> the hook's own parser; a
+    quota without it writes no key (the hook then asks the compute API, as before)."""
+    prep, claims = rig(tmp_path, Quotas([dra.Quota(UUID0, memory=GiB, cores=30, device_sms=132),
+                                         dra.Quota(UUID1, memory=GiB, cores=50)]))
+    ref = add(claims, "a", result("gpu-0", request="x", share_id="s1", memory="1Gi"),
+              result("gpu-1", request="y", share_id="s2", memory="1Gi"))
+    (out,) = prep.prepare_claims([ref]).values()
+    assert out.error == ""
+    text = (tmp_path / "state" / "hooks" / ref.uid / "config").read_text()
+    assert "HOOKCORE_DEVICE_SMS_0=132\n" in text and "HOOKCORE_DEVICE_SMS_1" not in text
+    parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
+    assert [(d.uuid, d.sm_limit, d.device_sms) for d in parsed.configured()] == [(UUID0, 30, 132), (UUID1, 50, None)]
 
 
 def test_a_strict_cap_reaches_the_hook_config_with_its_full_load_clock(tmp_path: Path) -> None:
