@@ -289,9 +289,14 @@ HOOK_CONFIG_DIR = Path("/run/hookcore/vgpu")  # where libvgpu.so reads its claim
 
 
 def nvml_sms(index: int = 0, library: str = "libnvidia-ml.so.1") -> tuple[int | None, str]:
-    """The GPU's SM count as the daemon reads it (nvmlDeviceGetAttributes_v2 on the GPU's handle,
-    multiprocessorCount) and "", or None and what NVML answered. ctypes, so nothing needs installing."""
+    """The GPU's SM count as the daemon reads it (`drivers.hami_core_gpu.nvml._sms`: the attributes'
+    multiprocessorCount, which a whole GPU may refuse, else the core count over the cores per SM of its
+    compute capability) and "", or None and what NVML answered. ctypes, so nothing needs installing."""
     import ctypes
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from drivers.hami_core_gpu.nvml import FP32_CORES_PER_SM
 
     class Attributes(ctypes.Structure):
         _fields_ = [(n, ctypes.c_uint) for n in (
@@ -310,10 +315,17 @@ def nvml_sms(index: int = 0, library: str = "libnvidia-ml.so.1") -> tuple[int | 
         if (r := lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle))) != 0:
             return None, f"nvmlDeviceGetHandleByIndex_v2({index}): NVML return {r}"
         a = Attributes()
-        if (r := lib.nvmlDeviceGetAttributes_v2(handle, ctypes.byref(a))) != 0:
-            return None, f"nvmlDeviceGetAttributes_v2(index {index}): NVML return {r}"
-        return (a.multiprocessorCount, "") if 1 <= a.multiprocessorCount <= 4096 else (
-            None, f"nvmlDeviceGetAttributes_v2: {a.multiprocessorCount} SMs")
+        if (r := lib.nvmlDeviceGetAttributes_v2(handle, ctypes.byref(a))) == 0 and 1 <= a.multiprocessorCount <= 4096:
+            return a.multiprocessorCount, ""
+        why = f"nvmlDeviceGetAttributes_v2(index {index}): NVML return {r}"
+        cores, major, minor = ctypes.c_uint(), ctypes.c_int(), ctypes.c_int()
+        if (r := lib.nvmlDeviceGetNumGpuCores(handle, ctypes.byref(cores))) != 0 or (
+                r := lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor))) != 0:
+            return None, f"{why}; cores or compute capability: NVML return {r}"
+        per_sm = FP32_CORES_PER_SM.get((major.value, minor.value))
+        if per_sm and cores.value % per_sm == 0 and 1 <= cores.value // per_sm <= 4096:
+            return cores.value // per_sm, ""
+        return None, f"{why}; {cores.value} cores at compute capability {major.value}.{minor.value}"
     finally:
         lib.nvmlShutdown()
 

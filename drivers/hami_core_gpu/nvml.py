@@ -205,22 +205,43 @@ def discover(sysfs: Path = Path("/sys"), memory_override: int | None = None) -> 
 _sms_unknown_logged = False
 
 
-def _sms(handle: Any, target: str) -> int | None:
-    """The GPU's SM count from NVML (nvmlDeviceGetAttributes_v2's multiprocessorCount), for the hook's
-    config (`HOOKCORE_DEVICE_SMS_<i>`): CUDA inside an MPS client answers the client's own part, so
-    the hook cannot learn the whole from there. NVML's reference documents the call for MIG device
-    handles; a driver that refuses it for a whole GPU (or answers nonsense) leaves it None, logged
-    once: the hook then asks CUDA, as before (right outside MPS; a full charge inside it)."""
+FP32_CORES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
+                     (9, 0): 128, (10, 0): 128, (10, 3): 128, (12, 0): 128}
+"""FP32 cores per SM by compute capability (NVIDIA's CUDA programming guide, throughput of 32-bit
+floating-point add per clock per multiprocessor): what turns NVML's core count into SMs."""
+
+
+def _sms(handle: Any, target: str, cc: tuple[int, int]) -> int | None:
+    """The GPU's SM count, for the hook's config (`HOOKCORE_DEVICE_SMS_<i>`): CUDA inside an MPS
+    client answers the client's own part, so the hook cannot learn the whole from there.
+
+    NVML's nvmlDeviceGetAttributes_v2 gives it for MIG device handles (its reference says only
+    those; driver 580 answers NOT_SUPPORTED for a whole H200, measured); for a whole GPU it is
+    nvmlDeviceGetNumGpuCores divided by the cores per SM of the GPU's compute capability (an H200:
+    16896 / 128 = 132). A capability this table does not know, or counts that do not divide, leave
+    it None, logged once: the hook then asks CUDA, as before (right outside MPS; a full charge
+    inside it, so an MPS client is throttled twice)."""
     global _sms_unknown_logged
+    why = ""
     try:
         sms = int(call(pynvml.nvmlDeviceGetAttributes, handle, target=target).multiprocessorCount)
         if 1 <= sms <= 4096:
             return sms
-        why = f"NVML reports {sms} SMs"
+        why = f"NVML's attributes report {sms} SMs"
     except NvmlError as exc:
         if exc.code == pynvml.NVML_ERROR_GPU_IS_LOST:
             raise
         why = str(exc)
+    per_sm = FP32_CORES_PER_SM.get(cc)
+    try:
+        cores = int(call(pynvml.nvmlDeviceGetNumGpuCores, handle, target=target))
+        if per_sm and cores % per_sm == 0 and 1 <= cores // per_sm <= 4096:
+            return cores // per_sm
+        why += f"; {cores} cores, compute capability {cc[0]}.{cc[1]} ({per_sm or 'unknown'} per SM)"
+    except NvmlError as exc:
+        if exc.code == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise
+        why += f"; {exc}"
     if not _sms_unknown_logged:
         _sms_unknown_logged = True
         log.warning("the GPU's SM count is unknown: under MPS the hook charges a client's full device time,"
@@ -266,5 +287,5 @@ def _gpu(handle: Any, where: str, sysfs: Path, memory_override: int | None) -> G
         pcie_root=topology.pcie_root(sysfs, bus),
         numa_node=topology.numa_node(sysfs, bus),
         mig_enabled=mig,
-        sms=_sms(handle, target),
+        sms=_sms(handle, target, (int(major), int(minor_cc))),
     )

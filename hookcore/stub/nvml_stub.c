@@ -490,6 +490,17 @@ STUB_API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, unsigned int *ar
     return NVML_SUCCESS;
 }
 
+/* The GPU's FP32 cores: its `sms` times the cores per SM of its compute capability (64 before 8.6
+   but 6.1/6.2, 128 from 8.6 on), as the driver answers (an H200: 16896 = 132 x 128). */
+STUB_API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t d, unsigned int *cores) {
+    ENTER(d);
+    if (!cores) return NVML_ERROR_INVALID_ARGUMENT;
+    int cc = d->cc_major * 10 + d->cc_minor;
+    unsigned per_sm = (cc >= 86 || cc == 61 || cc == 62) ? 128 : 64;
+    *cores = d->sms * per_sm;
+    return NVML_SUCCESS;
+}
+
 STUB_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) {
     ENTER(d);
     if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;

@@ -768,18 +768,16 @@ STUB_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(struct stub_mig_device *m, 
     return R_SUCCESS;
 }
 
-/* A GPU handle too: its SM count and memory (newer drivers answer a full GPU; NVML's reference says
-   "MIG device handles" only, so a driver that refuses is what HOOKCORE_STUB_NVML_FAIL plays). */
+/* MIG device handles only, as NVML's reference documents and as driver 580 answers on an H200
+   (measured: NOT_SUPPORTED for the whole GPU); a whole GPU's SM count comes from
+   nvmlDeviceGetNumGpuCores (nvml_stub.c). */
 STUB_API nvmlReturn_t nvmlDeviceGetAttributes_v2(struct stub_mig_device *m, attributes_t *a) {
     stub_gpu_view whole;
     if (!is_mig_handle(m) && stub_nvml_gpu_of((const struct nvmlDevice_st *)m, &whole) == 0) {
         unsigned sms = 0;
         unsigned long long mib = 0;
         nvmlReturn_t rg = stub_nvml_gpu_attributes("nvmlDeviceGetAttributes_v2", (struct nvmlDevice_st *)m, &sms, &mib);
-        if (rg != R_SUCCESS) return rg;
-        if (!a) return R_INVALID_ARGUMENT;
-        *a = (attributes_t){sms, 0, 0, 0, 0, 0, 0, 0, mib};
-        return R_SUCCESS;
+        return rg != R_SUCCESS ? rg : R_NOT_SUPPORTED;
     }
     nvmlReturn_t r = enter_mig(__func__, m);
     if (r != R_SUCCESS) return r;

@@ -24,7 +24,7 @@ def test_h200x8_profile_is_discovered_with_every_attribute(fake_node) -> None:
     assert g0.product_name == "NVIDIA H200" and g0.memory == 143771 * MiB
     assert (g0.brand, g0.architecture, g0.compute_capability) == ("Nvidia", "Hopper", "9.0.0")
     assert g0.mig_enabled is False
-    assert [g.sms for g in inv.gpus] == [132] * 8  # nvmlDeviceGetAttributes, the stub's `sms` (the H200's)
+    assert [g.sms for g in inv.gpus] == [132] * 8  # NVML's cores / 128 per SM (cc 9.0), the stub's `sms` (the H200's)
     # two GPUs per PCIe root, the first four on NUMA node 0, as the profile lays out the board
     assert [g.pcie_root for g in inv.gpus] == ["pci0000:15"] * 2 + ["pci0000:48"] * 2 + ["pci0000:97"] * 2 + ["pci0000:c7"] * 2
     assert [g.numa_node for g in inv.gpus] == [0] * 4 + [1] * 4
@@ -151,11 +151,21 @@ def test_a_gpu_lost_at_discovery_is_left_out_not_fatal(fake_node) -> None:
     assert len(inv.skipped) == 1 and "GPU is lost" in inv.skipped[0]
 
 
+def test_a_whole_gpus_sm_count_comes_from_its_cores_as_on_the_h200(fake_node) -> None:
+    """Driver 580 refuses nvmlDeviceGetAttributes for a whole H200 (NOT_SUPPORTED, measured: its
+    reference documents MIG handles only), as the stub does: the count is NVML's core count over the
+    cores per SM of the compute capability (16896 / 128 = 132; an A100's 6912 / 64 = 108)."""
+    backend = fake_node("h200x1")
+    assert [g.sms for g in nvml.discover(backend.sysfs).gpus] == [132]
+    backend = fake_node("a100-40gx4")
+    assert [g.sms for g in nvml.discover(backend.sysfs).gpus] == [108] * 4
+
+
 def test_a_gpu_whose_nvml_gives_no_sm_count_is_discovered_without_one(fake_node, caplog: pytest.LogCaptureFixture) -> None:
-    """NVML's reference documents nvmlDeviceGetAttributes for MIG device handles: a driver that refuses
-    it for a whole GPU leaves the count unknown (the hook then asks CUDA, as before), logged once."""
+    """Neither the attributes nor the core count: the count stays unknown (the hook then asks CUDA,
+    as before), logged once."""
     backend = fake_node("h200x2")
-    os.environ["HOOKCORE_STUB_NVML_FAIL"] = "nvmlDeviceGetAttributes_v2=3"  # NVML_ERROR_NOT_SUPPORTED
+    os.environ["HOOKCORE_STUB_NVML_FAIL"] = "nvmlDeviceGetNumGpuCores=3"  # NVML_ERROR_NOT_SUPPORTED
     nvml._sms_unknown_logged = False
     with caplog.at_level("WARNING", logger=nvml.log.name):
         inv = nvml.discover(backend.sysfs)

@@ -156,10 +156,10 @@ def test_mps_mounts_bench_reads_the_hooks_sm_fraction(hookcore_libs: HookLibs, c
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import mps_mounts_h200 as m; "
+    probe = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[3]]; import mps_mounts_h200 as m; "
              "print(m.nvml_sms(0, sys.argv[2]))")
     stub_nvml = str(hookcore_libs.stub_dir / "libnvidia-ml.so.1")
-    got = subprocess.run([sys.executable, "-c", probe, str(ROOT / "bench"), stub_nvml],
+    got = subprocess.run([sys.executable, "-c", probe, str(ROOT / "bench"), stub_nvml, str(ROOT)],
                          env=client_env(hookcore_libs, None), capture_output=True, text=True, timeout=60)
     assert got.stdout.strip() == "(132, '')", got.stdout + got.stderr
     ledger = tmp_path / "claim.ledger"
