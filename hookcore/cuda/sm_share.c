@@ -96,8 +96,7 @@ static uint32_t query(CUcontext ctx, int ldev, CUdevice ord) {
     if (hk_log_debug())
         hk_log("context %p on device ordinal %d: cuCtxGetExecAffinity %d (%u SMs), device %d (%d SMs, %s): "
                "charged at %u/1000000 of its device time",
-               (void *)ctx, ord, ra, sms, rt, total, configured ? "the claim's config" : "the driver's attribute",
-               ppm);
+               (void *)ctx, ord, ra, sms, rt, total, configured ? "the claim's config" : "the driver's attribute", ppm);
     return ppm;
 }
 

@@ -37,7 +37,7 @@ typedef struct stub_device_desc {
     unsigned char uuid_bytes[16]; /* the same, raw (cuDeviceGetUuid) */
     unsigned long long memory;    /* bytes */
     char name[STUB_VALUE_MAX];
-    unsigned sms; /* SM count (key `sms`, 1..4096, default 132): libcuda's and NVML's one source */
+    unsigned sms;     /* SM count (key `sms`, 1..4096, default 132): libcuda's and NVML's one source */
     stub_entry entry; /* every key=value as given, in order */
 } stub_device_desc;
 
