@@ -104,7 +104,7 @@ def test_a_process_seeing_another_file_at_its_ledgers_path_is_unheld(rig: Rig) -
     plain = rig.start(c, ["sleep", "301"])
     rig.on_gpu(covered, c.device, GiB)
     rig.on_gpu(plain, c.device, GiB)
-    seen = os.stat(f"/proc/{covered}/root/run/hookcore/vgpu/ledger")
+    seen = os.stat(os.path.join(f"/proc/{covered}", "root", "run/hookcore/vgpu/ledger"))
     assert (seen.st_dev, seen.st_ino) == (os.stat(private).st_dev, os.stat(private).st_ino)
     got = rig.watchdog().poll()
     assert [(x.kind, x.pid, x.claim.uid if x.claim else None) for x in got] == [("unheld", covered, c.uid)]
