@@ -265,7 +265,12 @@ class LimiterUsage:
     ``device_ns`` is the device time of the charged work before its SM fraction and clock ratio, and
     ``sm_ppm`` the fraction of the device's SMs (millionths) the last batch was charged at: a batch
     costs device time x the SM fraction its context may use (``charged_ns / device_ns`` on a claim
-    without a strict cap). Both read 0 in a ledger whose limiter was set up by an older library."""
+    without a strict cap). Both read 0 in a ledger whose limiter was set up by an older library.
+
+    Under a strict cap ``factor_milli`` is what the last batch was charged per ns of device time for
+    the clock (x1000), from the clock elasticity ``elastic_milli`` the hook learned from the claim's
+    own batches (``elastic_fit``; before any evidence the prior, 1000: compute-bound). ``yielded_ns``:
+    time its threads waited while a high-priority claim had work on the device (a normal claim)."""
 
     index: int
     active: bool  # a process of the claim has set up a compute limit on this device
@@ -276,6 +281,10 @@ class LimiterUsage:
     granted_ns: int  # credit given by the refills since the ledger was created
     device_ns: int = 0  # device time of the charged work, before its SM fraction and clock ratio
     sm_ppm: int = 0  # SM fraction (millionths of the device's SMs) of the last charged batch; 0 = none
+    factor_milli: int = 0  # strict cap: the clock factor the last batch was charged at, x1000; 0 = none
+    elastic_milli: int = 0  # strict cap: the clock elasticity in use (hookcore/core/elastic.h), x1000
+    elastic_fit: bool = False  # strict cap: the elasticity was learned from the claim's batches (else the prior)
+    yielded_ns: int = 0  # time the claim's threads waited for a higher-priority claim's work
 
 
 @dataclass(frozen=True)

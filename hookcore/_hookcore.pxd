@@ -115,5 +115,9 @@ cdef extern from "limiter.h" nogil:
         int64_t granted_ns
         int64_t device_ns
         uint32_t sm_ppm
+        uint32_t factor_milli
+        uint32_t elastic_milli
+        uint32_t elastic_fit
+        int64_t yielded_ns
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "elastic.h"
 #include "internal.h"
 #include "limiter.h"
 
@@ -35,6 +36,7 @@ struct hk_meter_batch {
     int work;         /* HK_WORK_SM or HK_WORK_COPY: what opened it */
     uint32_t ctx_ppm; /* its context's SM fraction (sm_share_ppm) */
     uint32_t sm_ppm;  /* the SM fraction it is charged at: ctx_ppm for SM work, HK_SM_PPM_FULL for copies */
+    uint32_t ratio;   /* strict cap: the clock ratio when it opened (0 = not strict or unknown) */
     uint64_t sig;     /* hash of what the batch submitted */
     void *stream;
     void *ctx;
@@ -54,6 +56,7 @@ static struct {
     hk_pair ev;
     int ldev;
     uint32_t sm_ppm;
+    uint32_t ratio; /* the clock ratio when the batch opened */
     uint64_t sig;
 } g_pending[HK_RING];
 static unsigned g_head, g_npending;
@@ -71,6 +74,7 @@ static struct {
 static _Atomic int g_charge_elapsed = -1; /* HOOKCORE_LIMITER_CHARGE=elapsed */
 
 static hk_limiter g_lim[HK_MAX_DEVICES];
+static hk_elastic g_elastic[HK_MAX_DEVICES];    /* strict cap: the clock elasticity of this process's work (g_lock) */
 static _Atomic int g_lim_state[HK_MAX_DEVICES]; /* 0 unknown, 1 attached, 2 unlimited */
 
 void hk_meter_setup(const hk_meter_ops *ops) {
@@ -112,6 +116,7 @@ static hk_limiter *limiter_for(int ldev) {
     if (hk_atomic_load_relaxed(&g_lim_state[ldev]) == 0) {
         hk_limiter_attach(&g_lim[ldev], hk_limiter_area(ldev), hk_sm_limit(ldev));
         g_lim[ldev].strict = hk_compute_strict(ldev);
+        hk_elastic_init(&g_elastic[ldev]);
         hk_atomic_store_release(&g_lim_state[ldev], g_lim[ldev].shared ? 1 : 2);
     }
     pthread_mutex_unlock(&g_lock);
@@ -153,12 +158,29 @@ static void put_pair(const hk_pair *p) {
     g_ops->event_destroy(p->end);
 }
 
-/* The charge of a finished batch: the estimate x its SM fraction, x the clock boost under a strict
-   cap (hk_limiter_cost). */
-static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, int64_t elapsed) {
-    int64_t est = charge_for(sig, elapsed);
+/* The charge of a finished batch: the estimate x its SM fraction, x the clock factor under a strict
+   cap (hk_limiter_cost). Under a strict cap the batch is first priced at the full-load clock (its
+   device time x the factor the claim's learned elasticity gives for the clock now, elastic.h), and
+   the contention estimate compares those prices, so batches seen at different clocks compare. */
+static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, uint32_t opened,
+                            int64_t elapsed) {
     uint32_t ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
-    return hk_limiter_charge_work(lim, est, sm_ppm, ratio);
+    if (!ratio) return hk_limiter_charge_work(lim, charge_for(sig, elapsed), sm_ppm, 0);
+    /* The clock when the batch opened and now: a batch that saw it move (by more than 2%) is charged
+       at the mean of the two and teaches nothing (which clock its time belongs to is unknown). */
+    int steady = opened && (opened > ratio ? opened - ratio : ratio - opened) * 50 <= ratio;
+    if (opened) ratio = (ratio + opened + 1) / 2;
+    uint32_t x = (uint32_t)(1000000u / ratio); /* f_full / f, x1000 */
+    pthread_mutex_lock(&g_lock);
+    hk_elastic *e = &g_elastic[ldev];
+    if (steady) hk_elastic_observe(e, sig, elapsed, x);
+    uint32_t factor = hk_elastic_factor_milli(e, x), phi = e->phi_milli;
+    int fitted = e->fitted;
+    pthread_mutex_unlock(&g_lock);
+    int64_t full = hk_limiter_cost(elapsed, HK_SM_PPM_FULL, factor); /* its price at the full-load clock */
+    int64_t est = charge_for(sig, full) * 1000 / factor;             /* as device time at this clock */
+    hk_limiter_note_clock(lim, factor, phi, fitted);
+    return hk_limiter_charge_work(lim, est, sm_ppm, factor);
 }
 
 /* Charge the oldest closed batch if it is done (block = 0) or after waiting for it (block = 1).
@@ -176,7 +198,7 @@ static int collect_one(int block) {
     }
     hk_pair ev = g_pending[i].ev;
     int ldev = g_pending[i].ldev;
-    uint32_t sm_ppm = g_pending[i].sm_ppm;
+    uint32_t sm_ppm = g_pending[i].sm_ppm, opened = g_pending[i].ratio;
     uint64_t sig = g_pending[i].sig;
     g_head = (g_head + 1) % HK_RING;
     g_npending--;
@@ -185,7 +207,7 @@ static int collect_one(int block) {
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
     if (lim && g_ops->event_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
-        int64_t c = charge_batch(lim, ldev, sig, sm_ppm, ns);
+        int64_t c = charge_batch(lim, ldev, sig, sm_ppm, opened, ns);
         hk_atomic_add_relaxed(&g_batches, 1);
         hk_atomic_add_relaxed(&g_charged, c);
     }
@@ -214,6 +236,7 @@ static void close_batch(hk_meter_batch *b) {
             g_pending[tail].ev = b->ev;
             g_pending[tail].ldev = b->ldev;
             g_pending[tail].sm_ppm = b->sm_ppm;
+            g_pending[tail].ratio = b->ratio;
             g_pending[tail].sig = b->sig;
             g_npending++;
             pthread_mutex_unlock(&g_lock);
@@ -296,6 +319,7 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         b->work = work;
         b->ctx_ppm = context_sm_ppm(ctx, s);
         b->sm_ppm = work == HK_WORK_SM ? b->ctx_ppm : HK_SM_PPM_FULL;
+        b->ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
         b->count = 0;
         b->sig = 0;
         b->opened_ns = now;
@@ -331,6 +355,7 @@ void hk_meter_atfork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
     g_head = g_npending = g_npool = 0;
     memset(g_est, 0, sizeof g_est);
+    for (int i = 0; i < HK_MAX_DEVICES; i++) hk_elastic_init(&g_elastic[i]);
     hk_atomic_store_relaxed(&g_captures, 0);
     memset(&t_batch, 0, sizeof t_batch);
 }

@@ -31,9 +31,11 @@
  * with part of the SMs a batch holds one kind of work (a submission of the other kind closes it);
  * on one with every SM both cost the same and share batches, as before.
  *
- * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost
- * scaled by the clock boost the device got from running below full load (hk_meter_ops.clock_ratio),
- * so throughput, not device time, stays at the share on an idle device. The two factors multiply.
+ * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost at
+ * the full-load clock: its device time x the factor the claim's learned clock elasticity gives for
+ * the clock then (hk_meter_ops.clock_ratio_milli, asked when the batch opens and when it is charged;
+ * elastic.h), so throughput, not device time, stays at the share on an idle device. The contention
+ * estimate compares those full-load prices. The two factors multiply.
  *
  * Stream capture: while any capture is in progress the meter records no event at all (event
  * queries are illegal during a global-mode capture; recorded events would become graph nodes).

@@ -982,13 +982,37 @@ STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { retur
     CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
         CUstream s
 
-/* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
-   STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
-   GPU that boosts when it is not fully loaded (for the strict cap tests). */
+/* The SM clock now: STUB_SM_MHZ is one clock in MHz, or a schedule "1800,1200,..." that moves to the
+   next value every STUB_SM_PERIOD_US (default 20000) on the monotonic clock (the virtual one in the
+   limiter's tests), as a GPU's clock moves with load. tests/hook/c/nvml_clocks.c reports the same. */
+static int64_t sm_mhz_now(void) {
+    const char *sm = getenv("STUB_SM_MHZ");
+    if (!sm) return 0;
+    int64_t vals[16];
+    int n = 0;
+    for (const char *p = sm; *p && n < 16;) {
+        vals[n++] = atoll(p);
+        const char *c = strchr(p, ',');
+        if (!c) break;
+        p = c + 1;
+    }
+    if (n <= 1) return n ? vals[0] : 0;
+    const char *per = getenv("STUB_SM_PERIOD_US");
+    int64_t period = per && atoll(per) > 0 ? atoll(per) * 1000 : 20000000;
+    return vals[(now_ns() / period) % n];
+}
+
+/* A kernel's duration follows the SM clock: with STUB_SM_MHZ and STUB_FULL_LOAD_MHZ set, a kernel
+   of F us at the full-load clock takes F * (1 - e + e * full / sm) us at clock sm, where e is
+   STUB_ELASTICITY (default 1: compute-bound, F * full / sm; 0: memory-bound, F at any clock), as on
+   a GPU that boosts when it is not fully loaded (for the strict cap tests). */
 static int64_t kernel_ns(uintptr_t us, CUstream s) {
-    const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
-    int64_t ns = (int64_t)us * 1000;
-    if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
+    const char *full = getenv("STUB_FULL_LOAD_MHZ"), *el = getenv("STUB_ELASTICITY");
+    int64_t ns = (int64_t)us * 1000, sm = sm_mhz_now();
+    if (sm > 0 && full && atoll(full) > 0) {
+        double e = el ? atof(el) : 1.0;
+        ns = (int64_t)((double)ns * (1.0 - e + e * (double)atoll(full) / (double)sm));
+    }
     /* on a context with fewer SMs than the device (MPS, affinity): slower in proportion */
     CUcontext c = (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? NULL : ((stub_stream *)s)->ctx;
     if (!c) c = cur_ctx();
