@@ -285,6 +285,7 @@ class LimiterUsage:
     elastic_milli: int = 0  # strict cap: the clock elasticity in use (hookcore/core/elastic.h), x1000
     elastic_fit: bool = False  # strict cap: the elasticity was learned from the claim's batches (else the prior)
     yielded_ns: int = 0  # time the claim's threads waited for a higher-priority claim's work
+    elapsed_ns: int = 0  # the charged batches' windows as timed, before the contention estimate
 
 
 @dataclass(frozen=True)

@@ -119,5 +119,6 @@ cdef extern from "limiter.h" nogil:
         uint32_t elastic_milli
         uint32_t elastic_fit
         int64_t yielded_ns
+        int64_t elapsed_ns
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

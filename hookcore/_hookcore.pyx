@@ -259,7 +259,8 @@ cdef class LedgerView:
         return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
                 "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns,
                 "device_ns": st.device_ns, "sm_ppm": st.sm_ppm, "factor_milli": st.factor_milli,
-                "elastic_milli": st.elastic_milli, "elastic_fit": bool(st.elastic_fit), "yielded_ns": st.yielded_ns}
+                "elastic_milli": st.elastic_milli, "elastic_fit": bool(st.elastic_fit), "yielded_ns": st.yielded_ns,
+                "elapsed_ns": st.elapsed_ns}
 
     def process(self, int slot):
         cdef hk_process_info p

@@ -132,6 +132,10 @@ void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns) {
     if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xthrottled_ns, ns);
 }
 
+void hk_limiter_note_elapsed(hk_limiter *lim, int64_t ns) {
+    if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xelapsed_ns, ns);
+}
+
 void hk_limiter_note_clock(hk_limiter *lim, uint32_t factor_milli, uint32_t elastic_milli, int fitted) {
     hk_atomic_store_relaxed(&lim->shared->xfactor_milli, factor_milli);
     hk_atomic_store_relaxed(&lim->shared->xelastic_milli, elastic_milli);
@@ -144,7 +148,7 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     out->share = 0;
     out->tokens_ns = out->charged_ns = out->throttled_ns = out->granted_ns = out->device_ns = 0;
     out->sm_ppm = out->factor_milli = out->elastic_milli = out->elastic_fit = 0;
-    out->yielded_ns = 0;
+    out->yielded_ns = out->elapsed_ns = 0;
     if (!s || hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;
     out->active = 1;
     out->share = hk_atomic_load_relaxed(&s->xshare);
@@ -158,4 +162,5 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     out->elastic_milli = hk_atomic_load_relaxed(&s->xelastic_milli);
     out->elastic_fit = hk_atomic_load_relaxed(&s->xelastic_fit);
     out->yielded_ns = hk_atomic_load_relaxed(&s->xyielded_ns);
+    out->elapsed_ns = hk_atomic_load_relaxed(&s->xelapsed_ns);
 }

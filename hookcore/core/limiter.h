@@ -61,6 +61,7 @@ typedef struct hk_limiter_shared {
     _Atomic uint32_t xelastic_fit;   /* 1 once phi moved from evidence (0: the prior) */
     uint32_t xreserved2;
     _Atomic int64_t xyielded_ns; /* time submitting threads waited for a higher-priority claim (priority) */
+    _Atomic int64_t xelapsed_ns; /* the charged batches' event windows, before the contention estimate */
 } hk_limiter_shared;
 
 /* A process-local handle on one device's bucket. The share comes from the process's own config
@@ -92,6 +93,7 @@ typedef struct hk_limiter_stats {
     uint32_t elastic_milli; /* strict: the clock elasticity in use, x1000 */
     uint32_t elastic_fit;   /* 1: learned from the claim's own batches; 0: the prior */
     int64_t yielded_ns;     /* time waited for a higher-priority claim */
+    int64_t elapsed_ns;     /* the charged batches' windows as timed (other tenants' work inside included) */
 } hk_limiter_stats;
 
 /* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when
@@ -121,6 +123,9 @@ int64_t hk_limiter_cost(int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli
 /* Charge a batch: its cost (hk_limiter_cost), recorded with its device time and SM fraction in
    the statistics. Returns the cost charged. */
 int64_t hk_limiter_charge_work(hk_limiter *lim, int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli);
+
+/* Record a batch's window as timed, before the contention estimate (statistics only). */
+void hk_limiter_note_elapsed(hk_limiter *lim, int64_t ns);
 
 /* Record a strict charge's clock factor and the elasticity it came from (statistics only). */
 void hk_limiter_note_clock(hk_limiter *lim, uint32_t factor_milli, uint32_t elastic_milli, int fitted);

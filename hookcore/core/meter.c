@@ -20,6 +20,7 @@
 #define HK_BATCH_MAX_SUBMITS 32
 #define HK_BATCH_MAX_AGE_NS  2000000LL
 #define HK_BATCH_GAP_NS      100000LL
+#define HK_BATCH_DEVICE_NS   500000LL /* a batch closes once its work is estimated at 0.5 ms of device time */
 #define HK_METER_MAX_PENDING 4
 #define HK_RING              64
 #define HK_POOL              64
@@ -57,6 +58,7 @@ static struct {
     int ldev;
     uint32_t sm_ppm;
     uint32_t ratio; /* the clock ratio when the batch opened */
+    uint32_t count; /* its submissions */
     uint64_t sig;
 } g_pending[HK_RING];
 static unsigned g_head, g_npending;
@@ -74,8 +76,12 @@ static struct {
 static _Atomic int g_charge_elapsed = -1; /* HOOKCORE_LIMITER_CHARGE=elapsed */
 
 static hk_limiter g_lim[HK_MAX_DEVICES];
-static hk_elastic g_elastic[HK_MAX_DEVICES];    /* strict cap: the clock elasticity of this process's work (g_lock) */
-static _Atomic int g_lim_state[HK_MAX_DEVICES]; /* 0 unknown, 1 attached, 2 unlimited */
+static hk_elastic g_elastic[HK_MAX_DEVICES];
+/* Estimated device time of one submission per device (EWMA of charged batches' estimate / count; 0 =
+   none yet): a batch closes at about HK_BATCH_DEVICE_NS of work, well inside a time slice, so that
+   under contention most batches run without another tenant's slice in their window. */
+static _Atomic int64_t g_unit_ns[HK_MAX_DEVICES]; /* strict cap: the clock elasticity of this process's work (g_lock) */
+static _Atomic int g_lim_state[HK_MAX_DEVICES];   /* 0 unknown, 1 attached, 2 unlimited */
 
 void hk_meter_setup(const hk_meter_ops *ops) {
     int expect = 0;
@@ -162,10 +168,10 @@ static void put_pair(const hk_pair *p) {
    cap (hk_limiter_cost). Under a strict cap the batch is first priced at the full-load clock (its
    device time x the factor the claim's learned elasticity gives for the clock now, elastic.h), and
    the contention estimate compares those prices, so batches seen at different clocks compare. */
-static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, uint32_t opened,
-                            int64_t elapsed) {
+static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, uint32_t opened, int64_t elapsed,
+                            int64_t *work_ns) {
     uint32_t ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
-    if (!ratio) return hk_limiter_charge_work(lim, charge_for(sig, elapsed), sm_ppm, 0);
+    if (!ratio) return hk_limiter_charge_work(lim, *work_ns = charge_for(sig, elapsed), sm_ppm, 0);
     /* The clock when the batch opened and now: a batch that saw it move (by more than 2%) is charged
        at the mean of the two and teaches nothing (which clock its time belongs to is unknown). */
     int steady = opened && (opened > ratio ? opened - ratio : ratio - opened) * 50 <= ratio;
@@ -179,6 +185,7 @@ static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm
     pthread_mutex_unlock(&g_lock);
     int64_t full = hk_limiter_cost(elapsed, HK_SM_PPM_FULL, factor); /* its price at the full-load clock */
     int64_t est = charge_for(sig, full) * 1000 / factor;             /* as device time at this clock */
+    *work_ns = est;
     hk_limiter_note_clock(lim, factor, phi, fitted);
     return hk_limiter_charge_work(lim, est, sm_ppm, factor);
 }
@@ -198,7 +205,7 @@ static int collect_one(int block) {
     }
     hk_pair ev = g_pending[i].ev;
     int ldev = g_pending[i].ldev;
-    uint32_t sm_ppm = g_pending[i].sm_ppm, opened = g_pending[i].ratio;
+    uint32_t sm_ppm = g_pending[i].sm_ppm, opened = g_pending[i].ratio, count = g_pending[i].count;
     uint64_t sig = g_pending[i].sig;
     g_head = (g_head + 1) % HK_RING;
     g_npending--;
@@ -207,7 +214,12 @@ static int collect_one(int block) {
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
     if (lim && g_ops->event_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
-        int64_t c = charge_batch(lim, ldev, sig, sm_ppm, opened, ns);
+        int64_t work = 0, c = charge_batch(lim, ldev, sig, sm_ppm, opened, ns, &work);
+        hk_limiter_note_elapsed(lim, ns);
+        if (count && ldev >= 0 && ldev < HK_MAX_DEVICES) {
+            int64_t unit = work / (int64_t)count, old = hk_atomic_load_relaxed(&g_unit_ns[ldev]);
+            hk_atomic_store_relaxed(&g_unit_ns[ldev], old ? old + (unit - old) / 8 : unit);
+        }
         hk_atomic_add_relaxed(&g_batches, 1);
         hk_atomic_add_relaxed(&g_charged, c);
     }
@@ -237,6 +249,7 @@ static void close_batch(hk_meter_batch *b) {
             g_pending[tail].ldev = b->ldev;
             g_pending[tail].sm_ppm = b->sm_ppm;
             g_pending[tail].ratio = b->ratio;
+            g_pending[tail].count = b->count;
             g_pending[tail].sig = b->sig;
             g_npending++;
             pthread_mutex_unlock(&g_lock);
@@ -287,7 +300,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
        change of kind closes it (more batches only for clients on part of the SMs). */
     if (b->open && (b->stream != s || b->ctx != ctx || (b->work != work && b->ctx_ppm < HK_SM_PPM_FULL) ||
                     b->count >= HK_BATCH_MAX_SUBMITS || now - b->opened_ns > HK_BATCH_MAX_AGE_NS ||
-                    now - b->last_ns > HK_BATCH_GAP_NS))
+                    now - b->last_ns > HK_BATCH_GAP_NS ||
+                    (int64_t)b->count * hk_atomic_load_relaxed(&g_unit_ns[b->ldev]) >= HK_BATCH_DEVICE_NS))
         close_batch(b);
     while (collect_one(0)) {}
     int64_t bal = hk_limiter_balance(lim, now);
@@ -355,7 +369,10 @@ void hk_meter_atfork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
     g_head = g_npending = g_npool = 0;
     memset(g_est, 0, sizeof g_est);
-    for (int i = 0; i < HK_MAX_DEVICES; i++) hk_elastic_init(&g_elastic[i]);
+    for (int i = 0; i < HK_MAX_DEVICES; i++) {
+        hk_elastic_init(&g_elastic[i]);
+        hk_atomic_store_relaxed(&g_unit_ns[i], 0);
+    }
     hk_atomic_store_relaxed(&g_captures, 0);
     memset(&t_batch, 0, sizeof t_batch);
 }

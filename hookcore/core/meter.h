@@ -8,8 +8,11 @@
  * Measuring GPU time: a thread's submissions onto one stream form a "batch". Before the first one
  * a start event is recorded on the stream; after every one the batch's end event is re-recorded,
  * so elapsed(start, end) is the device time of exactly that work, without the idle time before or
- * after it. A batch closes after 32 submissions, 2 ms, a 100 us host pause, a change of stream or
- * context, or before the thread is throttled. Closed batches are charged to the claim's shared
+ * after it. A batch closes after 32 submissions, 2 ms, a 100 us host pause, about 0.5 ms of
+ * estimated device time (the process's device time per submission, learned from its charged
+ * batches: a batch then fits inside another tenant's time slice, so that under contention most
+ * windows hold only the claim's own work), a change of stream or context, or before the thread is
+ * throttled. Closed batches are charged to the claim's shared
  * bucket (limiter.h) by whichever submitting thread of the process sees them done.
  *
  * Throttling: before a submission, if the bucket is in debt the thread first waits for its own

@@ -59,6 +59,7 @@
 #include "../core/atomic.h"
 #include "../cuda/cuda_abi.h"
 #include "../cuda/copy.h"
+#include "cuda_engine.h"
 #include "stub_devices.h"
 
 #define STUB_API        __attribute__((visibility("default")))
@@ -86,6 +87,10 @@ typedef struct stub_alloc {
 
 typedef struct stub_event {
     int64_t t_ns; /* completion time on the simulated clock; -1 = never recorded */
+    /* shared engine (cuda_engine.h): the op it waits for on its stream, and when it was recorded */
+    int se, dev;
+    uint64_t key, op;
+    int64_t rec_ns;
 } stub_event;
 
 typedef struct stub_stream {
@@ -506,7 +511,10 @@ STUB_API CUresult cuCtxGetDevice(CUdevice *dev) {
 STUB_API CUresult cuCtxSynchronize(void) {
     NEED_INIT();
     NEED_CTX(d);
-    sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
+    if (se_on())
+        se_wait_all(g_dev[d].physical);
+    else
+        sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
     return CUDA_SUCCESS;
 }
 
@@ -873,17 +881,30 @@ STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
     return CUDA_SUCCESS;
 }
 
+static uint64_t se_key(stub_stream *st) { return (uint64_t)(uintptr_t)st; }
+
 STUB_API CUresult cuStreamSynchronize(CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
-    sleep_until(stream_of(s, d)->last_end_ns);
+    stub_stream *st = stream_of(s, d);
+    if (se_on())
+        se_wait(g_dev[d].physical, se_key(st), se_last(g_dev[d].physical, se_key(st)));
+    else
+        sleep_until(st->last_end_ns);
     return CUDA_SUCCESS;
 }
 
 STUB_API CUresult cuStreamQuery(CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
-    return now_ns() >= stream_of(s, d)->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    stub_stream *st = stream_of(s, d);
+    if (se_on()) {
+        int64_t t;
+        return se_done(g_dev[d].physical, se_key(st), se_last(g_dev[d].physical, se_key(st)), &t)
+                   ? CUDA_SUCCESS
+                   : CUDA_ERROR_NOT_READY;
+    }
+    return now_ns() >= st->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 /* Capture: only the state is modelled (launches during capture still run in the stub). */
@@ -913,6 +934,10 @@ STUB_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
 static int64_t enqueue(CUstream s, int64_t dur_ns) {
     int d = cur_dev();
     stub_stream *st = stream_of(s, d);
+    if (se_on()) { /* the shared engine: returns the op's number */
+        hk_atomic_add_seq_cst(&g_launches, 1);
+        return (int64_t)se_submit(g_dev[d].physical, se_key(st), dur_ns);
+    }
     int64_t now = now_ns();
     int64_t busy = hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns);
     int64_t start, end;
@@ -931,6 +956,7 @@ STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     NEED_INIT();
     stub_event *ev = malloc(sizeof *ev);
     if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(ev, 0, sizeof *ev);
     ev->t_ns = -1;
     *e = (CUevent)ev;
     return CUDA_SUCCESS;
@@ -948,22 +974,45 @@ STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     stub_stream *st = stream_of(s, d);
     int64_t now = now_ns();
-    ((stub_event *)e)->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
+    stub_event *ev = (stub_event *)e;
+    if (se_on()) {
+        ev->se = 1;
+        ev->dev = g_dev[d].physical;
+        ev->key = se_key(st);
+        ev->op = se_last(ev->dev, ev->key);
+        ev->rec_ns = now;
+        ev->t_ns = now;
+        return CUDA_SUCCESS;
+    }
+    ev->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+
+/* Shared engine: is the event done, and when (its op's completion, or its record time). */
+static int se_event(stub_event *ev, int64_t *t) {
+    int64_t done_at;
+    if (!se_done(ev->dev, ev->key, ev->op, &done_at)) return 0;
+    *t = done_at > ev->rec_ns ? done_at : ev->rec_ns;
+    return 1;
+}
 
 STUB_API CUresult cuEventQuery(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     int64_t t = ((stub_event *)e)->t_ns;
+    if (((stub_event *)e)->se) return se_event((stub_event *)e, &t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     return (t < 0 || now_ns() >= t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 STUB_API CUresult cuEventSynchronize(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    sleep_until(((stub_event *)e)->t_ns);
+    stub_event *ev = (stub_event *)e;
+    if (ev->se)
+        se_wait(ev->dev, ev->key, ev->op);
+    else
+        sleep_until(ev->t_ns);
     return CUDA_SUCCESS;
 }
 
@@ -971,6 +1020,12 @@ STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     NEED_INIT();
     if (!ms || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
     int64_t ta = ((stub_event *)a)->t_ns, tb = ((stub_event *)b)->t_ns;
+    if (((stub_event *)a)->se || ((stub_event *)b)->se) {
+        if (!((stub_event *)a)->se || !((stub_event *)b)->se) return CUDA_ERROR_INVALID_HANDLE;
+        if (!se_event((stub_event *)a, &ta) || !se_event((stub_event *)b, &tb)) return CUDA_ERROR_NOT_READY;
+        *ms = (float)(tb - ta) / 1e6f;
+        return CUDA_SUCCESS;
+    }
     if (ta < 0 || tb < 0) return CUDA_ERROR_INVALID_HANDLE;
     if (now_ns() < tb || now_ns() < ta) return CUDA_ERROR_NOT_READY;
     *ms = (float)(tb - ta) / 1e6f;
@@ -1085,14 +1140,22 @@ static int64_t copy_ns(uint64_t bytes) {
 }
 static _Atomic unsigned long long g_copies;
 
-#define STUB_COPY_DEF(name, params, args, stream, bytes, kind) \
-    STUB_API CUresult name params {                            \
-        NEED_INIT();                                           \
-        if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;  \
-        int64_t end = enqueue((stream), copy_ns(bytes));       \
-        hk_atomic_add_seq_cst(&g_copies, 1);                   \
-        if (strstr(#name, "Async") == NULL) sleep_until(end);  \
-        return CUDA_SUCCESS;                                   \
+/* A synchronous call waits for what enqueue() returned: the end time, or the shared engine's op. */
+static void wait_end(CUstream s, int64_t end) {
+    if (se_on())
+        se_wait(g_dev[cur_dev()].physical, se_key(stream_of(s, cur_dev())), (uint64_t)end);
+    else
+        sleep_until(end);
+}
+
+#define STUB_COPY_DEF(name, params, args, stream, bytes, kind)       \
+    STUB_API CUresult name params {                                  \
+        NEED_INIT();                                                 \
+        if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;        \
+        int64_t end = enqueue((stream), copy_ns(bytes));             \
+        hk_atomic_add_seq_cst(&g_copies, 1);                         \
+        if (strstr(#name, "Async") == NULL) wait_end((stream), end); \
+        return CUDA_SUCCESS;                                         \
     }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter" /* the stub does not move the bytes */
