@@ -114,6 +114,7 @@ class DeviceQuota:
     ref_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
     context_memory: int | None = None  # bytes a context takes on this device, charged per context (None: 0)
     device_sms: int | None = None  # the device's SM count as the daemon read it (None: the hook asks CUDA)
+    priority: str | None = None  # "high" | "normal": the device's part in priorities (None: not set)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -145,6 +146,7 @@ class Config:
     uuid_keyed: bool
     ledger_path: str | None  # None: no limit set, no ledger needed
     origin: str = "env"  # "file", "env" or "none" (no key at all: the library stays dormant)
+    board_dir: str | None = None  # HOOKCORE_PRIORITY_BOARD: the devices' priority boards (None: no priorities)
 
     def configured(self) -> tuple[DeviceQuota, ...]:
         """The devices a claim names (or device 0 when only defaults are set)."""
@@ -168,13 +170,14 @@ def parse_config(
     raw = _ext().parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
     devices = tuple(
         DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"], d["compute_mode"], d["ref_mhz"],
-                    d["context_memory"], d["device_sms"])
+                    d["context_memory"], d["device_sms"], d["priority"])
         for d in raw["devices"]
     )
-    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"])
+    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"],
+                  raw["board_dir"])
 
 
-def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
+def claim_env(devices: list[DeviceQuota], ledger_path: str, board_dir: str | None = None) -> dict[str, str]:
     """The configuration of a claim's devices (index = position in `devices`), validated.
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
@@ -183,8 +186,10 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
     when the device's SM count is known (the whole the hook measures a context's SM fraction
     against; CUDA inside an MPS client answers the client's part), ``HOOKCORE_DEVICE_UUID_<i>``
     when given (then the claim is UUID-keyed and every device must have one), ``HOOKCORE_LEDGER`` =
-    `ledger_path` as the container sees it. Raises HookConfigError if the library would reject the
-    result. Write it with :func:`config_file_text`.
+    `ledger_path` as the container sees it; ``HOOKCORE_PRIORITY_<i>`` when a device's priority is
+    set and ``HOOKCORE_PRIORITY_BOARD`` = `board_dir` (where the daemon mounts the devices' priority
+    boards; required with a priority). Raises HookConfigError if the library would reject the result.
+    Write it with :func:`config_file_text`.
     """
     env: dict[str, str] = {"HOOKCORE_LEDGER": ledger_path}
     for i, d in enumerate(devices):
@@ -202,6 +207,12 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
             env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(d.context_memory)
         if d.device_sms is not None:
             env[f"HOOKCORE_DEVICE_SMS_{i}"] = str(d.device_sms)
+        if d.priority is not None:
+            env[f"HOOKCORE_PRIORITY_{i}"] = d.priority
+    if any(d.priority is not None for d in devices):
+        if not board_dir:
+            raise _ext().HookConfigError("claim_env: a device's priority needs the board directory (board_dir)")
+        env["HOOKCORE_PRIORITY_BOARD"] = board_dir
     if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
         raise _ext().HookConfigError("claim_env: either every device has a UUID or none has")
     parse_config(env)

@@ -52,6 +52,8 @@ cdef extern from "hookcore.h" nogil:
         uint64_t ctx_bytes[16]
         uint32_t device_sms[16]
         char ledger_path[4096]
+        uint32_t priority[16]
+        char board_dir[4096]
 
     ctypedef struct hk_ledger:
         pass

@@ -135,6 +135,7 @@ def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
                 "ref_mhz": cfg.ref_mhz[i] or None,
                 "context_memory": cfg.ctx_bytes[i] or None,
                 "device_sms": cfg.device_sms[i] or None,
+                "priority": {1: "normal", 2: "high"}.get(cfg.priority[i]),
                 "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
             })
         return {
@@ -142,6 +143,7 @@ def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
             "device_count": cfg.device_count,
             "uuid_keyed": bool(cfg.uuid_keyed),
             "ledger_path": cfg.ledger_path.decode("utf-8", "surrogateescape") or None,
+            "board_dir": cfg.board_dir.decode("utf-8", "surrogateescape") or None,
             "devices": devices,
         }
     finally:

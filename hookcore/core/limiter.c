@@ -132,6 +132,10 @@ void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns) {
     if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xthrottled_ns, ns);
 }
 
+void hk_limiter_note_yield(hk_limiter *lim, int64_t ns) {
+    if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xyielded_ns, ns);
+}
+
 void hk_limiter_note_elapsed(hk_limiter *lim, int64_t ns) {
     if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xelapsed_ns, ns);
 }

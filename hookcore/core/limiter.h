@@ -124,6 +124,9 @@ int64_t hk_limiter_cost(int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli
    the statistics. Returns the cost charged. */
 int64_t hk_limiter_charge_work(hk_limiter *lim, int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli);
 
+/* Record time a thread waited for a higher-priority claim (statistics only). */
+void hk_limiter_note_yield(hk_limiter *lim, int64_t ns);
+
 /* Record a batch's window as timed, before the contention estimate (statistics only). */
 void hk_limiter_note_elapsed(hk_limiter *lim, int64_t ns);
 

@@ -16,6 +16,7 @@
 #include "elastic.h"
 #include "internal.h"
 #include "limiter.h"
+#include "priority.h"
 
 #define HK_BATCH_MAX_SUBMITS 32
 #define HK_BATCH_MAX_AGE_NS  2000000LL
@@ -111,6 +112,25 @@ static int64_t charge_for(uint64_t sig, int64_t elapsed) {
     g_est[i].ns = c;
     pthread_mutex_unlock(&g_lock);
     return c;
+}
+
+/* The device's priority board when the claim takes part in priorities (hk_priority), else NULL. */
+static hk_board g_board[HK_MAX_DEVICES];
+static _Atomic int g_board_state[HK_MAX_DEVICES]; /* 0 unknown, 1 open, 2 none */
+
+static hk_board *board_for(int ldev) {
+    if (ldev < 0 || ldev >= HK_MAX_DEVICES) return NULL;
+    int st = hk_atomic_load_acquire(&g_board_state[ldev]);
+    if (hk_likely(st != 0)) return st == 1 ? &g_board[ldev] : NULL;
+    pthread_mutex_lock(&g_lock);
+    if (hk_atomic_load_relaxed(&g_board_state[ldev]) == 0) {
+        char path[HK_PATH_MAX];
+        uint32_t p = hk_priority(ldev, path, sizeof path);
+        int ok = p != HK_PRIORITY_UNSET && hk_board_open(&g_board[ldev], path, p == HK_PRIORITY_HIGH) == 0;
+        hk_atomic_store_release(&g_board_state[ldev], ok ? 1 : 2);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return hk_atomic_load_acquire(&g_board_state[ldev]) == 1 ? &g_board[ldev] : NULL;
 }
 
 static hk_limiter *limiter_for(int ldev) {
@@ -277,6 +297,24 @@ static void make_exit_key(void) { pthread_key_create(&g_exit_key, on_thread_exit
 
 hk_meter_batch *hk_meter_before(void *s) { return hk_meter_before_work(s, HK_WORK_SM); }
 
+/* Priorities (priority.h): a high claim marks its work on the device's board; a normal one waits
+   while a high one has work (its own open batch closed first: its time is charged as it was). */
+static void priority_gate(hk_board *bd, hk_limiter *lim, hk_meter_batch *b) {
+    int64_t now = hk_limiter_now_ns(), until;
+    if (bd->high) {
+        hk_board_mark(bd, now, 0, 1);
+        return;
+    }
+    if (hk_board_high_until(bd, now, 0) <= now) return;
+    close_batch(b);
+    int64_t t0 = now;
+    while ((until = hk_board_high_until(bd, now, 1)) > now) {
+        sleep_ns(until - now < HK_PRIORITY_WAIT_NS ? until - now : HK_PRIORITY_WAIT_NS);
+        now = hk_limiter_now_ns();
+    }
+    if (lim) hk_limiter_note_yield(lim, now - t0);
+}
+
 /* The SM fraction of work on `s` in `ctx` (fail safe: all SMs). */
 static uint32_t context_sm_ppm(void *ctx, void *s) {
     if (!g_ops->sm_share_ppm) return HK_SM_PPM_FULL;
@@ -293,6 +331,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
     hk_meter_batch *b = &t_batch;
     if (g_ops->current(&ctx, &ldev) != 0 || ctx == NULL) return NULL;
     hk_limiter *lim = limiter_for(ldev);
+    hk_board *bd = board_for(ldev);
+    if (bd) priority_gate(bd, lim, b);
     if (!lim) return NULL;
 
     int64_t now = hk_limiter_now_ns();
@@ -309,6 +349,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         close_batch(b);
         int64_t t0 = now;
         while (bal < 0) {
+            if (bd && bd->high) /* waiting for its own share is having work: normal claims stay off */
+                hk_board_mark(bd, now, hk_limiter_wait_ns(lim, bal), 0);
             if (!collect_one(1)) sleep_ns(hk_limiter_wait_ns(lim, bal));
             now = hk_limiter_now_ns();
             bal = hk_limiter_balance(lim, now);
@@ -369,7 +411,7 @@ void hk_meter_atfork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
     g_head = g_npending = g_npool = 0;
     memset(g_est, 0, sizeof g_est);
-    for (int i = 0; i < HK_MAX_DEVICES; i++) {
+    for (int i = 0; i < HK_MAX_DEVICES; i++) { /* boards stay open: the descriptors are the child's too */
         hk_elastic_init(&g_elastic[i]);
         hk_atomic_store_relaxed(&g_unit_ns[i], 0);
     }

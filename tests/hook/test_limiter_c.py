@@ -1,6 +1,7 @@
 """The limiter's arithmetic in C (hookcore/core/tests/test_limiter.c), fed synthetic numbers: the
 clock elasticity a strict cap learns (hookcore/core/elastic.h) converges, holds its prior without
-evidence, ignores batches another tenant inflated, stays bounded and moves by damped steps; plain
+evidence, ignores batches another tenant inflated, stays bounded and moves by damped steps; the
+priority board's marks (forged, torn, far-ahead and truncated boards read as no high claim); plain
 and under ASan/UBSan. No clock is read, so nothing here depends on the host's load."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from tests.hook.conftest import BUILD, make
 
 EXPECTED = ["elastic_converges", "elastic_prior", "elastic_contention", "elastic_bounded", "elastic_damped",
-            "limiter_cost"]
+            "limiter_cost", "board"]
 
 
 @pytest.mark.parametrize("variant", ["test_limiter", "test_limiter_asan"])
