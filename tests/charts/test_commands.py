@@ -24,8 +24,7 @@ from test_render import VALUE_SETS, chart_values
 from typer.main import get_command
 
 import dra
-from dra._runtime import registry
-from dra._runtime import flags
+from dra._runtime import flags, registry
 from dra._runtime.daemon import DaemonSettings
 from dra._runtime.kubelet.paths import KubeletPaths
 
