@@ -104,7 +104,7 @@ class DaemonSettings:
     allow_claim_loosening: bool = flags.flag(
         default=False, help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...);"
         " off: such claims fail, naming the field.")
-    watchdog: str = flags.flag(default="report", choices=(*WATCHDOG_ACTIONS, "off"),
+    watchdog: str = flags.flag(default=WatchdogSettings.action, choices=(*WATCHDOG_ACTIONS, "off"),
                                help="Process watchdog action (drivers that list their devices' processes).")
     watchdog_interval: float = flags.flag(default=WatchdogSettings.interval, help="Seconds between the watchdog's polls.")
     watchdog_context_overhead: int = flags.flag(

@@ -36,7 +36,7 @@ class Flag:
     help: str
     envvar: str | None = None
     choices: tuple[str, ...] = ()
-    minimum: int | float | None = None
+    minimum: float | None = None
     takes: Any = None
     """The command line's type where the field holds something else (`parse` converts)."""
     parse: Callable[[Any], Any] | None = None
