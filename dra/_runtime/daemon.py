@@ -399,3 +399,7 @@ def register(app: typer.Typer) -> None:
         # The client's connection retries log a warning each; the publisher reports outages itself.
         logging.getLogger("urllib3").setLevel(logging.ERROR)
         run(driver, settings)
+
+
+if __name__ == "__main__":  # the charts of 2026-12-04 and older ran this module; say where it went
+    raise SystemExit("error: 'python -m dra._runtime.daemon' is no longer an entry point; run 'dra run <driver> ...' (same flags)")

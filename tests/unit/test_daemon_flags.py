@@ -173,3 +173,13 @@ def test_a_settings_class_of_its_own() -> None:
     r = CliRunner().invoke(app, ["--name", "b", "--level", "debug"])
     assert r.exit_code == 0 and "Small(name='b', level='debug', count=2)" in r.output, r.output
     assert "debug|info" in CliRunner().invoke(app, ["--help"]).output
+
+
+def test_the_old_module_entry_refuses_instead_of_exiting_quietly() -> None:
+    """An old chart or script that still runs the private module must fail loudly, not exit 0."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dra._runtime.daemon"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "dra run" in done.stderr
