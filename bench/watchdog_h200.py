@@ -165,7 +165,8 @@ def main() -> int:
     from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
     from dra._runtime.enforcement import ClaimHooks
     from dra._runtime.hookdir import HookDir
-    from dra._runtime.watchdog import Watchdog, WatchdogSettings
+    from dra._runtime.watchdog.loop import Watchdog
+    from dra._runtime.watchdog.model import WatchdogSettings
     from dra.testing.runtime import mount_script, runtime_unavailable
     from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 

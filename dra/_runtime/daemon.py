@@ -40,8 +40,8 @@ from dra._runtime.metrics import HealthServer, MeteredHandler, Metrics
 from dra._runtime.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
 from dra._runtime.publish.fence import warn_if_unfenced
 from dra._runtime.publish.layout import parse_layout
-from dra._runtime.watchdog import ACTIONS as WATCHDOG_ACTIONS
-from dra._runtime.watchdog import WatchdogSettings
+from dra._runtime.watchdog.model import ACTIONS as WATCHDOG_ACTIONS
+from dra._runtime.watchdog.model import WatchdogSettings
 from dra.driver import ClaimRef, Driver, DriverContext, RecordedDevice
 from dra.errors import UserError
 
@@ -223,7 +223,8 @@ class Daemon:
             pool_name=self.context.pool_name,
         )
         if settings.watchdog is not None and type(driver).processes is not Driver.processes:
-            from dra._runtime.watchdog import ApiEvents, Watchdog
+            from dra._runtime.watchdog.events import ApiEvents
+            from dra._runtime.watchdog.loop import Watchdog
 
             claims_dir = self.preparer.checkpoint.claims_dir
             self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",
@@ -433,10 +434,11 @@ def register(app: typer.Typer) -> None:
         watchdog_interval: Annotated[
             float, typer.Option("--watchdog-interval", help="Seconds between the watchdog's polls.")
         ] = WatchdogSettings.interval,
-        watchdog_context_overhead: Annotated[
-            str, typer.Option("--watchdog-context-overhead",
-                              help="Memory per process a claim may hold beyond its quota (its context), e.g. 1Gi.")
-        ] = "1Gi",
+        watchdog_memory_tolerance: Annotated[
+            str, typer.Option("--watchdog-memory-tolerance",
+                              help="Device memory per process beyond its claim's quota (the device's count less "
+                                   "the hook's charge), e.g. 64Mi.")
+        ] = f"{WatchdogSettings.memory_tolerance >> 20}Mi",
         watchdog_share_window: Annotated[
             float, typer.Option("--watchdog-share-window", help="Seconds over which compute use is averaged.")
         ] = WatchdogSettings.share_window,
@@ -460,11 +462,11 @@ def register(app: typer.Typer) -> None:
             try:
                 from dra._runtime.client import quantity_to_int
 
-                overhead = quantity_to_int(watchdog_context_overhead)
-                watchdog_settings = WatchdogSettings(watchdog, watchdog_interval, overhead, watchdog_share_window,
+                tolerance = quantity_to_int(watchdog_memory_tolerance)
+                watchdog_settings = WatchdogSettings(watchdog, watchdog_interval, tolerance, watchdog_share_window,
                                                      watchdog_share_tolerance)
             except (ValueError, ArithmeticError) as exc:
-                raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-context-overhead 1Gi)"
+                raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-memory-tolerance 64Mi)"
                                 ) from exc
         dra_logging.setup(log_format, log_level)
         # The client's connection retries log a warning each; the publisher reports outages itself.
