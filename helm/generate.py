@@ -107,7 +107,7 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
         "logLevel": {"enum": ["debug", "info", "warning", "error"]},
         "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
         "watchdog": obj({"action": {"enum": ["report", "kill", "taint", "off"],
-                                    "description": "the process watchdog (dra/_runtime/watchdog.py); on: hostPID, CAP_KILL "
+                                    "description": "the process watchdog (dra/_runtime/watchdog/); on: hostPID, CAP_KILL "
                                                    "and CAP_SYS_PTRACE (maps: proof of a held process)"}}),
     }, ["preload", "metricsPort", "metricsBind", "grpcWorkers", "logFormat", "logLevel"])
     device_class = obj({
