@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dra._runtime.watchdog import Watchdog, WatchdogSettings
+from dra._runtime.watchdog.loop import Watchdog
+from dra._runtime.watchdog.model import WatchdogSettings
 from dra.driver import DeviceProcess, Driver
 
 

@@ -31,7 +31,8 @@ from dra._runtime import procinfo
 from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
 from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
-from dra._runtime.watchdog import Verdict, Watchdog, WatchdogSettings
+from dra._runtime.watchdog.loop import Watchdog
+from dra._runtime.watchdog.model import Verdict, WatchdogSettings
 from dra.driver import DriverContext, Enforcement, Mount, Preload, Quota
 from dra.testing.runtime import mount_script, runtime_unavailable
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
