@@ -29,7 +29,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 AttributeValue = str | int | bool
 """A device attribute: string, int or bool; versions are strings marked with `Version`."""
@@ -114,6 +114,44 @@ class ClaimRef:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeviceKey:
+    """What tells one allocated share from every other of the driver's: pool, device and share ID
+    (None for a device that is not shared by consumable capacity). The one key of the claim path:
+    an allocation result, a driver's prepared device and a checkpoint record of it are matched by it."""
+
+    pool: str
+    device: str
+    share_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        """A name unique per share within the pool (``<device>-<shareID>`` or ``<device>``): two
+        shares of one device never collide."""
+        return f"{self.device}-{self.share_id}" if self.share_id else self.device
+
+    def __str__(self) -> str:
+        return f"{self.pool}/{self.name}"
+
+
+class Allocation(Protocol):
+    """One allocation result as the claim path carries it (a claim's result, a checkpoint record
+    of it): what `AllocatedDevice.of` takes."""
+
+    @property
+    def request(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def share_id(self) -> str | None: ...
+    @property
+    def consumed_capacity(self) -> Mapping[str, int]: ...
+    @property
+    def admin_access(self) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
 class AllocatedDevice:
     """One allocation result of this driver in a claim, with its decoded opaque config.
 
@@ -131,15 +169,21 @@ class AllocatedDevice:
     admin_access: bool = False
     config: Any = None
 
+    @classmethod
+    def of(cls, allocation: Allocation, config: Any = None) -> AllocatedDevice:
+        """`allocation` (a claim's result, a checkpoint record) with its decoded `config`."""
+        return cls(allocation.request, allocation.pool, allocation.device, allocation.share_id,
+                   dict(allocation.consumed_capacity), allocation.admin_access, config)
+
     @property
     def main_request(self) -> str:
         """The request name kubelet matches containers by (``main`` of ``main/sub``)."""
         return main_request(self.request)
 
     @property
-    def key(self) -> str:
-        """A name unique per share: two shares of one device never collide."""
-        return f"{self.device}-{self.share_id}" if self.share_id else self.device
+    def key(self) -> DeviceKey:
+        """The share's key; ``key.name`` is unique per share: two shares of one device never collide."""
+        return DeviceKey(self.pool, self.device, self.share_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +199,10 @@ class RecordedDevice:
     share_id: str | None = None
     admin_access: bool = False
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> DeviceKey:
+        return DeviceKey(self.pool, self.device, self.share_id)
 
 
 @dataclasses.dataclass(frozen=True)
