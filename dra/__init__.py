@@ -66,7 +66,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
-from dra.shared import HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
+from dra.shared import ClaimView, HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -75,6 +75,7 @@ __all__ = [
     "AllocatedDevice",
     "Capacity",
     "ClaimRef",
+    "ClaimView",
     "ConfigError",
     "ContainerEdits",
     "CounterConsumption",
