@@ -133,6 +133,20 @@ class DeviceKey:
         return f"{self.pool}/{self.name}"
 
 
+class Keyed:
+    """The `key` of a record of one allocated device (mixed into each shape the claim path gives
+    one: the claim's result, `AllocatedDevice`, the checkpoint's record, `RecordedDevice`)."""
+
+    pool: str
+    device: str
+    share_id: str | None
+
+    @property
+    def key(self) -> DeviceKey:
+        """The share's key; ``key.name`` is unique per share: two shares of one device never collide."""
+        return DeviceKey(self.pool, self.device, self.share_id)
+
+
 class Allocation(Protocol):
     """One allocation result as the claim path carries it (a claim's result, a checkpoint record
     of it): what `AllocatedDevice.of` takes."""
@@ -152,7 +166,7 @@ class Allocation(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class AllocatedDevice:
+class AllocatedDevice(Keyed):
     """One allocation result of this driver in a claim, with its decoded opaque config.
 
     `consumed_capacity` holds integer base units (cores in percent, memory in bytes);
@@ -180,14 +194,9 @@ class AllocatedDevice:
         """The request name kubelet matches containers by (``main`` of ``main/sub``)."""
         return main_request(self.request)
 
-    @property
-    def key(self) -> DeviceKey:
-        """The share's key; ``key.name`` is unique per share: two shares of one device never collide."""
-        return DeviceKey(self.pool, self.device, self.share_id)
-
 
 @dataclasses.dataclass(frozen=True)
-class RecordedDevice:
+class RecordedDevice(Keyed):
     """One device of a claim in the node's checkpoint (`DriverContext.recorded`): which claim
     holds it, whether that claim is still being prepared, and the state the driver's prepare
     returned for it (empty while ``preparing``: the record is written before `Driver.prepare`)."""
@@ -199,10 +208,6 @@ class RecordedDevice:
     share_id: str | None = None
     admin_access: bool = False
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def key(self) -> DeviceKey:
-        return DeviceKey(self.pool, self.device, self.share_id)
 
 
 @dataclasses.dataclass(frozen=True)

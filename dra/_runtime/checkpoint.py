@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dra._runtime.fsutil import UID_RE, atomic_write, dir_syncer, fsync_dir, lock_file, temp_files, unlock_file
-from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceKey, DeviceNode, Mount, PreparedDevice, RecordedDevice
+from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceNode, Keyed, Mount, PreparedDevice, RecordedDevice
 from dra.errors import DRAError
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceRecord:
+class DeviceRecord(Keyed):
     """One prepared (or being-prepared) device of a claim: driver's device `key` (`DeviceKey`)."""
 
     driver: str
@@ -74,10 +74,6 @@ class DeviceRecord:
     edits: ContainerEdits = dataclasses.field(default_factory=ContainerEdits)
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     config: Mapping[str, Any] | None = None  # the decoded opaque config, encoded (dra.config.encode_config)
-
-    @property
-    def key(self) -> DeviceKey:
-        return DeviceKey(self.pool, self.device, self.share_id)
 
     @classmethod
     def of(cls, driver: str, device: AllocatedDevice, cdi_name: str, config: Mapping[str, Any] | None) -> DeviceRecord:
