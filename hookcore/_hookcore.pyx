@@ -130,6 +130,12 @@ cdef class ParsedConfig:
 
     cdef hk_config cfg
 
+    def __copy__(self):
+        return self  # never changed after the parse
+
+    def __deepcopy__(self, memo):
+        return self
+
     def values(self):
         """The parsed values, in `dra.Quota`'s names (the struct's `mem_limit` is `memory`, its
         `sm_limit` `cores`, `ref_mhz` `full_load_mhz`, `ctx_bytes` `context_memory`)."""

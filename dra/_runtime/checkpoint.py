@@ -60,7 +60,7 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DeviceRecord(Keyed):
-    """One prepared (or being-prepared) device of a claim: driver's device `key` (`DeviceKey`)."""
+    """One prepared (or being-prepared) device of a claim, of `driver`, known by its `key` (`dra.DeviceKey`)."""
 
     driver: str
     request: str
