@@ -146,9 +146,8 @@ def recorded(checkpoint: Any, driver: str) -> list[RecordedDevice] | None:
     records = checkpoint.records()
     if (before & checkpoint.uids()) - {r.uid for r in records}:
         return None  # there both before and after, and still not readable
-    return [RecordedDevice(ClaimRef(r.uid, r.namespace, r.name), r.phase, d.pool, d.device, d.share_id,
-                           d.admin_access, dict(d.state))
-            for r in records for d in r.devices if d.driver == driver]
+    return [d.recorded(ClaimRef(r.uid, r.namespace, r.name), r.phase) for r in records for d in r.devices
+            if d.driver == driver]
 
 
 def setup_driver(driver: Driver, ctx: DriverContext) -> None:

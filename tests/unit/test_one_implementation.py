@@ -52,6 +52,8 @@ def _holding(pattern: str, *tops: str) -> list[str]:
     ("raw JSON GET with release_conn", r"release_conn", "dra/_runtime/client.py"),
     ("the client's generic call", r"\.param_serialize\(", "dra/_runtime/client.py"),
     ("the main-request rule", r"""request[\w.]*\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
+    ("an allocated device's key", r"\bDeviceKey\(", "dra/driver.py"),
+    ("a share's name", r"-\{[\w.]*share_id\}", "dra/driver.py"),
 ])
 def test_each_framework_helper_has_one_implementation(what: str, pattern: str, home: str) -> None:
     found = _holding(pattern, "dra")

@@ -71,8 +71,8 @@ def _hook_quotas(record: ClaimRecord, devices: Sequence[Any], enforcement: Mappi
     for dev in config.configured():
         name = uuids.get(dev.uuid or "")
         if name is not None:
-            memory[name] = dev.memory_limit
-            cores[name] = int(dev.sm_limit)
+            memory[name] = dev.memory
+            cores[name] = int(dev.cores)
 
 
 def _regular_file(path: Path) -> tuple[int, int] | None:
