@@ -30,6 +30,8 @@ from drivers.ascend.config import NpuConfig
 from drivers.ascend.dcmi import DcmiError
 from drivers.ascend.driver import AscendDriver
 from drivers.hami_core_gpu import devices as gpu_devices
+from drivers.hami_core_gpu import fake as gpu_fake
+from drivers.hami_core_gpu import nvml
 from drivers.hami_core_gpu import settings as gpu_settings
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
@@ -68,6 +70,7 @@ class Vendor:
     steps: Sequence[HealthStep]  # a fault, its recovery, a lost device
     settings_error: type[Exception]
     missing_library: tuple[Callable[[Path], Mapping[str, str]], type[Exception], str]  # settings, error, match
+    node_libraries: Callable[[], None]  # what the node has besides (loaded in this process)
     sample: str  # the device whose slice entry `sample_wire` describes
     sample_wire: Mapping[str, Any]  # attributes in wire form
     sample_memory: str
@@ -90,6 +93,7 @@ GPU = Vendor(
     settings_error=gpu_settings.SettingsError,
     missing_library=(lambda root: {"cdiMode": "self-contained", "driverRoot": str(root)}, FileNotFoundError,
                      r"libcuda\.so\.1 not found under driverRoot"),
+    node_libraries=lambda: nvml.load_library(gpu_fake.stub_library()),  # NVML answers: the stub's, as --fake loads it
     sample="hami-gpu-0",
     sample_wire={"type": {"string": "hami-gpu"}, "productName": {"string": "NVIDIA H200"},
                  "resource.kubernetes.io/pcieRoot": {"string": "pci0000:15"}, "numaNode": {"int": 0},
@@ -109,6 +113,7 @@ NPU = Vendor(
     ],
     settings_error=npu_settings.SettingsError,
     missing_library=(lambda root: {"dcmiLibrary": str(root / "libdcmi.so")}, DcmiError, r"libdcmi\.so not found"),
+    node_libraries=lambda: None,
     sample="npu-5-0",
     sample_wire={"type": {"string": "HAMivNPUCore"}, "model": {"string": "Ascend910B"}, "index": {"int": 5},
                  "physicalID": {"int": 5}, "chipName": {"string": "910B3"}, "numaNode": {"int": 1},
@@ -228,6 +233,7 @@ def test_bad_settings_name_the_key(vendor: Vendor, raw: dict[str, str], error: s
 
 def test_a_node_without_the_vendors_libraries_says_what_is_missing(vendor: Vendor, tmp_path: Path) -> None:
     settings, error, match = vendor.missing_library
+    vendor.node_libraries()
     with pytest.raises(error, match=match):
         vendor.driver_class().setup(Recorder().context(settings(tmp_path), None))
 
