@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kube_helpers import wait_for
 from prometheus_client import generate_latest
 from watchdog_rig import GiB, Rig
 
@@ -223,8 +224,7 @@ def test_detection_time_of_the_running_thread(rig: Rig, static_sleeper: Path) ->
         static = rig.start(c, [str(static_sleeper)])
         t0 = time.monotonic()
         rig.on_gpu(static, c.device, GiB)
-        while not rig.events.got and time.monotonic() - t0 < 5:
-            time.sleep(0.02)
+        wait_for(lambda: rig.events.got, 5, 0.02, what="a verdict on the unheld process")
         took = time.monotonic() - t0
     finally:
         wd.stop()
@@ -262,13 +262,11 @@ def test_without_maps_a_ledger_slot_only_spares_the_unheld_verdict(rig: Rig, sta
     ledger = rig.state / "hooks" / c.uid / "ledger"
 
     def registered() -> bool:
+        assert rig.alive(held), "the workload exited before the hook registered it"
         with hookcore.Ledger(ledger) as led:
             return any(p.state == "live" for p in led.processes())
 
-    deadline = time.monotonic() + 20
-    while not registered():
-        assert time.monotonic() < deadline and rig.alive(held), "the hook never registered the workload"
-        time.sleep(0.05)
+    wait_for(registered, 20, 0.05, what="the hook to register the workload in the claim's ledger")
     static = rig.start(c, [str(static_sleeper)])
     rig.on_gpu(held, c.device, 2 * GiB)
     rig.on_gpu(static, c.device, GiB)

@@ -15,7 +15,9 @@
  *   meminfo                  print "free total" from cuMemGetInfo and cuDeviceTotalMem
  *   grab CHUNK               allocate CHUNK blocks until OOM, print "GOT n", wait for stdin EOF
  *   churn CHUNK N            keep N blocks, free/allocate forever (for kill -9), print "READY"
- *   fork CHUNK               parent and forked child both allocate; child's charge ends with it
+ *   fork CHUNK               parent and forked child both allocate a block; "FORK ..." lines give
+ *                            cuMemGetInfo's free in each before, while and after the child (which
+ *                            exits holding its block) and the blocks the parent gets after it
  *   init                     cuInit + one cuMemAlloc + one launch: print the three CUresults
  *   launch US GRAPH SECONDS  launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
  *                            syncs; print "RATE <completed per second>" and "RAN <completed> <ns>"
