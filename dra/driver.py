@@ -11,9 +11,9 @@ Life cycle: the framework instantiates the driver with no arguments, calls `setu
 then calls `devices`.
 
 Rules for implementers (enforced by import contracts and tests):
-- import only `dra` (this interface), `dra.topology`, `dra.settings`, `dra.fakes` and
-  `dra.testing`: no gRPC, no Kubernetes API calls, no file writes (the framework writes CDI,
-  state, ledgers and hook libraries);
+- import only `dra` (this interface), `dra.topology`, `dra.settings` and `dra.fakes`
+  (`dra.testing` is for the driver's tests): no gRPC, no Kubernetes API calls, no file writes
+  (the framework writes CDI, state, ledgers and hook libraries);
 - read configuration from `DriverContext.settings`, not from the environment;
 - `prepare` is deterministic for the same inputs and may be called again after a crash;
 - `unprepare` receives exactly what `prepare` returned (edits and state, from the checkpoint),

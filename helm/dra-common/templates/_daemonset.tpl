@@ -97,7 +97,7 @@ spec:
       runtimeClassName: {{ . }}
       {{- end }}
       {{- if $watchdog }}
-      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (README, "The watchdog")
+      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (docs/watchdog.md)
       {{- end }}
       enableServiceLinks: false
       terminationGracePeriodSeconds: {{ $kp.terminationGracePeriodSeconds }}
