@@ -76,6 +76,25 @@ class KubeletHarness(Registrar):
             return dra_v1beta1_pb2_grpc.DRAPluginStub(inst.channel), dra_v1beta1_pb2, "v1beta1"
         raise ValueError(f"unknown DRA service {service!r}")
 
+    def _node_call(
+        self,
+        method: str,
+        claims: Iterable[ClaimRef],
+        driver: str | None,
+        version: str | None,
+        endpoint: str | None,
+        timeout: float | None,
+    ) -> tuple[Any, str]:
+        """One Node{Prepare,Unprepare}Resources call for `claims`, its answer checked to name exactly them."""
+        stub, pb, api = self._node_stub(self._pick(driver, endpoint), version)
+        claims = list(claims)
+        request = getattr(pb, f"{method}Request")(
+            claims=[pb.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+        )
+        resp = getattr(stub, method)(request, timeout=timeout or self.call_timeout)
+        self._check(method, claims, resp.claims.keys())
+        return resp, api
+
     def prepare(
         self,
         claims: Iterable[ClaimRef],
@@ -86,14 +105,7 @@ class KubeletHarness(Registrar):
         timeout: float | None = None,
     ) -> dict[str, PreparedClaim]:
         """NodePrepareResources; `version` "v1"/"v1beta1" overrides the registered service."""
-        inst = self._pick(driver, endpoint)
-        stub, pb, api = self._node_stub(inst, version)
-        claims = list(claims)
-        request = pb.NodePrepareResourcesRequest(
-            claims=[pb.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
-        )
-        resp = stub.NodePrepareResources(request, timeout=timeout or self.call_timeout)
-        self._check("NodePrepareResources", claims, resp.claims.keys())
+        resp, api = self._node_call("NodePrepareResources", claims, driver, version, endpoint, timeout)
         out: dict[str, PreparedClaim] = {}
         for uid, r in resp.claims.items():
             devices = tuple(
@@ -119,14 +131,7 @@ class KubeletHarness(Registrar):
         timeout: float | None = None,
     ) -> dict[str, str]:
         """NodeUnprepareResources: claim UID -> error ("" on success)."""
-        inst = self._pick(driver, endpoint)
-        stub, pb, _ = self._node_stub(inst, version)
-        claims = list(claims)
-        request = pb.NodeUnprepareResourcesRequest(
-            claims=[pb.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
-        )
-        resp = stub.NodeUnprepareResources(request, timeout=timeout or self.call_timeout)
-        self._check("NodeUnprepareResources", claims, resp.claims.keys())
+        resp, _ = self._node_call("NodeUnprepareResources", claims, driver, version, endpoint, timeout)
         return {uid: r.error for uid, r in resp.claims.items()}
 
     def probe(
