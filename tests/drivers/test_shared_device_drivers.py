@@ -54,7 +54,7 @@ class HealthStep:
 @dataclasses.dataclass(frozen=True)
 class Vendor:
     id: str
-    driver_class: type[dra.SharedDeviceDriver[Any]]
+    driver_class: type[dra.SharedDeviceDriver[Any, Any]]
     command: str  # `dra run COMMAND`
     driver_name: str  # the DRA driver name of its slices
     request: str  # the request name of a claim's results
@@ -143,7 +143,7 @@ BAD_SETTINGS = [
 ]
 
 OFF = {"health": "off"}
-MakeDriver = Callable[..., dra.SharedDeviceDriver[Any]]
+MakeDriver = Callable[..., dra.SharedDeviceDriver[Any, Any]]
 
 
 @pytest.fixture(params=VENDORS, ids=str)
