@@ -8,7 +8,7 @@ claim's containers may do with the GPU's priority board.
   read-only into a normal one's: root in a normal claim's container, without CAP_SYS_ADMIN, cannot
   write, truncate or replace it; whatever a high claim's container appends is cut back by
   `LedgerGuard`. The hook's side (environment, ledger, forged marks) is in tests/hook/test_priority.py
-  and hookcore/core/tests/test_limiter.c.
+  and hookcore/core/tests/test_priority.c.
 """
 
 from __future__ import annotations

@@ -93,8 +93,12 @@ def _modules(package_dir: Path) -> list[str]:
 
 
 def _layered(pyproject: Path) -> set[str]:
+    """The modules the layers contracts name (a contract with `containers` names its layers relative
+    to each container)."""
     contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
-    return {name.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"] for name in layer.split("|")}
+    return {f"{container}.{name.strip()}" if container else name.strip()
+            for c in contracts if c["type"] == "layers" for container in c.get("containers", [""])
+            for layer in c["layers"] for name in layer.split("|")}
 
 
 # The distributions' top packages and the runtime's private namespace hold the stacks; a layers
