@@ -98,7 +98,7 @@ class Admission:
         obj = req.get("object") or {}
         if (req.get("kind") or {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
             return _response(uid, True)
-        plan = translate.plan_pod(obj, self.mapping, self.inventory)
+        plan = translate.plan_pod(obj, self.mapping, self.inventory, self.classes.exists)
         if not plan.touches_pod:
             return _response(uid, True)
         pod = _pod_name(req, obj)
@@ -127,11 +127,23 @@ class Admission:
                                                   "validating webhook says why)"])
         dry_run = bool(req.get("dryRun"))
         names: dict[Share, str] = {}
+        bodies: list[dict[str, Any]] = []
         for cs in plan.shares:
-            if cs.share in names:
+            if cs.share in names or cs.uses is not None:
                 continue
             body = translate.template_object(cs.share, namespace, self.inventory)
             names[cs.share] = body["metadata"]["name"]
+            bodies.append(body)
+        # The validating webhook judges each template as it is created; judged here first, a pod
+        # whose template it would refuse (a config the installed driver does not take) is refused
+        # before anything is created, naming why.
+        problems = [p for body in bodies for p in checks.check_claim(
+            body, "ResourceClaimTemplate", self.mapping, self.drivers, self.inventory, self.classes,
+            self.allow_claim_loosening)]
+        if problems:
+            log.info("pod refused: its templates would be", extra={"namespace": namespace, "pod": pod, "problems": problems})
+            return _response(uid, False, f"pod {namespace}/{pod}: the claim it becomes would be refused: {_joined(problems)}")
+        for body in bodies:
             if dry_run or self.templates is None:
                 continue
             try:
@@ -139,7 +151,7 @@ class Admission:
             except TemplateError as e:
                 log.warning("template not created; pod refused", extra={"namespace": namespace, "pod": pod, "error": str(e)})
                 return _response(uid, False, f"pod {namespace}/{pod}: {e}")
-        patch = translate.pod_patch(obj, plan, names)
+        patch = translate.pod_patch(obj, plan, {cs.share: names[cs.share] for cs in plan.shares if cs.uses is None})
         log.info("pod converted", extra={"namespace": namespace, "pod": pod, "dry_run": dry_run,
                                          "templates": sorted(set(names.values())),
                                          "containers": [f"{c.container}:{c.share.vendor.name}" for c in plan.shares]})
@@ -157,7 +169,7 @@ class Admission:
         if kind == "Pod":
             if req.get("operation") != "CREATE":
                 return _response(uid, True)  # a stored pod's later updates are not ours to judge
-            plan = translate.plan_pod(obj, self.mapping, self.inventory)
+            plan = translate.plan_pod(obj, self.mapping, self.inventory, self.classes.exists)
             pod = _pod_name(req, obj)
             if plan.problems:
                 log.info("pod refused", extra={"namespace": namespace, "pod": pod, "problems": plan.problems})

@@ -1,0 +1,117 @@
+"""HAMi's meanings the webhook keeps (issue 30), table by table: memory-only shares stay shared,
+Ascend pods split as HAMi's default does, nothing is dropped without a word. What kube-scheduler
+makes of the claims: tests/integration/test_webhook.py; every HAMi input with its result:
+tests/unit/test_webhook_hami_compat.py and examples/hami-compat/README.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dra.webhook import translate, vendors
+from dra.webhook.inventory import StaticInventory
+from dra.webhook.review import MAX_WARNING
+from dra.webhook.translate import plan_pod, template_spec
+
+pytestmark = pytest.mark.scheduler
+
+MAPPING = vendors.load()
+GPU = "hami-core-gpu.project-hami.io"
+NPU = "ascend.project-hami.io"
+MEMORY_ONLY_GPU, MEMORY_ONLY_NPU = f"memory-only.{GPU}", f"memory-only.{NPU}"
+MIG, MPS = f"mig.{GPU}", f"mps.{GPU}"
+Mi, Gi = 1 << 20, 1 << 30
+SIZES = StaticInventory({GPU: (80 * Gi, 40 * Gi), NPU: (64 * Gi,)})
+
+
+def pod(limits: dict[str, str], annotations: dict[str, str] | None = None, **container: Any) -> dict[str, Any]:
+    return {"metadata": {"annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": limits}, **container}]}}
+
+
+def plan(p: dict[str, Any], classes: Any = None) -> translate.PodPlan:
+    got = plan_pod(p, MAPPING, SIZES, classes)
+    assert all(len(w) <= MAX_WARNING for w in got.warnings), "an admission warning past 256 characters is cut"
+    return got
+
+
+def request(p: dict[str, Any], classes: Any = None) -> dict[str, Any]:
+    got = plan(p, classes)
+    assert not got.problems, got.problems
+    (cs,) = got.shares
+    return template_spec(cs.share, SIZES)["spec"]["devices"]
+
+
+def exactly(p: dict[str, Any], classes: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = request(p, classes)["requests"][0]["exactly"]
+    return body
+
+
+# --- 1. memory-only shares stay shared ---------------------------------------------------------------
+
+MEMORY_ONLY = [
+    # HAMi's README pod, examples/nvidia/example.yaml: memory, no gpucores -> no compute limit, shared GPU
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, {"memory": "3000Mi", "cores": "1"}),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "0"}, {"memory": "3000Mi", "cores": "1"}),
+    ({"nvidia.com/gpumem": "1024"}, {"memory": "1Gi", "cores": "1"}),  # the count defaults to 1, as in HAMi
+]
+
+
+@pytest.mark.parametrize(("limits", "capacity"), MEMORY_ONLY, ids=[str(m[0]) for m in MEMORY_ONLY])
+def test_memory_without_cores_is_a_memory_quota_on_a_device_others_share(limits: dict[str, str],
+                                                                       capacity: dict[str, str]) -> None:
+    """HAMi: cores 0, no compute limit, up to deviceSplitCount such pods on one GPU. Here: the
+    memory-only class (its config lifts the compute limit) at 1 core, the least a share costs:
+    99 more fit beside it, and a GPU whose 100 cores are all taken refuses it, as HAMi refuses a
+    cores-0 task on a fully used GPU."""
+    got = exactly(pod(limits))
+    assert got["deviceClassName"] == MEMORY_ONLY_GPU and got["capacity"]["requests"] == capacity
+    assert "config" not in request(pod(limits)), "the class's config applies; the claim writes none"
+
+
+def test_a_memory_percentage_without_cores_is_memory_only_on_every_size() -> None:
+    subs = request(pod({"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "50"}))["requests"][0]["firstAvailable"]
+    assert [(s["deviceClassName"], s["capacity"]["requests"]) for s in subs] == [
+        (MEMORY_ONLY_GPU, {"cores": "1", "memory": "40Gi"}), (MEMORY_ONLY_GPU, {"cores": "1", "memory": "20Gi"})]
+
+
+def test_with_cores_or_whole_the_share_stays_on_the_drivers_class() -> None:
+    assert exactly(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}))[
+        "deviceClassName"] == GPU
+    assert exactly(pod({"nvidia.com/gpu": "1"}))["deviceClassName"] == GPU
+    assert exactly(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"})) == {
+        "deviceClassName": GPU, "allocationMode": "ExactCount", "count": 1}
+
+
+def test_a_priority_on_a_memory_only_share_repeats_the_classes_config() -> None:
+    """A claim's config replaces its class's: written for the priority, it must say computeLimit:
+    false again (the same as the class, so it loosens nothing)."""
+    devices = request(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/priority": "0"}))
+    assert devices["config"][0]["opaque"]["parameters"] == {
+        "apiVersion": f"{GPU}/v1alpha1", "kind": "GpuConfig", "computeLimit": False, "priority": "high"}
+
+
+def test_without_the_memory_only_class_the_share_is_whole_compute_and_says_so() -> None:
+    got = plan(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}), classes=lambda name: name != MEMORY_ONLY_GPU)
+    (cs,) = got.shares
+    assert cs.share.device_class is None and cs.share.cores is None
+    assert "memory-only.hami-core-gpu.project-hami.io (memory-only shares) does not exist" in got.warnings[0]
+
+
+def test_an_mps_share_without_cores_is_warned_that_it_takes_the_whole_compute() -> None:
+    got = plan(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, {"nvidia.com/vgpu-mode": "mps"}))
+    assert got.shares[0].share.device_class == MPS and "takes the device's whole compute" in got.warnings[0]
+
+
+@pytest.mark.parametrize(("limits", "problem"), [
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "0.5"}, "is not a whole number"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1e30"}, "beyond the webhook's limit"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "900000"}, "is more than any published"),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "-0.001"}, "negative"),
+])
+def test_hostile_memory_only_inputs_are_still_refused(limits: dict[str, str], problem: str) -> None:
+    got = plan(pod(limits))
+    assert not got.shares and any(problem in p for p in got.problems), got.problems
+
