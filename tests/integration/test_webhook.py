@@ -32,6 +32,7 @@ from dra.webhook import translate
 from dra.webhook.inventory import SliceInventory
 from dra_dev import webhook_local as install
 from dra_dev.cluster.controlplane import ControlPlane
+from drivers.ascend import dcmi, devices, fake
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 GPU = "hami-core-gpu.project-hami.io"
@@ -273,6 +274,32 @@ def test_memory_only_pods_share_one_gpu_without_taking_its_compute(api_client: c
     create(api_client, ns, hami_pod("readme-c", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, node))
     wait_for(lambda: "Unschedulable" in pod_scheduled(api_client, ns, "readme-c")[1], 60,
              what="a memory-only pod to wait while the GPU's 100 cores are taken")
+
+
+def fake_npus(profile: str) -> list[Device]:
+    """The Ascend driver's own devices for one of its fake profiles (what its daemon publishes)."""
+    node = fake.profile(profile, "whn")
+    npus = tuple(dcmi.Npu(f.uuid, f.logic_id, f.phy_id, f.card, f.chip, "Ascend", f.chip_name, f.ai_cores, f.memory,
+                          f.pci_bus_id, f.pci_device_id, None, 0, f.pcie_root, f.numa_node) for f in node.npus)
+    return devices.to_devices(dcmi.Inventory(node.driver_version, npus))
+
+
+def test_hamis_ascend_examples_convert_and_allocate_on_the_drivers_own_devices(api_client: client.ApiClient,
+                                                                             ns: str) -> None:
+    """HAMi's examples/ascend pods (the default vNPU split: -memory alone, no annotation) on the
+    devices the Ascend driver publishes for a 310P3 and a 910C: the memory rounded up to HAMi's
+    template and its share of AI cores; a 910C request takes one module (both dies of a card)."""
+    p310 = node_with(api_client, NPU, fake_npus("310p3x2"))
+    create(api_client, ns, hami_pod("job-310p", {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "2000"},
+                                    p310))
+    (r,) = allocation(api_client, ns, "job-310p")
+    assert r["consumedCapacity"] == {"memory": "3Gi", "cores": "13"}  # vir01: 3072 MiB, 1 of 8 AI cores
+    c910 = node_with(api_client, NPU, fake_npus("910cx4"))
+    create(api_client, ns, hami_pod("job-910c", {"huawei.com/Ascend910C": "1", "huawei.com/Ascend910C-memory": "16384"},
+                                    c910))
+    results = allocation(api_client, ns, "job-910c")
+    assert sorted(x["device"] for x in results) in (["npu-0-0", "npu-1-0"], ["npu-2-0", "npu-3-0"])  # one card
+    assert {x["consumedCapacity"]["memory"] for x in results} == {"16Gi"}
 
 
 def test_memory_percentage_is_a_share_of_the_device_it_lands_on(api_client: client.ApiClient, ns: str) -> None:

@@ -115,3 +115,77 @@ def test_hostile_memory_only_inputs_are_still_refused(limits: dict[str, str], pr
     got = plan(pod(limits))
     assert not got.shares and any(problem in p for p in got.problems), got.problems
 
+
+# --- 2. Ascend pods split as HAMi's default does ---------------------------------------------------
+
+def npu(model: str, count: str = "1", memory: str | None = None, core: str | None = None) -> dict[str, str]:
+    out = {f"huawei.com/{model}": count}
+    if memory is not None:
+        out[f"huawei.com/{model}-memory"] = memory
+    if core is not None:
+        out[f"huawei.com/{model}-core"] = core
+    return out
+
+
+# HAMi's examples/ascend jobs (2000 MiB, no annotation) and the templates they round up to:
+# (memory MiB, AI cores of the template) / the model's AI cores, as cores percent (rounded up).
+TEMPLATES = [
+    ("Ascend910A", "2000", {"memory": "2184Mi", "cores": "7"}),  # vir02: 2 of 30 AI cores
+    ("Ascend910B2", "2000", {"memory": "8Gi", "cores": "13"}),  # vir03_1c_8g: 3 of 24
+    ("Ascend910B3", "2000", {"memory": "16Gi", "cores": "25"}),  # vir05_1c_16g: 5 of 20
+    ("Ascend910B4", "2000", {"memory": "8Gi", "cores": "25"}),  # vir05_1c_8g
+    ("Ascend910B4-1", "20000", {"memory": "32Gi", "cores": "50"}),  # vir10_3c_32g
+    ("Ascend310P", "2000", {"memory": "3Gi", "cores": "13"}),  # vir01: 1 of 8
+    ("Ascend310P", "6144", {"memory": "6Gi", "cores": "25"}),  # exactly vir02
+]
+
+
+@pytest.mark.parametrize(("model", "memory", "capacity"), TEMPLATES, ids=[f"{m}-{x}" for m, x, _ in TEMPLATES])
+def test_hamis_default_split_rounds_up_to_its_template(model: str, memory: str, capacity: dict[str, str]) -> None:
+    got = exactly(pod(npu(model, memory=memory)))
+    assert got["deviceClassName"] == NPU and got["capacity"]["requests"] == capacity
+    assert got["selectors"] == [{"cel": {"expression": f'device.attributes["{NPU}"].productName == "{model}"'}}]
+
+
+def test_past_the_largest_template_the_split_is_the_whole_device_and_past_the_device_refused() -> None:
+    assert "capacity" not in exactly(pod(npu("Ascend310P", memory="20000")))  # HAMi: memoryAllocatable, the whole NPU
+    got = plan(pod(npu("Ascend310P", memory="24577")))
+    assert "huawei.com/Ascend310P-memory=24577 is more than a Ascend310P has (24576 MiB)" in got.problems[0]
+
+
+def test_cores_or_the_mode_annotation_make_it_hamis_soft_split() -> None:
+    """HAMi: -core (or vnpu-mode hami-core) means hami-vnpu-core's soft split, memory as asked."""
+    assert exactly(pod(npu("Ascend910B3", memory="2000", core="30")))["capacity"]["requests"] == {
+        "memory": "2000Mi", "cores": "30"}
+    got = exactly(pod(npu("Ascend910B3", memory="2000"), {"huawei.com/vnpu-mode": "hami-core"}))
+    assert got["deviceClassName"] == MEMORY_ONLY_NPU and got["capacity"]["requests"] == {"memory": "2000Mi", "cores": "1"}
+    got = exactly(pod(npu("Ascend910B3", memory="2000", core="0")))  # -core 0: no compute limit, as HAMi
+    assert got["deviceClassName"] == MEMORY_ONLY_NPU
+
+
+def test_a_910c_request_takes_whole_modules() -> None:
+    """HAMi rounds 1 up to 2 (a module's two dies) and refuses other odd counts."""
+    got = plan(pod(npu("Ascend910C", memory="16384")))
+    assert "huawei.com/Ascend910C=1 is rounded up to 2, one whole module" in got.warnings[0]
+    devices = template_spec(got.shares[0].share)["spec"]["devices"]
+    assert [r["name"] for r in devices["requests"]] == ["npu-0", "npu-1"]
+    assert {r["exactly"]["capacity"]["requests"]["memory"] for r in devices["requests"]} == {"16Gi"}
+    assert devices["constraints"] == [{"requests": ["npu-0", "npu-1"], "distinctAttribute": f"{NPU}/uuid"},
+                                      {"requests": ["npu-0", "npu-1"], "matchAttribute": f"{NPU}/cardID"}]
+    devices = request(pod(npu("Ascend910C", "4")))
+    assert devices["constraints"][1:] == [{"requests": ["npu-0", "npu-1"], "matchAttribute": f"{NPU}/cardID"},
+                                          {"requests": ["npu-2", "npu-3"], "matchAttribute": f"{NPU}/cardID"}]
+
+
+@pytest.mark.parametrize(("limits", "annotations", "problem"), [
+    (npu("Ascend910C", "3"), {}, "must be 1 or a multiple of 2"),
+    (npu("Ascend910B3", "2", memory="2000"), {}, "is one device's (HAMi: vNPU is not supported for multiple devices)"),
+    (npu("Ascend910B3", memory="0"), {}, "asks for no memory"),
+    (npu("Ascend910B3", memory="1e40"), {}, "beyond the webhook's limit"),
+    ({"huawei.com/Ascend910c": "1"}, {}, "is not a resource this webhook knows (did you mean huawei.com/Ascend910C"),
+    (npu("Ascend910B3"), {"huawei.com/vnpu-mode": "hami-core,\u202e"}, "asks for a mode the DRA drivers do not serve"),
+])
+def test_hostile_ascend_inputs_are_refused_naming_the_fix(limits: dict[str, str], annotations: dict[str, str],
+                                                         problem: str) -> None:
+    got = plan(pod(limits, annotations))
+    assert not got.shares and any(problem in p for p in got.problems), got.problems
