@@ -20,8 +20,9 @@ COMPUTE_POLICIES = ("default", "force", "disable")  # HAMi-core's GPU_CORE_UTILI
 
 
 def shown(value: str) -> str:
-    """A tenant's value for a message: quoted, at most `MAX_VALUE_SHOWN` characters."""
-    return repr(value if len(value) <= MAX_VALUE_SHOWN else value[:MAX_VALUE_SHOWN] + "...")
+    """A tenant's value for a message: quoted, escaped, at most `MAX_VALUE_SHOWN` characters of it."""
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_SHOWN + 2 else text[:MAX_VALUE_SHOWN + 1] + "...'"
 
 
 def container_env(ctr: Mapping[str, Any]) -> dict[str, str | None]:
@@ -86,9 +87,8 @@ def annotation_warnings(annotations: Mapping[str, str], mapping: VendorMapping, 
             if value.strip() in v.honoured(key):
                 continue
             way = v.dra_way(key)
-            out.append(f"annotation {key}={shown(value)} is not honoured under DRA"
-                       + (f": {' '.join(way.split())}" if way else " (kube-scheduler picks the devices)")
-                       + "; it was left on the pod")
+            out.append(f"annotation {key}={shown(value)} is not honoured under DRA: "
+                       + (" ".join(way.split()) if way else "kube-scheduler picks the devices"))
     known = set(_known_annotations(mapping.vendors))
     domains = {"hami.io/"} | {k.split("/", 1)[0] + "/" for k in known if "/" in k}
     unknown = sorted(k for k in annotations if k not in known and any(k.startswith(d) for d in domains))

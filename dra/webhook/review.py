@@ -21,6 +21,7 @@ from typing import Any
 from dra._runtime import registry
 from dra.webhook import checks, translate
 from dra.webhook.classes import ClassConfigs, NoClasses
+from dra.webhook.events import Notifier
 from dra.webhook.templates import TemplateError, TemplateStore
 from dra.webhook.translate import Inventory, NoInventory, Share
 from dra.webhook.vendors import VendorMapping
@@ -74,12 +75,13 @@ class Admission:
                  templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None,
                  classes: ClassConfigs | None = None, allow_claim_loosening: bool = False,
                  protected_namespaces: Collection[str] = ("kube-system",),
-                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD) -> None:
+                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD, events: Notifier | None = None) -> None:
         """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra._runtime.loosening`);
         `allow_claim_loosening`: the admin's word that claims may loosen their enforcement (the
         node daemons' setting of the same name); `protected_namespaces`: never written to (the
         webhook's own namespace belongs there too); `max_shapes_per_pod`: the most templates one
-        admission may create (`translate.MAX_SHAPES_PER_POD`)."""
+        admission may create (`translate.MAX_SHAPES_PER_POD`); `events`: where a converted pod's
+        warnings go besides the answer (Events on its owner, `dra.webhook.events`)."""
         if max_shapes_per_pod < 1:
             raise ValueError(f"max_shapes_per_pod must be at least 1, not {max_shapes_per_pod}")
         self.mapping = mapping
@@ -90,6 +92,7 @@ class Admission:
         self.allow_claim_loosening = allow_claim_loosening
         self.protected_namespaces = frozenset(protected_namespaces)
         self.max_shapes_per_pod = max_shapes_per_pod
+        self.events = events
 
     # --- /mutate ------------------------------------------------------------------------------
     def mutate(self, review: Any) -> dict[str, Any]:
@@ -155,7 +158,10 @@ class Admission:
         log.info("pod converted", extra={"namespace": namespace, "pod": pod, "dry_run": dry_run,
                                          "templates": sorted(set(names.values())),
                                          "containers": [f"{c.container}:{c.share.vendor.name}" for c in plan.shares]})
-        return _response(uid, True, patch=patch, warnings=plan.warnings)
+        warnings = list(plan.warnings)
+        if warnings and self.events is not None and not dry_run:
+            self.events.notify(namespace, obj.get("metadata") or {}, warnings)
+        return _response(uid, True, patch=patch, warnings=warnings)
 
     # --- /validate ----------------------------------------------------------------------------
     def validate(self, review: Any) -> dict[str, Any]:

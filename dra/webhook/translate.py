@@ -242,14 +242,18 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
         return None
 
     memory = None
+    if memory_units == 0:  # HAMi: 0 is "not given", the whole memory (or the percentage)
+        plan.warnings.append(f"{where}: {r.memory}=0 means no memory limit (as in HAMi): the whole device's memory")
+        memory_units = None
     if memory_units is not None:
-        if memory_units == 0:
-            plan.problems.append(f"{where}: {r.memory}=0 asks for no memory; give the memory per device "
-                                 f"(in units of {_unit(v)}) or remove it for the whole device")
         memory = memory_units * v.memory_unit
         if percent is not None:
             plan.warnings.append(f"{where}: {r.memory_percentage} is ignored because {r.memory} is set (as in HAMi)")
             percent = None
+    if percent == 0:
+        plan.warnings.append(f"{where}: {r.memory_percentage}=0 means no memory limit (as in HAMi): the whole"
+                             f" device's memory")
+        percent = None
     if percent is not None and not 1 <= percent <= 100:
         plan.problems.append(f"{where}: {r.memory_percentage}={percent} must be 1-100 (percent of one device's memory)")
     if percent == 100:
@@ -481,15 +485,16 @@ def _selectors(where: str, v: Vendor, annotations: Mapping[str, str], plan: PodP
     out: list[str] = []
     if v.model is not None and v.model_attribute:
         out.append(sel.equals_selector(sel.attribute(v.driver, v.model_attribute), v.model))
-    try:
-        def listed(key: str | None) -> tuple[str, ...]:
-            return sel.split_list(key, annotations[key]) if key and key in annotations else ()
+    def listed(key: str | None) -> tuple[str, ...]:
+        if not key or key not in annotations:
+            return ()
+        warning = sel.list_warning(key, annotations[key])
+        if warning and where and f"{where}: {warning}" not in plan.warnings:
+            plan.warnings.append(f"{where}: {warning}")
+        return sel.split_list(key, annotations[key])
 
-        use_uuid, no_uuid = listed(a.use_uuid), listed(a.no_use_uuid)
-        use_type, no_type = listed(a.use_type), listed(a.no_use_type)
-    except sel.AnnotationError as e:
-        plan.problems.append(f"{where}: {e}")
-        return out
+    use_uuid, no_uuid = listed(a.use_uuid), listed(a.no_use_uuid)
+    use_type, no_type = listed(a.use_type), listed(a.no_use_type)
     uuid_attribute = uuid_attribute or v.uuid_attribute
     if (use_uuid or no_uuid) and uuid_attribute:
         out += sel.uuid_selectors(sel.attribute(v.driver, uuid_attribute), use_uuid, no_uuid)
@@ -507,8 +512,9 @@ def _numa(where: str, v: Vendor, annotations: Mapping[str, str], count: int, pla
     if not key or key not in annotations:
         return False
     raw = annotations[key]
-    if raw not in _TRUE | _FALSE:
-        plan.problems.append(f"{where}: annotation {key}={raw!r} must be true or false")
+    if raw not in _TRUE | _FALSE:  # HAMi: ParseBool fails, not enforced
+        plan.warnings.append(f"{where}: annotation {key}={knobs.shown(raw)} is not true or false, so (as in HAMi)"
+                             f" devices may span NUMA nodes; write true to keep them on one")
         return False
     if raw in _FALSE or count < 2:
         return False

@@ -270,6 +270,8 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
                                         ("delete", "resourceclaimtemplates.resource.k8s.io", "no"),
                                         ("create", "resourceclaims.resource.k8s.io", "no"),
                                         ("create", "resourceslices.resource.k8s.io", "no"),
+                                        ("create", "events", "yes"), ("get", "replicasets.apps", "yes"),
+                                        ("list", "replicasets.apps", "no"), ("update", "deployments.apps", "no"),
                                         ("get", "secrets", "no"), ("patch", "pods", "no")):
             got = kubectl.run("auth", "can-i", verb, resource, "-n", "default", f"--as={sa}", check=False).stdout.strip()
             assert got == allowed, (verb, resource)

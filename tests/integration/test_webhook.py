@@ -426,6 +426,33 @@ def test_deployment_rolled_out_twice_leaves_no_claim_once_scaled_to_zero(api_cli
     assert len(templates_of(api_client, ns)) == 1  # one shape, one template, reused by every pod
 
 
+def test_a_deployments_users_see_the_warnings_as_events_on_their_deployment(api_client: client.ApiClient,
+                                                                          ns: str) -> None:
+    """An admission warning reaches whoever created the pod: for a Deployment's pods, the
+    ReplicaSet controller. The webhook also posts it as an Event on the ReplicaSet and the
+    Deployment (`kubectl describe deployment` shows it)."""
+    apps: Any = client.AppsV1Api(api_client)
+    template = {k: v for k, v in hami_pod("x", {"nvidia.com/gpu": "1"}).items() if k in ("metadata", "spec")}
+    template["metadata"] = {"labels": {"app": "spread"}, "annotations": {"hami.io/node-scheduler-policy": "spread"}}
+    apps.create_namespaced_deployment(ns, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "spread"},
+                                           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "spread"}},
+                                                    "template": template}})
+    core: Any = client.CoreV1Api(api_client)
+
+    def events_on(kind: str) -> list[Any]:
+        return [e for e in core.list_namespaced_event(ns).items
+                if e.involved_object.kind == kind and e.reason == "HAMiInputNotHonoured"]
+
+    (event,) = wait_for(lambda: events_on("Deployment"), 60, what="the webhook's Event on the Deployment")
+    assert event.involved_object.name == "spread" and event.type == "Warning"
+    assert "hami.io/node-scheduler-policy='spread' is not honoured under DRA" in event.message
+    assert "LeastAllocated (spread)" in event.message
+    assert len(events_on("ReplicaSet")) == 1, "two pods, one warning: one Event per object"
+    pods = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(core.list_namespaced_pod(ns).items), 30,
+                    what="both pods")
+    assert all(p.spec.resource_claims for p in pods)  # converted all the same
+
+
 def test_the_api_server_keeps_its_connections_to_the_webhook(webhook: Path) -> None:
     state = install.State.load(webhook)
     assert state is not None
@@ -465,8 +492,9 @@ def test_impossible_pods_get_a_clear_rejection_and_leave_nothing(api_client: cli
     assert "is more than any published hami-core-gpu.project-hami.io device has (largest:" in msg
     msg = refusal(api_client, ns, hami_pod("npu", {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "70000"}))
     assert "huawei.com/Ascend910B3-memory=70000 is more than a Ascend910B3 has (65536 MiB)" in msg
-    msg = refusal(api_client, ns, hami_pod("comma", {"nvidia.com/gpu": "1"}, annotations={"nvidia.com/use-gputype": "A100,"}))
-    assert "has an empty entry" in msg
+    body = hami_pod("privileged", {"nvidia.com/gpu": "1"})
+    body["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert "container 'main' is privileged" in refusal(api_client, ns, body)
     assert templates_of(api_client, ns) == [] and client.CoreV1Api(api_client).list_namespaced_pod(ns).items == []
 
 

@@ -180,7 +180,7 @@ def test_a_910c_request_takes_whole_modules() -> None:
 @pytest.mark.parametrize(("limits", "annotations", "problem"), [
     (npu("Ascend910C", "3"), {}, "must be 1 or a multiple of 2"),
     (npu("Ascend910B3", "2", memory="2000"), {}, "is one device's (HAMi: vNPU is not supported for multiple devices)"),
-    (npu("Ascend910B3", memory="0"), {}, "asks for no memory"),
+    (npu("Ascend910B3", "0", memory="2000"), {}, "asks for no device, but huawei.com/Ascend910B3-memory is set"),
     (npu("Ascend910B3", memory="1e40"), {}, "beyond the webhook's limit"),
     ({"huawei.com/Ascend910c": "1"}, {}, "is not a resource this webhook knows (did you mean huawei.com/Ascend910C"),
     (npu("Ascend910B3"), {"huawei.com/vnpu-mode": "hami-core,\u202e"}, "asks for a mode the DRA drivers do not serve"),
@@ -189,3 +189,131 @@ def test_hostile_ascend_inputs_are_refused_naming_the_fix(limits: dict[str, str]
                                                          problem: str) -> None:
     got = plan(pod(limits, annotations))
     assert not got.shares and any(problem in p for p in got.problems), got.problems
+
+
+# --- 3. nothing dropped without a word ------------------------------------------------------------
+
+def gpu_share(**extra: str) -> dict[str, str]:
+    return {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30", **extra}
+
+
+@pytest.mark.parametrize(("value", "priority"), [("0", "high"), ("1", "normal")])
+def test_task_priority_becomes_the_claims_priority(value: str, priority: str) -> None:
+    (config,) = request(pod(gpu_share(**{"nvidia.com/priority": value})))["config"]
+    assert config == {"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {
+        "apiVersion": f"{GPU}/v1alpha1", "kind": "GpuConfig", "priority": priority}}}
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "0.5", "1e20"])
+def test_a_priority_hami_does_not_have_is_refused(value: str) -> None:
+    got = plan(pod(gpu_share(**{"nvidia.com/priority": value})))
+    assert not got.shares and any("nvidia.com/priority" in p for p in got.problems), got.problems
+
+
+def env(name: str, value: str | None) -> list[dict[str, Any]]:
+    return [{"name": name, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}} if value is None
+            else {"name": name, "value": value}]
+
+
+def test_compute_policy_disable_lifts_the_limit_and_keeps_the_cores_reserved() -> None:
+    got = exactly(pod(gpu_share(), env=env("GPU_CORE_UTILIZATION_POLICY", "disable")))
+    assert got["deviceClassName"] == MEMORY_ONLY_GPU and got["capacity"]["requests"] == {"memory": "3000Mi", "cores": "30"}
+    for value in ("force", "default"):  # what the hook always does
+        assert exactly(pod(gpu_share(), env=env("GPU_CORE_UTILIZATION_POLICY", value)))["deviceClassName"] == GPU
+
+
+@pytest.mark.parametrize(("value", "warning"), [
+    ("turbo", "is not a policy HAMi-core knows (default, force, disable); the compute limit stays"),
+    (None, "comes from a reference admission cannot read; the compute limit stays"),
+    ("x" * 5000, "'" + "x" * 40 + "...' is not a policy"),
+])
+def test_a_compute_policy_the_webhook_cannot_apply_is_warned(value: str | None, warning: str) -> None:
+    got = plan(pod(gpu_share(), env=env("GPU_CORE_UTILIZATION_POLICY", value)))
+    assert got.shares[0].share.device_class is None and warning in got.warnings[0]
+
+
+def test_disable_control_is_refused_on_a_share_and_meaningless_on_a_whole_gpu() -> None:
+    got = plan(pod(gpu_share(), env=env("CUDA_DISABLE_CONTROL", "true")))
+    assert "env CUDA_DISABLE_CONTROL='true' would lift every limit of a device others share" in got.problems[0]
+    assert "ask for whole devices (nvidia.com/gpu alone)" in got.problems[0]
+    whole = plan(pod({"nvidia.com/gpu": "1"}, env=env("CUDA_DISABLE_CONTROL", "true")))
+    assert not whole.problems and not whole.warnings
+    assert not plan(pod(gpu_share(), env=env("CUDA_DISABLE_CONTROL", "false"))).problems
+
+
+def test_privileged_containers_are_refused_as_hami_refuses_them() -> None:
+    got = plan(pod({"nvidia.com/gpu": "1"}, securityContext={"privileged": True}))
+    assert "container 'main' is privileged" in got.problems[0] and "remove securityContext.privileged" in got.problems[0]
+    p = pod({"nvidia.com/gpu": "1"})
+    p["spec"]["initContainers"] = [{"name": "setup", "securityContext": {"privileged": True}}]
+    assert "container 'setup' is privileged" in plan(p).problems[0]
+    p = pod({"cpu": "1"}, securityContext={"privileged": True})
+    assert not plan(p).problems, "a pod without HAMi resources is none of the webhook's business"
+
+
+def two(init: dict[str, str], app: dict[str, str], restart: str | None = None) -> dict[str, Any]:
+    p = pod(app)
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": init},
+                                    **({"restartPolicy": restart} if restart else {})}]
+    return p
+
+
+def test_an_init_container_uses_the_app_containers_claim_when_it_covers_it() -> None:
+    got = plan(two(gpu_share(**{"nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "20"}), gpu_share()))
+    assert [(c.container, c.uses) for c in got.shares] == [("warmup", 1), ("main", None)] and not got.warnings
+    assert len(got.shapes()) == 1
+
+
+def test_a_larger_init_container_keeps_its_own_claim_and_is_warned() -> None:
+    got = plan(two(gpu_share(**{"nvidia.com/gpumem": "20480"}), gpu_share()))
+    assert [c.uses for c in got.shares] == [None, None] and len(got.shapes()) == 2
+    assert "init container 'warmup': its nvidia request is larger than any app container's" in got.warnings[0]
+
+
+def test_a_sidecar_runs_for_the_pods_life_and_keeps_its_own_claim() -> None:
+    got = plan(two(gpu_share(), gpu_share(), restart="Always"))
+    assert [(c.init, c.uses) for c in got.shares] == [(False, None), (False, None)] and not got.warnings
+
+
+def test_uuid_pinning_in_mig_mode_matches_the_parent_gpu_as_hami_does() -> None:
+    got = exactly(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"},
+                      {"nvidia.com/vgpu-mode": "mig", "nvidia.com/use-gpuuuid": "GPU-a", "nvidia.com/nouse-gpuuuid": "GPU-b"}))
+    a = f'device.attributes["{GPU}"]'
+    assert [s["cel"]["expression"] for s in got["selectors"]][:2] == [f'{a}.parentUUID in ["GPU-a"]',
+                                                                      f'!({a}.parentUUID in ["GPU-b"])']
+
+
+def test_without_the_mode_a_share_may_also_land_on_a_mig_device_where_the_mig_class_exists() -> None:
+    """HAMi's one pool: a pod without vgpu-mode goes to a hami-core GPU or a MIG one."""
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "20"}
+    subs = request(pod(limits), classes=lambda name: True)["requests"][0]["firstAvailable"]
+    assert [(s["name"], s["deviceClassName"]) for s in subs] == [("hami-core", GPU), ("mig", MIG)]
+    assert "capacity" not in subs[1]
+    assert subs[1]["selectors"][-1]["cel"]["expression"].endswith('compareTo(quantity("8000Mi")) >= 0')
+    # no MIG class: as before; a whole GPU: no MIG fallback either
+    assert "exactly" in request(pod(limits), classes=lambda name: name != MIG)["requests"][0]
+    assert "exactly" in request(pod({"nvidia.com/gpu": "1"}), classes=lambda name: True)["requests"][0]
+
+
+def test_a_mode_list_offers_every_listed_mode() -> None:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    subs = request(pod(limits, {"nvidia.com/vgpu-mode": "mig,hami-core"}))["requests"][0]["firstAvailable"]
+    assert [(s["name"], s["deviceClassName"]) for s in subs] == [("hami-core", MEMORY_ONLY_GPU), ("mig", MIG)]
+
+
+@pytest.mark.parametrize(("annotations", "warning"), [
+    ({"hami.io/node-scheduler-policy": "spread"}, "LeastAllocated (spread), named in spec.schedulerName"),
+    ({"hami.io/gpu-scheduler-policy": "topology-aware"}, "write a claim with matchAttribute"),
+    ({"hami.io/device-scoring-weights": "slot=1,core=2"}, "kube-scheduler's allocator has no device scores"),
+    ({"hami.io/some-new-knob": "1"}, "annotation hami.io/some-new-knob is not a HAMi input this webhook reads"),
+    ({"hami.io/node-scheduler-policy": "\n" * 300}, "is not honoured under DRA"),
+])
+def test_annotations_nothing_under_dra_honours_are_warned_with_the_dra_way(annotations: dict[str, str],
+                                                                         warning: str) -> None:
+    got = plan(pod({"nvidia.com/gpu": "1"}, annotations))
+    assert got.shares and any(warning in w for w in got.warnings), got.warnings
+
+
+def test_many_unknown_annotations_are_counted_not_listed() -> None:
+    got = plan(pod({"nvidia.com/gpu": "1"}, {f"hami.io/x{i}": "1" for i in range(50)}))
+    assert len(got.warnings) == 5 and "46 more annotations" in got.warnings[-1]

@@ -85,7 +85,6 @@ PROBLEMS = [
     ({"nvidia.com/gpu": "1.5"}, "nvidia.com/gpu=1.5 is not a whole number"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "lots"}, "nvidia.com/gpumem='lots' is not a Kubernetes quantity"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}, "nvidia.com/gpucores=150 is more than a device has (100"),
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "0"}, "nvidia.com/gpumem=0 asks for no memory"),
     ({"nvidia.com/gpu": "0", "nvidia.com/gpumem": "1000"}, "nvidia.com/gpu=0 asks for no device, but nvidia.com/gpumem"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"}, "must be 1-100"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100000"},
@@ -185,10 +184,7 @@ def test_annotations_become_cel_selectors(annotations: dict[str, str], cel: list
 
 
 ANNOTATION_PROBLEMS = [
-    ({"nvidia.com/use-gputype": "A100,"}, "has an empty entry"),
-    ({"nvidia.com/nouse-gpuuuid": ""}, "annotation nvidia.com/nouse-gpuuuid is empty"),
     ({"nvidia.com/vgpu-mode": "time-slicing"}, "served: 'hami-core', 'mps', 'mig'"),
-    ({"nvidia.com/numa-bind": "yes"}, "must be true or false"),
 ]
 
 
@@ -196,6 +192,31 @@ ANNOTATION_PROBLEMS = [
 def test_bad_annotations_are_problems(annotations: dict[str, str], message: str) -> None:
     plan = plan_pod(pod({"nvidia.com/gpu": "2"}, annotations=annotations), MAPPING, SIZES)
     assert any(message in p for p in plan.problems), plan.problems
+
+
+LENIENT = [  # what HAMi makes of them, with a warning saying so
+    ({"nvidia.com/use-gputype": "A100,"}, [f'{T}.contains("A100")'], "has an empty entry (a stray comma), skipped"),
+    ({"nvidia.com/nouse-gpuuuid": ""}, [], "annotation nvidia.com/nouse-gpuuuid is empty, which asks for nothing"),
+    ({"nvidia.com/use-gputype": " , "}, [], "annotation nvidia.com/use-gputype is empty"),
+    ({"nvidia.com/numa-bind": "yes"}, [], "is not true or false, so (as in HAMi) devices may span NUMA nodes"),
+]
+
+
+@pytest.mark.parametrize(("annotations", "cel", "warning"), LENIENT, ids=[json.dumps(a[0]) for a in LENIENT])
+def test_lenient_annotations_mean_what_hami_makes_of_them(annotations: dict[str, str], cel: list[str],
+                                                          warning: str) -> None:
+    plan = plan_pod(pod({"nvidia.com/gpu": "2"}, annotations=annotations), MAPPING, SIZES)
+    assert not plan.problems and list(plan.shares[0].share.selectors) == cel
+    assert not plan.shares[0].share.same_numa
+    assert any(warning in w for w in plan.warnings), plan.warnings
+
+
+def test_zero_memory_or_percentage_is_hamis_not_given() -> None:
+    for limits in ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "0"}, {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0"}):
+        plan = plan_pod(pod(limits), MAPPING, SIZES)
+        s = plan.shares[0].share
+        assert (s.memory, s.memory_percent, s.cores) == (None, None, None), "the whole device, as HAMi reads 0"
+        assert "=0 means no memory limit (as in HAMi)" in plan.warnings[0]
 
 
 def test_numa_bind_keeps_several_devices_on_one_numa_node() -> None:
