@@ -9,8 +9,10 @@
 Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
 ~/.kube/config. It needs get/list/watch on resourceslices, get on deviceclasses, create/get on
 resourceclaimtemplates, create on events and get on replicasets (a converted pod's warnings as
-Events on its controller and a ReplicaSet's Deployment: `events`). Probes: GET /healthz (alive) and /readyz (device inventory synced) on the
-health port, plain HTTP, which also serves Prometheus /metrics.
+Events on its controller and a ReplicaSet's Deployment: `events`) and list on resourcequotas (the
+warning that conversion bypasses a quota on HAMi's resources: `quota`). Probes: GET /healthz
+(alive) and /readyz (device inventory synced) on the health port, plain HTTP, which also serves
+Prometheus /metrics.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def run(
     from dra.webhook.classes import DeviceClassReader
     from dra.webhook.events import OwnerEvents
     from dra.webhook.inventory import SliceInventory
+    from dra.webhook.quota import QuotaReader
     from dra.webhook.review import Admission
     from dra.webhook.server import WebhookServer
     from dra.webhook.templates import TemplateStore
@@ -97,7 +100,8 @@ def run(
     admission = Admission(mapping, inventory, TemplateStore(api), classes=DeviceClassReader(api),
                           allow_claim_loosening=allow_claim_loosening,
                           protected_namespaces=["kube-system", *([own] if own else [])],
-                          max_shapes_per_pod=max_shapes_per_pod, events=events)
+                          max_shapes_per_pod=max_shapes_per_pod, events=events,
+                          quotas=QuotaReader(lambda path, params: client.get_json(api, path, params, 2)))
     try:
         server = WebhookServer(admission, cert, key, port=port, host=host,
                                health_port=health_port or None, ready=lambda: inventory.ready, client_ca=client_ca)

@@ -22,6 +22,8 @@ from dra._runtime import registry
 from dra.webhook import checks, translate
 from dra.webhook.classes import ClassConfigs, NoClasses
 from dra.webhook.events import Notifier
+from dra.webhook.quota import NoQuotas, Quotas
+from dra.webhook.quota import warnings as quota_warnings
 from dra.webhook.templates import TemplateError, TemplateStore
 from dra.webhook.translate import Inventory, NoInventory, Share
 from dra.webhook.vendors import VendorMapping
@@ -75,7 +77,8 @@ class Admission:
                  templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None,
                  classes: ClassConfigs | None = None, allow_claim_loosening: bool = False,
                  protected_namespaces: Collection[str] = ("kube-system",),
-                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD, events: Notifier | None = None) -> None:
+                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD, events: Notifier | None = None,
+                 quotas: Quotas | None = None) -> None:
         """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra._runtime.loosening`);
         `allow_claim_loosening`: the admin's word that claims may loosen their enforcement (the
         node daemons' setting of the same name); `protected_namespaces`: never written to (the
@@ -93,6 +96,7 @@ class Admission:
         self.protected_namespaces = frozenset(protected_namespaces)
         self.max_shapes_per_pod = max_shapes_per_pod
         self.events = events
+        self.quotas = quotas or NoQuotas()
 
     # --- /mutate ------------------------------------------------------------------------------
     def mutate(self, review: Any) -> dict[str, Any]:
@@ -159,6 +163,7 @@ class Admission:
                                          "templates": sorted(set(names.values())),
                                          "containers": [f"{c.container}:{c.share.vendor.name}" for c in plan.shares]})
         warnings = list(plan.warnings)
+        warnings += quota_warnings(plan, self.quotas.hard(namespace), [v.resources.count for v in self.mapping.vendors])
         if warnings and self.events is not None and not dry_run:
             self.events.notify(namespace, obj.get("metadata") or {}, warnings)
         return _response(uid, True, patch=patch, warnings=warnings)

@@ -272,6 +272,7 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
                                         ("create", "resourceslices.resource.k8s.io", "no"),
                                         ("create", "events", "yes"), ("get", "replicasets.apps", "yes"),
                                         ("list", "replicasets.apps", "no"), ("update", "deployments.apps", "no"),
+                                        ("list", "resourcequotas", "yes"), ("update", "resourcequotas", "no"),
                                         ("get", "secrets", "no"), ("patch", "pods", "no")):
             got = kubectl.run("auth", "can-i", verb, resource, "-n", "default", f"--as={sa}", check=False).stdout.strip()
             assert got == allowed, (verb, resource)

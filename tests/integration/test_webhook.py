@@ -453,6 +453,22 @@ def test_a_deployments_users_see_the_warnings_as_events_on_their_deployment(api_
     assert all(p.spec.resource_claims for p in pods)  # converted all the same
 
 
+def test_a_quota_on_hamis_resources_is_named_when_conversion_bypasses_it(cluster: ControlPlane,
+                                                                       api_client: client.ApiClient, ns: str) -> None:
+    """The webhook strips nvidia.com/gpu before the ResourceQuota plugin counts the pod: the quota
+    stops limiting converted pods. kubectl shows the warning naming it and DRA's per-class quota."""
+    core: Any = client.CoreV1Api(api_client)
+    core.create_namespaced_resource_quota(ns, {"metadata": {"name": "gpus"}, "spec": {"hard": {
+        "requests.nvidia.com/gpu": "1"}}})
+    kubectl = [str(cluster.bins.path("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "-n", ns]
+    for name in ("q1", "q2"):  # two GPUs under a quota of one: both admitted, as the quota no longer sees them
+        proc = subprocess.run([*kubectl, "create", "-f", "-"], input=json.dumps(hami_pod(name, {"nvidia.com/gpu": "1"})),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert ("Warning: ResourceQuota gpus: requests.nvidia.com/gpu no longer counts this pod (converted to claims);"
+                f" DRA's quota counts devices per class: {GPU}.deviceclass.resource.k8s.io/devices") in proc.stderr
+
+
 def test_the_api_server_keeps_its_connections_to_the_webhook(webhook: Path) -> None:
     state = install.State.load(webhook)
     assert state is not None
