@@ -67,7 +67,10 @@ def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str,
         request["firstAvailable"] = [{"name": share.mode, **exact(own_class, share.selectors, capacity)}]
         configs.append((share.mode, share.config, share.class_config))
         for alt in share.alternatives[: MAX_SUBREQUESTS - 1]:
-            request["firstAvailable"].append({"name": alt.mode, **exact(alt.device_class, alt.selectors,
+            selectors = [*alt.selectors]
+            if alt.min_memory is not None:
+                selectors.append(sel.at_least_selector(sel.capacity(v.driver, v.capacity_memory), quantity_text(alt.min_memory)))
+            request["firstAvailable"].append({"name": alt.mode, **exact(alt.device_class, selectors,
                                                                         {} if alt.whole else capacity)})
             configs.append((alt.mode, alt.config, alt.class_config))
     else:

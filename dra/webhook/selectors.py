@@ -87,3 +87,7 @@ def equals_selector(attr: str, value: str) -> str:
 
 def memory_equals_selector(cap: str, quantity: str) -> str:
     return f"{cap}.compareTo(quantity({cel_string(quantity)})) == 0"
+
+
+def at_least_selector(cap: str, quantity: str) -> str:
+    return f"{cap}.compareTo(quantity({cel_string(quantity)})) >= 0"

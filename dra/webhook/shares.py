@@ -51,6 +51,11 @@ class Alternative:
     selectors: tuple[str, ...]
     config: Items = ()
     class_config: Items = ()
+    min_memory: int | None = None  # a whole device at least this large (bytes)
+
+    def covers(self, other: Alternative) -> bool:
+        mine, theirs = dataclasses.replace(self, min_memory=None), dataclasses.replace(other, min_memory=None)
+        return mine == theirs and (other.min_memory or 0) <= (self.min_memory or 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +83,12 @@ class Share:
         memory and cores (an init container may then use the app container's claim, as HAMi
         counts the larger of the two)."""
         if (self.vendor, self.count, self.selectors, self.same_numa, self.device_class, self.whole,
-                self.memory_percent, self.config, self.class_config, self.alternatives, self.module) != (
+                self.memory_percent, self.config, self.class_config, self.module, len(self.alternatives)) != (
                 other.vendor, other.count, other.selectors, other.same_numa, other.device_class, other.whole,
-                other.memory_percent, other.config, other.class_config, other.alternatives, other.module):
+                other.memory_percent, other.config, other.class_config, other.module, len(other.alternatives)):
             return False
-        return _at_least(self.memory, other.memory) and _at_least(self.cores, other.cores)
+        return (_at_least(self.memory, other.memory) and _at_least(self.cores, other.cores)
+                and all(a.covers(b) for a, b in zip(self.alternatives, other.alternatives, strict=True)))
 
 
 def _at_least(mine: int | None, theirs: int | None) -> bool:

@@ -294,8 +294,7 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
 
 
 def _at_least_selector(v: Vendor, memory: int) -> str:
-    cap = sel.capacity(v.driver, v.capacity_memory)
-    return f"{cap}.compareTo(quantity({sel.cel_string(quantity_text(memory))})) >= 0"
+    return sel.at_least_selector(sel.capacity(v.driver, v.capacity_memory), quantity_text(memory))
 
 
 def _mode(where: str, v: Vendor, ctx: _Pod, ask: _Ask, plan: PodPlan) -> None:
@@ -449,7 +448,7 @@ def _alternative(v: Vendor, mode: str, ask: _Ask, ctx: _Pod, plan: PodPlan, prio
     if other is not None and other.whole:
         if ask.memory is None:
             return None
-        return Alternative(mode, device_class, True, (*selectors, _at_least_selector(v, ask.memory)), config, class_config)
+        return Alternative(mode, device_class, True, tuple(selectors), config, class_config, ask.memory)
     return Alternative(mode, device_class, False, tuple(selectors), config, class_config)
 
 
