@@ -1,6 +1,6 @@
-# The dra-hami image: every chart runs it (helm/hami-core-gpu and helm/ascend: `python3 -m
-# dra._runtime.daemon <driver>` and the `dra hookdir install` init container; helm/dra-webhook: `dra
-# webhook run`). Build and push it yourself, from any Debian-based Python >= 3.11 image:
+# The dra-hami image: every chart runs it (helm/hami-core-gpu and helm/ascend: `dra run <driver>`
+# and the `dra hookdir install` init container; helm/dra-webhook: `dra webhook run`). Build and
+# push it yourself, from any Debian-based Python >= 3.11 image:
 #
 #   docker build -t ghcr.io/project-hami/dra-hami:0.1.0 . && docker push ghcr.io/project-hami/dra-hami:0.1.0
 #
@@ -38,7 +38,7 @@ FROM ${BASE}
 # The wheels are bind-mounted from the build stage, so they are in no layer of the image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python3 -m venv /opt/dra && /opt/dra/bin/pip install --no-cache-dir --no-index --find-links /wheels 'dra-hami[nvidia]'
-# The venv first on PATH: the charts run `dra ...` and `python3 -m dra._runtime.daemon`. Long-lived
+# The venv first on PATH: the charts run `dra ...`. Long-lived
 # processes on a read-only root filesystem (the charts set readOnlyRootFilesystem): no bytecode
 # written next to site-packages.
 ENV PATH=/opt/dra/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

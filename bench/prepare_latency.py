@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", help="a running control plane (default: start an embedded one)")
     parser.add_argument("--levels", default="1,10,100", help="concurrency levels (default 1,10,100)")
     parser.add_argument("--samples", type=int, default=300, help="timed calls per level, at least one round")
-    parser.add_argument("--module", default="dra.cli", help="dra.cli (`dra run`) or dra._runtime.daemon (`python -m dra._runtime.daemon`)")
+    parser.add_argument("--module", default="dra.cli", help="dra.cli (`dra run`), or a module taking its arguments")
     parser.add_argument("--daemon-args", default="", help="extra arguments for the daemon, space separated")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long idle CPU is measured")
     args = parser.parse_args()

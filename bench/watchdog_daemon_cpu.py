@@ -62,7 +62,7 @@ def main() -> None:
                 client.CoreV1Api(api).create_node({"metadata": {"name": node}})
                 d = DaemonProcess("hami-core-gpu", node, cluster.kubeconfig, work / mode,
                                   args=["--fake", "h200x8", "--set", "health=off", "--watchdog", mode],
-                                  env={"STUB_NVML_PROCESSES": str(procs)}, module="dra._runtime.daemon")
+                                  env={"STUB_NVML_PROCESSES": str(procs)})
                 d.start()
                 daemons[mode] = d
                 harness = KubeletHarness(d.registrar_dir)  # plays kubelet's registration

@@ -4,6 +4,8 @@
   read them), so their schemas are built here from shared parts instead of copied by hand.
   Every object refuses unknown keys, so a typo in a value fails `helm install` with the key's
   path instead of being ignored.
+  The daemon's values that are a flag with choices (preload, logFormat, ...) take them from the
+  flag (`dra._runtime.daemon.DaemonSettings`).
 - ``dra-webhook/files/webhook-configurations.json``: the Mutating- and
   ValidatingWebhookConfiguration as `dra.webhook.registration` builds them (rules, CEL match
   conditions from the shipped vendor mapping, selectors), with placeholders the chart fills in
@@ -66,6 +68,19 @@ def common() -> dict[str, Any]:
     }
 
 
+def daemon_flag(field: str) -> Any:
+    """The `dra run` flag of a DaemonSettings field (dra/_runtime/daemon.py declares each flag once)."""
+    from dra._runtime import flags
+    from dra._runtime.daemon import DaemonSettings
+
+    return flags.of(DaemonSettings, field)
+
+
+def flag_enum(field: str) -> dict[str, Any]:
+    """The values a chart may give a flag with choices: the flag's own."""
+    return {"enum": list(daemon_flag(field).choices)}
+
+
 def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The schema of a node-daemon chart (hami-core-gpu, ascend)."""
     kubelet_plugin = obj({
@@ -97,16 +112,16 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
     daemon = obj({
         "settings": settings,
         "fake": {"type": "string", "description": "the driver's fake backend: a profile name or a file; empty: real devices"},
-        "preload": {"enum": ["file", "env"]},
+        "preload": flag_enum("preload"),
         "metricsPort": {"type": "integer", "minimum": 1, "maximum": 65535},
         "metricsBind": {"enum": ["podIP", "all"], "description": "podIP: the pod's own address; all: 0.0.0.0"},
         "allowClaimLoosening": {"type": "boolean",
                                 "description": "honour a claim's own config where it loosens enforcement"},
-        "grpcWorkers": {"type": "integer", "minimum": 32},
-        "logFormat": {"enum": ["json", "text"]},
-        "logLevel": {"enum": ["debug", "info", "warning", "error"]},
+        "grpcWorkers": {"type": "integer", "minimum": daemon_flag("grpc_workers").minimum},
+        "logFormat": flag_enum("log_format"),
+        "logLevel": flag_enum("log_level"),
         "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
-        "watchdog": obj({"action": {"enum": ["report", "kill", "taint", "off"],
+        "watchdog": obj({"action": {**flag_enum("watchdog"),
                                     "description": "the process watchdog (dra/_runtime/watchdog.py); on: hostPID, CAP_KILL "
                                                    "and CAP_SYS_PTRACE (maps: proof of a held process)"}}),
     }, ["preload", "metricsPort", "metricsBind", "grpcWorkers", "logFormat", "logLevel"])

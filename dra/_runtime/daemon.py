@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,74 +33,100 @@ from typing import Annotated, Any
 
 import typer
 
+from dra._runtime import flags, registry
 from dra._runtime import logging as dra_logging
-from dra._runtime import registry
 from dra._runtime.metrics import HealthServer, MeteredHandler, Metrics
 from dra._runtime.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
 from dra._runtime.publish.fence import warn_if_unfenced
-from dra._runtime.publish.layout import parse_layout
+from dra._runtime.publish.layout import SliceLayout, parse_layout
 from dra._runtime.watchdog import ACTIONS as WATCHDOG_ACTIONS
 from dra._runtime.watchdog import WatchdogSettings
-from dra.driver import ClaimRef, Driver, DriverContext, RecordedDevice
+from dra.driver import ClaimRef, Driver, DriverContext, Preload, RecordedDevice
 from dra.errors import UserError
 
 log = logging.getLogger("dra._runtime.daemon")
 
 
+def parse_settings(pairs: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` options as a mapping (a later key wins); UserError on a pair without '='."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {pair!r}: expected key=value, e.g. --set count=4")
+        out[key.strip()] = value
+    return out
 
-@dataclasses.dataclass
+
+def _optional(value: str) -> str | None:
+    return value or None  # an empty downward-API value or env var: not given
+
+
+def _quantity(value: str) -> int:
+    from dra._runtime.client import quantity_to_int
+
+    return quantity_to_int(value)
+
+
+@flags.settings
 class DaemonSettings:
-    """Everything `dra run` is told on its command line."""
+    """Everything `dra run` is told on its command line: each field is one flag (`dra._runtime.flags`)."""
 
-    node_name: str
-    """The Node this daemon serves (downward API ``spec.nodeName``); also the pool name."""
+    node_name: str = flags.flag(help="This node's name (downward API spec.nodeName); also its pool's name.", envvar="NODE_NAME")
+    kubeconfig: Path | None = flags.flag(default=None, help="Kubeconfig file; default: in-cluster service account.",
+                                         envvar="KUBECONFIG")
+    plugin_dir: Path = flags.flag(default=Path("/var/lib/kubelet/plugins"),
+                                  help="Root of kubelet plugin dirs (DRA socket in <dir>/<driver>/).")
+    registrar_dir: Path = flags.flag(default=Path("/var/lib/kubelet/plugins_registry"),
+                                     help="kubelet's plugin registration directory.")
+    cdi_dir: Path = flags.flag(default=Path("/var/run/cdi"), help="Where CDI specs are written (the container runtime reads them).")
+    state_dir: Path | None = flags.flag(default=None, help="Checkpoint directory; default <plugin-dir>/<driver>/state.")
+    pod_uid: str | None = flags.flag(default=None, help="Pod UID for rolling updates (per-instance socket names).",
+                                     envvar="POD_UID", parse=_optional)
+    metrics_port: int = flags.flag(default=8080, help="Port of /healthz /readyz /metrics; 0: any free port (logged); -1: off.")
+    metrics_address: str = flags.flag(default="0.0.0.0", help="Address to bind it to.")
+    grpc_workers: int = flags.flag(default=64, minimum=32, help="Threads serving kubelet calls and health streams.")
+    log_format: str = flags.flag(default="json", help="How to log.", choices=("json", "text"))
+    log_level: str = flags.flag(default="info", help="The least severe level logged.", parse=str.lower,
+                                choices=("debug", "info", "warning", "error"))
+    driver_settings: Mapping[str, str] = flags.flag(
+        default_factory=dict, name="--set", takes=list[str], parse=parse_settings,
+        help="A driver setting key=value (repeatable; the driver's DriverContext.settings); see the driver's README.")
+    fake: str | None = flags.flag(default=None, help="Use the driver's fake backend: a profile name or a file.",
+                                  envvar="DRA_FAKE_DEVICES", parse=_optional)
+    hook_dir: Path = flags.flag(default=Path("/var/lib/dra-hookcore"),
+                                help="Where hook libraries are installed (shared by every driver on the node).")
+    preload: str = flags.flag(default="file", choices=tuple(p.value for p in Preload),
+                              help="Default hook preload of enforced claims: /etc/ld.so.preload (file) or LD_PRELOAD (env).")
+    slice_layout: str = flags.flag(default="auto", choices=("auto", *(x.value for x in SliceLayout)),
+                                   help="Devices per ResourceSlice; auto: per-device on Kubernetes 1.34"
+                                   " (kubernetes#133705), packed from 1.35.")
+    allow_claim_loosening: bool = flags.flag(
+        default=False, help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...);"
+        " off: such claims fail, naming the field.")
+    watchdog: str = flags.flag(default=WatchdogSettings.action, choices=(*WATCHDOG_ACTIONS, "off"),
+                               help="Process watchdog action (drivers that list their devices' processes).")
+    watchdog_interval: float = flags.flag(default=WatchdogSettings.interval, help="Seconds between the watchdog's polls.")
+    watchdog_context_overhead: int = flags.flag(
+        default=WatchdogSettings.context_overhead, takes=str, parse=_quantity, example="1Gi", given="1Gi",
+        help="Memory per process a claim may hold beyond its quota (its context).")
+    watchdog_share_window: float = flags.flag(default=WatchdogSettings.share_window,
+                                              help="Seconds over which compute use is averaged.")
+    watchdog_share_tolerance: float = flags.flag(default=WatchdogSettings.share_tolerance,
+                                                 help="Percentage points of compute beyond the share.")
 
-    kubeconfig: Path | None = None
-    """None: the in-cluster service account."""
+    def __post_init__(self) -> None:
+        self.watchdog_settings()  # a bad combination fails here, not once the daemon runs
 
-    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
-    """Root of the plugins' data dirs; the DRA socket is ``<plugin_dir>/<driver>/dra.sock``."""
-
-    registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
-    """Where kubelet looks for registration sockets."""
-
-    cdi_dir: Path = Path("/var/run/cdi")
-    """Where the per-claim CDI specs go (the container runtime reads them)."""
-
-    state_dir: Path | None = None
-    """The checkpoint; default ``<plugin_dir>/<driver>/state`` (survives pod restarts on the host)."""
-
-    pod_uid: str | None = None
-    """The pod's UID for rolling updates (downward API ``metadata.uid``): per-instance socket names."""
-
-    metrics_port: int = 8080
-    """/healthz, /readyz and /metrics; 0 picks a free port (logged), -1 serves none."""
-
-    metrics_address: str = "0.0.0.0"
-
-    grpc_workers: int = 64
-    """Threads serving kubelet's calls (and health streams, one each); calls beyond them queue."""
-
-    publish: PublishSettings = dataclasses.field(default_factory=PublishSettings)
-
-    driver_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """``--set key=value`` pairs, given to the driver as `DriverContext.settings`."""
-
-    fake: str | None = None
-    """``--fake PROFILE_OR_FILE`` (or ``DRA_FAKE_DEVICES``): the driver's fake backend."""
-
-    hook_dir: Path = Path("/var/lib/dra-hookcore")
-    """Hook libraries, content-addressed and shared by every driver's daemon on the node."""
-
-    preload: str = "file"
-    """How an enforced claim's containers load the hook when the driver does not say: ``file``
-    (mount /etc/ld.so.preload) or ``env`` (LD_PRELOAD)."""
-
-    allow_claim_loosening: bool = False
-    """Honour a claim's own opaque config where it loosens enforcement below its DeviceClass's
-    (`dra._runtime.loosening`); off: such claims fail, naming the field."""
-    watchdog: WatchdogSettings | None = dataclasses.field(default_factory=WatchdogSettings)
-    """The process watchdog (drivers that list their devices' processes); None: off."""
+    def watchdog_settings(self) -> WatchdogSettings | None:
+        """The watchdog's settings from the --watchdog* flags; None: off."""
+        if self.watchdog == "off":
+            return None
+        try:
+            return WatchdogSettings(self.watchdog, self.watchdog_interval, self.watchdog_context_overhead,
+                                    self.watchdog_share_window, self.watchdog_share_tolerance)
+        except ValueError as exc:
+            raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-share-window 10)") from exc
 
 
 def recorded_devices(checkpoint: Any, driver: str) -> set[str] | None:
@@ -134,17 +159,6 @@ def setup_driver(driver: Driver, ctx: DriverContext) -> None:
                         f" {exc}") from exc
 
 
-def parse_settings(pairs: list[str] | None) -> dict[str, str]:
-    """``--set key=value`` options as a mapping (a later key wins); UserError on a pair without '='."""
-    out: dict[str, str] = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set {pair!r}: expected key=value, e.g. --set count=4")
-        out[key.strip()] = value
-    return out
-
-
 def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     """A kubernetes ApiClient from `kubeconfig`, or from the pod's service account when None."""
     from dra._runtime import client
@@ -165,7 +179,6 @@ class Daemon:
         from dra._runtime.kubelet.health import HealthFeed
         from dra._runtime.kubelet.paths import KubeletPaths
         from dra._runtime.prepare import ClaimPreparer
-        from dra.driver import Preload
 
         self.driver = driver
         self.settings = settings
@@ -177,7 +190,7 @@ class Daemon:
             name,
             settings.node_name,
             self._devices,
-            settings=settings.publish,
+            settings=PublishSettings(layout=parse_layout(settings.slice_layout)),
             on_sync=self._published,
             on_error=lambda _exc: self.metrics.error("publish"),
         )
@@ -205,7 +218,7 @@ class Daemon:
             node_labels=node_labels_reader(claims_client, settings.node_name),
             hooks=ClaimHooks(state_dir, HookDir(settings.hook_dir), Preload(settings.preload)),
             allow_claim_loosening=settings.allow_claim_loosening,
-            config_defaults={"watchdogAction": settings.watchdog.action if settings.watchdog else "report"},
+            config_defaults={"watchdogAction": settings.watchdog if settings.watchdog != "off" else "report"},
         )
         oversized = self.metrics.ledger_oversized.labels(name)
         self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())
@@ -222,13 +235,14 @@ class Daemon:
             max_workers=settings.grpc_workers,
             pool_name=self.context.pool_name,
         )
-        if settings.watchdog is not None and type(driver).processes is not Driver.processes:
+        watchdog = settings.watchdog_settings()
+        if watchdog is not None and type(driver).processes is not Driver.processes:
             from dra._runtime.watchdog import ApiEvents, Watchdog
 
             claims_dir = self.preparer.checkpoint.claims_dir
             self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",
                                      ApiEvents(claims_client, name, settings.node_name), self.metrics.registry,
-                                     settings.watchdog, on_taints=self.publisher.devices_changed,
+                                     watchdog, on_taints=self.publisher.devices_changed,
                                      records_stamp=lambda: os.stat(claims_dir).st_mtime_ns)
         self.http: HealthServer | None = None
         if settings.metrics_port >= 0:
@@ -373,135 +387,19 @@ def run(driver_entry: str, settings: DaemonSettings) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `dra run` to the CLI."""
+    """Add `dra run` to the CLI: DRIVER, then one option per field of `DaemonSettings`."""
 
     @app.command("run")
-    def run_command(
-        driver: Annotated[str, typer.Argument(help="Driver entry-point name (see `dra drivers`), e.g. example.")],
-        node_name: Annotated[str, typer.Option("--node-name", envvar="NODE_NAME", help="This node's name (downward API spec.nodeName).")],
-        kubeconfig: Annotated[
-            Path | None,
-            typer.Option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig file; default: in-cluster service account."),
-        ] = None,
-        plugin_dir: Annotated[
-            Path, typer.Option("--plugin-dir", help="Root of kubelet plugin dirs (DRA socket in <dir>/<driver>/).")
-        ] = DaemonSettings.plugin_dir,
-        registrar_dir: Annotated[
-            Path, typer.Option("--registrar-dir", help="kubelet's plugin registration directory.")
-        ] = DaemonSettings.registrar_dir,
-        cdi_dir: Annotated[Path, typer.Option("--cdi-dir", help="Where CDI specs are written.")] = DaemonSettings.cdi_dir,
-        state_dir: Annotated[
-            Path | None, typer.Option("--state-dir", help="Checkpoint directory; default <plugin-dir>/<driver>/state.")
-        ] = None,
-        pod_uid: Annotated[
-            str | None,
-            typer.Option("--pod-uid", envvar="POD_UID", help="Pod UID for rolling updates (per-instance socket names)."),
-        ] = None,
-        metrics_port: Annotated[
-            int, typer.Option("--metrics-port", help="Port of /healthz /readyz /metrics; 0: any free port; -1: off.")
-        ] = DaemonSettings.metrics_port,
-        metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address to bind it to.")] = "0.0.0.0",
-        grpc_workers: Annotated[
-            int, typer.Option("--grpc-workers", min=32, help="Threads serving kubelet calls and health streams.")
-        ] = DaemonSettings.grpc_workers,
-        log_format: Annotated[str, typer.Option("--log-format", help="json or text.")] = "json",
-        log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
-        set_: Annotated[
-            list[str] | None,
-            typer.Option("--set", help="A driver setting key=value (repeatable); see the driver's README."),
-        ] = None,
-        fake: Annotated[
-            str | None,
-            typer.Option("--fake", envvar="DRA_FAKE_DEVICES", help="Use the driver's fake backend: a profile name or a file."),
-        ] = None,
-        hook_dir: Annotated[
-            Path, typer.Option("--hook-dir", help="Where hook libraries are installed (shared by every driver on the node).")
-        ] = DaemonSettings.hook_dir,
-        preload: Annotated[
-            str, typer.Option("--preload", help="Default hook preload of enforced claims: file (/etc/ld.so.preload) or env.")
-        ] = DaemonSettings.preload,
-        slice_layout: Annotated[
-            str, typer.Option("--slice-layout", help="auto (from the API server's version), per-device or packed.")
-        ] = "auto",
-        allow_claim_loosening: Annotated[bool, typer.Option(
-            "--allow-claim-loosening",
-            help="Honour a claim's own config where it loosens enforcement (computeLimit: false, preload: env, ...).")
-        ] = False,
-        watchdog: Annotated[
-            str, typer.Option("--watchdog", help="Process watchdog action: report, kill, taint, or off.")
-        ] = "report",
-        watchdog_interval: Annotated[
-            float, typer.Option("--watchdog-interval", help="Seconds between the watchdog's polls.")
-        ] = WatchdogSettings.interval,
-        watchdog_context_overhead: Annotated[
-            str, typer.Option("--watchdog-context-overhead",
-                              help="Memory per process a claim may hold beyond its quota (its context), e.g. 1Gi.")
-        ] = "1Gi",
-        watchdog_share_window: Annotated[
-            float, typer.Option("--watchdog-share-window", help="Seconds over which compute use is averaged.")
-        ] = WatchdogSettings.share_window,
-        watchdog_share_tolerance: Annotated[
-            float, typer.Option("--watchdog-share-tolerance", help="Percentage points of compute beyond the share.")
-        ] = WatchdogSettings.share_tolerance,
-    ) -> None:
+    @flags.options(DaemonSettings)
+    def run_command(driver: Annotated[str, typer.Argument(help="Driver entry-point name (see `dra drivers`), e.g. example.")],
+                    **values: Any) -> None:
         """Run the node daemon of DRIVER: publish its devices and serve kubelet until SIGTERM."""
-        if log_format not in ("json", "text"):
-            raise UserError(f"--log-format must be 'json' or 'text', not {log_format!r}")
-        if log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise UserError(f"--log-level must be debug, info, warning or error, not {log_level!r}")
-        if preload not in ("file", "env"):
-            raise UserError(f"--preload must be 'file' or 'env', not {preload!r}")
-        if not node_name:
-            raise UserError("--node-name (or NODE_NAME) is required: the Node this daemon serves.")
-        watchdog_settings = None
-        if watchdog != "off":
-            if watchdog not in WATCHDOG_ACTIONS:
-                raise UserError(f"--watchdog must be one of {', '.join(WATCHDOG_ACTIONS)} or off, not {watchdog!r}")
-            try:
-                from dra._runtime.client import quantity_to_int
-
-                overhead = quantity_to_int(watchdog_context_overhead)
-                watchdog_settings = WatchdogSettings(watchdog, watchdog_interval, overhead, watchdog_share_window,
-                                                     watchdog_share_tolerance)
-            except (ValueError, ArithmeticError) as exc:
-                raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-context-overhead 1Gi)"
-                                ) from exc
-        dra_logging.setup(log_format, log_level)
+        settings = flags.build(DaemonSettings, values)
+        dra_logging.setup(settings.log_format, settings.log_level)
         # The client's connection retries log a warning each; the publisher reports outages itself.
         logging.getLogger("urllib3").setLevel(logging.ERROR)
-        settings = DaemonSettings(
-            node_name=node_name,
-            kubeconfig=kubeconfig,
-            plugin_dir=plugin_dir,
-            registrar_dir=registrar_dir,
-            cdi_dir=cdi_dir,
-            state_dir=state_dir,
-            pod_uid=pod_uid or os.environ.get("POD_UID") or None,
-            metrics_port=metrics_port,
-            metrics_address=metrics_address,
-            grpc_workers=grpc_workers,
-            driver_settings=parse_settings(set_),
-            fake=fake or None,
-            hook_dir=hook_dir,
-            preload=preload,
-            publish=PublishSettings(layout=parse_layout(slice_layout)),
-            allow_claim_loosening=allow_claim_loosening,
-            watchdog=watchdog_settings,
-        )
         run(driver, settings)
 
 
-def main() -> None:
-    """`python -m dra._runtime.daemon DRIVER ...`: the same command as `dra run`, without loading the rest of
-    the CLI (control plane, demo, hook tools), which keeps the long-running process ~10 MiB smaller."""
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    register(app)
-    try:
-        app()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the charts of 2026-12-04 and older ran this module; say where it went
+    raise SystemExit("error: 'python -m dra._runtime.daemon' is no longer an entry point; run 'dra run <driver> ...' (same flags)")

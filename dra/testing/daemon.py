@@ -44,7 +44,8 @@ class DaemonProcess:
         module: str = "dra.cli",
         kubelet_dirs: Mapping[str, Path] | None = None,
     ) -> None:
-        """`module` "dra.cli" runs ``dra run``; "dra._runtime.daemon" runs the lean ``python -m dra._runtime.daemon``.
+        """`module` "dra.cli" runs ``dra run``, what the charts run; another module is run with the
+        same arguments (``python -m MODULE DRIVER ...``, e.g. an older checkout's daemon module).
         `kubelet_dirs` ("registrar", "plugins", "cdi") points the daemon at a real node's
         directories instead of its own (a real kubelet then calls it)."""
         self.driver = driver

@@ -1,6 +1,6 @@
 """The charts' commands are the daemon's: drift between a chart and the CLI it runs fails here.
 
-Each container command a chart renders (`python3 -m dra._runtime.daemon ...`, `dra hookdir install ...`) is
+Each container command a chart renders (`dra run ...`, `dra hookdir install ...`) is
 parsed by that command's own typer CLI, with the container's environment, as the container would
 run it; then the ports and paths the parsed flags name must be the ones the pod exposes and
 mounts, the driver must be installed under the chart's entry point with the chart's DRA driver
@@ -24,8 +24,8 @@ from test_render import VALUE_SETS, chart_values
 from typer.main import get_command
 
 import dra
-from dra._runtime import registry
-from dra._runtime.daemon import parse_settings
+from dra._runtime import flags, registry
+from dra._runtime.daemon import DaemonSettings
 from dra._runtime.kubelet.paths import KubeletPaths
 
 # What the downward API gives the container (fieldRef values) in these tests.
@@ -51,13 +51,7 @@ def expand(arg: str, env: dict[str, str]) -> str:
 
 def cli_for(command: list[str]) -> tuple[Any, str, list[str]]:
     """The click command a container command line runs, its name, and the words after it."""
-    if command[:3] == ["python3", "-m", "dra._runtime.daemon"]:
-        from dra._runtime.daemon import register
-
-        app = typer.Typer()
-        register(app)
-        return get_command(app), "dra run", command[3:]
-    assert command[0] == "dra", f"the charts run dra or python3 -m dra._runtime.daemon, not {command}"
+    assert command[0] == "dra", f"the charts run the public `dra` command, not {command}"
     from dra.cli import build_app
 
     cmd: Any = get_command(build_app(command[1]))
@@ -116,20 +110,20 @@ def test_the_daemon_accepts_every_flag_the_chart_passes(helm: Tool, monkeypatch:
     daemon = container(spec, "daemon")
     cli, params = parse(daemon, monkeypatch)
     assert cli == "dra run"
-    assert params["node_name"] == FIELD_VALUES["spec.nodeName"] and params["pod_uid"] == FIELD_VALUES["metadata.uid"]
-    assert params["kubeconfig"] is None, "in a pod the daemon uses its service account"
+    settings = flags.build(DaemonSettings, params)
+    assert settings.node_name == FIELD_VALUES["spec.nodeName"] and settings.pod_uid == FIELD_VALUES["metadata.uid"]
+    assert settings.kubeconfig is None, "in a pod the daemon uses its service account"
     # The port the daemon serves is the port the pod declares and the probes ask.
-    assert daemon["ports"][0]["containerPort"] == params["metrics_port"]
+    assert daemon["ports"][0]["containerPort"] == settings.metrics_port
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert daemon[probe]["httpGet"]["port"] == daemon["ports"][0]["name"]
     # Every directory the daemon writes is a host path mounted at the same path.
     driver_name = values.get("driver.name") or _default(chart, "driver", "name")
-    state_dir = params["state_dir"] or params["plugin_dir"] / driver_name / "state"
-    for path in (params["registrar_dir"], params["plugin_dir"] / driver_name, params["cdi_dir"], params["hook_dir"], state_dir):
+    state_dir = settings.state_dir or settings.plugin_dir / driver_name / "state"
+    for path in (settings.registrar_dir, settings.plugin_dir / driver_name, settings.cdi_dir, settings.hook_dir, state_dir):
         assert under_a_mount(path, daemon), f"{path} is not mounted into the daemon's container"
-    assert params["preload"] in ("file", "env")
-    assert parse_settings(params["set_"]) == dict(values.get("daemon.settings") or {})
-    assert params["fake"] == (values.get("daemon.fake") or None)
+    assert dict(settings.driver_settings) == dict(values.get("daemon.settings") or {})
+    assert settings.fake == (values.get("daemon.fake") or None)
 
 
 def _default(chart: str, *keys: str) -> Any:
@@ -139,6 +133,64 @@ def _default(chart: str, *keys: str) -> Any:
     for k in keys:
         node = node[k]
     return node
+
+
+# Each value of the charts' `daemon` and `paths` that becomes a flag of `dra run`, and the field of
+# DaemonSettings the flag sets. daemon.metricsBind picks --metrics-address's value; extraArgs are flags.
+VALUE_FIELDS = {
+    "paths.kubeletPluginsDir": "plugin_dir", "paths.kubeletRegistrarDir": "registrar_dir", "paths.cdiDir": "cdi_dir",
+    "paths.hookDir": "hook_dir", "daemon.settings": "driver_settings", "daemon.fake": "fake", "daemon.preload": "preload",
+    "daemon.metricsPort": "metrics_port", "daemon.allowClaimLoosening": "allow_claim_loosening",
+    "daemon.grpcWorkers": "grpc_workers", "daemon.logFormat": "log_format", "daemon.logLevel": "log_level",
+    "daemon.watchdog.action": "watchdog",
+}
+NOT_A_FIELD = {"daemon.metricsBind", "daemon.extraArgs"}
+# Every value above away from its default, so that every optional flag of the template is written.
+EVERY_FLAG = {
+    "paths.kubeletPluginsDir": "/k/plugins", "paths.kubeletRegistrarDir": "/k/registry", "paths.cdiDir": "/k/cdi",
+    "paths.hookDir": "/k/hooks", "daemon.settings": {"health": "off"}, "daemon.fake": "demo", "daemon.preload": "env",
+    "daemon.metricsPort": 9464, "daemon.allowClaimLoosening": True, "daemon.grpcWorkers": 40, "daemon.logFormat": "text",
+    "daemon.logLevel": "debug", "daemon.watchdog.action": "kill", "daemon.metricsBind": "podIP",
+    "daemon.extraArgs": ["--state-dir=/k/state", "--slice-layout=packed"],
+}
+
+
+def _leaves(schema: dict[str, Any], prefix: str) -> set[str]:
+    """Dotted keys of the values a schema allows under `prefix` (the driver settings count as one)."""
+    if "properties" not in schema or prefix == "daemon.settings":
+        return {prefix}
+    return set().union(*(_leaves(v, f"{prefix}.{k}") for k, v in schema["properties"].items()))
+
+
+@pytest.mark.parametrize("chart", DRIVER_CHARTS)
+def test_each_flag_the_chart_writes_is_a_field_of_the_daemons_settings_and_sets_the_value_it_comes_from(
+        helm: Tool, monkeypatch: pytest.MonkeyPatch, chart: str) -> None:
+    """A flag renamed in the template or in DaemonSettings (where each flag is declared, once), or a
+    chart value that stops reaching its field, fails here."""
+    schema = json.loads((HELM_DIR / chart / "values.schema.json").read_text())["properties"]
+    known = _leaves(schema["daemon"], "daemon") | _leaves(schema["paths"], "paths")
+    assert known == set(VALUE_FIELDS) | NOT_A_FIELD, f"a value of {chart}'s daemon or paths this test does not map to a field"
+    assert known == set(EVERY_FLAG)
+    _objects, spec = pod(chart, helm, EVERY_FLAG)
+    daemon = container(spec, "daemon")
+    assert daemon["command"] == ["dra", "run"]
+    entry, *args = [expand(a, container_env(daemon)) for a in daemon["args"]]
+    assert entry == _default(chart, "driver", "entryPoint")
+    fields = flags.names(DaemonSettings)
+    written = [a.partition("=")[0] for a in args]
+    for name in written:
+        assert name in fields, f"{chart} passes {name}, which no field of DaemonSettings declares: {sorted(fields)}"
+    assert len(set(written)) == len(written), f"{chart} passes a flag twice: {written}"
+    _cli, params = parse(daemon, monkeypatch)
+    settings = flags.build(DaemonSettings, params)
+    for key, field in VALUE_FIELDS.items():
+        given = EVERY_FLAG[key]
+        want = Path(given) if isinstance(given, str) and given.startswith("/") else given
+        assert getattr(settings, field) == want, f"{chart}'s {key} ({given!r}) does not reach DaemonSettings.{field}"
+        assert flags.of(DaemonSettings, field).name in written
+    assert settings.metrics_address == FIELD_VALUES["status.podIP"]
+    assert (settings.state_dir, settings.slice_layout) == (Path("/k/state"), "packed")
+    assert settings.node_name == FIELD_VALUES["spec.nodeName"] and settings.pod_uid == FIELD_VALUES["metadata.uid"]
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

@@ -88,7 +88,7 @@ def test_the_wheel_carries_the_hook_libraries_the_stubs_and_every_charts_entry_p
 
 def test_the_charts_commands_run_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
     """What the pods run: `dra hookdir install` (the init container) installs the wheel's own
-    library; `python3 -m dra._runtime.daemon` and `dra webhook run` start from it (their --help here)."""
+    library; `dra run` and `dra webhook run` start from it (their --help here)."""
     where = run_installed(installed, "-c", "import dra, hookcore; print(dra.__file__); print(dra.hook_library('vgpu'))",
                           cwd=tmp_path)
     assert where.returncode == 0, where.stderr
@@ -99,7 +99,7 @@ def test_the_charts_commands_run_from_the_installed_wheel(installed: Path, tmp_p
     assert proc.returncode == 0, proc.stderr
     lib = hooks / "current" / "libvgpu.so"
     assert hashlib.sha256(lib.read_bytes()).hexdigest() == hashlib.sha256(Path(library).read_bytes()).hexdigest()
-    for argv in (["-m", "dra._runtime.daemon", "--help"], ["-m", "dra.cli", "webhook", "run", "--help"]):
+    for argv in (["-m", "dra.cli", "run", "--help"], ["-m", "dra.cli", "webhook", "run", "--help"]):
         proc = run_installed(installed, *argv, cwd=tmp_path)
         assert proc.returncode == 0 and "--" in proc.stdout, proc.stderr
     drivers = run_installed(installed, "-m", "dra.cli", "drivers", cwd=tmp_path)

@@ -416,8 +416,8 @@ def test_the_charts_daemon_command_publishes_its_node_as_the_charts_service_acco
     daemon = container(spec, "daemon")
     # run here, the pod's IP is this host's loopback (the metrics port binds to $(POD_IP))
     env = {**container_env(daemon), "NODE_NAME": node, "POD_UID": pod_uid, "POD_IP": "127.0.0.1"}
-    assert daemon["command"] == ["python3", "-m", "dra._runtime.daemon"]
-    argv = [sys.executable, "-m", "dra._runtime.daemon", *(expand(a, env) for a in daemon["args"]),
+    assert daemon["command"] == ["dra", "run"]
+    argv = [sys.executable, "-m", "dra.cli", "run", *(expand(a, env) for a in daemon["args"]),
             f"--kubeconfig={token_kubeconfig(cluster, token, work / 'kubeconfig')}"]
     log = (work / "daemon.log").open("wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**_clean_env(), **env})

@@ -42,7 +42,7 @@ def test_daemon_settings_are_checked() -> None:
 
 def test_dra_run_refuses_a_bad_watchdog_flag() -> None:
     for args in (["--watchdog", "nuke"], ["--watchdog-context-overhead", "lots"], ["--watchdog-interval", "0"]):
-        proc = subprocess.run([sys.executable, "-m", "dra._runtime.daemon", "hami-core-gpu", "--node-name", "n", *args],
+        proc = subprocess.run([sys.executable, "-m", "dra.cli", "run", "hami-core-gpu", "--node-name", "n", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "--watchdog" in proc.stderr, (args, proc.stderr)
 

@@ -140,7 +140,7 @@ spec:
         - name: daemon
           image: {{ include "dra-common.image" . }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
-          command: ["python3", "-m", "dra._runtime.daemon"]
+          command: ["dra", "run"]
           args:
             {{- include "dra-common.daemonArgs" . | nindent 12 }}
           env:
