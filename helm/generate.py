@@ -196,6 +196,11 @@ def webhook_schema() -> dict[str, Any]:
             "networkPolicy": obj({"enabled": {"type": "boolean"}, "apiServerFrom": PEERS, "metricsFrom": PEERS},
                                  ["enabled"]),
             "service": obj({"port": port}, ["port"]),
+            "memoryOnlyClasses": {"type": "array", "description": "DeviceClasses of HAMi's memory-only shares", "items": obj({
+                "name": DNS_SUBDOMAIN, "driver": {"type": "string", "minLength": 1},
+                "selector": {"type": "string", "minLength": 1},
+                "parameters": {"type": "object", "required": ["apiVersion", "kind"]},
+            }, ["name", "driver", "selector", "parameters"])},
             "certificates": obj({
                 "mode": {"enum": ["helm", "cert-manager", "secret"]},
                 "validityDays": {"type": "integer", "minimum": 31, "maximum": 36500},
