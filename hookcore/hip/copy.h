@@ -11,31 +11,31 @@
 
 #define HK_HIP_ST , hipStream_t st
 
-#define HK_HIP_COPIES(X)                                                                                              \
-    X(hipMemcpy, (void *dst, const void *src, size_t n, hipMemcpyKind k), (dst, src, n, k), NULL, n, 1)               \
-    X(hipMemcpyAsync, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st), st, n, \
-      1)                                                                                                              \
-    X(hipMemcpyWithStream, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st),   \
-      st, n, 1)                                                                                                       \
-    X(hipMemcpyHtoD, (hipDeviceptr_t dst, void *src, size_t n), (dst, src, n), NULL, n, 2)                            \
-    X(hipMemcpyHtoDAsync, (hipDeviceptr_t dst, void *src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 2)           \
-    X(hipMemcpyDtoH, (void *dst, hipDeviceptr_t src, size_t n), (dst, src, n), NULL, n, 3)                            \
-    X(hipMemcpyDtoHAsync, (void *dst, hipDeviceptr_t src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 3)           \
-    X(hipMemcpyDtoD, (hipDeviceptr_t dst, hipDeviceptr_t src, size_t n), (dst, src, n), NULL, n, 4)                   \
-    X(hipMemcpyDtoDAsync, (hipDeviceptr_t dst, hipDeviceptr_t src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 4)  \
-    X(hipMemcpy2D, (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k),          \
-      (dst, dp, src, sp, w, h, k), NULL, (uint64_t)w *h, 6)                                                           \
-    X(hipMemcpy2DAsync,                                                                                               \
-      (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k HK_HIP_ST),              \
-      (dst, dp, src, sp, w, h, k, st), st, (uint64_t)w *h, 6)                                                         \
-    X(hipMemcpyPeer, (void *dst, int dd, const void *src, int sd, size_t n), (dst, dd, src, sd, n), NULL, n, 5)       \
+#define HK_HIP_COPIES(X)                                                                                               \
+    X(hipMemcpy, (void *dst, const void *src, size_t n, hipMemcpyKind k), (dst, src, n, k), NULL, n, 1)                \
+    X(hipMemcpyAsync, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st), st, n,  \
+      1)                                                                                                               \
+    X(hipMemcpyWithStream, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st),    \
+      st, n, 1)                                                                                                        \
+    X(hipMemcpyHtoD, (hipDeviceptr_t dst, void *src, size_t n), (dst, src, n), NULL, n, 2)                             \
+    X(hipMemcpyHtoDAsync, (hipDeviceptr_t dst, void *src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 2)            \
+    X(hipMemcpyDtoH, (void *dst, hipDeviceptr_t src, size_t n), (dst, src, n), NULL, n, 3)                             \
+    X(hipMemcpyDtoHAsync, (void *dst, hipDeviceptr_t src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 3)            \
+    X(hipMemcpyDtoD, (hipDeviceptr_t dst, hipDeviceptr_t src, size_t n), (dst, src, n), NULL, n, 4)                    \
+    X(hipMemcpyDtoDAsync, (hipDeviceptr_t dst, hipDeviceptr_t src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 4)   \
+    X(hipMemcpy2D, (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k),            \
+      (dst, dp, src, sp, w, h, k), NULL, (uint64_t)w *h, 6)                                                            \
+    X(hipMemcpy2DAsync,                                                                                                \
+      (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k HK_HIP_ST),               \
+      (dst, dp, src, sp, w, h, k, st), st, (uint64_t)w *h, 6)                                                          \
+    X(hipMemcpyPeer, (void *dst, int dd, const void *src, int sd, size_t n), (dst, dd, src, sd, n), NULL, n, 5)        \
     X(hipMemcpyPeerAsync, (void *dst, int dd, const void *src, int sd, size_t n HK_HIP_ST), (dst, dd, src, sd, n, st), \
-      st, n, 5)                                                                                                       \
-    X(hipMemset, (void *dst, int v, size_t n), (dst, v, n), NULL, n, 9)                                               \
-    X(hipMemsetAsync, (void *dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 9)                              \
-    X(hipMemsetD8, (hipDeviceptr_t dst, unsigned char v, size_t n), (dst, v, n), NULL, n, 10)                         \
-    X(hipMemsetD8Async, (hipDeviceptr_t dst, unsigned char v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 10)        \
-    X(hipMemsetD32, (hipDeviceptr_t dst, int v, size_t n), (dst, v, n), NULL, 4 * (uint64_t)n, 11)                    \
+      st, n, 5)                                                                                                        \
+    X(hipMemset, (void *dst, int v, size_t n), (dst, v, n), NULL, n, 9)                                                \
+    X(hipMemsetAsync, (void *dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 9)                               \
+    X(hipMemsetD8, (hipDeviceptr_t dst, unsigned char v, size_t n), (dst, v, n), NULL, n, 10)                          \
+    X(hipMemsetD8Async, (hipDeviceptr_t dst, unsigned char v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 10)         \
+    X(hipMemsetD32, (hipDeviceptr_t dst, int v, size_t n), (dst, v, n), NULL, 4 * (uint64_t)n, 11)                     \
     X(hipMemsetD32Async, (hipDeviceptr_t dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, 4 * (uint64_t)n, 11)
 
 #endif

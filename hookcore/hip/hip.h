@@ -94,8 +94,8 @@ extern __thread int hk_hip_depth HK_HIDDEN;
 static inline int hk_hip_nested(void) { return HK_UNLIKELY(hk_hip_depth > 0); }
 
 /* The real function, or hipErrorNotSupported from the caller when the runtime lacks it. */
-#define HK_HIP_REAL(fn)                                                        \
-    do {                                                                       \
+#define HK_HIP_REAL(fn)                                                            \
+    do {                                                                           \
         if (HK_UNLIKELY(!(fn)) && !HK_HIP_LOADED(fn)) return hipErrorNotSupported; \
     } while (0)
 
@@ -142,25 +142,25 @@ static inline uint64_t hk_hip_charge(uint64_t size) {
 /* The body of a plain allocation interposer (`size` and `out` in scope): reserve the charge on the
    current device, run the real call nested, give the charge back if it failed, else remember it.
    Over quota: hipErrorOutOfMemory, the runtime's own out-of-memory code. */
-#define HK_HIP_ALLOC(real_fn, out, call, undo)                                                  \
-    do {                                                                                        \
-        HK_HIP_REAL(real_fn);                                                                   \
-        if (hk_hip_nested() || !(out) || size == 0) return HK_HIP_NESTED(call);                 \
-        uint64_t charge_ = hk_hip_charge(size);                                                 \
-        int ldev_, skip_;                                                                       \
-        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                    \
+#define HK_HIP_ALLOC(real_fn, out, call, undo)                                                    \
+    do {                                                                                          \
+        HK_HIP_REAL(real_fn);                                                                     \
+        if (hk_hip_nested() || !(out) || size == 0) return HK_HIP_NESTED(call);                   \
+        uint64_t charge_ = hk_hip_charge(size);                                                   \
+        int ldev_, skip_;                                                                         \
+        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                      \
         if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized; \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                    \
-        if (skip_) return r_;                                                                   \
-        if (r_ != hipSuccess) {                                                                 \
-            hk_mem_release(ldev_, charge_);                                                     \
-            return r_;                                                                          \
-        }                                                                                       \
-        if (hk_hip_remember((uint64_t)(uintptr_t)*(out), HK_KIND_HIP_PTR, ldev_, charge_)) {    \
-            (void)HK_HIP_NESTED(undo);                                                          \
-            return hipErrorOutOfMemory;                                                         \
-        }                                                                                       \
-        return hipSuccess;                                                                      \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                      \
+        if (skip_) return r_;                                                                     \
+        if (r_ != hipSuccess) {                                                                   \
+            hk_mem_release(ldev_, charge_);                                                       \
+            return r_;                                                                            \
+        }                                                                                         \
+        if (hk_hip_remember((uint64_t)(uintptr_t)*(out), HK_KIND_HIP_PTR, ldev_, charge_)) {      \
+            (void)HK_HIP_NESTED(undo);                                                            \
+            return hipErrorOutOfMemory;                                                           \
+        }                                                                                         \
+        return hipSuccess;                                                                        \
     } while (0)
 
 /* ---------------------------------------------------------------------------
@@ -176,17 +176,17 @@ static inline int hk_hip_fast(void) {
 
 /* The body of a submission interposer: straight through on the fast path or nested, else metered
    on `stream` (core/meter.h) as work of kind `work` with signature `sig`. */
-#define HK_HIP_GATED(real_fn, stream, sig, work, call)                                 \
-    do {                                                                               \
-        HK_HIP_REAL(real_fn);                                                          \
-        if (hk_hip_fast() || hk_hip_nested()) return HK_HIP_NESTED(call);              \
-        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return hipErrorNotInitialized;  \
-        if (!hk_preload_limiter_on()) return HK_HIP_NESTED(call);                      \
-        void *s_ = (stream);                                                           \
-        hk_meter_batch *b_ = hk_meter_before_work(s_, (work));                         \
-        hipError_t r_ = HK_HIP_NESTED(call);                                           \
-        hk_meter_after(b_, s_, r_ == hipSuccess, (sig));                               \
-        return r_;                                                                     \
+#define HK_HIP_GATED(real_fn, stream, sig, work, call)                                \
+    do {                                                                              \
+        HK_HIP_REAL(real_fn);                                                         \
+        if (hk_hip_fast() || hk_hip_nested()) return HK_HIP_NESTED(call);             \
+        if (hk_preload_ready() == HK_STATE_FAILCLOSED) return hipErrorNotInitialized; \
+        if (!hk_preload_limiter_on()) return HK_HIP_NESTED(call);                     \
+        void *s_ = (stream);                                                          \
+        hk_meter_batch *b_ = hk_meter_before_work(s_, (work));                        \
+        hipError_t r_ = HK_HIP_NESTED(call);                                          \
+        hk_meter_after(b_, s_, r_ == hipSuccess, (sig));                              \
+        return r_;                                                                    \
     } while (0)
 
 #endif

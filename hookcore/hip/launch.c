@@ -123,8 +123,8 @@ HK_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s) {
  * ------------------------------------------------------------------------- */
 #define HK_HIP_COPY_SIG(kind, bytes) (((uint64_t)(kind) << 56) ^ ((uint64_t)(bytes) * 0x9e3779b97f4a7c15ULL))
 
-#define HK_HIP_COPY_DEF(name, params, args, stream, bytes, kind)                                          \
-    HK_EXPORT hipError_t name params {                                                                    \
+#define HK_HIP_COPY_DEF(name, params, args, stream, bytes, kind)                                           \
+    HK_EXPORT hipError_t name params {                                                                     \
         HK_HIP_GATED(hk_hip.name, (stream), HK_HIP_COPY_SIG(kind, bytes), HK_WORK_COPY, hk_hip.name args); \
     }
 HK_HIP_COPIES(HK_HIP_COPY_DEF)

@@ -57,24 +57,24 @@ static int settle(int ldev, uint64_t reserved, uint64_t actual) {
 
 /* The body of a pitched/array allocation: `bound` reserved, `actual` (an expression read after
    the call) settled, the result remembered under `key`/`kind`. */
-#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                             \
-    do {                                                                                        \
-        uint64_t charge_ = (bound);                                                             \
-        int ldev_, skip_;                                                                       \
-        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                    \
-        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized; \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                    \
-        if (skip_) return r_;                                                                   \
-        if (r_ != hipSuccess) {                                                                 \
-            hk_mem_release(ldev_, charge_);                                                     \
-            return r_;                                                                          \
-        }                                                                                       \
-        uint64_t actual_ = (actual);                                                            \
+#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                                   \
+    do {                                                                                              \
+        uint64_t charge_ = (bound);                                                                   \
+        int ldev_, skip_;                                                                             \
+        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                          \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;     \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                          \
+        if (skip_) return r_;                                                                         \
+        if (r_ != hipSuccess) {                                                                       \
+            hk_mem_release(ldev_, charge_);                                                           \
+            return r_;                                                                                \
+        }                                                                                             \
+        uint64_t actual_ = (actual);                                                                  \
         if (settle(ldev_, charge_, actual_) != 0 || hk_hip_remember((key), (kind), ldev_, actual_)) { \
-            (void)HK_HIP_NESTED(undo);                                                          \
-            return hipErrorOutOfMemory;                                                         \
-        }                                                                                       \
-        return hipSuccess;                                                                      \
+            (void)HK_HIP_NESTED(undo);                                                                \
+            return hipErrorOutOfMemory;                                                               \
+        }                                                                                             \
+        return hipSuccess;                                                                            \
     } while (0)
 
 #define PITCH_BOUND(w, rows) hk_hip_charge(hk_hip_round((uint64_t)(w), 512) * (rows))
@@ -84,7 +84,8 @@ HK_EXPORT hipError_t hipMallocPitch(void **p, size_t *pitch, size_t width, size_
     if (hk_hip_nested() || !p || !pitch || width == 0 || height == 0)
         return HK_HIP_NESTED(hk_hip.hipMallocPitch(p, pitch, width, height));
     HK_HIP_SIZED(hk_hip.hipMallocPitch, PITCH_BOUND(width, height), hk_hip.hipMallocPitch(p, pitch, width, height),
-                 hk_hip_charge((uint64_t)*pitch * height), (uint64_t)(uintptr_t)*p, HK_KIND_HIP_PTR, hk_hip.hipFree(*p));
+                 hk_hip_charge((uint64_t)*pitch * height), (uint64_t)(uintptr_t)*p, HK_KIND_HIP_PTR,
+                 hk_hip.hipFree(*p));
 }
 
 HK_EXPORT hipError_t hipMemAllocPitch(hipDeviceptr_t *p, size_t *pitch, size_t width, size_t height,
@@ -137,13 +138,13 @@ HK_EXPORT hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc 
 /* ---------------------------------------------------------------------------
  * Frees: the runtime first, the charge released only when it succeeded.
  * ------------------------------------------------------------------------- */
-#define HK_HIP_FREE(real_fn, key, kind, call)                                                  \
-    do {                                                                                       \
-        HK_HIP_REAL(real_fn);                                                                  \
-        int pass_ = hk_hip_nested();                                                           \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                   \
+#define HK_HIP_FREE(real_fn, key, kind, call)                                                       \
+    do {                                                                                            \
+        HK_HIP_REAL(real_fn);                                                                       \
+        int pass_ = hk_hip_nested();                                                                \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                        \
         if (!pass_ && r_ == hipSuccess && (key)) hk_hip_forget((uint64_t)(uintptr_t)(key), (kind)); \
-        return r_;                                                                             \
+        return r_;                                                                                  \
     } while (0)
 
 HK_EXPORT hipError_t hipFree(void *p) { HK_HIP_FREE(hk_hip.hipFree, p, HK_KIND_HIP_PTR, hk_hip.hipFree(p)); }

@@ -29,8 +29,7 @@ int hd_find(const hd_device *devs, int n, const char *pci) {
 /* "dddd:bb:dd.f" (hex; the device number at most 0x1f, the function at most 7) -> its parts. */
 static int bus_id(const char *s, hd_device *d) {
     char extra;
-    if (strlen(s) != 12 || sscanf(s, "%4x:%2x:%2x.%1x%c", &d->domain, &d->bus, &d->dev, &d->fn, &extra) != 4)
-        return -1;
+    if (strlen(s) != 12 || sscanf(s, "%4x:%2x:%2x.%1x%c", &d->domain, &d->bus, &d->dev, &d->fn, &extra) != 4) return -1;
     for (const char *p = s; *p; p++)
         if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') return -1;
     if (d->dev > 0x1f || d->fn > 7) return -1;

@@ -195,8 +195,8 @@ RSMI_API rsmi_status_t rsmi_dev_unique_id_get(uint32_t d, uint64_t *id) {
         *id = strtoull(uid, NULL, 16);
     } else { /* derived from the bus ID: distinct per device, stable across runs */
         const hd_device *x = &g_dev[d];
-        *id = 0x5a1c000000000000ULL ^ ((uint64_t)x->domain << 24 | (uint64_t)x->bus << 16 | x->dev << 8 | x->fn) *
-                                           0x9e3779b1ULL;
+        *id = 0x5a1c000000000000ULL ^
+              ((uint64_t)x->domain << 24 | (uint64_t)x->bus << 16 | x->dev << 8 | x->fn) * 0x9e3779b1ULL;
     }
     return RSMI_STATUS_SUCCESS;
 }
@@ -234,10 +234,17 @@ RSMI_API rsmi_status_t rsmi_dev_ecc_count_get(uint32_t d, uint64_t block, rsmi_e
 }
 
 RSMI_API rsmi_status_t rsmi_status_string(rsmi_status_t status, const char **text) {
-    static const char *names[] = {"RSMI_STATUS_SUCCESS", "RSMI_STATUS_INVALID_ARGS", "RSMI_STATUS_NOT_SUPPORTED",
-                                  "RSMI_STATUS_FILE_ERROR", "RSMI_STATUS_PERMISSION", "RSMI_STATUS_OUT_OF_RESOURCES",
-                                  "RSMI_STATUS_INTERNAL_EXCEPTION", "RSMI_STATUS_INPUT_OUT_OF_BOUNDS",
-                                  "RSMI_STATUS_INIT_ERROR", "RSMI_STATUS_NOT_YET_IMPLEMENTED", "RSMI_STATUS_NOT_FOUND",
+    static const char *names[] = {"RSMI_STATUS_SUCCESS",
+                                  "RSMI_STATUS_INVALID_ARGS",
+                                  "RSMI_STATUS_NOT_SUPPORTED",
+                                  "RSMI_STATUS_FILE_ERROR",
+                                  "RSMI_STATUS_PERMISSION",
+                                  "RSMI_STATUS_OUT_OF_RESOURCES",
+                                  "RSMI_STATUS_INTERNAL_EXCEPTION",
+                                  "RSMI_STATUS_INPUT_OUT_OF_BOUNDS",
+                                  "RSMI_STATUS_INIT_ERROR",
+                                  "RSMI_STATUS_NOT_YET_IMPLEMENTED",
+                                  "RSMI_STATUS_NOT_FOUND",
                                   "RSMI_STATUS_INSUFFICIENT_SIZE"};
     if (!text) return RSMI_STATUS_INVALID_ARGS;
     *text = status >= 0 && status < (int)(sizeof names / sizeof names[0]) ? names[status] : "RSMI_STATUS_UNKNOWN_ERROR";
