@@ -9,7 +9,7 @@
  *            hipDeviceGetPCIBusId and rsmi_dev_pci_id_get report, and what libvhip keys it by)
  *   memory   a quantity as the core reads one (hk_parse_mem: 64Gi, 65520Mi); default 64Gi
  *   name     the product name (rsmi_dev_name_get, hipDeviceGetName); default "K100_AI"
- * The ROCm SMI stub's keys (uid, serial, devid, vendor, render, ecc) are documented in README.md.
+ * The ROCm SMI stub's keys (uuid, serial, devid, vendor, render, ecc) are documented in README.md.
  * Unknown keys are kept and ignored. A bad description is reported in one line on stderr
  * ("stub: HOOKCORE_STUB_HIP_DEVICES: ...") and leaves the stub with no device, so a test sees the
  * mistake instead of running on defaults.

@@ -5,8 +5,8 @@
  * (rocm_smi.h); no AMD or Hygon code is used. drivers/hygon_dcu/fake.py loads this library by
  * path, so the driver's ctypes bindings run unchanged against it.
  *
- * Per device, besides pci, memory and name: `uid` the unique ID (hex, default derived from the
- * bus ID), `serial` (default none: NOT_SUPPORTED), `devid` the PCI device ID (0x6320), `vendor`
+ * Per device, besides pci, memory and name: `uuid` the unique ID (16 hex digits, "DCU-" before
+ * them optional; default derived from the bus ID), `serial` (default none: NOT_SUPPORTED), `devid` the PCI device ID (0x6320), `vendor`
  * the PCI vendor ID (0x1d94), `render` the DRM render minor (128 + position), `ecc` 0 for a
  * device without ECC reporting (NOT_SUPPORTED; default 1).
  *
@@ -123,7 +123,8 @@ RSMI_API rsmi_status_t rsmi_init(uint64_t flags) {
     int code = injected("rsmi_init", -1);
     if (code >= 0) return code;
     pthread_mutex_lock(&g_lock);
-    if (!g_inited++) g_n = hd_from_env(g_dev, HD_MAX_DEVICES);
+    g_inited++;
+    g_n = hd_from_env(g_dev, HD_MAX_DEVICES); /* every init reads the description again (tests change it) */
     pthread_mutex_unlock(&g_lock);
     return RSMI_STATUS_SUCCESS;
 }
@@ -190,9 +191,9 @@ RSMI_API rsmi_status_t rsmi_dev_pci_id_get(uint32_t d, uint64_t *bdfid) {
 RSMI_API rsmi_status_t rsmi_dev_unique_id_get(uint32_t d, uint64_t *id) {
     rsmi_status_t r = check("rsmi_dev_unique_id_get", d, id);
     if (r) return r;
-    const char *uid = hd_get(&g_dev[d], "uid");
+    const char *uid = hd_get(&g_dev[d], "uuid");
     if (uid) {
-        *id = strtoull(uid, NULL, 16);
+        *id = strtoull(strncasecmp(uid, "DCU-", 4) == 0 ? uid + 4 : uid, NULL, 16);
     } else { /* derived from the bus ID: distinct per device, stable across runs */
         const hd_device *x = &g_dev[d];
         *id = 0x5a1c000000000000ULL ^
