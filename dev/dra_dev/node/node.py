@@ -47,7 +47,7 @@ from dra_dev.node.images import BuiltImage, build_images, import_images
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 PROCESSES = ("containerd", "kubelet")
-VALUES_CHARTS = ("hami-core-gpu", "ascend", "dra-webhook")
+VALUES_CHARTS = ("hami-core-gpu", "ascend", "hygon-dcu", "dra-webhook")
 SERVICE_PROCESSES = ("containerd", "kube-proxy", "kubelet")
 DEFAULT_NODE_NAME = "dra-node"
 _SUBNET_BASE = ipaddress.IPv4Network("10.213.0.0/16")
