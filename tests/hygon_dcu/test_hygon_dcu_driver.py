@@ -223,6 +223,15 @@ def test_opaque_config_is_strict() -> None:
                                            "cuMask": "0xff"})
 
 
+def test_dcu_config_marks_what_loosens_as_the_npus_does() -> None:
+    """The loosening rule covers the config type's declaration: a claim's own config may not set
+    these below its class's without the admin's allowClaimLoosening (dra._runtime.loosening)."""
+    from dra._runtime.loosening import marked_fields
+    from drivers.ascend.config import NpuConfig
+
+    assert marked_fields(DcuConfig) == marked_fields(NpuConfig) == ["preload", "computeLimit", "watchdogAction"]
+
+
 def _host(tmp_path: Path, renders: int = 2, mkfd: bool = True, hyhal: bool = True) -> tuple[Path, Path]:
     dev, drv = tmp_path / "dev-root", tmp_path / "driver-root"
     (dev / "dev" / "dri").mkdir(parents=True)
