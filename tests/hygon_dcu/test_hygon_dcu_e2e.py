@@ -267,9 +267,11 @@ def test_one_claim_over_a_gpu_an_npu_and_a_dcu_in_one_container(three_rig: Rig) 
     rig.assert_held(claim, hip, 40, DCU)
 
 
-@pytest.mark.parametrize("path", sorted((EXAMPLES / "hygon-dcu").glob("*.yaml")) + [EXAMPLES / "hami-compat" / "dcu-pod.yaml",
-                                                                                 EXAMPLES / "heterogeneous" / "gpu-npu-and-dcu.yaml"],
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+MANIFESTS = [*sorted((EXAMPLES / "hygon-dcu").glob("*.yaml")), EXAMPLES / "hami-compat" / "dcu-pod.yaml",
+             EXAMPLES / "heterogeneous" / "gpu-npu-and-dcu.yaml"]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_example_opens_with_a_comment_and_manifests_are_accepted(cluster: ControlPlane, path: Path) -> None:
     assert path.read_text().startswith("# "), f"{path.name} must open with a comment saying what it shows"
     if path.name == "demo.yaml":

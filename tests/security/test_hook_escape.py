@@ -20,8 +20,8 @@ import pytest
 import hookcore
 from tests.hook.clients import client_env
 from tests.hook.conftest import HookLibs, cc, hookcore_libs  # noqa: F401  (fixture)
-from tests.security.hook_tenants import Tenant, tenant  # noqa: F401  (fixture)
 from tests.limiter_books import assert_held, ran, virtual_preload
+from tests.security.hook_tenants import Tenant, tenant  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 OOM = 2
@@ -45,7 +45,7 @@ def run(hostile: Path, libs: HookLibs, tmp_path: Path, *args: str, **env: str) -
     return out
 
 
-def test_every_route_to_glibcs_dlsym_gives_the_hook(tenant: Tenant, tmp_path: Path) -> None:
+def test_every_route_to_glibcs_dlsym_gives_the_hook(tenant: Tenant, tmp_path: Path) -> None:  # noqa: F811
     """For every hook library: whatever route a tenant takes to glibc's own dlsym, a lookup of a
     policed name in the runtime's handle gets the hook, and 2 GiB on a 1 GiB quota is refused."""
     env = tenant.env(HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(tmp_path / "ledger"))

@@ -30,8 +30,8 @@ import pytest
 import hookcore
 from tests.hook.clients import client_env
 from tests.hook.conftest import HookLibs, cc, hookcore_libs, testing_lib  # noqa: F401  (fixtures)
-from tests.security.hook_tenants import REFUSED, Tenant, tenant  # noqa: F401  (fixture)
 from tests.limiter_books import assert_at_most, assert_share, ran, virtual_preload
+from tests.security.hook_tenants import REFUSED, Tenant, tenant  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -56,7 +56,7 @@ def write_config(root: Path, text: str, stem: str = "vgpu") -> Path:
     return d
 
 
-def test_claim_directory_without_config_fails_closed(tenant: Tenant, tmp_path: Path) -> None:
+def test_claim_directory_without_config_fails_closed(tenant: Tenant, tmp_path: Path) -> None:  # noqa: F811
     (tmp_path / tenant.stem).mkdir()
     (tmp_path / tenant.stem / "ledger").write_bytes(b"")   # what a container keeps after deleting its config
     env = tenant.env(testing=True, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
@@ -68,7 +68,7 @@ def test_claim_directory_without_config_fails_closed(tenant: Tenant, tmp_path: P
     assert "(fail closed)" in proc.stderr
 
 
-def test_environment_cannot_raise_the_claims_quota(tenant: Tenant, tmp_path: Path) -> None:
+def test_environment_cannot_raise_the_claims_quota(tenant: Tenant, tmp_path: Path) -> None:  # noqa: F811
     write_config(tmp_path, "HOOKCORE_MEMORY_LIMIT_0=256Mi\n", tenant.stem)
     legacy = tenant.legacy_memory   # HAMi's name for the quota, which this hook reads from an environment
     env = tenant.env(testing=True, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path), HOOKCORE_MEMORY_LIMIT_0="8Gi",
