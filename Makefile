@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.34.4
 # The install stamp: redone when the project's metadata or build glue change.
 STAMP := $(dir $(PY)).dra-installed
 
-.PHONY: install node-deps c-deps demo test test-security test-versions lint clean-venv wheel image image-deps
+.PHONY: install node-deps c-deps demo test test-security test-versions lint docs clean-venv wheel image image-deps
 
 install: $(STAMP)
 
@@ -76,10 +76,15 @@ test-versions: install
 	if [ -n "$$failed" ]; then echo "test-versions: failed on$$failed"; exit 1; fi; \
 	echo "test-versions: passed on $(K8S_VERSIONS)"
 
-lint: install
+lint: install docs
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(dir $(PY))lint-imports
+
+# The docs site (mkdocs.yml, `strict: true`): fails on a broken link or anchor between the pages of
+# docs/ or a page outside the nav; built into a temporary dir and thrown away (a check, not a deploy).
+docs: install
+	@site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && $(PY) -m mkdocs build --strict --site-dir "$$site"
 
 clean-venv:
 	rm -rf $(VENV)

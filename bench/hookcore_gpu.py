@@ -458,8 +458,9 @@ class Bench:
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit("build failed:\n" + r.stdout[-3000:] + r.stderr[-3000:])
-        r = subprocess.run(["cc", "-O2", "-o", str(self.client), str(ROOT / "tests/hook/c/shim_client.c"), "-ldl",
-                            "-lpthread"], capture_output=True, text=True)
+        client_src = sorted(str(p) for p in (ROOT / "tests/hook/c").glob("shim_client*.c"))  # one program
+        r = subprocess.run(["cc", "-O2", "-o", str(self.client), *client_src, "-ldl", "-lpthread"],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit("client build failed:\n" + r.stderr[-3000:])
 

@@ -41,7 +41,8 @@ def build(tmp: Path) -> tuple[Path, Path]:
     subprocess.run(["make", "-C", str(ROOT / "hookcore"), "-s", f"-j{min(os.cpu_count() or 1, 8)}", "libs"],
                    check=True)
     shim, acl = tmp / "shim_client", tmp / "acl_client"
-    subprocess.run(["cc", "-O2", "-o", str(shim), str(ROOT / "tests/hook/c/shim_client.c"), "-ldl"], check=True)
+    shim_src = sorted(str(p) for p in (ROOT / "tests/hook/c").glob("shim_client*.c"))  # one program
+    subprocess.run(["cc", "-O2", "-o", str(shim), *shim_src, "-ldl"], check=True)
     subprocess.run(["cc", "-O2", "-o", str(acl), str(ROOT / "tests/ascend/c/acl_client.c"), f"-L{STUB}",
                     "-lascendcl", "-lruntime", f"-Wl,-rpath,{STUB}"], check=True)
     return shim, acl

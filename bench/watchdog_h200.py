@@ -16,8 +16,9 @@ three PyTorch processes, each in its claim's mounts (a private mount namespace, 
 
 1. ``within``: under the hook, 1 GiB (inside its quota): no verdict expected;
 2. ``contexts``: under the hook, 3 GiB charged (inside the quota) plus --contexts extra CUDA
-   contexts, which the hook does not charge (hookcore/README.md, "Not charged"): NVML sees more
-   than quota + the 1 GiB context tolerance: ``over-quota`` expected. Where the hook refuses
+   contexts, which these claims do not charge (their quotas name no context size, as with the
+   driver's ``contextMemory: "0"``): NVML sees more than quota + the watchdog's memory tolerance
+   (64 MiB per process): ``over-quota`` expected. Where the hook refuses
    extra contexts, the process starts a child without the preload that holds 4 GiB instead (the
    claim's two processes then hold more than quota + 2 x tolerance; the child is also unheld);
 3. ``unhooked``: its claim's mounts but ``LD_PRELOAD`` removed (a process that clears its
@@ -165,7 +166,8 @@ def main() -> int:
     from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
     from dra._runtime.enforcement import ClaimHooks
     from dra._runtime.hookdir import HookDir
-    from dra._runtime.watchdog import Watchdog, WatchdogSettings
+    from dra._runtime.watchdog.loop import Watchdog
+    from dra._runtime.watchdog.model import WatchdogSettings
     from dra.testing.runtime import mount_script, runtime_unavailable
     from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
@@ -179,7 +181,8 @@ def main() -> int:
     gpu = driver.by_name[device]
     results: dict[str, Any] = {"fake": args.fake, "gpu": {"name": gpu.product_name, "uuid": gpu.uuid,
                                                           "driver": driver.inventory.driver_version if driver.inventory else None},
-                               "share_window_s": args.share_window, "context_tolerance_bytes": GiB}
+                               "share_window_s": args.share_window,
+                               "memory_tolerance_bytes": WatchdogSettings().memory_tolerance}
     log(f"GPU {device}: {gpu.product_name} {gpu.uuid}")
     children: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="dra-wdh-") as tmp:

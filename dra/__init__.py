@@ -48,6 +48,7 @@ from dra.driver import (
     CounterConsumption,
     CounterSet,
     Device,
+    DeviceKey,
     DeviceNode,
     DeviceProcess,
     Driver,
@@ -65,7 +66,7 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
-from dra.shared import HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
+from dra.shared import ClaimView, HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -74,11 +75,13 @@ __all__ = [
     "AllocatedDevice",
     "Capacity",
     "ClaimRef",
+    "ClaimView",
     "ConfigError",
     "ContainerEdits",
     "CounterConsumption",
     "CounterSet",
     "Device",
+    "DeviceKey",
     "DeviceNode",
     "DeviceProcess",
     "DeviceShare",

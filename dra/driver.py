@@ -11,9 +11,9 @@ Life cycle: the framework instantiates the driver with no arguments, calls `setu
 then calls `devices`.
 
 Rules for implementers (enforced by import contracts and tests):
-- import only `dra` (this interface), `dra.topology`, `dra.settings`, `dra.fakes` and
-  `dra.testing`: no gRPC, no Kubernetes API calls, no file writes (the framework writes CDI,
-  state, ledgers and hook libraries);
+- import only `dra` (this interface), `dra.topology`, `dra.settings` and `dra.fakes`
+  (`dra.testing` is for the driver's tests): no gRPC, no Kubernetes API calls, no file writes
+  (the framework writes CDI, state, ledgers and hook libraries);
 - read configuration from `DriverContext.settings`, not from the environment;
 - `prepare` is deterministic for the same inputs and may be called again after a crash;
 - `unprepare` receives exactly what `prepare` returned (edits and state, from the checkpoint),
@@ -29,7 +29,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 AttributeValue = str | int | bool
 """A device attribute: string, int or bool; versions are strings marked with `Version`."""
@@ -114,7 +114,59 @@ class ClaimRef:
 
 
 @dataclasses.dataclass(frozen=True)
-class AllocatedDevice:
+class DeviceKey:
+    """What tells one allocated share from every other of the driver's: pool, device and share ID
+    (None for a device that is not shared by consumable capacity). The one key of the claim path:
+    an allocation result, a driver's prepared device and a checkpoint record of it are matched by it."""
+
+    pool: str
+    device: str
+    share_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        """A name unique per share within the pool (``<device>-<shareID>`` or ``<device>``): two
+        shares of one device never collide."""
+        return f"{self.device}-{self.share_id}" if self.share_id else self.device
+
+    def __str__(self) -> str:
+        return f"{self.pool}/{self.name}"
+
+
+class Keyed:
+    """The `key` of a record of one allocated device (mixed into each shape the claim path gives
+    one: the claim's result, `AllocatedDevice`, the checkpoint's record, `RecordedDevice`)."""
+
+    pool: str
+    device: str
+    share_id: str | None
+
+    @property
+    def key(self) -> DeviceKey:
+        """The share's key; ``key.name`` is unique per share: two shares of one device never collide."""
+        return DeviceKey(self.pool, self.device, self.share_id)
+
+
+class Allocation(Protocol):
+    """One allocation result as the claim path carries it (a claim's result, a checkpoint record
+    of it): what `AllocatedDevice.of` takes."""
+
+    @property
+    def request(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def share_id(self) -> str | None: ...
+    @property
+    def consumed_capacity(self) -> Mapping[str, int]: ...
+    @property
+    def admin_access(self) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocatedDevice(Keyed):
     """One allocation result of this driver in a claim, with its decoded opaque config.
 
     `consumed_capacity` holds integer base units (cores in percent, memory in bytes);
@@ -131,19 +183,20 @@ class AllocatedDevice:
     admin_access: bool = False
     config: Any = None
 
+    @classmethod
+    def of(cls, allocation: Allocation, config: Any = None) -> AllocatedDevice:
+        """`allocation` (a claim's result, a checkpoint record) with its decoded `config`."""
+        return cls(allocation.request, allocation.pool, allocation.device, allocation.share_id,
+                   dict(allocation.consumed_capacity), allocation.admin_access, config)
+
     @property
     def main_request(self) -> str:
         """The request name kubelet matches containers by (``main`` of ``main/sub``)."""
         return main_request(self.request)
 
-    @property
-    def key(self) -> str:
-        """A name unique per share: two shares of one device never collide."""
-        return f"{self.device}-{self.share_id}" if self.share_id else self.device
-
 
 @dataclasses.dataclass(frozen=True)
-class RecordedDevice:
+class RecordedDevice(Keyed):
     """One device of a claim in the node's checkpoint (`DriverContext.recorded`): which claim
     holds it, whether that claim is still being prepared, and the state the driver's prepare
     returned for it (empty while ``preparing``: the record is written before `Driver.prepare`)."""

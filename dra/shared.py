@@ -16,7 +16,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from dra.capacity import ShareConfig, claim_share_config, device_share_configs, device_shares, share_capacity
 from dra.driver import (
@@ -35,6 +35,7 @@ from dra.driver import (
 )
 
 D = TypeVar("D", bound="HasUuid")
+Cfg = TypeVar("Cfg", bound=ShareConfig)
 
 
 def shared_device(name: str, attributes: Mapping[str, Any], memory: int, pcie_root: str | None, numa_node: int | None,
@@ -110,8 +111,24 @@ class Visible(Generic[D]):
     cores: int  # percent, 1..100
 
 
-class SharedDeviceDriver(Driver, Generic[D]):
-    """A `Driver` for devices shared by ``cores``/``memory`` capacity; subclasses fill the hooks."""
+@dataclasses.dataclass(frozen=True)
+class ClaimView(Generic[D, Cfg]):
+    """One claim's devices as the skeleton reads them (`SharedDeviceDriver.view`): computed once for
+    its prepare and read again by `claim_edits` and `enforcement` of the same allocation."""
+
+    allocated: tuple[AllocatedDevice, ...]
+    visible: tuple[Visible[D], ...]  # container order, shares of one device summed (`visible`)
+    config: Cfg  # the claim's one config (`claim_config`): claim-wide fields such as ``preload``
+    held: Mapping[str, Cfg]  # by device name, the config that holds that device (`device_configs`)
+
+
+MAX_VIEWS = 1024
+"""Claims whose view a driver keeps (beyond it, views are computed again)."""
+
+
+class SharedDeviceDriver(Driver, Generic[D, Cfg]):
+    """A `Driver` for devices shared by ``cores``/``memory`` capacity, with opaque config of type
+    `Cfg` (a `dra.ShareConfig`, its `config_type`); subclasses fill the hooks."""
 
     noun: ClassVar[str] = "device"
     """What a device is called in error messages ("GPU", "NPU")."""
@@ -126,6 +143,7 @@ class SharedDeviceDriver(Driver, Generic[D]):
         self.by_name: dict[str, D] = {}
         self.monitor: HealthWatch | None = None
         self._closers: list[Callable[[], None]] = []
+        self._views: dict[str, ClaimView[D, Cfg]] = {}  # by claim UID, the last one computed
 
     # --- hooks: what only the vendor knows ---------------------------------------------------------
     def discover(self, ctx: DriverContext) -> Sequence[D]:
@@ -150,7 +168,7 @@ class SharedDeviceDriver(Driver, Generic[D]):
         """One allocated device's edits and checkpointed state."""
         raise NotImplementedError
 
-    def quota(self, visible: Visible[D], cores: int, config: Any) -> Quota:
+    def quota(self, visible: Visible[D], cores: int, config: Cfg) -> Quota:
         """The hook's quota for one visible device: `config` is the one that holds that device
         (`device_configs`), `cores` 100 where it lifts the limit."""
         return Quota(self.device_uuid(visible.device), visible.memory, cores)
@@ -159,17 +177,22 @@ class SharedDeviceDriver(Driver, Generic[D]):
         """The order the claim's containers number its devices in (default: allocation order)."""
         return visible
 
-    def claim_config(self, allocated: Sequence[AllocatedDevice]) -> Any:
+    def claim_config(self, allocated: Sequence[AllocatedDevice]) -> Cfg:
         """The claim's one config: the strictest of its requests' (`dra.claim_share_config`);
         raise `PrepareError` for configs that cannot be held together."""
-        assert self.config_type is not None and issubclass(self.config_type, ShareConfig)
-        return claim_share_config(self.config_type, allocated)
+        return claim_share_config(self.share_config_type(), allocated)
 
-    def device_configs(self, allocated: Sequence[AllocatedDevice]) -> Mapping[str, Any]:
+    def device_configs(self, allocated: Sequence[AllocatedDevice]) -> Mapping[str, Cfg]:
         """The config that holds each device, by name: the strictest of every request on it
         (`dra.device_share_configs`), so one request's config never loosens another's device."""
-        assert self.config_type is not None and issubclass(self.config_type, ShareConfig)
-        return device_share_configs(self.config_type, allocated)
+        return device_share_configs(self.share_config_type(), allocated)
+
+    def share_config_type(self) -> type[Cfg]:
+        """`config_type`, which a driver of shared devices sets to its `dra.ShareConfig` subclass."""
+        config_type = self.config_type
+        if config_type is None or not issubclass(config_type, ShareConfig):
+            raise TypeError(f"{type(self).__name__}.config_type must be a dra.ShareConfig subclass, not {config_type!r}")
+        return cast("type[Cfg]", config_type)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def setup(self, ctx: DriverContext) -> None:
@@ -232,10 +255,23 @@ class SharedDeviceDriver(Driver, Generic[D]):
         shares = device_shares(allocated, lambda name: self.usable_memory(self.by_name[name]), self.noun)
         return self.container_order([Visible(sh.device, self.by_name[sh.device], sh.memory, sh.cores) for sh in shares])
 
+    def view(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> ClaimView[D, Cfg]:
+        """The claim's devices in container order and the configs that hold them, computed once per
+        allocation: `prepare` computes it (refusing a device this node does not have, or configs that
+        cannot be held together), `claim_edits` and `enforcement` of the same devices read it back."""
+        allocated = tuple(allocated)
+        got = self._views.get(claim.uid)
+        if got is not None and got.allocated == allocated:  # the same objects, as the framework passes them
+            return got
+        got = ClaimView(allocated, tuple(self.visible(claim, allocated)), self.claim_config(allocated),
+                        self.device_configs(allocated))
+        if len(self._views) >= MAX_VIEWS:
+            self._views.clear()
+        self._views[claim.uid] = got
+        return got
+
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
-        self.visible(claim, devices)  # refuse before anything is written
-        self.claim_config(devices)
-        self.device_configs(devices)
+        self.view(claim, devices)  # refuse before anything is written
         return [self.prepared_device(claim, dev, self.by_name[dev.device]) for dev in devices]
 
     def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
@@ -245,12 +281,10 @@ class SharedDeviceDriver(Driver, Generic[D]):
         of them (what the scheduler reserved for the claim on it)."""
         from dra import hook_library
 
-        allocated = [p.device for p in prepared]
-        config = self.claim_config(allocated)
-        held = self.device_configs(allocated)
-        quotas = [self.quota(v, v.cores if getattr(held[v.name], "compute_limit", True) else 100, held[v.name])
-                  for v in self.visible(claim, allocated)]
-        preload = Preload(config.preload) if getattr(config, "preload", None) else None
+        view = self.view(claim, [p.device for p in prepared])
+        quotas = [self.quota(v, v.cores if view.held[v.name].compute_limit else 100, view.held[v.name])
+                  for v in view.visible]
+        preload = Preload(view.config.preload) if view.config.preload else None
         return Enforcement(hook_library(self.hook_stem), quotas, preload)
 
     def hook_libraries(self) -> Sequence[Path]:

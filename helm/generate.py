@@ -122,7 +122,7 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
         "logLevel": flag_enum("log_level"),
         "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z]"}},
         "watchdog": obj({"action": {**flag_enum("watchdog"),
-                                    "description": "the process watchdog (dra/_runtime/watchdog.py); on: hostPID, CAP_KILL "
+                                    "description": "the process watchdog (dra/_runtime/watchdog/); on: hostPID, CAP_KILL "
                                                    "and CAP_SYS_PTRACE (maps: proof of a held process)"}}),
     }, ["preload", "metricsPort", "metricsBind", "grpcWorkers", "logFormat", "logLevel"])
     device_class = obj({

@@ -7,9 +7,12 @@ package wraps it (``hookcore._hookcore``, Cython) for the DRA driver, metrics an
 - :func:`parse_config` validates a configuration (a config file's text or an environment) exactly
   as the preloaded library will (same C parser), raising :class:`HookConfigError` with the
   library's one-line message;
-- :func:`claim_env`, :func:`config_file_text` and :func:`create_ledger` are what a DRA driver
-  writes for a claim: the neutral keys, the ``config`` file the library reads in the container
-  (``/run/hookcore/<stem>/config``, authoritative over the environment) and the ledger;
+- :func:`claim_config` is what a DRA driver writes for a claim, from one quota per device in
+  `dra.Quota`'s names: the neutral keys, the ``config`` file the library reads in the container
+  (``/run/hookcore/<stem>/config``, authoritative over the environment), parsed once by the
+  library's parser and checked to say what was asked; :func:`create_ledger` makes the claim's
+  ledger from that parse (:func:`claim_env` and :func:`config_file_text` are its two halves, each
+  validated on its own, for tools and tests);
 - :class:`Ledger` opens a ledger file read-only and reports quota and usage per device and per
   process; :class:`LedgerError` carries the C message when the file is missing or foreign;
   :func:`read_ledger` is the reader for a file a tenant can write (the node daemon's metrics):
@@ -22,13 +25,33 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from hookcore import _hookcore as _ext
+    from hookcore._hookcore import (
+        CONFIG_ROOT,
+        DEFAULT_LEDGER,
+        LIMITER_BURST_NS,
+        MAX_DEVICES,
+        MEM_UNLIMITED,
+        SM_PPM_FULL,
+        HookConfigError,
+        LedgerError,
+    )
 
 __all__ = [
+    "CONFIG_ROOT",
+    "DEFAULT_LEDGER",
+    "LIMITER_BURST_NS",
+    "MAX_DEVICES",
+    "MEM_UNLIMITED",
+    "SM_PPM_FULL",
+    "ClaimConfig",
     "Config",
     "DeviceQuota",
     "DeviceUsage",
@@ -39,6 +62,8 @@ __all__ = [
     "LedgerTimeout",
     "LimiterUsage",
     "ProcessUsage",
+    "QuotaLike",
+    "claim_config",
     "claim_env",
     "config_file_text",
     "container_config_path",
@@ -46,6 +71,7 @@ __all__ = [
     "library_path",
     "library_stem",
     "parse_config",
+    "parse_count",
     "parse_memory",
     "parse_sm",
     "read_ledger",
@@ -58,10 +84,17 @@ BUILD_DIR = _HERE / "build"
 _STEM = re.compile(r"lib([a-z0-9_-]{1,32})\.so(\..*)?")  # preload/self.c's hk_preload_stem_of, the same rule
 
 
-def _ext() -> Any:
-    from hookcore import _hookcore  # compiled by setup.py (pip install -e .) or build_ext --inplace
+if not TYPE_CHECKING:
+    class _Extension:
+        """`hookcore._hookcore` (typed by its stub, _hookcore.pyi), imported on first use so that
+        `library_path()` works before the extension is built (setup.py or build_ext --inplace)."""
 
-    return _hookcore
+        def __getattr__(self, name: str) -> Any:
+            from hookcore import _hookcore
+
+            return getattr(_hookcore, name)
+
+    _ext = _Extension()
 
 
 def __getattr__(name: str) -> Any:
@@ -69,7 +102,7 @@ def __getattr__(name: str) -> Any:
     # `library_path()` works before the extension is built.
     if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT",
                 "LIMITER_BURST_NS", "SM_PPM_FULL"):
-        return getattr(_ext(), name)
+        return getattr(_ext, name)
     raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
 
 
@@ -94,26 +127,54 @@ def stub_library(name: str) -> Path:
 
 def parse_memory(value: str, name: str = "HOOKCORE_MEMORY_LIMIT") -> int:
     """Bytes of a memory quantity as the hook reads it (``3000m``, ``10Gi``, ``1G`` = 10^9)."""
-    return int(_ext().parse_memory(value, name))
+    return int(_ext.parse_memory(value, name))
 
 
 def parse_sm(value: str, name: str = "HOOKCORE_COMPUTE_LIMIT") -> int:
     """Percent (1..100) of an SM limit as the hook reads it; 0 is rejected."""
-    return int(_ext().parse_sm(value, name))
+    return int(_ext.parse_sm(value, name))
+
+
+class QuotaLike(Protocol):
+    """The quota of one device as a claim asks for it, in `dra.Quota`'s names (`dra.Quota` is one,
+    so is `DeviceQuota`): what :func:`claim_config` and :func:`claim_env` take."""
+
+    @property
+    def uuid(self) -> str | None: ...
+    @property
+    def memory(self) -> int | None: ...
+    @property
+    def cores(self) -> int: ...
+    @property
+    def strict(self) -> bool: ...
+    @property
+    def full_load_mhz(self) -> int | None: ...
+    @property
+    def context_memory(self) -> int | None: ...
+    @property
+    def device_sms(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
 class DeviceQuota:
-    """The quota of one device index of a claim."""
+    """The quota of one device index of a claim, in `dra.Quota`'s names (see there; the C struct
+    calls them ``mem_limit``, ``sm_limit``, ``compute_mode``, ``ref_mhz``, ``ctx_bytes``)."""
 
     index: int
-    memory_limit: int | None  # bytes; None = no memory quota
-    sm_limit: int  # percent, 100 = no compute limit
-    uuid: str | None  # physical GPU UUID when the claim is UUID-keyed
-    compute_mode: str = "share"  # "share" (of device time) or "strict" (of full-load throughput)
-    ref_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
+    memory: int | None = None  # bytes; None = no memory quota
+    cores: int = 100  # percent, 100 = no compute limit
+    uuid: str | None = None  # the physical device's key when the claim is UUID-keyed
+    strict: bool = False  # cores of full-load throughput (a strict cap), not of device time
+    full_load_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
     context_memory: int | None = None  # bytes a context takes on this device, charged per context (None: 0)
     device_sms: int | None = None  # the device's SM count as the daemon read it (None: the hook asks CUDA)
+
+    @classmethod
+    def of(cls, index: int, quota: QuotaLike) -> DeviceQuota:
+        """`quota` at `index`, as the library's parser reads it back from what :func:`claim_env` writes
+        (an empty UUID and a context charge of 0 are not written: None)."""
+        return cls(index, quota.memory, quota.cores, quota.uuid or None, quota.strict, quota.full_load_mhz,
+                   quota.context_memory or None, quota.device_sms)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -123,7 +184,7 @@ def library_stem(library: str | os.PathLike[str]) -> str:
     name = PurePosixPath(os.fspath(library)).name
     m = _STEM.fullmatch(name)
     if m is None:
-        raise _ext().HookConfigError(
+        raise _ext.HookConfigError(
             f"{name!r} is not a hook library name: expected lib<stem>.so with a stem of 1 to 32 "
             "characters of [a-z0-9_-]"
         )
@@ -133,7 +194,7 @@ def library_stem(library: str | os.PathLike[str]) -> str:
 def container_config_path(library: str | os.PathLike[str]) -> PurePosixPath:
     """The config file the library reads inside a container (``/run/hookcore/vgpu/config``).
     The framework mounts the claim's directory (``config`` + ``ledger``) at its parent."""
-    return PurePosixPath(_ext().config_file_path(library_stem(library)))
+    return PurePosixPath(_ext.config_file_path(library_stem(library)))
 
 
 @dataclass(frozen=True)
@@ -145,6 +206,8 @@ class Config:
     uuid_keyed: bool
     ledger_path: str | None  # None: no limit set, no ledger needed
     origin: str = "env"  # "file", "env" or "none" (no key at all: the library stays dormant)
+    parsed: _ext.ParsedConfig | None = field(default=None, repr=False, compare=False)
+    """The C parser's own result, from which :func:`create_ledger` makes a ledger without parsing again."""
 
     def configured(self) -> tuple[DeviceQuota, ...]:
         """The devices a claim names (or device 0 when only defaults are set)."""
@@ -165,17 +228,75 @@ def parse_config(
     default ledger. Otherwise `env` (default ``os.environ``) is parsed with the neutral keys and
     the legacy names of library `stem` (HAMi's ``CUDA_DEVICE_*`` for ``vgpu``).
     """
-    raw = _ext().parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
-    devices = tuple(
-        DeviceQuota(d["index"], d["memory_limit"], d["sm_limit"], d["uuid"], d["compute_mode"], d["ref_mhz"],
-                    d["context_memory"], d["device_sms"])
-        for d in raw["devices"]
-    )
-    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"])
+    parsed = _ext.parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
+    raw = parsed.values()
+    devices = tuple(DeviceQuota(**d) for d in raw["devices"])
+    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"], parsed)
 
 
-def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
-    """The configuration of a claim's devices (index = position in `devices`), validated.
+def parse_count() -> int:
+    """How many configurations the C parser has read in this process (tests count a claim's parses)."""
+    return _ext.parse_count()
+
+
+@dataclass(frozen=True)
+class ClaimConfig:
+    """A claim's configuration as the framework writes it, parsed once by the library's parser."""
+
+    settings: Mapping[str, str]  # the KEY=VALUE settings (:func:`claim_env`'s)
+    text: str  # the config file, exactly as the library will read it
+    config: Config  # `text` parsed (origin "file"): what the library will enforce
+
+
+def claim_config(quotas: Sequence[QuotaLike], ledger_path: str, *, file_path: str | None = None,
+                 stem: str = "vgpu") -> ClaimConfig:
+    """The configuration of a claim's devices (index = position in `quotas`) with one parse: the
+    settings (:func:`claim_env`), the file (:func:`config_file_text`), parsed by library `stem`'s
+    own parser as the file at `file_path` (the path the library reads it from, for messages), and
+    checked to enforce exactly `quotas`. Raises HookConfigError naming what the library rejects."""
+    settings = _settings(quotas, ledger_path)
+    text = _file_text(settings)
+    config = parse_config({}, file_text=text, file_path=file_path, stem=stem)
+    for i, q in enumerate(quotas):
+        want, got = DeviceQuota.of(i, q), config.devices[i]
+        if got != want:
+            raise _ext.HookConfigError(f"quota {i} (device {q.uuid}) would be enforced as {got}, not {want}")
+    return ClaimConfig(settings, text, config)
+
+
+def _settings(quotas: Sequence[QuotaLike], ledger_path: str) -> dict[str, str]:
+    env: dict[str, str] = {"HOOKCORE_LEDGER": ledger_path}
+    for i, q in enumerate(quotas):
+        if q.memory is not None:
+            env[f"HOOKCORE_MEMORY_LIMIT_{i}"] = str(q.memory)
+        if q.cores != 100:
+            env[f"HOOKCORE_COMPUTE_LIMIT_{i}"] = str(q.cores)
+        if q.uuid:
+            env[f"HOOKCORE_DEVICE_UUID_{i}"] = q.uuid
+        if q.strict:
+            env[f"HOOKCORE_COMPUTE_MODE_{i}"] = "strict"
+        if q.full_load_mhz is not None:
+            env[f"HOOKCORE_COMPUTE_REF_MHZ_{i}"] = str(q.full_load_mhz)
+        if q.context_memory:
+            env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(q.context_memory)
+        if q.device_sms is not None:
+            env[f"HOOKCORE_DEVICE_SMS_{i}"] = str(q.device_sms)
+    if any(q.uuid for q in quotas) and not all(q.uuid for q in quotas):
+        raise _ext.HookConfigError("claim_env: either every device has a UUID or none has")
+    return env
+
+
+def _file_text(env: Mapping[str, str]) -> str:
+    for k, v in env.items():
+        if any(c in k + v for c in "\n\r\0"):
+            raise _ext.HookConfigError(f"{k}={v!r}: line breaks and NUL cannot be written to a config file")
+    lines = ["# hookcore claim configuration, written by the DRA driver; authoritative over the environment"]
+    lines += [f"{k}={env[k]}" for k in sorted(env)]
+    return "\n".join(lines) + "\n"
+
+
+def claim_env(quotas: Sequence[QuotaLike], ledger_path: str) -> dict[str, str]:
+    """The configuration of a claim's devices (index = position in `quotas`), validated.
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
     only below 100, ``HOOKCORE_COMPUTE_MODE_<i>`` / ``HOOKCORE_COMPUTE_REF_MHZ_<i>`` for a strict
@@ -184,26 +305,9 @@ def claim_env(devices: list[DeviceQuota], ledger_path: str) -> dict[str, str]:
     against; CUDA inside an MPS client answers the client's part), ``HOOKCORE_DEVICE_UUID_<i>``
     when given (then the claim is UUID-keyed and every device must have one), ``HOOKCORE_LEDGER`` =
     `ledger_path` as the container sees it. Raises HookConfigError if the library would reject the
-    result. Write it with :func:`config_file_text`.
+    result. Write it with :func:`config_file_text` (:func:`claim_config` does both with one parse).
     """
-    env: dict[str, str] = {"HOOKCORE_LEDGER": ledger_path}
-    for i, d in enumerate(devices):
-        if d.memory_limit is not None:
-            env[f"HOOKCORE_MEMORY_LIMIT_{i}"] = str(d.memory_limit)
-        if d.sm_limit != 100:
-            env[f"HOOKCORE_COMPUTE_LIMIT_{i}"] = str(d.sm_limit)
-        if d.uuid:
-            env[f"HOOKCORE_DEVICE_UUID_{i}"] = d.uuid
-        if d.compute_mode != "share":
-            env[f"HOOKCORE_COMPUTE_MODE_{i}"] = d.compute_mode
-        if d.ref_mhz is not None:
-            env[f"HOOKCORE_COMPUTE_REF_MHZ_{i}"] = str(d.ref_mhz)
-        if d.context_memory:
-            env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(d.context_memory)
-        if d.device_sms is not None:
-            env[f"HOOKCORE_DEVICE_SMS_{i}"] = str(d.device_sms)
-    if any(d.uuid for d in devices) and not all(d.uuid for d in devices):
-        raise _ext().HookConfigError("claim_env: either every device has a UUID or none has")
+    env = _settings(quotas, ledger_path)
     parse_config(env)
     return env
 
@@ -212,26 +316,26 @@ def config_file_text(env: Mapping[str, str]) -> str:
     """The ``config`` file for a claim's configuration (from :func:`claim_env`): sorted
     ``KEY=VALUE`` lines under a comment. Raises HookConfigError when the library would reject the
     file: a legacy name (the file takes neutral keys only), a line break in a value, a bad value."""
-    for k, v in env.items():
-        if any(c in k + v for c in "\n\r\0"):
-            raise _ext().HookConfigError(f"{k}={v!r}: line breaks and NUL cannot be written to a config file")
-    lines = ["# hookcore claim configuration, written by the DRA driver; authoritative over the environment"]
-    lines += [f"{k}={env[k]}" for k in sorted(env)]
-    text = "\n".join(lines) + "\n"
+    text = _file_text(env)
     parse_config(file_text=text)
     return text
 
 
 def create_ledger(
-    path: str | os.PathLike[str], env: Mapping[str, str], mode: int = 0o660, stem: str = "vgpu"
+    path: str | os.PathLike[str], config: Config | Mapping[str, str], mode: int = 0o660, stem: str = "vgpu"
 ) -> None:
-    """Create the ledger file of a claim ahead of its processes (e.g. in NodePrepareResources).
+    """Create the ledger file of a claim ahead of its processes (e.g. in NodePrepareResources), for
+    `config` (a parsed one, e.g. :func:`claim_config`'s, is used as it is; an environment is parsed
+    with library `stem`'s names).
 
     Validates an existing file instead (a stale file from an earlier run is adopted when no
     process uses it). `mode` is applied with chmod, so containers running as other users of the
     claim can open it read-write. Delete the file when the claim is unprepared.
     """
-    _ext().create_ledger(os.fspath(path), dict(env), stem)
+    parsed = config if isinstance(config, Config) else parse_config(config, stem=stem)
+    if parsed.parsed is None:
+        raise ValueError("create_ledger: the Config was not made by parse_config")
+    _ext.create_ledger(os.fspath(path), parsed.parsed)
     os.chmod(path, mode)
 
 
@@ -299,7 +403,7 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str], snapshot: bool = False) -> None:
         self.path = str(path)
-        self._view = _ext().LedgerView(self.path, snapshot)
+        self._view = _ext.LedgerView(self.path, snapshot)
 
     def __enter__(self) -> Ledger:
         return self
@@ -326,7 +430,7 @@ class Ledger:
     def devices(self) -> list[DeviceUsage]:
         """Devices the claim configures, plus any other index with usage recorded."""
         out = []
-        for i in range(_ext().MAX_DEVICES):
+        for i in range(_ext.MAX_DEVICES):
             d = self.device(i)
             if i < max(self.device_count, 1) or d.used > 0 or d.peak > 0:
                 out.append(d)

@@ -104,8 +104,18 @@ cdef class _Source:
         free(self.envp)
 
 
+cdef unsigned long long _parses = 0
+
+
+def parse_count():
+    """How many configurations the C parser has read in this process (a test counts a claim's)."""
+    return _parses
+
+
 cdef int _parse(_Source s, hk_config *cfg) except -1:
+    global _parses
     cdef char err[512]
+    _parses += 1
     if hk_config_parse_source(&s.src, cfg, err, sizeof(err)) != HK_OK:
         raise HookConfigError(err.decode("utf-8", "replace"))
     return 0
@@ -114,38 +124,51 @@ cdef int _parse(_Source s, hk_config *cfg) except -1:
 _ORIGINS = {HK_ORIGIN_NONE: "none", HK_ORIGIN_ENV: "env", HK_ORIGIN_FILE: "file"}
 
 
-def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
-    """Parse a configuration as library `stem` will: the config file's text when given (then `env`
-    is ignored, as the library ignores the environment when the file exists), else the mapping of
-    environment variables with the library's legacy aliases. Returns a dict; raises HookConfigError."""
-    cdef _Source s = _Source(env, file_text, file_path, stem)
-    cdef hk_config *cfg = <hk_config *>malloc(sizeof(hk_config))
-    if cfg == NULL:
-        raise MemoryError()
-    try:
-        _parse(s, cfg)
+cdef class ParsedConfig:
+    """A configuration as the C parser left it: the library's own struct, kept so that a ledger is
+    created from it without parsing again (`create_ledger`); `values()` gives its plain values."""
+
+    cdef hk_config cfg
+
+    def __copy__(self):
+        return self  # never changed after the parse
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def values(self):
+        """The parsed values, in `dra.Quota`'s names (the struct's `mem_limit` is `memory`, its
+        `sm_limit` `cores`, `ref_mhz` `full_load_mhz`, `ctx_bytes` `context_memory`)."""
         devices = []
         for i in range(HK_MAX_DEVICES):
             devices.append({
                 "index": i,
-                "memory_limit": None if cfg.mem_limit[i] == HK_MEM_UNLIMITED else cfg.mem_limit[i],
-                "sm_limit": cfg.sm_limit[i],
-                "uuid": cfg.uuid[i].decode("utf-8", "replace") or None,
-                "compute_mode": "strict" if cfg.compute_mode[i] == HK_COMPUTE_STRICT else "share",
-                "ref_mhz": cfg.ref_mhz[i] or None,
-                "context_memory": cfg.ctx_bytes[i] or None,
-                "device_sms": cfg.device_sms[i] or None,
-                "explicit": bool(cfg.flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET | HK_CFG_UUID_SET)),
+                "memory": None if self.cfg.mem_limit[i] == HK_MEM_UNLIMITED else self.cfg.mem_limit[i],
+                "cores": self.cfg.sm_limit[i],
+                "uuid": self.cfg.uuid[i].decode("utf-8", "replace") or None,
+                "strict": self.cfg.compute_mode[i] == HK_COMPUTE_STRICT,
+                "full_load_mhz": self.cfg.ref_mhz[i] or None,
+                "context_memory": self.cfg.ctx_bytes[i] or None,
+                "device_sms": self.cfg.device_sms[i] or None,
             })
         return {
-            "origin": _ORIGINS.get(cfg.origin, "none"),
-            "device_count": cfg.device_count,
-            "uuid_keyed": bool(cfg.uuid_keyed),
-            "ledger_path": cfg.ledger_path.decode("utf-8", "surrogateescape") or None,
+            "origin": _ORIGINS.get(self.cfg.origin, "none"),
+            "device_count": self.cfg.device_count,
+            "uuid_keyed": bool(self.cfg.uuid_keyed),
+            "ledger_path": self.cfg.ledger_path.decode("utf-8", "surrogateescape") or None,
             "devices": devices,
         }
-    finally:
-        free(cfg)
+
+
+def parse_config(env, file_text=None, file_path=None, stem="vgpu"):
+    """Parse a configuration as library `stem` will: the config file's text when given (then `env`
+    is ignored, as the library ignores the environment when the file exists), else the mapping of
+    environment variables with the library's legacy aliases. Returns a `ParsedConfig`; raises
+    HookConfigError."""
+    cdef _Source s = _Source(env, file_text, file_path, stem)
+    cdef ParsedConfig parsed = ParsedConfig()
+    _parse(s, &parsed.cfg)
+    return parsed
 
 
 def config_file_path(stem):
@@ -156,26 +179,19 @@ def config_file_path(stem):
     return out.decode()
 
 
-def create_ledger(path, env, stem="vgpu"):
-    """Create (or validate) the ledger at `path` for the configuration in `env`, claiming no slot.
+def create_ledger(path, ParsedConfig config not None):
+    """Create (or validate) the ledger at `path` for `config` (from `parse_config`, not parsed
+    again), claiming no slot.
 
-    Raises HookConfigError for a bad environment and LedgerError when the file exists with another
-    layout, or with another configuration while processes use it.
+    Raises LedgerError when the file exists with another layout, or with another configuration
+    while processes use it.
     """
-    cdef _Source s = _Source(env, None, None, stem)
-    cdef hk_config *cfg = <hk_config *>malloc(sizeof(hk_config))
     cdef hk_ledger *l = NULL
     cdef char err[512]
     cdef bytes bp = _b(str(path), "ledger path")
-    if cfg == NULL:
-        raise MemoryError()
-    try:
-        _parse(s, cfg)
-        if hk_ledger_open(bp, cfg, HK_OPEN_NOCLAIM, &l, err, sizeof(err)) != HK_OK:
-            raise LedgerError(err.decode("utf-8", "replace"))
-        hk_ledger_close(l)
-    finally:
-        free(cfg)
+    if hk_ledger_open(bp, &config.cfg, HK_OPEN_NOCLAIM, &l, err, sizeof(err)) != HK_OK:
+        raise LedgerError(err.decode("utf-8", "replace"))
+    hk_ledger_close(l)
 
 
 def proc_start_time(int pid):

@@ -124,5 +124,5 @@ def config(
                   title=f"from {cfg.origin}; ledger: {cfg.ledger_path or '(none: no limit set)'}"
                   + (" - keyed by UUID" if cfg.uuid_keyed else ""))
     for d in cfg.configured():
-        table.add_row(str(d.index), d.uuid or "-", human_bytes(d.memory_limit), _sm(d.sm_limit))
+        table.add_row(str(d.index), d.uuid or "-", human_bytes(d.memory), _sm(d.cores))
     Console().print(table)

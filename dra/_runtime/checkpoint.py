@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dra._runtime.fsutil import UID_RE, atomic_write, dir_syncer, fsync_dir, lock_file, temp_files, unlock_file
-from dra.driver import ContainerEdits, DeviceNode, Mount
+from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceNode, Keyed, Mount, PreparedDevice, RecordedDevice
 from dra.errors import DRAError
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceRecord:
-    """One prepared (or being-prepared) device of a claim, keyed by (driver, pool, device, shareID)."""
+class DeviceRecord(Keyed):
+    """One prepared (or being-prepared) device of a claim, of `driver`, known by its `key` (`dra.DeviceKey`)."""
 
     driver: str
     request: str
@@ -75,9 +75,21 @@ class DeviceRecord:
     state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     config: Mapping[str, Any] | None = None  # the decoded opaque config, encoded (dra.config.encode_config)
 
-    @property
-    def key(self) -> tuple[str, str, str, str | None]:
-        return (self.driver, self.pool, self.device, self.share_id)
+    @classmethod
+    def of(cls, driver: str, device: AllocatedDevice, cdi_name: str, config: Mapping[str, Any] | None) -> DeviceRecord:
+        """The record of `device` before the driver prepared it (`prepared` adds what it returned);
+        `config` is its opaque config encoded (`dra.config.encode_config`)."""
+        return cls(driver, device.request, device.pool, device.device, device.share_id, dict(device.consumed_capacity),
+                   device.admin_access, cdi_name, config=config)
+
+    def prepared(self, cdi_id: str, device: PreparedDevice) -> DeviceRecord:
+        """This record with what the driver's prepare returned for it and its CDI device ID."""
+        return dataclasses.replace(self, cdi_ids=(cdi_id, *device.cdi_devices), edits=device.edits,
+                                   state=dict(device.state))
+
+    def recorded(self, claim: ClaimRef, phase: Phase) -> RecordedDevice:
+        """The driver's view of this record (`DriverContext.recorded`)."""
+        return RecordedDevice(claim, phase, self.pool, self.device, self.share_id, self.admin_access, dict(self.state))
 
 
 @dataclasses.dataclass(frozen=True)

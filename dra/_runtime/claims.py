@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from dra._runtime.client import ApiClient, get_json, quantity_to_int
-from dra.driver import main_request
+from dra.driver import AllocatedDevice, Keyed, main_request
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The well-known node label kubelet sets to the node's hostname."""
@@ -27,7 +27,7 @@ NODE_NAME_FIELD = "metadata.name"
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceResult:
+class DeviceResult(Keyed):
     """One `status.allocation.devices.results[]` entry."""
 
     request: str
@@ -42,6 +42,10 @@ class DeviceResult:
     def main_request(self) -> str:
         """The request name kubelet matches containers by: ``main`` for a subrequest ``main/sub``."""
         return main_request(self.request)
+
+    def allocated(self, config: Any = None) -> AllocatedDevice:
+        """The driver's view of this result, with its decoded opaque `config`."""
+        return AllocatedDevice.of(self, config)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,8 +39,8 @@ from dra._runtime.metrics import HealthServer, MeteredHandler, Metrics
 from dra._runtime.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
 from dra._runtime.publish.fence import warn_if_unfenced
 from dra._runtime.publish.layout import SliceLayout, parse_layout
-from dra._runtime.watchdog import ACTIONS as WATCHDOG_ACTIONS
-from dra._runtime.watchdog import WatchdogSettings
+from dra._runtime.watchdog.model import ACTIONS as WATCHDOG_ACTIONS
+from dra._runtime.watchdog.model import WatchdogSettings
 from dra.driver import ClaimRef, Driver, DriverContext, Preload, RecordedDevice
 from dra.errors import UserError
 
@@ -107,9 +107,10 @@ class DaemonSettings:
     watchdog: str = flags.flag(default=WatchdogSettings.action, choices=(*WATCHDOG_ACTIONS, "off"),
                                help="Process watchdog action (drivers that list their devices' processes).")
     watchdog_interval: float = flags.flag(default=WatchdogSettings.interval, help="Seconds between the watchdog's polls.")
-    watchdog_context_overhead: int = flags.flag(
-        default=WatchdogSettings.context_overhead, takes=str, parse=_quantity, example="1Gi", given="1Gi",
-        help="Memory per process a claim may hold beyond its quota (its context).")
+    watchdog_memory_tolerance: int = flags.flag(
+        default=WatchdogSettings.memory_tolerance, takes=str, parse=_quantity, example="64Mi",
+        given=f"{WatchdogSettings.memory_tolerance >> 20}Mi",
+        help="Device memory per process a claim may hold beyond its quota (NVML's count less the hook's charge).")
     watchdog_share_window: float = flags.flag(default=WatchdogSettings.share_window,
                                               help="Seconds over which compute use is averaged.")
     watchdog_share_tolerance: float = flags.flag(default=WatchdogSettings.share_tolerance,
@@ -123,7 +124,7 @@ class DaemonSettings:
         if self.watchdog == "off":
             return None
         try:
-            return WatchdogSettings(self.watchdog, self.watchdog_interval, self.watchdog_context_overhead,
+            return WatchdogSettings(self.watchdog, self.watchdog_interval, self.watchdog_memory_tolerance,
                                     self.watchdog_share_window, self.watchdog_share_tolerance)
         except ValueError as exc:
             raise UserError(f"--watchdog-*: {exc} (e.g. --watchdog-interval 1 --watchdog-share-window 10)") from exc
@@ -145,9 +146,8 @@ def recorded(checkpoint: Any, driver: str) -> list[RecordedDevice] | None:
     records = checkpoint.records()
     if (before & checkpoint.uids()) - {r.uid for r in records}:
         return None  # there both before and after, and still not readable
-    return [RecordedDevice(ClaimRef(r.uid, r.namespace, r.name), r.phase, d.pool, d.device, d.share_id,
-                           d.admin_access, dict(d.state))
-            for r in records for d in r.devices if d.driver == driver]
+    return [d.recorded(ClaimRef(r.uid, r.namespace, r.name), r.phase) for r in records for d in r.devices
+            if d.driver == driver]
 
 
 def setup_driver(driver: Driver, ctx: DriverContext) -> None:
@@ -237,7 +237,8 @@ class Daemon:
         )
         watchdog = settings.watchdog_settings()
         if watchdog is not None and type(driver).processes is not Driver.processes:
-            from dra._runtime.watchdog import ApiEvents, Watchdog
+            from dra._runtime.watchdog.events import ApiEvents
+            from dra._runtime.watchdog.loop import Watchdog
 
             claims_dir = self.preparer.checkpoint.claims_dir
             self.watchdog = Watchdog(driver, self.preparer.checkpoint.records, state_dir / "hooks",

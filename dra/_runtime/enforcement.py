@@ -3,12 +3,13 @@
 A driver answers `Driver.enforcement(claim, prepared)` with an `Enforcement` (hook library and
 one `Quota` per visible device). For that claim the framework then
 
-1. turns the quotas into the hook's settings with hookcore's own writer (`hookcore.claim_env`)
-   and checks them with hookcore's own parser (`hookcore.parse_config`): a share the library
-   would reject is refused here, at prepare, with the claim and the fix in the message;
-2. creates the claim's hook dir ``<state-dir>/hooks/<claimUID>/`` holding ``config`` (written
-   by `hookcore.config_file_text`, parsed back with the library's parser) and ``ledger`` (created by `hookcore.create_ledger`), built
-   in a temp dir and renamed into place, *before* the CDI spec exists;
+1. turns the quotas into the hook's settings and config file with hookcore's own writer and
+   parses the file once with hookcore's own parser (`hookcore.claim_config`, which also checks
+   that the library would enforce exactly the quotas asked): a share the library would reject is
+   refused here, at prepare, with the claim and the fix in the message;
+2. creates the claim's hook dir ``<state-dir>/hooks/<claimUID>/`` holding ``config`` (that file)
+   and ``ledger`` (created by `hookcore.create_ledger` from that one parse), built in a temp dir
+   and renamed into place, *before* the CDI spec exists;
 3. adds to the claim's CDI edits: the hook set at ``/usr/lib/hookcore`` (read-only), the preload
    (``/etc/ld.so.preload`` from the set, or ``LD_PRELOAD``) and two files of the claim's hook dir
    at ``/run/hookcore/<stem>/``: ``config`` read-only, ``ledger`` read-write (the dir itself is
@@ -43,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import hookcore
 from dra._runtime.fsutil import UID_RE
 from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, checked_stem
 from dra.driver import ContainerEdits, Enforcement, Mount, Preload
@@ -75,16 +77,11 @@ class ClaimHookPlan:
     settings: Mapping[str, str]  # the hook's KEY=VALUE settings (container paths)
     config_text: str  # the config file, exactly as hookcore writes and parsed back by it
     config_dir: str  # where the library looks for it in the container: /run/hookcore/<stem>
+    config: hookcore.Config = dataclasses.field(repr=False, compare=False)  # config_text parsed (the ledger's)
 
     def to_json(self) -> dict[str, Any]:
         return {"library": str(self.library), "stem": self.stem, "preload": self.preload.value,
                 "settings": dict(self.settings), "configDir": self.config_dir}
-
-
-def _hookcore() -> Any:
-    import hookcore  # the Cython extension loads on the first call that needs it
-
-    return hookcore
 
 
 class ClaimHooks:
@@ -124,7 +121,6 @@ class ClaimHooks:
         return got
 
     def _plan(self, enforcement: Enforcement) -> ClaimHookPlan:
-        hk = _hookcore()
         stem = checked_stem(enforcement.library)
         quotas = list(enforcement.quotas)
         if not quotas:
@@ -146,28 +142,15 @@ class ClaimHooks:
             if q.device_sms is not None and not 1 <= q.device_sms <= DEVICE_SMS_MAX:
                 raise EnforcementError(f"quota {i} (device {q.uuid}): device_sms must be the device's SM count,"
                                        f" 1..{DEVICE_SMS_MAX}, not {q.device_sms}; leave it None when unknown")
-        devices = [hk.DeviceQuota(i, q.memory, q.cores, q.uuid or None, "strict" if q.strict else "share",
-                                  q.full_load_mhz, q.context_memory, q.device_sms) for i, q in enumerate(quotas)]
         try:
-            config_path = str(hk.container_config_path(enforcement.library))
+            config_path = str(hookcore.container_config_path(enforcement.library))
             config_dir = os.path.dirname(config_path)
-            settings = dict(hk.claim_env(devices, f"{config_dir}/{LEDGER_FILE}"))
-            text = hk.config_file_text(settings)
-            # The library's own parser, on exactly the file it will read.
-            parsed = hk.parse_config({}, file_text=text, file_path=config_path, stem=stem)
-        except hk.HookConfigError as e:
+            # The library's own parser, once, on exactly the file it will read.
+            claim = hookcore.claim_config(quotas, f"{config_dir}/{LEDGER_FILE}", file_path=config_path, stem=stem)
+        except hookcore.HookConfigError as e:
             raise EnforcementError(f"the hook library rejects these settings: {e}") from None
-        for i, q in enumerate(quotas):
-            got = parsed.devices[i]
-            mode = "strict" if q.strict else "share"
-            if (got.memory_limit != q.memory or got.sm_limit != q.cores or got.compute_mode != mode
-                    or got.ref_mhz != q.full_load_mhz or got.context_memory != (q.context_memory or None)
-                    or got.device_sms != q.device_sms):
-                raise EnforcementError(f"quota {i} (device {q.uuid}) would be enforced as memory={got.memory_limit}"
-                                       f" cores={got.sm_limit} {got.compute_mode}, not memory={q.memory}"
-                                       f" cores={q.cores} {mode}")
-        return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload, settings,
-                             text, config_dir)
+        return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload,
+                             claim.settings, claim.text, config_dir, claim.config)
 
     def create(self, uid: str, plan: ClaimHookPlan) -> Path:
         """The claim's hook dir with ``config`` and ``ledger``, built aside and renamed into place.
@@ -197,7 +180,7 @@ class ClaimHooks:
                 os.close(fd)
             try:
                 # Any user of the claim's containers may charge the ledger: the dir is the claim's alone.
-                _hookcore().create_ledger(f"{tmp}/{LEDGER_FILE}", dict(plan.settings), mode=0o666, stem=plan.stem)
+                hookcore.create_ledger(f"{tmp}/{LEDGER_FILE}", plan.config, mode=0o666)
             except Exception as e:
                 raise EnforcementError(f"cannot create the claim's ledger in {tmp}: {e}") from e
             try:
@@ -319,7 +302,7 @@ class LedgerGuard:
         if self._size is None:
             with tempfile.TemporaryDirectory(prefix="dra-ledger-probe-") as tmp:
                 path = f"{tmp}/{LEDGER_FILE}"
-                _hookcore().create_ledger(path, {"HOOKCORE_LEDGER": path, "HOOKCORE_MEMORY_LIMIT_0": str(1 << 20)})
+                hookcore.create_ledger(path, {"HOOKCORE_LEDGER": path, "HOOKCORE_MEMORY_LIMIT_0": str(1 << 20)})
                 self._size = os.stat(path).st_size
         return self._size
 

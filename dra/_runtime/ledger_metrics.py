@@ -189,7 +189,7 @@ class LedgerCollector(Collector):
         out = []
         for d in devices:
             q = quotas.get(d.index)
-            out.append(dataclasses.replace(d, memory_limit=q.memory_limit, sm_limit=q.sm_limit) if q else d)
+            out.append(dataclasses.replace(d, memory_limit=q.memory, sm_limit=q.cores) if q else d)
         return out
 
 

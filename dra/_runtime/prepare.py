@@ -22,8 +22,12 @@ Unprepare works from the checkpoint alone (the claim may be gone): driver unprep
 CDI spec, delete the record. Unknown UIDs succeed. Every step is idempotent and a crash between
 any two steps is repaired by kubelet's retry (fault points mark the steps).
 
-Prepared devices are keyed by (driver, pool, device, shareID): two shares of one device, in one
-claim or two, get distinct CDI devices ``<claimUID>-<device>-<shareID>``.
+Prepared devices are keyed by `dra.DeviceKey` (pool, device, shareID) within the driver: two shares
+of one device, in one claim or two, get distinct CDI devices ``<claimUID>-<device>-<shareID>``.
+One record shape per step: a claim's `DeviceResult` becomes the driver's `AllocatedDevice`
+(`DeviceResult.allocated`), which becomes the checkpoint's `DeviceRecord` (`DeviceRecord.of`, then
+`.prepared`), which answers kubelet (`PreparedResult.of`) and is handed back at unprepare
+(`AllocatedDevice.of`).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from dra._runtime.kubelet.handler import ClaimOutcome, PreparedResult
 from dra._runtime.loosening import describe as describe_loosening
 from dra._runtime.loosening import loosened
 from dra.config import ConfigError, decode_config, encode_config
-from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, Driver, PreparedDevice, PrepareError, main_request
+from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceKey, Driver, PreparedDevice, PrepareError
 
 log = logging.getLogger(__name__)
 
@@ -236,12 +240,7 @@ class ClaimPreparer:
                              " writes that: the claim's status was edited by hand or by a faulty controller; delete"
                              " the claim (or its pod) so that kube-scheduler allocates it anew")
         configs = self._configs(ref, claim, mine)
-        devices = tuple(
-            AllocatedDevice(request=r.request, pool=r.pool, device=r.device, share_id=r.share_id,
-                            consumed_capacity=dict(r.consumed_capacity), admin_access=r.admin_access,
-                            config=configs.get(r.request))
-            for r in mine
-        )
+        devices = tuple(r.allocated(configs.get(r.request)) for r in mine)
         pods = tuple(f"{ref.namespace}/{c.name}" for c in claim.reserved_for if c.resource == "pods")
         return _Plan(ref=ref, devices=devices, names=self._cdi_names(ref.uid, mine), pods=pods)
 
@@ -300,7 +299,7 @@ class ClaimPreparer:
 
     @staticmethod
     def _cdi_names(uid: str, results: Sequence[DeviceResult]) -> tuple[str, ...]:
-        keys = [f"{r.device}-{r.share_id}" if r.share_id else r.device for r in results]
+        keys = [r.key.name for r in results]
         names = []
         for r, key in zip(results, keys, strict=True):
             # Two pools may hold devices of one name (network-attached pools): qualify by pool then.
@@ -317,9 +316,10 @@ class ClaimPreparer:
             record = self.checkpoint.get(ref.uid)
         except CheckpointError as e:
             raise ClaimError(f"{_describe_claim(ref)}: {e}") from e
-        wanted = [(self.driver.name, d.pool, d.device, d.share_id) for d in plan.devices]
+        wanted = [d.key for d in plan.devices]
         if record is not None:
-            same_devices = [d.key for d in record.devices] == wanted
+            same_devices = (all(d.driver == self.driver.name for d in record.devices)
+                            and [d.key for d in record.devices] == wanted)
             if (same_devices and record.boot_id == self.checkpoint.boot_id and record.phase == PREPARED
                     and self._hook_set_present(record)):
                 return self._answer_from_record(record)
@@ -327,7 +327,8 @@ class ClaimPreparer:
                 # Same UID, other devices: the claim was deallocated and allocated again without an
                 # unprepare reaching us. Undo the old devices first.
                 log.warning("claim allocation changed since it was prepared; undoing the old devices",
-                            extra={"claim": ref.uid, "old": [d.key for d in record.devices], "new": wanted})
+                            extra={"claim": ref.uid, "old": [str(d.key) for d in record.devices],
+                                   "new": [str(k) for k in wanted]})
                 self._undo(record)
                 record = None
             elif record.boot_id != self.checkpoint.boot_id:
@@ -337,10 +338,8 @@ class ClaimPreparer:
         now = time.time()
         created = record.created_at if record is not None else now
         driver_cls = type(self.driver)
-        base = [DeviceRecord(driver=self.driver.name, request=d.request, pool=d.pool, device=d.device,
-                             share_id=d.share_id, consumed_capacity=dict(d.consumed_capacity),
-                             admin_access=d.admin_access, cdi_name=n,
-                             config=encode_config(driver_cls, d.config) if d.config is not None else None)
+        base = [DeviceRecord.of(self.driver.name, d, n, encode_config(driver_cls, d.config) if d.config is not None
+                                else None)
                 for d, n in zip(plan.devices, plan.names, strict=True)]
         self.checkpoint.put(ClaimRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, phase=PREPARING,
                                         boot_id=self.checkpoint.boot_id, devices=tuple(base),
@@ -381,8 +380,7 @@ class ClaimPreparer:
                                  " retries") from e
             fault("prepare.after_hooks")
 
-        edits_by_name = [(n, by_key[(d.pool, d.device, d.share_id)].edits) for d, n in zip(plan.devices, plan.names,
-                                                                                           strict=True)]
+        edits_by_name = [(n, by_key[d.key].edits) for d, n in zip(plan.devices, plan.names, strict=True)]
         try:
             with self._claim_hook_edits(ref.uid, hook_plan) as (hook_edits, hook_set):
                 all_claim_edits = merge_edits(claim_edits, hook_edits)
@@ -393,9 +391,7 @@ class ClaimPreparer:
                              f" written as a CDI spec: {e}") from e
         fault("prepare.after_cdi")
 
-        final = tuple(dataclasses.replace(b, cdi_ids=(cid, *p.cdi_devices), edits=p.edits, state=dict(p.state))
-                      for b, cid in zip(base, ids, strict=True)
-                      for p in (by_key[(b.pool, b.device, b.share_id)],))
+        final = tuple(b.prepared(cid, by_key[b.key]) for b, cid in zip(base, ids, strict=True))
         hooks_json = None
         if hook_plan is not None and hook_set is not None:
             hooks_json = {**hook_plan.to_json(), "set": str(hook_set.path)}
@@ -416,9 +412,9 @@ class ClaimPreparer:
             yield edits, hset
 
     def _match(self, ref: ClaimRef, plan: _Plan, prepared: Sequence[PreparedDevice]
-               ) -> dict[tuple[str, str, str | None], PreparedDevice]:
-        by_key = {(p.device.pool, p.device.device, p.device.share_id): p for p in prepared}
-        missing = [d for d in plan.devices if (d.pool, d.device, d.share_id) not in by_key]
+               ) -> dict[DeviceKey, PreparedDevice]:
+        by_key = {p.device.key: p for p in prepared}
+        missing = [d for d in plan.devices if d.key not in by_key]
         if missing or len(by_key) != len(prepared):
             raise PrepareError(
                 f"the driver's prepare returned {len(prepared)} device(s) that do not match the claim's"
@@ -436,8 +432,8 @@ class ClaimPreparer:
     def _rollback(self, ref: ClaimRef, plan: _Plan, prepared: Sequence[PreparedDevice]) -> None:
         """After a failed prepare: undo what the driver did (with what it returned, when it
         returned anything), remove the claim's hook dir and spec, then forget the claim."""
-        matched = {(p.device.pool, p.device.device, p.device.share_id): p for p in prepared}
-        undo = [matched.get((d.pool, d.device, d.share_id)) or PreparedDevice(d, ContainerEdits()) for d in plan.devices]
+        matched = {p.device.key: p for p in prepared}
+        undo = [matched.get(d.key) or PreparedDevice(d, ContainerEdits()) for d in plan.devices]
         try:
             self.driver.unprepare(ref, undo)
         except Exception:
@@ -510,14 +506,9 @@ class ClaimPreparer:
 
     def _undo(self, record: ClaimRecord) -> None:
         ref = ClaimRef(uid=record.uid, namespace=record.namespace, name=record.name)
-        prepared = [
-            PreparedDevice(
-                AllocatedDevice(request=d.request, pool=d.pool, device=d.device, share_id=d.share_id,
-                                consumed_capacity=dict(d.consumed_capacity), admin_access=d.admin_access,
-                                config=self._recorded_config(record, d)),
-                d.edits, state=dict(d.state), cdi_devices=tuple(d.cdi_ids[1:]))
-            for d in record.devices if d.driver == self.driver.name
-        ]
+        prepared = [PreparedDevice(AllocatedDevice.of(d, self._recorded_config(record, d)), d.edits, state=dict(d.state),
+                                   cdi_devices=tuple(d.cdi_ids[1:]))
+                    for d in record.devices if d.driver == self.driver.name]
         # Also for records of an earlier boot or still "preparing": the driver's unprepare must
         # tolerate resources that are already gone, and may hold state that survives a reboot.
         self.driver.unprepare(ref, prepared)
@@ -531,8 +522,4 @@ class ClaimPreparer:
 
 
 def _outcome(record: ClaimRecord) -> ClaimOutcome:
-    return ClaimOutcome(devices=tuple(
-        PreparedResult(request_names=(main_request(d.request),), pool=d.pool, device=d.device,
-                       cdi_device_ids=d.cdi_ids, share_id=d.share_id)
-        for d in record.devices
-    ))
+    return ClaimOutcome(devices=tuple(PreparedResult.of(d) for d in record.devices))

@@ -170,8 +170,7 @@ class DriverConformance:
         # The driver's own prepare: the same inputs give the same edits and state.
         rec = node.preparer.checkpoint.get(refs[0].uid)
         assert rec is not None and rec.phase == PREPARED
-        devices = [AllocatedDevice(request=d.request, pool=d.pool, device=d.device, share_id=d.share_id,
-                                   consumed_capacity=dict(d.consumed_capacity)) for d in rec.devices]
+        devices = [AllocatedDevice.of(d) for d in rec.devices]
         a, b = node.driver.prepare(refs[0], devices), node.driver.prepare(refs[0], devices)
         assert [(p.edits, dict(p.state), p.cdi_devices) for p in a] == [(p.edits, dict(p.state), p.cdi_devices)
                                                                        for p in b], "prepare is not deterministic"
@@ -189,8 +188,7 @@ class DriverConformance:
         assert node.preparer.unprepare_claims(refs) == {r.uid: "" for r in refs}, "a repeated unprepare must succeed"
         assert node.leftovers([r.uid for r in refs]) == []
         # The driver's own unprepare, twice, on what it prepared.
-        prepared = node.driver.prepare(refs[0], [AllocatedDevice(d.request, d.pool, d.device, d.share_id,
-                                                                 dict(d.consumed_capacity)) for d in rec.devices])
+        prepared = node.driver.prepare(refs[0], [AllocatedDevice.of(d) for d in rec.devices])
         node.driver.unprepare(refs[0], prepared)
         node.driver.unprepare(refs[0], prepared)
 

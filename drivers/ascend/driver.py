@@ -30,7 +30,7 @@ from drivers.ascend.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu]):
+class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu, NpuConfig]):
     name = devices.DRIVER_NAME
     cdi_kind = "k8s.ascend.project-hami.io/npu"
     config_type = NpuConfig

@@ -132,7 +132,7 @@ class ExampleDriver(dra.Driver):
             cfg = dev.config or ExampleConfig()
             memory = dev.consumed_capacity.get("memory", self._bytes[index])
             env = {
-                f"EXAMPLE_DEVICE_{dev.device.upper().replace('-', '_')}": dev.key,
+                f"EXAMPLE_DEVICE_{dev.device.upper().replace('-', '_')}": dev.key.name,
                 "EXAMPLE_MEMORY_LIMIT": str(memory),
                 "EXAMPLE_CORES_LIMIT": str(dev.consumed_capacity.get("cores", 100)),
                 "EXAMPLE_MODE": cfg.mode,

@@ -28,7 +28,7 @@ from drivers.hami_core_gpu.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
+class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
     name, cdi_kind, noun, hook_stem = devices.DRIVER_NAME, "k8s.hami-core-gpu.project-hami.io/claim", "GPU", "vgpu"
     config_type, config_api_version, claim_config = GpuConfig, API_VERSION, staticmethod(claim_config)
     device_name, usable_memory = staticmethod(devices.device_name), staticmethod(devices.usable_memory)
@@ -82,10 +82,10 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
     def prepare(self, claim: dra.ClaimRef, devices_: Sequence[dra.AllocatedDevice]) -> Sequence[dra.PreparedDevice]:
         if self.migs.is_mig(devices_):
             return self.migs.prepare(claim, devices_)
-        visible = self.visible(claim, devices_)  # refuse before anything is written
-        if claim_config(devices_).sharing != "mps":
+        view = self.view(claim, devices_)  # refuse before anything is written (super().prepare reads it back)
+        if view.config.sharing != "mps":
             return super().prepare(claim, devices_)
-        self.mps.admit(claim, [v.device.uuid for v in visible], [d.device for d in devices_])
+        self.mps.admit(claim, [v.device.uuid for v in view.visible], [d.device for d in devices_])
         return [dataclasses.replace(p, state={**p.state, "mps": True}) for p in super().prepare(claim, devices_)]
 
     def prepared_device(self, claim: dra.ClaimRef, allocated: dra.AllocatedDevice, gpu: nvml.Gpu) -> dra.PreparedDevice:
@@ -115,7 +115,7 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu]):
             env.update(self.fake.container_env(uuids, [self.migs.of(p) for p in prepared if p.state.get("mig")]))
         extra = dra.ContainerEdits()
         if any(p.state.get("mps") for p in prepared):
-            (v,) = self.visible(claim, [p.device for p in prepared])
+            (v,) = self.view(claim, [p.device for p in prepared]).visible
             extra = self.mps.claim_edits(v.device.uuid, v.cores, v.memory)
         base = edits.self_contained_claim_edits(self.files, None if self.fake else self.settings.dev_root) \
             if self.files is not None else dra.ContainerEdits()

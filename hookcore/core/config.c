@@ -3,7 +3,8 @@
  * Two sources, one grammar: the config file (KEY=VALUE lines, vendor-neutral keys) and the
  * environment (the same keys, plus the legacy names a shim maps onto them, e.g. HAMi's). Pure: no
  * globals, no getenv, no I/O (the caller reads the file). Every rejection produces one line naming
- * the key, its value and, for the file, the line.
+ * the key, its value and, for the file, the line. The values themselves (quantities, shares,
+ * UUIDs) are read by config_value.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,243 +14,6 @@
 #include "internal.h"
 
 extern char **environ;
-
-typedef unsigned __int128 hk_u128;
-
-/* ---------------------------------------------------------------------------------------------
-   Messages                                                                                     */
-
-const char *hk_strerror(int code) {
-    switch (code) {
-        case HK_OK: return "ok";
-        case HK_ENOMEM: return "out of memory quota";
-        case HK_EFAILCLOSED: return "hookcore failed closed (bad configuration or ledger)";
-        case HK_EINVAL: return "invalid argument";
-        case HK_ENODEV: return "device is not part of the claim";
-        case HK_ENOENT: return "allocation not tracked";
-        case HK_EEXIST: return "allocation already tracked";
-        case HK_ENOSPC: return "no free slot";
-        case HK_EIO: return "I/O error";
-        default: return "unknown hookcore error";
-    }
-}
-
-void hk__errf(char *err, size_t errlen, const char *fmt, ...) {
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    for (char *p = err; *p; p++) { // one line, whatever the caller formatted in
-        if (*p == '\n' || *p == '\r') *p = ' ';
-    }
-}
-
-/* Copy `value` into dst as printable ASCII: `"` and `\` escaped, other bytes as \xNN, at most
-   48 source bytes (then "..."). dst is always NUL-terminated. */
-void hk__quote(char *dst, size_t dstlen, const char *value) {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    if (dstlen == 0) return;
-    for (size_t i = 0; value[i] != '\0'; i++) {
-        unsigned char c = (unsigned char)value[i];
-        char buf[5];
-        size_t n;
-        if (i >= 48) {
-            memcpy(buf, "...", 3);
-            n = 3;
-        } else if (c == '"' || c == '\\') {
-            buf[0] = '\\';
-            buf[1] = (char)c;
-            n = 2;
-        } else if (c >= 0x20 && c < 0x7f) {
-            buf[0] = (char)c;
-            n = 1;
-        } else {
-            buf[0] = '\\';
-            buf[1] = 'x';
-            buf[2] = hex[c >> 4];
-            buf[3] = hex[c & 15];
-            n = 4;
-        }
-        if (o + n >= dstlen) break;
-        memcpy(dst + o, buf, n);
-        o += n;
-        if (i >= 48) break;
-    }
-    dst[o] = '\0';
-}
-
-static int reject(const char *name, const char *value, char *err, size_t errlen, const char *why) {
-    char q[208];
-    hk__quote(q, sizeof q, value);
-    hk__errf(err, errlen, "%s=\"%s\": %s", name, q, why);
-    return HK_EFAILCLOSED;
-}
-
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-
-/* ---------------------------------------------------------------------------------------------
-   Memory quantities                                                                            */
-
-#define MEM_UNITS "use bytes, Ki/Mi/Gi/Ti/Pi/Ei, M/G/T/P/E (10^6..10^18) or HAMi k/m/g (KiB/MiB/GiB)"
-
-/* value = mant * 10^scale * 2^shift, reduced exactly; HK_OK or a reason. */
-static const char *mem_reduce(hk_u128 mant, int scale, unsigned shift, uint64_t *out) {
-    if (mant == 0) return "must be greater than 0 (unset the variable for no limit)";
-    while (scale < 0 && mant % 10 == 0) {
-        mant /= 10;
-        scale++;
-    }
-    if (scale < 0) { /* divide by 2^k * 5^k, cancelling 2s against the shift */
-        unsigned k = (unsigned)-scale, k2 = k;
-        while (k2 > 0 && shift > 0) {
-            k2--;
-            shift--;
-        }
-        for (unsigned i = 0; i < k; i++) {
-            if (mant % 5 != 0) return "not a whole number of bytes";
-            mant /= 5;
-        }
-        if (k2 >= 128 || (mant & ((((hk_u128)1) << k2) - 1)) != 0) return "not a whole number of bytes";
-        mant >>= k2;
-    }
-    for (; scale > 0; scale--) {
-        if (mant > HK_MEM_MAX / 10) return "too large (at most 4Ei)";
-        mant *= 10;
-    }
-    if (mant > HK_MEM_MAX || (shift > 0 && mant > (HK_MEM_MAX >> shift))) return "too large (at most 4Ei)";
-    *out = (uint64_t)(mant << shift);
-    return NULL;
-}
-
-int hk_parse_mem(const char *name, const char *value, uint64_t *bytes, char *err, size_t errlen) {
-    const char *p = value;
-    hk_u128 mant = 0;
-    int sig = 0, digits = 0, scale = 0;
-    unsigned shift = 0;
-    if (bytes) *bytes = 0;
-    if (value == NULL || name == NULL || bytes == NULL) {
-        hk__errf(err, errlen, "hk_parse_mem: NULL argument");
-        return HK_EINVAL;
-    }
-    if (*p == '\0') return reject(name, value, err, errlen, "empty value");
-    if (*p == '-') return reject(name, value, err, errlen, "negative quantity");
-    if (*p == '+') p++;
-    for (; is_digit(*p); p++, digits++) {
-        if (mant == 0 && *p == '0') continue; /* leading zeros */
-        if (++sig > 38) return reject(name, value, err, errlen, "too many digits");
-        mant = mant * 10 + (hk_u128)(*p - '0');
-    }
-    if (*p == '.') {
-        p++;
-        for (; is_digit(*p); p++, digits++) {
-            if (sig > 0 || *p != '0') {
-                if (++sig > 38) return reject(name, value, err, errlen, "too many digits");
-            }
-            mant = mant * 10 + (hk_u128)(*p - '0');
-            scale--;
-        }
-    }
-    if (digits == 0) { return reject(name, value, err, errlen, "not a number (" MEM_UNITS ")"); }
-    if ((*p == 'e' || *p == 'E') && (is_digit(p[1]) || ((p[1] == '+' || p[1] == '-') && is_digit(p[2])))) {
-        int neg = 0, ev = 0, en = 0;
-        p++;
-        if (*p == '+' || *p == '-') neg = (*p++ == '-');
-        for (; is_digit(*p); p++) {
-            if (ev == 0 && *p == '0') continue;
-            if (++en > 3) return reject(name, value, err, errlen, "exponent out of range");
-            ev = ev * 10 + (*p - '0');
-        }
-        scale += neg ? -ev : ev;
-    } else if (*p != '\0') {
-        static const struct {
-            const char *s;
-            int exp10;
-            unsigned shift;
-        } units[] = {
-            {"Ki", 0, 10}, {"Mi", 0, 20}, {"Gi", 0, 30}, {"Ti", 0, 40}, {"Pi", 0, 50},
-            {"Ei", 0, 60}, {"k", 0, 10},  {"K", 0, 10},  {"m", 0, 20},  {"g", 0, 30}, /* HAMi, binary */
-            {"M", 6, 0},   {"G", 9, 0},   {"T", 12, 0},  {"P", 15, 0},  {"E", 18, 0}, /* Kubernetes, decimal */
-        };
-        size_t i, n = sizeof units / sizeof units[0];
-        for (i = 0; i < n; i++) {
-            if (strcmp(p, units[i].s) == 0) break;
-        }
-        if (i == n) {
-            char q[64], msg[200];
-            hk__quote(q, sizeof q, p);
-            snprintf(msg, sizeof msg, "unknown unit \"%s\" (%s)", q, MEM_UNITS);
-            return reject(name, value, err, errlen, msg);
-        }
-        scale += units[i].exp10;
-        shift = units[i].shift;
-        p += strlen(units[i].s);
-    }
-    if (*p != '\0') return reject(name, value, err, errlen, "trailing characters after the quantity");
-    const char *why = mem_reduce(mant, scale, shift, bytes);
-    if (why != NULL) {
-        *bytes = 0;
-        return reject(name, value, err, errlen, why);
-    }
-    return HK_OK;
-}
-
-int hk_parse_sm(const char *name, const char *value, uint32_t *percent, char *err, size_t errlen) {
-    uint32_t v = 0;
-    int sig = 0;
-    const char *p = value;
-    if (percent) *percent = 0;
-    if (value == NULL || name == NULL || percent == NULL) {
-        hk__errf(err, errlen, "hk_parse_sm: NULL argument");
-        return HK_EINVAL;
-    }
-    if (*p == '\0') return reject(name, value, err, errlen, "empty value");
-    for (; is_digit(*p); p++) {
-        if (v == 0 && *p == '0') continue;
-        if (++sig > 3) break;
-        v = v * 10 + (uint32_t)(*p - '0');
-    }
-    if (*p != '\0' && !is_digit(*p)) {
-        return reject(name, value, err, errlen, "not a whole percentage (expected 1..100)");
-    }
-    if (sig > 3 || v > 100) return reject(name, value, err, errlen, "out of range (expected 1..100)");
-    if (v == 0) {
-        return reject(name, value, err, errlen,
-                      "0 is not a valid compute share (expected 1..100; 100 or unset = no limit)");
-    }
-    *percent = v;
-    return HK_OK;
-}
-
-/* ---------------------------------------------------------------------------------------------
-   UUIDs                                                                                        */
-
-static char lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
-
-/* A device-kind word before the UUID proper ("KIND-xxxxxxxx-..."): 1..8 letters, one of them not
-   a hex digit (so a UUID's own first group is never taken for it), then '-'. Returns what follows. */
-static const char *skip_kind_prefix(const char *s) {
-    size_t i = 0;
-    int word = 0;
-    for (; i < 8 && lower(s[i]) >= 'a' && lower(s[i]) <= 'z'; i++) word |= lower(s[i]) > 'f';
-    return (word && s[i] == '-') ? s + i + 1 : s;
-}
-
-int hk_uuid_equal(const char *a, const char *b) {
-    if (a == NULL || b == NULL || *a == '\0' || *b == '\0') return 0;
-    a = skip_kind_prefix(a);
-    b = skip_kind_prefix(b);
-    for (; *a && *b; a++, b++) {
-        if (lower(*a) != lower(*b)) return 0;
-    }
-    return *a == *b;
-}
-
-static int uuid_char_ok(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' || c == '_' || c == '/' ||
-           c == ':' || c == '.';
-}
 
 /* ---------------------------------------------------------------------------------------------
    Keys: the vendor-neutral names, and the sources they come from                              */
@@ -273,12 +37,17 @@ static const key_spec g_keys[] = {
 };
 #define NKEYS (sizeof g_keys / sizeof g_keys[0])
 
+static int uuid_char_ok(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || hk__is_digit(c) || c == '-' || c == '_' || c == '/' ||
+           c == ':' || c == '.';
+}
+
 /* Index suffix: "0".."15", no sign, no leading zero. -1 if malformed. */
 static int parse_index(const char *s, size_t n) {
     int v = 0;
     if (n == 0 || n > 2 || (n > 1 && s[0] == '0')) return -1;
     for (size_t i = 0; i < n; i++) {
-        if (!is_digit(s[i])) return -1;
+        if (!hk__is_digit(s[i])) return -1;
         v = v * 10 + (s[i] - '0');
     }
     return v < HK_MAX_DEVICES ? v : -1;
@@ -381,9 +150,9 @@ static int parse_mode_v(const char *name, const char *value, void *o, char *err,
     else if (strcmp(value, "strict") == 0)
         *out = HK_COMPUTE_STRICT;
     else
-        return reject(name, value, err, errlen,
-                      "expected share (device-time share, the default) or strict "
-                      "(throughput held to the share at the full-load clock)");
+        return hk__reject(name, value, err, errlen,
+                          "expected share (device-time share, the default) or strict "
+                          "(throughput held to the share at the full-load clock)");
     return HK_OK;
 }
 
@@ -391,9 +160,9 @@ static int parse_mhz_v(const char *name, const char *value, void *o, char *err, 
     uint32_t v = 0, *out = (uint32_t *)o;
     size_t n = strlen(value);
     if (n == 0 || n > 5 || value[0] == '0')
-        return reject(name, value, err, errlen, "expected a clock in MHz, 1..99999");
+        return hk__reject(name, value, err, errlen, "expected a clock in MHz, 1..99999");
     for (size_t i = 0; i < n; i++) {
-        if (!is_digit(value[i])) return reject(name, value, err, errlen, "expected a clock in MHz, 1..99999");
+        if (!hk__is_digit(value[i])) return hk__reject(name, value, err, errlen, "expected a clock in MHz, 1..99999");
         v = v * 10 + (uint32_t)(value[i] - '0');
     }
     *out = v;
@@ -405,12 +174,13 @@ static int parse_sms_v(const char *name, const char *value, void *o, char *err, 
     uint32_t v = 0, *out = (uint32_t *)o;
     size_t n = strlen(value);
     if (n == 0 || n > 4 || value[0] == '0')
-        return reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
+        return hk__reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
     for (size_t i = 0; i < n; i++) {
-        if (!is_digit(value[i])) return reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
+        if (!hk__is_digit(value[i]))
+            return hk__reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
         v = v * 10 + (uint32_t)(value[i] - '0');
     }
-    if (v > HK_SMS_MAX) return reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
+    if (v > HK_SMS_MAX) return hk__reject(name, value, err, errlen, "expected the device's SM count, 1..4096");
     *out = v;
     return HK_OK;
 }
@@ -419,10 +189,10 @@ static int parse_uuid_v(const char *name, const char *value, void *o, char *err,
     size_t ulen = strlen(value);
     char *out = (char *)o;
     memset(out, 0, HK_UUID_MAX);
-    if (ulen == 0) return reject(name, value, err, errlen, "empty UUID");
-    if (ulen >= HK_UUID_MAX) return reject(name, value, err, errlen, "UUID too long");
+    if (ulen == 0) return hk__reject(name, value, err, errlen, "empty UUID");
+    if (ulen >= HK_UUID_MAX) return hk__reject(name, value, err, errlen, "UUID too long");
     for (size_t k = 0; k < ulen; k++) {
-        if (!uuid_char_ok(value[k])) return reject(name, value, err, errlen, "invalid character in UUID");
+        if (!uuid_char_ok(value[k])) return hk__reject(name, value, err, errlen, "invalid character in UUID");
     }
     memcpy(out, value, ulen + 1);
     return HK_OK;
@@ -432,9 +202,9 @@ static int parse_path_v(const char *name, const char *value, void *o, char *err,
     size_t plen = strlen(value);
     char *out = (char *)o;
     out[0] = '\0';
-    if (plen == 0) return reject(name, value, err, errlen, "empty path");
-    if (value[0] != '/') return reject(name, value, err, errlen, "not an absolute path");
-    if (plen >= HK_PATH_MAX) return reject(name, value, err, errlen, "path too long");
+    if (plen == 0) return hk__reject(name, value, err, errlen, "empty path");
+    if (value[0] != '/') return hk__reject(name, value, err, errlen, "not an absolute path");
+    if (plen >= HK_PATH_MAX) return hk__reject(name, value, err, errlen, "path too long");
     memcpy(out, value, plen + 1);
     return HK_OK;
 }

@@ -115,15 +115,22 @@ struct hk_ledger {
     char path[HK_PATH_MAX];
 };
 
-/* message helpers (config.c) */
+/* message helpers (config_value.c) */
 void hk__errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void hk__quote(char *dst, size_t dstlen, const char *value);
+/* `name="value": why` (value quoted) into err; returns HK_EFAILCLOSED. */
+int hk__reject(const char *name, const char *value, char *err, size_t errlen, const char *why);
+static inline int hk__is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* ledger.c */
 extern long hk__create_wait_ms; /* bound on waiting for the creation lock (tests shorten it) */
 int hk__ledger_claim_locked(hk_ledger *l, char *err, size_t errlen);
 int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen); /* after fork: new fd + slot */
 void hk__ledger_atfork_child(hk_ledger *l);
+int hk__ledger_check_header(const hk_ledger *l, char *err, size_t errlen); /* magic and layout */
+void hk__ledger_set_limits(hk_ledger *l, const hk_config *cfg);            /* the quotas this handle enforces */
+int hk__ledger_slot_alive(const hk_ledger *l, int i);                      /* 1 alive, 0 dead, -1 cannot tell */
+/* ledger_admit.c */
 uint64_t hk__ledger_sum(const hk_ledger *l, int dev);
 uint64_t hk__ledger_repairs(const hk_ledger *l);
 

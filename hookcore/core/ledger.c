@@ -1,4 +1,5 @@
-/* ledger.c -- the shared per-claim ledger: creation, validation, process slots, admission.
+/* ledger.c -- the shared per-claim ledger: creation, validation, process slots (claim, fork,
+ * reclaim). Admission (reserve/release) is in ledger_admit.c, read-only views in ledger_read.c.
  *
  * Invariants (see hookcore.h for the overview):
  *   - A slot's counters are written by its owner only (atomic add/sub), and by whoever holds the
@@ -12,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +109,7 @@ static int create_lock(int fd) {
 static off_t slot_lock_offset(int i) { return (off_t)HK_OFF_SLOTS + (off_t)i * (off_t)sizeof(hk__slot); }
 
 /* 1 if slot i's owner is alive (someone else holds its lock), 0 if not, -1 on error. */
-static int slot_alive(const hk_ledger *l, int i) {
+int hk__ledger_slot_alive(const hk_ledger *l, int i) {
     if (l->private_mem) return 1;
     if (i == l->my_index) return 1;
     if (l->fd < 0) return -1;
@@ -154,7 +154,7 @@ static void init_header(hk_ledger *l, const hk_config *cfg) {
     hk_atomic_store_release(&h->xmagic, HK_LEDGER_MAGIC);
 }
 
-static int check_header(const hk_ledger *l, char *err, size_t errlen) {
+int hk__ledger_check_header(const hk_ledger *l, char *err, size_t errlen) {
     const hk__hdr *h = l->hdr;
     uint64_t magic = hk_atomic_load_acquire(&h->xmagic);
     if (magic != HK_LEDGER_MAGIC) {
@@ -226,7 +226,7 @@ static int count_live(const hk_ledger *l) {
     for (uint32_t i = 0; i < hwm && i < HK_MAX_SLOTS; i++) {
         uint64_t w = hk_atomic_load_seq_cst(&l->slots[i].xowner);
         if (HK_OWNER_STATE(w) == HK_SLOT_FREE || (int)i == l->my_index) continue;
-        if (slot_alive(l, (int)i) != 0) live++;
+        if (hk__ledger_slot_alive(l, (int)i) != 0) live++;
     }
     return live;
 }
@@ -247,7 +247,7 @@ static int map_file(hk_ledger *l, int prot, char *err, size_t errlen) {
 
 /* The quotas this handle enforces: the caller's config (never re-read from the file); without a
    config (tests, tools), what the file says at open. */
-static void set_limits(hk_ledger *l, const hk_config *cfg) {
+void hk__ledger_set_limits(hk_ledger *l, const hk_config *cfg) {
     for (int i = 0; i < HK_MAX_DEVICES; i++) {
         l->lim[i] = cfg ? cfg->mem_limit[i] : (l->dev[i].mem_limit ? l->dev[i].mem_limit : HK_MEM_UNLIMITED);
         hk_atomic_store_relaxed(&l->xmine[i], 0);
@@ -279,12 +279,12 @@ static int open_locked(hk_ledger *l, const hk_config *cfg, char *err, size_t err
     }
     int rc = map_file(l, PROT_READ | PROT_WRITE, err, errlen);
     if (rc != HK_OK) return rc;
-    set_limits(l, cfg);
+    hk__ledger_set_limits(l, cfg);
     if (hk_atomic_load_acquire(&l->hdr->xmagic) == 0) {
         init_header(l, cfg); /* nobody can be using it: every user holds the creation lock first */
         return HK_OK;
     }
-    rc = check_header(l, err, errlen);
+    rc = hk__ledger_check_header(l, err, errlen);
     if (rc != HK_OK || cfg == NULL) return rc;
     char why[256];
     if (config_differs(l, cfg, why, sizeof why)) {
@@ -353,7 +353,7 @@ static int open_private(const hk_config *cfg, hk_ledger *l, char *err, size_t er
     l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
     snprintf(l->path, sizeof l->path, "(private)");
     init_header(l, cfg);
-    set_limits(l, cfg);
+    hk__ledger_set_limits(l, cfg);
     hk__slot *s = &l->slots[0];
     for (int d = 0; d < HK_MAX_DEVICES; d++) hk_atomic_store_relaxed(&s->xused[d], HK_USED_MAKE(1, 0));
     s->pid = (int32_t)getpid();
@@ -414,8 +414,8 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
             return HK_EFAILCLOSED;
         }
         rc = map_file(l, PROT_READ, err, errlen);
-        if (rc == HK_OK) rc = check_header(l, err, errlen);
-        if (rc == HK_OK) set_limits(l, NULL);
+        if (rc == HK_OK) rc = hk__ledger_check_header(l, err, errlen);
+        if (rc == HK_OK) hk__ledger_set_limits(l, NULL);
         if (rc != HK_OK) {
             hk_ledger_close(l);
             return rc;
@@ -447,86 +447,6 @@ int hk_ledger_open(const char *path, const hk_config *cfg, unsigned flags, hk_le
         hk_ledger_close(l);
         return rc;
     }
-    *out = l;
-    return HK_OK;
-}
-
-int hk_ledger_open_snapshot(const char *path, hk_ledger **out, char *err, size_t errlen) {
-    if (err && errlen) err[0] = '\0';
-    if (out == NULL || path == NULL) {
-        hk__errf(err, errlen, "hk_ledger_open_snapshot: NULL argument");
-        return HK_EINVAL;
-    }
-    *out = NULL;
-    if (strlen(path) >= HK_PATH_MAX) {
-        hk__errf(err, errlen, "ledger path too long");
-        return HK_EINVAL;
-    }
-    int pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (pfd < 0) {
-        hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
-        return HK_EIO;
-    }
-    struct stat st;
-    memset(&st, 0, sizeof st);
-    if (fstat(pfd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != HK_LEDGER_SIZE) {
-        hk__errf(err, errlen, "%s is not a hookcore ledger: %s (size %lld, expected a regular file of %u bytes)", path,
-                 S_ISREG(st.st_mode)    ? "wrong size"
-                 : S_ISDIR(st.st_mode)  ? "a directory"
-                 : S_ISFIFO(st.st_mode) ? "a FIFO"
-                 : S_ISLNK(st.st_mode)  ? "a symbolic link, not followed"
-                                        : "not a regular file",
-                 (long long)st.st_size, HK_LEDGER_SIZE);
-        close(pfd);
-        return HK_EFAILCLOSED;
-    }
-    char self[64];
-    snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
-    int fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); /* the same inode, now regular */
-    close(pfd);
-    if (fd < 0) {
-        hk__errf(err, errlen, "cannot open ledger %s: %s", path, strerror(errno));
-        return HK_EIO;
-    }
-    hk_ledger *l = calloc(1, sizeof *l);
-    unsigned char *buf = malloc(HK_LEDGER_SIZE);
-    if (l == NULL || buf == NULL) {
-        free(l);
-        free(buf);
-        close(fd);
-        hk__errf(err, errlen, "out of host memory");
-        return HK_EIO;
-    }
-    size_t got = 0;
-    while (got < HK_LEDGER_SIZE) {
-        ssize_t r = pread(fd, buf + got, HK_LEDGER_SIZE - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    if (got != HK_LEDGER_SIZE) {
-        hk__errf(err, errlen, "ledger %s shrank while being read (%zu of %u bytes)", path, got, HK_LEDGER_SIZE);
-        free(buf);
-        free(l);
-        close(fd);
-        return HK_EFAILCLOSED;
-    }
-    l->fd = fd;
-    l->my_index = -1;
-    l->flags = HK_OPEN_READONLY;
-    l->snapshot = 1;
-    l->base = buf;
-    l->size = HK_LEDGER_SIZE;
-    l->hdr = (hk__hdr *)l->base;
-    l->dev = (hk__dev *)(l->base + HK_OFF_DEVICES);
-    l->slots = (hk__slot *)(l->base + HK_OFF_SLOTS);
-    snprintf(l->path, sizeof l->path, "%s", path);
-    int rc = check_header(l, err, errlen);
-    if (rc != HK_OK) {
-        hk_ledger_close(l);
-        return rc;
-    }
-    set_limits(l, NULL);
     *out = l;
     return HK_OK;
 }
@@ -599,162 +519,7 @@ int hk__ledger_reattach(hk_ledger *l, char *err, size_t errlen) {
 }
 
 /* ---------------------------------------------------------------------------------------------
-   Admission                                                                                    */
-
-uint64_t hk__ledger_sum(const hk_ledger *l, int dev) {
-    uint64_t sum = 0;
-    uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
-    if (hwm > HK_MAX_SLOTS) hwm = HK_MAX_SLOTS;
-    for (uint32_t i = 0; i < hwm; i++) {
-        hk__slot *s = &l->slots[i];
-        if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) != HK_SLOT_LIVE) continue;
-        uint64_t v = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[dev]));
-        sum = (sum + v < sum) ? UINT64_MAX : sum + v; /* saturate */
-    }
-    return sum;
-}
-
-static void peak_max(hk__dev *d, uint64_t v) {
-    uint64_t p = hk_atomic_load_relaxed(&d->xpeak);
-    while (p < v && !hk_atomic_cas_weak_relaxed(&d->xpeak, &p, v)) {}
-}
-
-static void backoff(int attempt) {
-    if (attempt <= 1) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, 50000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Change my own count (process memory) by `bytes`: add, or subtract saturating at 0. Returns the
-   new value, or UINT64_MAX when an add would overflow the counter (nothing changed). */
-static uint64_t change_mine(hk_ledger *l, int dev, uint64_t bytes, int sub) {
-    uint64_t v = hk_atomic_load_seq_cst(&l->xmine[dev]), nv;
-    do {
-        if (sub)
-            nv = v > bytes ? v - bytes : 0;
-        else if (bytes > HK_USED_MASK - v)
-            return UINT64_MAX;
-        else
-            nv = v + bytes;
-    } while (!hk_atomic_cas_weak_seq_cst(&l->xmine[dev], &v, nv));
-    return nv;
-}
-
-/* Write my own count into my slot, while the slot still carries my tag. The slot is only ever set
-   from xmine (never incremented), so whatever was written there behind my back is replaced by the
-   truth. Concurrent publishers converge: each re-reads xmine after the slot's current value, so the
-   last successful CAS carries the newest count. Returns 0, or -1 when the slot is another owner's. */
-static int publish_mine(hk_ledger *l, int dev, uint64_t expect_bytes) {
-    _Atomic uint64_t *c = &l->me->xused[dev];
-    uint64_t tag = HK_OWNER_GEN(l->my_owner) & 0xffffu;
-    uint64_t v = hk_atomic_load_seq_cst(c), nv;
-    int checked = 0;
-    for (;;) {
-        if (HK_USED_TAG(v) != tag) return -1;
-        uint64_t mine = hk_atomic_load_seq_cst(&l->xmine[dev]);
-        if (!checked) { /* my slot should hold my previous count: anything else was written by someone else */
-            checked = 1;
-            if (HK_USED_BYTES(v) != expect_bytes && HK_USED_BYTES(v) != mine) hk_atomic_add_relaxed(&l->xrepairs, 1);
-        }
-        nv = HK_USED_MAKE(tag, mine);
-        if (v == nv || hk_atomic_cas_weak_seq_cst(c, &v, nv)) return 0;
-    }
-}
-
-/* Change my count and publish it. Returns 0, or -1 when the count would overflow or my slot is
-   another owner's now (then nothing is published). */
-static int add_mine(hk_ledger *l, int dev, uint64_t bytes, int sub) {
-    uint64_t before = hk_atomic_load_seq_cst(&l->xmine[dev]);
-    uint64_t now = change_mine(l, dev, bytes, sub);
-    if (now == UINT64_MAX) return -1;
-    if (publish_mine(l, dev, before) != 0) {
-        if (!sub) change_mine(l, dev, bytes, 1);
-        return -1;
-    }
-    return 0;
-}
-
-/* My slot's owner word changed: someone took my slot's lock, i.e. this process closed (or an
-   application closed for it) the ledger descriptor, or the word was overwritten. Charges can no
-   longer be counted: stop, and touch the slot no more (its counters may already be another owner's). */
-static __attribute__((noinline)) int slot_lost(hk_ledger *l) {
-    l->me = NULL;
-    l->my_index = -1;
-    l->lost = 1;
-    return HK_EFAILCLOSED;
-}
-
-static inline int owner_changed(const hk_ledger *l) {
-    return hk_unlikely(hk_atomic_load_relaxed(&l->me->xowner) != l->my_owner);
-}
-
-/* Claim-wide usage as admission sees it: the other live slots as the file says, plus my own count
-   from process memory (my slot in the file may have been edited; my count cannot be). */
-static uint64_t admitted_sum(hk_ledger *l, int dev) {
-    uint64_t sum = hk_atomic_load_seq_cst(&l->xmine[dev]);
-    uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
-    uint32_t mine = (uint32_t)l->my_index + 1;
-    if (hk_unlikely(hwm < mine)) { /* lowered below my own slot: put it back (others must see me) */
-        while (hwm < mine && !hk_atomic_cas_weak_seq_cst(&l->hdr->xslot_hwm, &hwm, mine)) {}
-        if (hwm < mine) hwm = mine;
-    }
-    uint32_t seen = hk_atomic_load_relaxed(&l->xhwm_seen);
-    while (seen < hwm && !hk_atomic_cas_weak_relaxed(&l->xhwm_seen, &seen, hwm)) {}
-    if (seen > hwm) hwm = seen;
-    if (hwm > HK_MAX_SLOTS) hwm = HK_MAX_SLOTS;
-    for (uint32_t i = 0; i < hwm; i++) {
-        if ((int)i == l->my_index) continue;
-        hk__slot *s = &l->slots[i];
-        if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) != HK_SLOT_LIVE) continue;
-        uint64_t v = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[dev]));
-        sum = (sum + v < sum) ? UINT64_MAX : sum + v; /* saturate */
-    }
-    return sum;
-}
-
-int hk_ledger_reserve(hk_ledger *l, int dev, uint64_t bytes) {
-    if (hk_unlikely(l == NULL || dev < 0 || dev >= HK_MAX_DEVICES)) return HK_EINVAL;
-    hk__slot *me = l->me;
-    if (hk_unlikely(me == NULL)) return l->lost ? HK_EFAILCLOSED : HK_EINVAL;
-    hk__dev *d = &l->dev[dev];
-    const uint64_t limit = l->lim[dev]; /* from the process's own config, never from the file */
-    if (limit == HK_MEM_UNLIMITED) {
-        if (add_mine(l, dev, bytes, 0) != 0) return owner_changed(l) ? slot_lost(l) : HK_ENOMEM;
-        return owner_changed(l) ? slot_lost(l) : HK_OK;
-    }
-    if (bytes > limit) return HK_ENOMEM;
-    for (int attempt = 0; attempt < 4; attempt++) {
-        if (add_mine(l, dev, bytes, 0) != 0) return owner_changed(l) ? slot_lost(l) : HK_ENOMEM;
-        uint64_t sum = admitted_sum(l, dev);
-        if (owner_changed(l)) return slot_lost(l);
-        if (hk_likely(sum <= limit)) {
-            peak_max(d, sum);
-            return HK_OK;
-        }
-        if (add_mine(l, dev, bytes, 1) != 0) return slot_lost(l);
-        /* Slow path: maybe dead processes hold quota, maybe a racer will roll back. */
-        if (attempt == 0 && hk_ledger_reclaim(l) > 0) continue;
-        if (attempt < 3) backoff(attempt);
-    }
-    return HK_ENOMEM;
-}
-
-void hk_ledger_release(hk_ledger *l, int dev, uint64_t bytes) {
-    if (l == NULL || l->me == NULL || dev < 0 || dev >= HK_MAX_DEVICES || bytes == 0) return;
-    if (owner_changed(l) || add_mine(l, dev, bytes, 1) != 0) slot_lost(l); /* not my counter any more */
-}
-
-uint64_t hk_ledger_used(const hk_ledger *l, int dev) {
-    if (l == NULL || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
-    return hk__ledger_sum(l, dev);
-}
-
-int hk_ledger_slot_index(const hk_ledger *l) { return l ? l->my_index : -1; }
-
-uint64_t hk__ledger_repairs(const hk_ledger *l) { return l ? hk_atomic_load_relaxed(&l->xrepairs) : 0; }
+   Dead owners: a slot whose lock is free is freed, its charges stop counting                   */
 
 int hk_ledger_reclaim(hk_ledger *l) {
     if (l == NULL || l->private_mem || l->fd < 0 || (l->flags & HK_OPEN_READONLY)) return 0;
@@ -775,58 +540,4 @@ int hk_ledger_reclaim(hk_ledger *l) {
         ofd_lock(l->fd, F_OFD_SETLK, F_UNLCK, slot_lock_offset((int)i));
     }
     return freed;
-}
-
-/* ---------------------------------------------------------------------------------------------
-   Readers                                                                                      */
-
-uint32_t hk_ledger_device_count(const hk_ledger *l) { return l ? l->hdr->device_count : 0; }
-uint32_t hk_ledger_version(const hk_ledger *l) { return l ? l->hdr->version : 0; }
-
-uint32_t hk_ledger_slot_hwm(const hk_ledger *l) {
-    if (l == NULL) return 0;
-    uint32_t hwm = hk_atomic_load_seq_cst(&l->hdr->xslot_hwm);
-    return hwm > HK_MAX_SLOTS ? HK_MAX_SLOTS : hwm;
-}
-
-int hk_ledger_device(const hk_ledger *l, int dev, hk_device_info *out) {
-    if (l == NULL || out == NULL || dev < 0 || dev >= HK_MAX_DEVICES) return HK_EINVAL;
-    const hk__dev *d = &l->dev[dev];
-    memset(out, 0, sizeof *out);
-    memcpy(out->uuid, d->uuid, sizeof out->uuid);
-    out->uuid[HK_UUID_MAX - 1] = '\0';
-    out->mem_limit = d->mem_limit;
-    out->sm_limit = d->sm_limit;
-    out->peak = hk_atomic_load_relaxed(&d->xpeak);
-    uint32_t hwm = hk_ledger_slot_hwm(l);
-    for (uint32_t i = 0; i < hwm; i++) {
-        hk__slot *s = &l->slots[i];
-        if (HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner)) != HK_SLOT_LIVE) continue;
-        uint64_t v = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[dev]));
-        out->used = (out->used + v < out->used) ? UINT64_MAX : out->used + v;
-        if (v > 0 && slot_alive(l, (int)i) != 0) out->live_processes++;
-    }
-    return HK_OK;
-}
-
-int hk_ledger_process(const hk_ledger *l, int slot, hk_process_info *out) {
-    if (l == NULL || out == NULL || slot < 0 || slot >= HK_MAX_SLOTS) return HK_EINVAL;
-    hk__slot *s = &l->slots[slot];
-    memset(out, 0, sizeof *out);
-    uint32_t st = HK_OWNER_STATE(hk_atomic_load_seq_cst(&s->xowner));
-    out->pid = s->pid;
-    out->start_time = s->start_time;
-    out->nonce = s->nonce;
-    for (int d = 0; d < HK_MAX_DEVICES; d++) out->used[d] = HK_USED_BYTES(hk_atomic_load_seq_cst(&s->xused[d]));
-    if (st == HK_SLOT_LIVE || st == HK_SLOT_CLAIMING) {
-        int alive = slot_alive(l, slot);
-        if (alive == 0) st = HK_SLOT_DEAD; /* -1 (cannot tell): report what the word says */
-    }
-    out->state = st;
-    return HK_OK;
-}
-
-void *hk_ledger_limiter_area(hk_ledger *l, int dev) {
-    if (l == NULL || dev < 0 || dev >= HK_MAX_DEVICES) return NULL;
-    return l->dev[dev].limiter;
 }

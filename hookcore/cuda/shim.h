@@ -1,6 +1,6 @@
 /* shim.h - internal interface of the CUDA driver shim (part of libvgpu.so).
  *
- * Layers:  interposers (memory.c, launch.c, device.c, procaddress.c)
+ * Layers:  interposers (memory.c, mempool.c, vmm.c, context.c, launch.c, device.c, procaddress.c)
  *            -> preload/ (dlsym, hook registry, real-library loading, process state, log)
  *            -> core/ (config, ledger, admission, tracking, limiter, meter)
  *
@@ -18,7 +18,7 @@
 #include "cuda_abi.h"
 
 /* ---------------------------------------------------------------------------
- * Interposers (memory.c, launch.c, device.c, procaddress.c); the list is hooks.def
+ * Interposers (memory.c, mempool.c, vmm.c, launch.c, device.c, procaddress.c); the list is hooks.def
  * ------------------------------------------------------------------------- */
 #define HK_LAUNCH_ARGS                                                                                          \
     CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \

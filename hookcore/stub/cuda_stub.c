@@ -45,83 +45,45 @@
  * modelling the memory behind them (what the shim charges is what the tests check).
  *
  * Test-only extras (not CUDA API): stubCudaUsedBytes(dev) and stubCudaLaunchCount().
+ *
+ * This file holds the state, devices and contexts; cuda_stub.h lists the stub's other files.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "cuda_stub.h"
 
-#include "../core/atomic.h"
-#include "../cuda/cuda_abi.h"
-#include "../cuda/copy.h"
-#include "stub_devices.h"
-
-#define STUB_API        __attribute__((visibility("default")))
 #define STUB_MAX_ALLOCS 65536
 
 /* ---------------------------------------------------------------------------
  * State
  * ------------------------------------------------------------------------- */
-typedef struct stub_device {
-    int physical;          /* index before CUDA_VISIBLE_DEVICES */
-    stub_device_desc desc; /* uuid, name, memory */
-    size_t total;
-    _Atomic size_t used;
-    _Atomic int64_t busy_until_ns; /* simulated engine: end of the last queued work */
-    int ctx_tag;                   /* primary context is &devices[i] */
-    unsigned sms;                  /* the device's SMs (key `sms`, default 132) */
-    unsigned primary_sms;          /* SMs of the primary context; 0 = not made yet (reads the env then) */
-} stub_device;
-
 typedef struct stub_alloc {
     unsigned long long key; /* device pointer, VMM handle or array handle; 0 = free */
     size_t size;
     int dev;
 } stub_alloc;
 
-typedef struct stub_event {
-    int64_t t_ns; /* completion time on the simulated clock; -1 = never recorded */
-} stub_event;
-
-typedef struct stub_stream {
-    int dev;
-    int64_t last_end_ns;
-    CUcontext ctx; /* the context it was created in (NULL: a default stream, the current one's) */
-} stub_stream;
-
-static int g_ndev = -1;
-static stub_device g_dev[STUB_MAX_DEVICES];
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+int g_ndev = -1;
+stub_device g_dev[STUB_MAX_DEVICES];
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static stub_alloc g_alloc[STUB_MAX_ALLOCS];
 static unsigned long long g_next_addr[STUB_MAX_DEVICES];
-static unsigned long long g_next_handle = 0x10000;
-static _Atomic unsigned long long g_launches;
+unsigned long long g_next_handle = 0x10000;
 static __thread int t_cur_dev = -1;  /* current context's device, -1 = none */
 static __thread CUcontext t_cur_ctx; /* the current context's handle (primary: &g_dev[i]) */
 
-/* A context made by cuCtxCreate: its own handle, on a device. */
-#define STUB_CTX_MAGIC 0x43545831
-typedef struct stub_ctx {
-    int magic;
-    int dev;
-    unsigned sms; /* the SMs it may use */
-} stub_ctx;
-static stub_stream g_default_stream[STUB_MAX_DEVICES];
+stub_stream g_default_stream[STUB_MAX_DEVICES];
 
-static int64_t now_ns(void) {
+int64_t stub_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void sleep_until(int64_t t_ns) {
+void stub_sleep_until(int64_t t_ns) {
     for (;;) {
-        int64_t d = t_ns - now_ns();
+        int64_t d = t_ns - stub_now_ns();
         if (d <= 0) return;
         struct timespec ts = {d / 1000000000LL, d % 1000000000LL};
         nanosleep(&ts, NULL);
@@ -171,7 +133,7 @@ static void stub_setup(void) {
 /* ---------------------------------------------------------------------------
  * Allocation bookkeeping (a mutex is fine: this is a test double)
  * ------------------------------------------------------------------------- */
-static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_handle) {
+CUresult stub_take(int dev, size_t size, unsigned long long *key_out, int is_handle) {
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_CONTEXT;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     size_t rounded = (size + 511) & ~(size_t)511;
@@ -205,7 +167,7 @@ static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_h
     return CUDA_SUCCESS;
 }
 
-static CUresult give(unsigned long long key) {
+CUresult stub_give(unsigned long long key) {
     if (key == 0) return CUDA_SUCCESS;
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < STUB_MAX_ALLOCS; i++) {
@@ -220,21 +182,13 @@ static CUresult give(unsigned long long key) {
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-static int cur_dev(void) {
+int stub_cur_dev(void) {
     if (g_ndev < 0) return -1;
     return t_cur_dev;
 }
 
-#define NEED_INIT()                                        \
-    do {                                                   \
-        if (g_ndev < 0) return CUDA_ERROR_NOT_INITIALIZED; \
-    } while (0)
-#define NEED_CTX(d)    \
-    int d = cur_dev(); \
-    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT
-
 /* HOOKCORE_STUB_CUDA_FAIL=call=code,...: the CUresult `call` is told to return, or 0. */
-static CUresult stub_fail(const char *call) {
+CUresult stub_fail(const char *call) {
     const char *v = getenv("HOOKCORE_STUB_CUDA_FAIL");
     size_t n = strlen(call);
     for (const char *p = v; p && *p;) {
@@ -267,7 +221,7 @@ static unsigned client_sms(int dev) {
 }
 
 /* SMs of context `c` (a primary context is made, reading the environment, on first use). */
-static unsigned ctx_sms(CUcontext c) {
+unsigned stub_ctx_sms(CUcontext c) {
     stub_device *d = (stub_device *)c;
     if (d >= g_dev && d < g_dev + g_ndev) {
         if (d->primary_sms == 0) d->primary_sms = mps_sms((int)(d - g_dev));
@@ -276,7 +230,7 @@ static unsigned ctx_sms(CUcontext c) {
     return ((stub_ctx *)c)->sms;
 }
 
-static CUcontext cur_ctx(void) {
+CUcontext stub_cur_ctx(void) {
     if (t_cur_dev < 0) return NULL;
     return t_cur_ctx ? t_cur_ctx : (CUcontext)&g_dev[t_cur_dev];
 }
@@ -352,7 +306,7 @@ STUB_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
     *ctx = (CUcontext)&g_dev[dev];
-    ctx_sms(*ctx); /* made now, if it was not */
+    stub_ctx_sms(*ctx); /* made now, if it was not */
     return CUDA_SUCCESS;
 }
 
@@ -371,14 +325,14 @@ STUB_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimary
 STUB_API CUresult cuCtxGetExecAffinity(CUexecAffinityParam *p, CUexecAffinityType type) {
     NEED_INIT();
     if (!p) return CUDA_ERROR_INVALID_VALUE;
-    CUcontext c = cur_ctx();
+    CUcontext c = stub_cur_ctx();
     if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
     CUresult f = stub_fail("cuCtxGetExecAffinity");
     if (f != CUDA_SUCCESS) return f;
     const char *forced = getenv("HOOKCORE_STUB_EXEC_AFFINITY_SMS");
     p->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
-    p->param.smCount.val = forced ? (unsigned)strtoul(forced, NULL, 10) : ctx_sms(c);
+    p->param.smCount.val = forced ? (unsigned)strtoul(forced, NULL, 10) : stub_ctx_sms(c);
     return CUDA_SUCCESS;
 }
 
@@ -506,575 +460,9 @@ STUB_API CUresult cuCtxGetDevice(CUdevice *dev) {
 STUB_API CUresult cuCtxSynchronize(void) {
     NEED_INIT();
     NEED_CTX(d);
-    sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
+    stub_sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
     return CUDA_SUCCESS;
 }
-
-/* ---------------------------------------------------------------------------
- * Memory
- * ------------------------------------------------------------------------- */
-STUB_API CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
-    NEED_INIT();
-    NEED_CTX(d);
-    if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
-    *total_b = g_dev[d].total;
-    *free_b = g_dev[d].total - hk_atomic_load_seq_cst(&g_dev[d].used);
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
-    NEED_INIT();
-    NEED_CTX(d);
-    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return take(d, size, dptr, 0);
-}
-
-/* The CUDA 3.1 ABI (32-bit sizes): a caller asking cuGetProcAddress for version < 3020 gets it. */
-STUB_API CUresult cuMemAlloc(unsigned int *dptr, unsigned int size) {
-    NEED_INIT();
-    NEED_CTX(d);
-    (void)d;
-    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    (void)size;
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-STUB_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem) {
-    NEED_INIT();
-    NEED_CTX(d);
-    if (!dptr || !pitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;
-    size_t p = (width + 511) & ~(size_t)511;
-    CUresult r = take(d, p * height, dptr, 0);
-    if (r == CUDA_SUCCESS) *pitch = p;
-    return r;
-}
-
-STUB_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
-    (void)flags;
-    NEED_INIT();
-    NEED_CTX(d);
-    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return take(d, size, dptr, 0);
-}
-
-STUB_API CUresult cuMemFree_v2(CUdeviceptr p) {
-    NEED_INIT();
-    return give(p);
-}
-
-STUB_API CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int flags) {
-    (void)flags;
-    NEED_INIT();
-    if (!g || !prop) return CUDA_ERROR_INVALID_VALUE;
-    *g = (size_t)2 << 20;
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
-                              unsigned long long flags) {
-    (void)flags;
-    NEED_INIT();
-    if (!h || !prop) return CUDA_ERROR_INVALID_VALUE;
-    if (size % ((size_t)2 << 20)) return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
-        pthread_mutex_lock(&g_lock); /* host memory: not device usage, not tracked */
-        *h = ++g_next_handle;
-        pthread_mutex_unlock(&g_lock);
-        return CUDA_SUCCESS;
-    }
-    return take(prop->location.id, size, h, 1);
-}
-
-STUB_API CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
-    NEED_INIT();
-    CUresult r = give(h);
-    return r == CUDA_ERROR_INVALID_VALUE ? CUDA_SUCCESS : r; /* host handles are not tracked */
-}
-
-STUB_API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
-                                      unsigned long long flags) {
-    (void)align;
-    (void)addr;
-    (void)flags;
-    NEED_INIT();
-    static _Atomic unsigned long long next = 0x600000000000ULL;
-    *p = hk_atomic_add_seq_cst(&next, (size + 0xfffff) & ~0xfffffULL);
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
-    (void)p;
-    (void)size;
-    return CUDA_SUCCESS;
-}
-/* Mappings are remembered (address -> handle) for cuMemRetainAllocationHandle. */
-#define STUB_MAX_MAPS 1024
-static struct {
-    CUdeviceptr p;
-    CUmemGenericAllocationHandle h;
-} g_maps[STUB_MAX_MAPS];
-STUB_API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
-                           unsigned long long flags) {
-    (void)size;
-    (void)off;
-    (void)flags;
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < STUB_MAX_MAPS; i++)
-        if (g_maps[i].p == 0) {
-            g_maps[i].p = p;
-            g_maps[i].h = h;
-            break;
-        }
-    pthread_mutex_unlock(&g_lock);
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
-    (void)size;
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < STUB_MAX_MAPS; i++)
-        if (g_maps[i].p == p) {
-            g_maps[i].p = 0;
-            break;
-        }
-    pthread_mutex_unlock(&g_lock);
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
-    NEED_INIT();
-    if (!h) return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < STUB_MAX_MAPS; i++) {
-        if (g_maps[i].p && g_maps[i].p == (CUdeviceptr)(uintptr_t)addr) {
-            *h = g_maps[i].h;
-            pthread_mutex_unlock(&g_lock);
-            return CUDA_SUCCESS;
-        }
-    }
-    pthread_mutex_unlock(&g_lock);
-    return CUDA_ERROR_INVALID_VALUE;
-}
-/* Export writes the handle as a POSIX "file descriptor"; import returns a new handle naming the
-   same memory (the stub does not count the sharing: the shim's charges are what tests check). */
-STUB_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type,
-                                               unsigned long long flags) {
-    (void)type;
-    (void)flags;
-    NEED_INIT();
-    if (!shareable) return CUDA_ERROR_INVALID_VALUE;
-    *(int *)shareable = (int)(h & 0x7fffffff);
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os_handle, int type) {
-    (void)type;
-    NEED_INIT();
-    if (!h) return CUDA_ERROR_INVALID_VALUE;
-    *h = 0x40000000ULL + (unsigned long long)(uintptr_t)os_handle;
-    return CUDA_SUCCESS;
-}
-
-/* Stream-ordered allocator: the memory is taken at once (no pool caching in the stub). */
-STUB_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
-    (void)s;
-    NEED_INIT();
-    NEED_CTX(d);
-    if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return take(d, size, dptr, 0);
-}
-STUB_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s) {
-    return cuMemAllocAsync(dptr, size, s);
-}
-STUB_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    (void)s;
-    NEED_INIT();
-    return give(p);
-}
-STUB_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
-
-/* Pool handles: 0x1000 + device for a device's default pool, 0x10000 + (n << 8) + device for
-   the n-th created one. */
-static int pool_dev(CUmemoryPool pool) {
-    uintptr_t v = (uintptr_t)pool;
-    return v >= 0x10000 ? (int)(v & 0xff) : (int)(v - 0x1000);
-}
-STUB_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props) {
-    (void)props;
-    NEED_INIT();
-    NEED_CTX(d);
-    static _Atomic unsigned long long created;
-    *pool = (CUmemoryPool)(uintptr_t)(0x10000 + ((hk_atomic_add_seq_cst(&created, 1) + 1) << 8) + (unsigned)d);
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-    (void)pool;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
-    NEED_INIT();
-    if (!pool || dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_VALUE;
-    *pool = (CUmemoryPool)(uintptr_t)(0x1000 + dev);
-    return CUDA_SUCCESS;
-}
-/* Pool attributes are stored and read back (the stub keeps no freed memory itself). */
-static uint64_t g_pool_attr[STUB_MAX_DEVICES][8];
-STUB_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value) {
-    int d = pool_dev(pool);
-    if (!value || d < 0 || d >= STUB_MAX_DEVICES || attr < 0 || attr >= 8) return CUDA_ERROR_INVALID_VALUE;
-    g_pool_attr[d][attr] = *(uint64_t *)value;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
-    int d = pool_dev(pool);
-    if (!value || d < 0 || d >= STUB_MAX_DEVICES || attr < 0 || attr >= 8) return CUDA_ERROR_INVALID_VALUE;
-    *(uint64_t *)value = g_pool_attr[d][attr];
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-    (void)pool;
-    (void)keep;
-    return CUDA_SUCCESS;
-}
-
-/* Graph memory nodes: the node's address is made up; the memory is not modelled. */
-STUB_API CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t n,
-                                         CUDA_MEM_ALLOC_NODE_PARAMS *params) {
-    (void)graph;
-    (void)deps;
-    (void)n;
-    NEED_INIT();
-    if (!node || !params) return CUDA_ERROR_INVALID_VALUE;
-    static _Atomic unsigned long long next = 0x500000000000ULL;
-    params->dptr = hk_atomic_add_seq_cst(&next, (params->bytesize + 0xfffff) & ~0xfffffULL);
-    *node = (void *)(uintptr_t)params->dptr;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuGraphAddNode(void **node, void *graph, const void *deps, size_t n, CUgraphNodeParams *params) {
-    if (!params) return CUDA_ERROR_INVALID_VALUE;
-    if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
-        return cuGraphAddMemAllocNode(node, graph, deps, n, &params->u.alloc);
-    NEED_INIT();
-    if (node) *node = (void *)0x1;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuGraphAddNode_v2(void **node, void *graph, const void *deps, const void *edata, size_t n,
-                                    CUgraphNodeParams *params) {
-    (void)edata;
-    return cuGraphAddNode(node, graph, deps, n, params);
-}
-STUB_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
-    NEED_INIT();
-    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
-    *pool = (CUmemoryPool)(uintptr_t)(0x1000 + dev);
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
-    (void)s;
-    NEED_INIT();
-    int d = pool_dev(pool);
-    if (!dptr || d < 0 || d >= g_ndev) return CUDA_ERROR_INVALID_VALUE;
-    return take(d, size, dptr, 0);
-}
-STUB_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
-    return cuMemAllocFromPoolAsync(dptr, size, pool, s);
-}
-
-static size_t format_bytes(CUarray_format f) {
-    switch (f) {
-        case 0x01:
-        case 0x08: return 1;
-        case 0x02:
-        case 0x09:
-        case 0x10: return 2;
-        default: return 4;
-    }
-}
-
-STUB_API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d) {
-    NEED_INIT();
-    NEED_CTX(dev);
-    if (!arr || !d) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = d->Width * (d->Height ? d->Height : 1) * d->NumChannels * format_bytes(d->Format);
-    unsigned long long h;
-    CUresult r = take(dev, bytes, &h, 1);
-    if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
-    return r;
-}
-
-STUB_API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d) {
-    NEED_INIT();
-    NEED_CTX(dev);
-    if (!arr || !d) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes =
-        d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels * format_bytes(d->Format);
-    unsigned long long h;
-    CUresult r = take(dev, bytes, &h, 1);
-    if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
-    return r;
-}
-
-STUB_API CUresult cuArrayDestroy(CUarray arr) {
-    NEED_INIT();
-    return give((uintptr_t)arr);
-}
-
-STUB_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
-    NEED_INIT();
-    NEED_CTX(dev);
-    if (!arr || !d || levels == 0) return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes =
-        d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels * format_bytes(d->Format);
-    bytes = bytes * 4 / 3 + 1;
-    unsigned long long h;
-    CUresult r = take(dev, bytes, &h, 1);
-    if (r == CUDA_SUCCESS) *arr = (CUmipmappedArray)(uintptr_t)h;
-    return r;
-}
-
-STUB_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray arr) {
-    NEED_INIT();
-    return give((uintptr_t)arr);
-}
-
-/* ---------------------------------------------------------------------------
- * Streams, events and a simulated engine
- * ------------------------------------------------------------------------- */
-static stub_stream *stream_of(CUstream s, int dev) {
-    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &g_default_stream[dev];
-    return (stub_stream *)s;
-}
-
-STUB_API CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
-    (void)flags;
-    NEED_INIT();
-    NEED_CTX(d);
-    stub_stream *st = calloc(1, sizeof *st);
-    if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
-    st->dev = d;
-    st->ctx = cur_ctx();
-    *s = (CUstream)st;
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
-    NEED_INIT();
-    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
-    CUresult f = stub_fail("cuStreamGetCtx");
-    if (f != CUDA_SUCCESS) return f;
-    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
-        if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
-        *ctx = cur_ctx();
-    } else {
-        *ctx = ((stub_stream *)s)->ctx;
-    }
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
-    NEED_INIT();
-    if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) free(s);
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuStreamSynchronize(CUstream s) {
-    NEED_INIT();
-    NEED_CTX(d);
-    sleep_until(stream_of(s, d)->last_end_ns);
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuStreamQuery(CUstream s) {
-    NEED_INIT();
-    NEED_CTX(d);
-    return now_ns() >= stream_of(s, d)->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-}
-
-/* Capture: only the state is modelled (launches during capture still run in the stub). */
-static __thread CUstream t_capturing;
-STUB_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
-    (void)mode;
-    NEED_INIT();
-    t_capturing = s ? s : CU_STREAM_LEGACY;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuStreamEndCapture(CUstream s, void **graph) {
-    NEED_INIT();
-    if (t_capturing != (s ? s : CU_STREAM_LEGACY)) return 401; /* CUDA_ERROR_ILLEGAL_STATE */
-    t_capturing = NULL;
-    if (graph) *graph = (void *)0x1;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
-    NEED_INIT();
-    if (!status) return CUDA_ERROR_INVALID_VALUE;
-    *status = t_capturing != NULL && t_capturing == (s ? s : CU_STREAM_LEGACY);
-    return CUDA_SUCCESS;
-}
-
-/* Queue work of `dur_ns` on the stream: it starts when both the engine and the stream are free.
-   Returns when it ends (simulated clock). */
-static int64_t enqueue(CUstream s, int64_t dur_ns) {
-    int d = cur_dev();
-    stub_stream *st = stream_of(s, d);
-    int64_t now = now_ns();
-    int64_t busy = hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns);
-    int64_t start, end;
-    do {
-        start = busy > now ? busy : now;
-        if (st->last_end_ns > start) start = st->last_end_ns;
-        end = start + dur_ns;
-    } while (!hk_atomic_cas_weak_seq_cst(&g_dev[d].busy_until_ns, &busy, end));
-    st->last_end_ns = end;
-    hk_atomic_add_seq_cst(&g_launches, 1);
-    return end;
-}
-
-STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
-    (void)flags;
-    NEED_INIT();
-    stub_event *ev = malloc(sizeof *ev);
-    if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
-    ev->t_ns = -1;
-    *e = (CUevent)ev;
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuEventDestroy_v2(CUevent e) {
-    NEED_INIT();
-    free(e);
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
-    NEED_INIT();
-    NEED_CTX(d);
-    if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    stub_stream *st = stream_of(s, d);
-    int64_t now = now_ns();
-    ((stub_event *)e)->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
-
-STUB_API CUresult cuEventQuery(CUevent e) {
-    NEED_INIT();
-    if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    int64_t t = ((stub_event *)e)->t_ns;
-    return (t < 0 || now_ns() >= t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-}
-
-STUB_API CUresult cuEventSynchronize(CUevent e) {
-    NEED_INIT();
-    if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    sleep_until(((stub_event *)e)->t_ns);
-    return CUDA_SUCCESS;
-}
-
-STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
-    NEED_INIT();
-    if (!ms || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
-    int64_t ta = ((stub_event *)a)->t_ns, tb = ((stub_event *)b)->t_ns;
-    if (ta < 0 || tb < 0) return CUDA_ERROR_INVALID_HANDLE;
-    if (now_ns() < tb || now_ns() < ta) return CUDA_ERROR_NOT_READY;
-    *ms = (float)(tb - ta) / 1e6f;
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
-
-#define KERNEL_ARGS                                                                                             \
-    CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
-        CUstream s
-
-/* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
-   STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
-   GPU that boosts when it is not fully loaded (for the strict cap tests). */
-static int64_t kernel_ns(uintptr_t us, CUstream s) {
-    const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
-    int64_t ns = (int64_t)us * 1000;
-    if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
-    /* on a context with fewer SMs than the device (MPS, affinity): slower in proportion */
-    CUcontext c = (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? NULL : ((stub_stream *)s)->ctx;
-    if (!c) c = cur_ctx();
-    unsigned sms = c ? ctx_sms(c) : 0, total = cur_dev() >= 0 ? g_dev[cur_dev()].sms : 0;
-    if (sms > 0 && sms < total) ns = ns * total / sms;
-    return ns;
-}
-
-STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
-    (void)gx;
-    (void)gy;
-    (void)gz;
-    (void)bx;
-    (void)by;
-    (void)bz;
-    (void)shmem;
-    (void)params;
-    (void)extra;
-    NEED_INIT();
-    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, kernel_ns((uintptr_t)f, s));
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **params, void **extra) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s ? s : CU_STREAM_PER_THREAD, params, extra);
-}
-STUB_API CUresult cuLaunchCooperativeKernel(KERNEL_ARGS, void **params) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
-}
-STUB_API CUresult cuLaunchCooperativeKernel_ptsz(KERNEL_ARGS, void **params) {
-    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s ? s : CU_STREAM_PER_THREAD, params, NULL);
-}
-STUB_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    if (!c) return CUDA_ERROR_INVALID_VALUE;
-    return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
-                          c->sharedMemBytes, c->hStream, params, extra);
-}
-STUB_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    return cuLaunchKernelEx(c, f, params, extra);
-}
-STUB_API CUresult cuLaunch(CUfunction f) { return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL); }
-STUB_API CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
-    return cuLaunchKernel(f, (unsigned)gw, (unsigned)gh, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-}
-STUB_API CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s) {
-    return cuLaunchKernel(f, (unsigned)gw, (unsigned)gh, 1, 1, 1, 1, 0, s, NULL, NULL);
-}
-STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
-    NEED_INIT();
-    if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    enqueue(s, kernel_ns((uintptr_t)g, s));
-    return CUDA_SUCCESS;
-}
-STUB_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-    return cuGraphLaunch(g, s ? s : CU_STREAM_PER_THREAD);
-}
-
-/* Copies and memsets (the table of cuda/copy.h): `bytes` take bytes / STUB_COPY_MBPS (MB/s,
-   default 1000, so 1 MB = 1 ms) on the simulated engine; synchronous ones also wait for it. No
-   memory is touched (device pointers are fake). */
-static _Atomic int64_t g_copy_mbps;
-static int64_t copy_ns(uint64_t bytes) {
-    int64_t mbps = hk_atomic_load_relaxed(&g_copy_mbps);
-    if (mbps == 0) {
-        const char *v = getenv("STUB_COPY_MBPS");
-        mbps = v && atoll(v) > 0 ? atoll(v) : 1000;
-        hk_atomic_store_relaxed(&g_copy_mbps, mbps);
-    }
-    return (int64_t)(bytes * 1000 / (uint64_t)mbps);
-}
-static _Atomic unsigned long long g_copies;
-
-#define STUB_COPY_DEF(name, params, args, stream, bytes, kind) \
-    STUB_API CUresult name params {                            \
-        NEED_INIT();                                           \
-        if (cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;  \
-        int64_t end = enqueue((stream), copy_ns(bytes));       \
-        hk_atomic_add_seq_cst(&g_copies, 1);                   \
-        if (strstr(#name, "Async") == NULL) sleep_until(end);  \
-        return CUDA_SUCCESS;                                   \
-    }
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter" /* the stub does not move the bytes */
-HK_COPIES(STUB_COPY_DEF)
-#pragma GCC diagnostic pop
-#undef STUB_COPY_DEF
 
 STUB_API CUresult cuGetErrorString(CUresult r, const char **s) {
     if (!s) return CUDA_ERROR_INVALID_VALUE;
@@ -1094,173 +482,36 @@ STUB_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
 STUB_API size_t stubCudaUsedBytes(int dev) {
     return (dev >= 0 && dev < g_ndev) ? hk_atomic_load_seq_cst(&g_dev[dev].used) : 0;
 }
-STUB_API unsigned long long stubCudaLaunchCount(void) { return hk_atomic_load_seq_cst(&g_launches); }
-STUB_API unsigned long long stubCudaCopyCount(void) { return hk_atomic_load_seq_cst(&g_copies); }
 
-/* ---------------------------------------------------------------------------
- * cuGetProcAddress: base name + version + flags -> variant, like the driver
- * ------------------------------------------------------------------------- */
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
-CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult *status);
-
-typedef struct {
-    const char *name;
-    void *fn;
-} stub_sym;
-
-/* The table must hold the stub's own functions even when a preloaded library interposes the same
-   names (as the shim does): taking the address of an exported function in a shared object goes
-   through the GOT and would yield the interposer. Hidden aliases bind locally. */
-#define STUB_SYMS(X)                  \
-    X(cuInit)                         \
-    X(cuDriverGetVersion)             \
-    X(cuDeviceGetCount)               \
-    X(cuDeviceGet)                    \
-    X(cuDeviceGetName)                \
-    X(cuDeviceGetUuid)                \
-    X(cuDeviceGetUuid_v2)             \
-    X(cuDeviceTotalMem_v2)            \
-    X(cuDeviceGetAttribute)           \
-    X(cuDevicePrimaryCtxRetain)       \
-    X(cuDevicePrimaryCtxRelease_v2)   \
-    X(cuDevicePrimaryCtxRelease)      \
-    X(cuDevicePrimaryCtxReset_v2)     \
-    X(cuDevicePrimaryCtxReset)        \
-    X(cuCtxGetExecAffinity)           \
-    X(cuStreamGetCtx)                 \
-    X(cuCtxSetCurrent)                \
-    X(cuCtxGetCurrent)                \
-    X(cuCtxGetDevice)                 \
-    X(cuCtxSynchronize)               \
-    X(cuCtxCreate_v2)                 \
-    X(cuCtxCreate_v3)                 \
-    X(cuCtxCreate_v4)                 \
-    X(cuCtxDestroy_v2)                \
-    X(cuCtxSetLimit)                  \
-    X(cuCtxGetLimit)                  \
-    X(cuMemRetainAllocationHandle)    \
-    X(cuMemExportToShareableHandle)   \
-    X(cuMemImportFromShareableHandle) \
-    X(cuDeviceGetMemPool)             \
-    X(cuMemPoolSetAttribute)          \
-    X(cuMemPoolGetAttribute)          \
-    X(cuMemPoolTrimTo)                \
-    X(cuGraphAddMemAllocNode)         \
-    X(cuLaunch)                       \
-    X(cuLaunchGrid)                   \
-    X(cuLaunchGridAsync)              \
-    X(cuMemGetInfo_v2)                \
-    X(cuMemAlloc)                     \
-    X(cuMemAlloc_v2)                  \
-    X(cuMemAllocPitch_v2)             \
-    X(cuMemAllocManaged)              \
-    X(cuMemFree_v2)                   \
-    X(cuMemGetAllocationGranularity)  \
-    X(cuMemCreate)                    \
-    X(cuMemRelease)                   \
-    X(cuMemAddressReserve)            \
-    X(cuMemAddressFree)               \
-    X(cuMemMap)                       \
-    X(cuMemUnmap)                     \
-    X(cuMemAllocAsync)                \
-    X(cuMemAllocAsync_ptsz)           \
-    X(cuMemFreeAsync)                 \
-    X(cuMemFreeAsync_ptsz)            \
-    X(cuMemPoolCreate)                \
-    X(cuMemPoolDestroy)               \
-    X(cuDeviceGetDefaultMemPool)      \
-    X(cuMemAllocFromPoolAsync)        \
-    X(cuMemAllocFromPoolAsync_ptsz)   \
-    X(cuArrayCreate_v2)               \
-    X(cuArray3DCreate_v2)             \
-    X(cuArrayDestroy)                 \
-    X(cuMipmappedArrayCreate)         \
-    X(cuMipmappedArrayDestroy)        \
-    X(cuStreamCreate)                 \
-    X(cuStreamDestroy_v2)             \
-    X(cuStreamSynchronize)            \
-    X(cuStreamQuery)                  \
-    X(cuStreamIsCapturing)            \
-    X(cuStreamBeginCapture_v2)        \
-    X(cuStreamEndCapture)             \
-    X(cuEventCreate)                  \
-    X(cuEventDestroy_v2)              \
-    X(cuEventRecord)                  \
-    X(cuEventRecord_ptsz)             \
-    X(cuEventQuery)                   \
-    X(cuEventSynchronize)             \
-    X(cuEventElapsedTime)             \
-    X(cuEventElapsedTime_v2)          \
-    X(cuLaunchKernel)                 \
-    X(cuLaunchKernel_ptsz)            \
-    X(cuLaunchCooperativeKernel)      \
-    X(cuLaunchCooperativeKernel_ptsz) \
-    X(cuLaunchKernelEx)               \
-    X(cuLaunchKernelEx_ptsz)          \
-    X(cuGraphLaunch)                  \
-    X(cuGraphLaunch_ptsz)             \
-    X(cuGetErrorString)               \
-    X(cuCtxGetApiVersion)             \
-    X(cuGetProcAddress)               \
-    X(cuGetProcAddress_v2)
-#define ALIAS(n) extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
-STUB_SYMS(ALIAS)
-#undef ALIAS
-#define COPY_ALIAS(name, params, args, stream, bytes, kind) ALIAS(name)
-#define ALIAS(n)                                            extern __typeof__(n) stub_local_##n __attribute__((alias(#n), visibility("hidden")));
-HK_COPIES(COPY_ALIAS)
-#undef ALIAS
-#define S(n)                                            {#n, (void *)&stub_local_##n},
-#define COPY_S(name, params, args, stream, bytes, kind) S(name)
-static const stub_sym g_syms[] = {STUB_SYMS(S) HK_COPIES(COPY_S)};
-#undef S
-#undef COPY_S
-#undef COPY_ALIAS
-
-static void *find_sym(const char *name) {
-    for (size_t i = 0; i < sizeof g_syms / sizeof g_syms[0]; i++)
-        if (!strcmp(g_syms[i].name, name)) return g_syms[i].fn;
-    return NULL;
-}
-
-/* The variant a caller built against `ver` gets: _ptsz for per-thread default stream,
- * the newest _vN that existed in `ver` (v2 of the 3.2-era APIs; a few are newer). */
-static void *resolve(const char *symbol, int ver, cuuint64_t flags) {
-    char buf[128];
-    int v2_since = 3020;
-    if (!strcmp(symbol, "cuGetProcAddress"))
-        v2_since = 12000;
-    else if (!strcmp(symbol, "cuDeviceGetUuid"))
-        v2_since = 11040;
-    else if (!strcmp(symbol, "cuEventElapsedTime"))
-        v2_since = 12080;
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
-        /* synchronous calls have _ptds variants, stream-taking ones _ptsz, after any _v2 */
-        static const char *const forms[] = {"%s_v2_ptds", "%s_v2_ptsz", "%s_ptds", "%s_ptsz"};
-        for (int i = ver >= v2_since ? 0 : 2; i < 4; i++) {
-            snprintf(buf, sizeof buf, forms[i], symbol);
-            void *p = find_sym(buf);
-            if (p) return p;
-        }
-    }
-    if (ver >= v2_since) {
-        snprintf(buf, sizeof buf, "%s_v2", symbol);
-        void *p = find_sym(buf);
-        if (p) return p;
-    }
-    return find_sym(symbol);
-}
-
-STUB_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
-                                      CUdriverProcAddressQueryResult *status) {
-    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-    void *p = resolve(symbol, ver, flags);
-    *pfn = p;
-    if (status) *status = p ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-}
-
-STUB_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags) {
-    return cuGetProcAddress_v2(symbol, pfn, ver, flags, NULL);
-}
+/* This file's part of cuGetProcAddress's table (cuda_stub.h). */
+#define SYMS(X)                     \
+    X(cuInit)                       \
+    X(cuDriverGetVersion)           \
+    X(cuDeviceGetCount)             \
+    X(cuDeviceGet)                  \
+    X(cuDeviceGetName)              \
+    X(cuDeviceGetUuid)              \
+    X(cuDeviceGetUuid_v2)           \
+    X(cuDeviceTotalMem_v2)          \
+    X(cuDeviceGetAttribute)         \
+    X(cuDevicePrimaryCtxRetain)     \
+    X(cuDevicePrimaryCtxRelease_v2) \
+    X(cuDevicePrimaryCtxRelease)    \
+    X(cuDevicePrimaryCtxReset_v2)   \
+    X(cuDevicePrimaryCtxReset)      \
+    X(cuCtxGetExecAffinity)         \
+    X(cuCtxSetCurrent)              \
+    X(cuCtxGetCurrent)              \
+    X(cuCtxGetDevice)               \
+    X(cuCtxSynchronize)             \
+    X(cuCtxCreate_v2)               \
+    X(cuCtxCreate_v3)               \
+    X(cuCtxCreate_v4)               \
+    X(cuCtxDestroy_v2)              \
+    X(cuCtxSetLimit)                \
+    X(cuCtxGetLimit)                \
+    X(cuGetErrorString)             \
+    X(cuCtxGetApiVersion)
+SYMS(STUB_ALIAS)
+const stub_sym stub_syms_devices[] = {SYMS(STUB_SYM){NULL, NULL}};
+#undef SYMS

@@ -34,16 +34,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "stub_devices.h"
-#include "nvml_stub_mig.h"
+#include "nvml_stub.h"
 
-#define STUB_API      __attribute__((visibility("default")))
-#define STUB_MAX_SETS 16
-#define STUB_QUEUE    256
-
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct nvmlEventSet_st *nvmlEventSet_t;
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;
@@ -56,11 +48,6 @@ typedef struct {
     unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
     char busId[32];
 } nvmlPciInfo_t;
-typedef struct {
-    nvmlDevice_t device;
-    unsigned long long eventType, eventData;
-    unsigned int gpuInstanceId, computeInstanceId;
-} nvmlEventData_t;
 typedef union {
     double d;
     unsigned int ui;
@@ -78,47 +65,13 @@ typedef struct {
     nvmlValue_t value;
 } nvmlFieldValue_t;
 
-enum {
-    NVML_SUCCESS = 0,
-    NVML_ERROR_UNINITIALIZED = 1,
-    NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3,
-    NVML_ERROR_NOT_FOUND = 6,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_TIMEOUT = 10,
-    NVML_ERROR_GPU_IS_LOST = 15,
-    NVML_ERROR_MEMORY = 20,
-    NVML_ERROR_UNKNOWN = 999,
-};
-#define EV_XID             0x8ULL
 #define FI_RECOVERY_ACTION 230u
 #define VALUE_TYPE_UINT    1
 
-struct nvmlDevice_st {
-    char uuid[96], name[96], serial[32], pci[16];
-    unsigned long long total;
-    unsigned index, minor, arch, brand, domain, bus, dev, fn, pci_id;
-    int cc_major, cc_minor;
-    int mig; /* -1 unsupported, 0 off, 1 on */
-    int lost;
-    unsigned recovery;
-    unsigned sms; /* the description's `sms` */
-};
-
-struct nvmlEventSet_st {
-    int used;
-    unsigned long long mask[STUB_MAX_DEVICES];
-    nvmlEventData_t queue[STUB_QUEUE];
-    unsigned head, tail;
-};
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
-static unsigned g_count;
-static struct nvmlDevice_st g_dev[STUB_MAX_DEVICES];
-static struct nvmlEventSet_st g_sets[STUB_MAX_SETS];
-static long g_events_off;
-static char g_events_path[4096]; /* the events file g_events_off is an offset into */
+unsigned g_count;
+struct nvmlDevice_st g_dev[STUB_MAX_DEVICES];
 
 /* ---------------------------------------------------------------------------------------------
  * Devices: the shared HOOKCORE_STUB_DEVICES parser (stub_devices.c), plus the NVML keys
@@ -201,74 +154,11 @@ static nvmlReturn_t injected(const char *call, const struct nvmlDevice_st *d) {
     return NVML_SUCCESS;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Injected health events
- * ------------------------------------------------------------------------------------------- */
-static struct nvmlDevice_st *by_uuid(const char *uuid) {
+/* The GPU whose UUID is `uuid` (exactly), or NULL. */
+struct nvmlDevice_st *stub_nvml_by_uuid(const char *uuid) {
     for (unsigned i = 0; i < g_count; i++)
         if (!strcmp(g_dev[i].uuid, uuid)) return &g_dev[i];
     return NULL;
-}
-
-static void deliver(struct nvmlDevice_st *d, unsigned long long type, unsigned long long data) {
-    unsigned i = (unsigned)(d - g_dev);
-    for (int s = 0; s < STUB_MAX_SETS; s++) {
-        struct nvmlEventSet_st *set = &g_sets[s];
-        if (!set->used || !(set->mask[i] & type) || set->tail - set->head >= STUB_QUEUE) continue;
-        nvmlEventData_t *e = &set->queue[set->tail++ % STUB_QUEUE];
-        memset(e, 0, sizeof *e);
-        e->device = d;
-        e->eventType = type;
-        e->eventData = data;
-        e->gpuInstanceId = e->computeInstanceId = 0xFFFFFFFFu;
-    }
-}
-
-static void apply_line(const char *line) {
-    char verb[16], uuid[96];
-    unsigned long long a = 0, b = 0;
-    int n = sscanf(line, "%15s %95s %llu %llu", verb, uuid, &a, &b);
-    if (n < 2) return;
-    struct nvmlDevice_st *d = by_uuid(uuid);
-    if (!d) return;
-    if (!strcmp(verb, "xid") && n >= 3) {
-        d->recovery = n >= 4 ? (unsigned)b : 0;
-        deliver(d, EV_XID, a);
-    } else if (!strcmp(verb, "lost")) {
-        d->lost = 1;
-        d->recovery = 1; /* NVML_GPU_RECOVERY_ACTION_GPU_RESET */
-        deliver(d, EV_XID, 79);
-    } else if (!strcmp(verb, "action") && n >= 3) {
-        d->recovery = (unsigned)a;
-    } else if (!strcmp(verb, "reset")) {
-        d->lost = 0;
-        d->recovery = 0;
-    }
-}
-
-/* Read the complete lines appended to the events file since the last call (lock held). */
-static void sync_events(void) {
-    const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
-    if (!path || !*path) return;
-    if (strcmp(path, g_events_path) != 0) { /* another file than at init: only what comes after now */
-        struct stat st0;
-        snprintf(g_events_path, sizeof g_events_path, "%s", path);
-        g_events_off = stat(path, &st0) == 0 ? (long)st0.st_size : 0;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || st.st_size <= g_events_off) return;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    if (fseek(f, g_events_off, SEEK_SET) == 0) {
-        char line[256];
-        while (fgets(line, sizeof line, f)) {
-            size_t len = strlen(line);
-            if (!len || line[len - 1] != '\n') break; /* a partial line: read it next time */
-            g_events_off += (long)len;
-            apply_line(line);
-        }
-    }
-    fclose(f);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -285,7 +175,7 @@ static nvmlReturn_t enter(const char *call, nvmlDevice_t d) {
     else if (d && !valid(d))
         r = NVML_ERROR_INVALID_ARGUMENT;
     else {
-        sync_events();
+        stub_nvml_sync_events();
         if (d && d->lost)
             r = NVML_ERROR_GPU_IS_LOST;
         else
@@ -294,15 +184,9 @@ static nvmlReturn_t enter(const char *call, nvmlDevice_t d) {
     pthread_mutex_unlock(&g_lock);
     return r;
 }
-#define ENTER(dev)                                \
-    do {                                          \
-        nvmlReturn_t r_ = enter(__func__, (dev)); \
-        if (r_ != NVML_SUCCESS) return r_;        \
-    } while (0)
-#define ENTER_SYS() ENTER(NULL)
 
-/* For the stub's other files (nvml_stub_procs.c, nvml_stub_mig.c): `enter`, and the device's NVML
-   index when `index` is not NULL. */
+/* For ENTER (nvml_stub.h) and the stub's other files (nvml_stub_procs.c, nvml_stub_mig.c): `enter`,
+   and the device's NVML index when `index` is not NULL. */
 nvmlReturn_t stub_nvml_enter(const char *call, nvmlDevice_t d, unsigned *index) {
     nvmlReturn_t r = enter(call, d);
     if (r == NVML_SUCCESS && d && index) *index = d->index;
@@ -316,10 +200,7 @@ STUB_API nvmlReturn_t nvmlInit_v2(void) {
     pthread_mutex_lock(&g_lock);
     if (!g_init) {
         load_devices();
-        struct stat st;
-        const char *path = getenv("HOOKCORE_STUB_NVML_EVENTS");
-        g_events_off = (path && *path && stat(path, &st) == 0) ? (long)st.st_size : 0; /* only what comes after init */
-        snprintf(g_events_path, sizeof g_events_path, "%s", path ? path : "");
+        stub_nvml_events_init();
     }
     g_init++;
     nvmlReturn_t r = injected("nvmlInit", NULL);
@@ -417,7 +298,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d
 STUB_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev) {
     ENTER_SYS();
     if (!uuid || !dev) return NVML_ERROR_INVALID_ARGUMENT;
-    struct nvmlDevice_st *d = by_uuid(uuid);
+    struct nvmlDevice_st *d = stub_nvml_by_uuid(uuid);
     if (!d) return NVML_ERROR_NOT_FOUND;
     *dev = d;
     return NVML_SUCCESS;
@@ -447,7 +328,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pci, nvmlDevi
  * ------------------------------------------------------------------------------------------- */
 STUB_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len) {
     int mig_r;
-    if (stub_mig_device_uuid(d, uuid, len, &mig_r)) return mig_r; /* a MIG device (nvml_stub_mig.c) */
+    if (stub_mig_device_uuid(d, uuid, len, &mig_r)) return mig_r; /* a MIG device (nvml_stub_mig_ci.c) */
     ENTER(d);
     return put_string(uuid, len, d->uuid);
 }
@@ -583,88 +464,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFi
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Events
- * ------------------------------------------------------------------------------------------- */
-STUB_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
-    ENTER(d);
-    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
-    *types = EV_XID;
-    return NVML_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
-    ENTER_SYS();
-    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
-    pthread_mutex_lock(&g_lock);
-    for (int s = 0; s < STUB_MAX_SETS; s++) {
-        if (!g_sets[s].used) {
-            memset(&g_sets[s], 0, sizeof g_sets[s]);
-            g_sets[s].used = 1;
-            *set = &g_sets[s];
-            pthread_mutex_unlock(&g_lock);
-            return NVML_SUCCESS;
-        }
-    }
-    pthread_mutex_unlock(&g_lock);
-    return NVML_ERROR_MEMORY;
-}
-
-static int valid_set(nvmlEventSet_t s) { return s >= g_sets && s < g_sets + STUB_MAX_SETS && s->used; }
-
-STUB_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
-    ENTER(d);
-    pthread_mutex_lock(&g_lock);
-    nvmlReturn_t r = NVML_SUCCESS;
-    if (!valid_set(set))
-        r = NVML_ERROR_INVALID_ARGUMENT;
-    else if (types & ~EV_XID)
-        r = NVML_ERROR_NOT_SUPPORTED;
-    else
-        set->mask[d - g_dev] |= types;
-    pthread_mutex_unlock(&g_lock);
-    return r;
-}
-
-STUB_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
-    ENTER_SYS();
-    if (!data) return NVML_ERROR_INVALID_ARGUMENT;
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        pthread_mutex_lock(&g_lock);
-        if (!valid_set(set)) {
-            pthread_mutex_unlock(&g_lock);
-            return NVML_ERROR_INVALID_ARGUMENT;
-        }
-        sync_events();
-        if (set->head != set->tail) {
-            *data = set->queue[set->head++ % STUB_QUEUE];
-            pthread_mutex_unlock(&g_lock);
-            return NVML_SUCCESS;
-        }
-        pthread_mutex_unlock(&g_lock);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long long ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000LL;
-        if (ms >= (long long)timeoutms) return NVML_ERROR_TIMEOUT;
-        struct timespec nap = {0, 10 * 1000000L};
-        nanosleep(&nap, NULL);
-    }
-}
-STUB_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
-    return nvmlEventSetWait_v2(set, data, timeoutms);
-}
-
-STUB_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
-    ENTER_SYS();
-    pthread_mutex_lock(&g_lock);
-    nvmlReturn_t r = valid_set(set) ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS) set->used = 0;
-    pthread_mutex_unlock(&g_lock);
-    return r;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * For nvml_stub_mig.c (hidden; see nvml_stub_mig.h)
+ * For the MIG files (hidden; see nvml_stub_mig.h)
  * ------------------------------------------------------------------------------------------- */
 
 static void view(const struct nvmlDevice_st *d, stub_gpu_view *out) {

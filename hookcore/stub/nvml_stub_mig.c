@@ -1,5 +1,7 @@
 /* nvml_stub_mig.c - MIG in the stub libnvidia-ml.so.1: GPU instances, compute instances and MIG
- * device handles of fake GPUs whose `mig=on` (nvml_stub.c owns the GPUs themselves).
+ * device handles of fake GPUs whose `mig=on` (nvml_stub.c owns the GPUs themselves). This file holds
+ * the profiles, the state file and GPU instances; nvml_stub_mig_ci.c compute instances and MIG
+ * device handles.
  *
  * A fake, for tests and the demo: no GPU is partitioned. It answers the NVML MIG calls the
  * hami-core-gpu driver makes (through nvidia-ml-py), with the real library's ABI and return codes,
@@ -42,34 +44,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "nvml_stub_mig.h"
-#include "stub_devices.h"
+#include "nvml_stub_mig_state.h"
 
-#define STUB_API __attribute__((visibility("default")))
-
-typedef int nvmlReturn_t;
-typedef struct nvmlDevice_st *nvmlDevice_t;
-
-enum {
-    R_SUCCESS = 0,
-    R_UNINITIALIZED = 1,
-    R_INVALID_ARGUMENT = 2,
-    R_NOT_SUPPORTED = 3,
-    R_NOT_FOUND = 6,
-    R_INSUFFICIENT_SIZE = 7,
-    R_IN_USE = 19,
-    R_INSUFFICIENT_RESOURCES = 23,
-    R_UNKNOWN = 999,
-};
-
-#define MAX_GI     16 /* GPU instance IDs 1..15 */
-#define MAX_CI     8  /* compute instance IDs 0..7 */
-#define MEM_SLICES 8
-#define NAME_LEN   96
-
-typedef struct {
-    unsigned start, size;
-} placement_t;
 typedef struct {
     unsigned id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
         encoderCount, jpegCount, ofaCount;
@@ -81,27 +57,6 @@ typedef struct {
     unsigned long long memorySizeMB;
     char name[NAME_LEN];
 } gi_profile_v2_t;
-typedef struct {
-    unsigned id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
-        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
-} ci_profile_v1_t;
-typedef struct {
-    unsigned version, id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
-        sharedEncoderCount, sharedJpegCount, sharedOfaCount;
-    char name[NAME_LEN];
-} ci_profile_v2_t;
-typedef struct {
-    unsigned multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount, sharedJpegCount,
-        sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
-    unsigned long long memorySizeMB;
-} attributes_t;
-
-/* One GPU instance profile: NVML_GPU_INSTANCE_PROFILE_* index, ID, shape, H200 name. */
-typedef struct {
-    unsigned index, id, compute, memory, count, sms, decoders, ofa;
-    unsigned starts[8], nstarts;
-    const char *h200;
-} profile_t;
 
 static const profile_t PROFILES[] = {
     {0x0, 19, 1, 1, 7, 16, 1, 0, {0, 1, 2, 3, 4, 5, 6}, 7, "1g.18gb"},
@@ -112,49 +67,15 @@ static const profile_t PROFILES[] = {
     {0x4, 0, 7, 8, 1, 132, 7, 1, {0}, 1, "7g.141gb"},
 };
 #define NPROFILES (sizeof PROFILES / sizeof PROFILES[0])
-/* Compute instance profiles NVML_COMPUTE_INSTANCE_PROFILE_{1,2,3,4,7}_SLICE by index. */
-static const unsigned CI_SLICES[] = {1, 2, 3, 4, 7};
-
-/* Handles: one per possible (GPU, GI id) and (GPU, GI id, CI id); MIG device = compute instance. */
-struct nvmlGpuInstance_st {
-    unsigned gpu, id;
-};
-struct nvmlComputeInstance_st {
-    unsigned gpu, gi, id;
-};
-struct stub_mig_device {
-    unsigned gpu, gi, ci;
-};
-
-typedef struct {
-    int used;
-    unsigned profile_id, start, size, seq;
-} gi_state;
-typedef struct {
-    int used;
-    unsigned profile_index;
-} ci_state;
 
 static pthread_mutex_t m_lock = PTHREAD_MUTEX_INITIALIZER;
-static gi_state m_gi[STUB_MAX_DEVICES][MAX_GI];
-static ci_state m_ci[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
+gi_state m_gi[STUB_MAX_DEVICES][MAX_GI];
+ci_state m_ci[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
 static struct nvmlGpuInstance_st h_gi[STUB_MAX_DEVICES][MAX_GI];
 static struct nvmlComputeInstance_st h_ci[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
-static struct stub_mig_device h_mig[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
+struct stub_mig_device h_mig[STUB_MAX_DEVICES][MAX_GI][MAX_CI];
 static unsigned m_seq;  /* creations replayed (part of each MIG UUID) */
 static int m_file = -1; /* the state file, locked during a call */
-
-typedef struct {
-    nvmlDevice_t device;
-    unsigned id, profileId;
-    placement_t placement;
-} gi_info_t;
-typedef struct {
-    nvmlDevice_t device;
-    struct nvmlGpuInstance_st *gpuInstance;
-    unsigned id, profileId;
-    placement_t placement;
-} ci_info_t;
 
 /* ---------------------------------------------------------------------------------------------
  * Profiles
@@ -164,13 +85,13 @@ static const profile_t *profile_by_index(unsigned index) {
         if (PROFILES[i].index == index) return &PROFILES[i];
     return NULL;
 }
-static const profile_t *profile_by_id(unsigned id) {
+const profile_t *profile_by_id(unsigned id) {
     for (unsigned i = 0; i < NPROFILES; i++)
         if (PROFILES[i].id == id) return &PROFILES[i];
     return NULL;
 }
 
-static unsigned long long profile_mib(const profile_t *p, const stub_gpu_view *g) {
+unsigned long long profile_mib(const profile_t *p, const stub_gpu_view *g) {
     return (g->total >> 20) * p->memory / MEM_SLICES;
 }
 
@@ -211,8 +132,8 @@ static void apply(const char *line) {
     }
 }
 
-/* Lock the file and load its state; `begin` pairs with `end`. Without a file: this process's state. */
-static void begin(void) {
+/* Lock the file and load its state; `mig_begin` pairs with `mig_end`. Without a file: this process's state. */
+void mig_begin(void) {
     pthread_mutex_lock(&m_lock);
     const char *path = getenv("HOOKCORE_STUB_NVML_MIG");
     if (!path || !*path) return;
@@ -229,7 +150,7 @@ static void begin(void) {
     fclose(f);
 }
 
-static void end(void) {
+void mig_end(void) {
     if (m_file >= 0) {
         flock(m_file, LOCK_UN);
         close(m_file);
@@ -239,8 +160,7 @@ static void end(void) {
 }
 
 /* Record a change (lock held): append it to the file, or apply it to this process's state. */
-static void record(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void record(const char *fmt, ...) {
+void mig_record(const char *fmt, ...) {
     char line[256];
     va_list ap;
     va_start(ap, fmt);
@@ -257,7 +177,7 @@ static void record(const char *fmt, ...) {
  * Checks
  * ------------------------------------------------------------------------------------------- */
 /* A GPU handle in MIG mode: its position, else an NVML error (negated). */
-static int mig_gpu(const char *call, nvmlDevice_t d, stub_gpu_view *g) {
+int mig_gpu(const char *call, nvmlDevice_t d, stub_gpu_view *g) {
     int r = stub_nvml_enter(call, d, NULL);
     if (r != R_SUCCESS) return -r;
     if (stub_nvml_gpu_of(d, g) != 0) return -R_INVALID_ARGUMENT;
@@ -265,25 +185,25 @@ static int mig_gpu(const char *call, nvmlDevice_t d, stub_gpu_view *g) {
     return (int)g->position;
 }
 
-static int valid_gi(const struct nvmlGpuInstance_st *gi) {
+int valid_gi(const struct nvmlGpuInstance_st *gi) {
     return gi >= &h_gi[0][0] && gi < &h_gi[0][0] + STUB_MAX_DEVICES * MAX_GI && m_gi[gi->gpu][gi->id].used;
 }
-static int valid_ci(const struct nvmlComputeInstance_st *ci) {
+int valid_ci(const struct nvmlComputeInstance_st *ci) {
     return ci >= &h_ci[0][0][0] && ci < &h_ci[0][0][0] + STUB_MAX_DEVICES * MAX_GI * MAX_CI &&
            m_gi[ci->gpu][ci->gi].used && m_ci[ci->gpu][ci->gi][ci->id].used;
 }
-static int is_mig_handle(const void *d) {
+int is_mig_handle(const void *d) {
     const struct stub_mig_device *m = d;
     return m >= &h_mig[0][0][0] && m < &h_mig[0][0][0] + STUB_MAX_DEVICES * MAX_GI * MAX_CI;
 }
-static int valid_mig(const struct stub_mig_device *m) {
+int valid_mig(const struct stub_mig_device *m) {
     return is_mig_handle(m) && m_gi[m->gpu][m->gi].used && m_ci[m->gpu][m->gi][m->ci].used;
 }
-static struct nvmlGpuInstance_st *gi_handle(unsigned gpu, unsigned id) {
+struct nvmlGpuInstance_st *gi_handle(unsigned gpu, unsigned id) {
     h_gi[gpu][id] = (struct nvmlGpuInstance_st){gpu, id};
     return &h_gi[gpu][id];
 }
-static struct nvmlComputeInstance_st *ci_handle(unsigned gpu, unsigned gi, unsigned id) {
+struct nvmlComputeInstance_st *ci_handle(unsigned gpu, unsigned gi, unsigned id) {
     h_ci[gpu][gi][id] = (struct nvmlComputeInstance_st){gpu, gi, id};
     return &h_ci[gpu][gi][id];
 }
@@ -387,7 +307,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t d, 
     if (gpu < 0) return -gpu;
     const profile_t *p = profile_by_id(profile_id);
     if (!p || !count) return R_INVALID_ARGUMENT;
-    begin();
+    mig_begin();
     /* Greedy over the placements: what could still be created one after the other. */
     gi_state saved[MAX_GI];
     memcpy(saved, m_gi[gpu], sizeof saved);
@@ -402,7 +322,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t d, 
         n++;
     }
     memcpy(m_gi[gpu], saved, sizeof saved);
-    end();
+    mig_end();
     *count = n;
     return R_SUCCESS;
 }
@@ -414,7 +334,7 @@ static nvmlReturn_t create_gi(unsigned gpu, const profile_t *p, unsigned start, 
         stub_gpu_view g;
         nvmlDevice_t h;
         stub_nvml_gpu_at(gpu, &g, &h);
-        record("gi+ %s %u %u %u %u\n", g.uuid, id, p->id, start, p->memory);
+        mig_record("gi+ %s %u %u %u %u\n", g.uuid, id, p->id, start, p->memory);
         *out = gi_handle(gpu, id);
         return R_SUCCESS;
     }
@@ -429,9 +349,9 @@ STUB_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t d, u
     if (gpu < 0) return -gpu;
     const profile_t *p = profile_by_id(profile_id);
     if (!p || !placement || !out || placement->size != p->memory) return R_INVALID_ARGUMENT;
-    begin();
+    mig_begin();
     nvmlReturn_t r = create_gi((unsigned)gpu, p, placement->start, out);
-    end();
+    mig_end();
     return r;
 }
 
@@ -442,10 +362,10 @@ STUB_API nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t d, unsigned profi
     if (gpu < 0) return -gpu;
     const profile_t *p = profile_by_id(profile_id);
     if (!p || !out) return R_INVALID_ARGUMENT;
-    begin();
+    mig_begin();
     nvmlReturn_t r = R_INSUFFICIENT_RESOURCES;
     for (unsigned i = 0; i < p->nstarts && r != R_SUCCESS; i++) r = create_gi((unsigned)gpu, p, p->starts[i], out);
-    end();
+    mig_end();
     return r;
 }
 
@@ -455,7 +375,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned profile
     int gpu = mig_gpu(__func__, d, &g);
     if (gpu < 0) return -gpu;
     if (!count || !profile_by_id(profile_id)) return R_INVALID_ARGUMENT;
-    begin();
+    mig_begin();
     unsigned n = 0;
     nvmlReturn_t r = R_SUCCESS;
     for (unsigned id = 1; id < MAX_GI; id++) {
@@ -463,7 +383,7 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t d, unsigned profile
         if (out) out[n] = gi_handle((unsigned)gpu, id);
         n++;
     }
-    end();
+    mig_end();
     *count = n;
     return r;
 }
@@ -473,9 +393,9 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned id, 
     int gpu = mig_gpu(__func__, d, &g);
     if (gpu < 0) return -gpu;
     if (!out || id >= MAX_GI) return R_INVALID_ARGUMENT;
-    begin();
+    mig_begin();
     int used = m_gi[gpu][id].used;
-    end();
+    mig_end();
     if (!used) return R_NOT_FOUND;
     *out = gi_handle((unsigned)gpu, id);
     return R_SUCCESS;
@@ -484,9 +404,9 @@ STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned id, 
 STUB_API nvmlReturn_t nvmlGpuInstanceGetInfo(struct nvmlGpuInstance_st *gi, gi_info_t *info) {
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
-    begin();
+    mig_begin();
     if (!valid_gi(gi) || !info) {
-        end();
+        mig_end();
         return R_INVALID_ARGUMENT;
     }
     stub_gpu_view g;
@@ -494,346 +414,27 @@ STUB_API nvmlReturn_t nvmlGpuInstanceGetInfo(struct nvmlGpuInstance_st *gi, gi_i
     stub_nvml_gpu_at(gi->gpu, &g, &h);
     const gi_state *s = &m_gi[gi->gpu][gi->id];
     *info = (gi_info_t){h, gi->id, s->profile_id, {s->start, s->size}};
-    end();
+    mig_end();
     return R_SUCCESS;
 }
 
 STUB_API nvmlReturn_t nvmlGpuInstanceDestroy(struct nvmlGpuInstance_st *gi) {
     int r = stub_nvml_enter(__func__, NULL, NULL);
     if (r != R_SUCCESS) return r;
-    begin();
+    mig_begin();
     if (!valid_gi(gi)) {
-        end();
+        mig_end();
         return R_INVALID_ARGUMENT;
     }
     for (unsigned c = 0; c < MAX_CI; c++)
         if (m_ci[gi->gpu][gi->id][c].used) {
-            end();
+            mig_end();
             return R_IN_USE;
         } /* destroy its compute instances first */
     stub_gpu_view g;
     nvmlDevice_t h;
     stub_nvml_gpu_at(gi->gpu, &g, &h);
-    record("gi- %s %u\n", g.uuid, gi->id);
-    end();
+    mig_record("gi- %s %u\n", g.uuid, gi->id);
+    mig_end();
     return R_SUCCESS;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Compute instances
- * ------------------------------------------------------------------------------------------- */
-static unsigned gi_compute(const struct nvmlGpuInstance_st *gi) {
-    const profile_t *p = profile_by_id(m_gi[gi->gpu][gi->id].profile_id);
-    return p ? p->compute : 0;
-}
-
-static nvmlReturn_t ci_profile(struct nvmlGpuInstance_st *gi, unsigned profile, ci_profile_v2_t *o) {
-    if (!valid_gi(gi) || !o) return R_INVALID_ARGUMENT;
-    if (profile >= sizeof CI_SLICES / sizeof CI_SLICES[0]) return R_NOT_SUPPORTED;
-    unsigned slices = CI_SLICES[profile], total = gi_compute(gi);
-    if (slices > total) return R_NOT_SUPPORTED;
-    const profile_t *p = profile_by_id(m_gi[gi->gpu][gi->id].profile_id);
-    o->id = profile;
-    o->sliceCount = slices;
-    o->instanceCount = total / slices;
-    o->multiprocessorCount = p->sms * slices / total;
-    o->sharedCopyEngineCount = p->compute;
-    o->sharedDecoderCount = o->sharedJpegCount = p->decoders;
-    o->sharedEncoderCount = 0;
-    o->sharedOfaCount = p->ofa;
-    snprintf(o->name, sizeof o->name, "MIG %uc.%ug", slices, total);
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(struct nvmlGpuInstance_st *gi, unsigned profile,
-                                                                    unsigned eng, ci_profile_v2_t *info) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    if (eng != 0) return R_NOT_SUPPORTED; /* only the shared engine profile */
-    begin();
-    unsigned version = info ? info->version : 0;
-    r = ci_profile(gi, profile, info);
-    if (info) info->version = version;
-    end();
-    return r;
-}
-
-STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(struct nvmlGpuInstance_st *gi, unsigned profile,
-                                                                   unsigned eng, ci_profile_v1_t *info) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    if (eng != 0) return R_NOT_SUPPORTED;
-    begin();
-    ci_profile_v2_t v2;
-    r = info ? ci_profile(gi, profile, &v2) : R_INVALID_ARGUMENT;
-    if (r == R_SUCCESS) memcpy(info, &v2.id, sizeof *info);
-    end();
-    return r;
-}
-
-STUB_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(struct nvmlGpuInstance_st *gi, unsigned profile,
-                                                           struct nvmlComputeInstance_st **out) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    begin();
-    ci_profile_v2_t p;
-    if (!out || (r = ci_profile(gi, profile, &p)) != R_SUCCESS) {
-        end();
-        return r ? r : R_INVALID_ARGUMENT;
-    }
-    unsigned used = 0;
-    for (unsigned c = 0; c < MAX_CI; c++)
-        if (m_ci[gi->gpu][gi->id][c].used) used += CI_SLICES[m_ci[gi->gpu][gi->id][c].profile_index];
-    if (used + p.sliceCount > gi_compute(gi)) {
-        end();
-        return R_INSUFFICIENT_RESOURCES;
-    }
-    for (unsigned c = 0; c < MAX_CI; c++) {
-        if (m_ci[gi->gpu][gi->id][c].used) continue;
-        stub_gpu_view g;
-        nvmlDevice_t h;
-        stub_nvml_gpu_at(gi->gpu, &g, &h);
-        record("ci+ %s %u %u %u\n", g.uuid, gi->id, c, profile);
-        *out = ci_handle(gi->gpu, gi->id, c);
-        end();
-        return R_SUCCESS;
-    }
-    end();
-    return R_INSUFFICIENT_RESOURCES;
-}
-
-STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(struct nvmlGpuInstance_st *gi, unsigned profile,
-                                                         struct nvmlComputeInstance_st **out, unsigned *count) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    begin();
-    if (!valid_gi(gi) || !count) {
-        end();
-        return R_INVALID_ARGUMENT;
-    }
-    unsigned n = 0;
-    for (unsigned c = 0; c < MAX_CI; c++) {
-        const ci_state *s = &m_ci[gi->gpu][gi->id][c];
-        if (!s->used || s->profile_index != profile) continue;
-        if (out) out[n] = ci_handle(gi->gpu, gi->id, c);
-        n++;
-    }
-    end();
-    *count = n;
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(struct nvmlGpuInstance_st *gi, unsigned id,
-                                                            struct nvmlComputeInstance_st **out) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    begin();
-    if (!valid_gi(gi) || !out || id >= MAX_CI) {
-        end();
-        return R_INVALID_ARGUMENT;
-    }
-    int used = m_ci[gi->gpu][gi->id][id].used;
-    if (used) *out = ci_handle(gi->gpu, gi->id, id);
-    end();
-    return used ? R_SUCCESS : R_NOT_FOUND;
-}
-
-STUB_API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(struct nvmlComputeInstance_st *ci, ci_info_t *info) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    begin();
-    if (!valid_ci(ci) || !info) {
-        end();
-        return R_INVALID_ARGUMENT;
-    }
-    stub_gpu_view g;
-    nvmlDevice_t h;
-    stub_nvml_gpu_at(ci->gpu, &g, &h);
-    unsigned slices = CI_SLICES[m_ci[ci->gpu][ci->gi][ci->id].profile_index];
-    *info =
-        (ci_info_t){h, gi_handle(ci->gpu, ci->gi), ci->id, m_ci[ci->gpu][ci->gi][ci->id].profile_index, {0, slices}};
-    end();
-    return R_SUCCESS;
-}
-STUB_API nvmlReturn_t nvmlComputeInstanceGetInfo(struct nvmlComputeInstance_st *ci, ci_info_t *info) {
-    return nvmlComputeInstanceGetInfo_v2(ci, info);
-}
-
-STUB_API nvmlReturn_t nvmlComputeInstanceDestroy(struct nvmlComputeInstance_st *ci) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    begin();
-    if (!valid_ci(ci)) {
-        end();
-        return R_INVALID_ARGUMENT;
-    }
-    stub_gpu_view g;
-    nvmlDevice_t h;
-    stub_nvml_gpu_at(ci->gpu, &g, &h);
-    record("ci- %s %u %u\n", g.uuid, ci->gi, ci->id);
-    end();
-    return R_SUCCESS;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * MIG device handles (one per compute instance)
- * ------------------------------------------------------------------------------------------- */
-STUB_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned *is_mig) {
-    int r = stub_nvml_enter(__func__, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    if (!is_mig) return R_INVALID_ARGUMENT;
-    stub_gpu_view g;
-    if (is_mig_handle(d)) {
-        *is_mig = 1;
-        return R_SUCCESS;
-    }
-    if (stub_nvml_gpu_of(d, &g) != 0) return R_INVALID_ARGUMENT;
-    *is_mig = 0;
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned *count) {
-    int r = stub_nvml_enter(__func__, d, NULL);
-    if (r != R_SUCCESS) return r;
-    stub_gpu_view g;
-    if (!count || stub_nvml_gpu_of(d, &g) != 0) return R_INVALID_ARGUMENT;
-    *count = g.mig >= 0 ? 7 : 0;
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned index,
-                                                          struct stub_mig_device **out) {
-    stub_gpu_view g;
-    int gpu = mig_gpu(__func__, d, &g);
-    if (gpu < 0) return -gpu;
-    if (!out) return R_INVALID_ARGUMENT;
-    begin();
-    unsigned n = 0;
-    for (unsigned gi = 1; gi < MAX_GI; gi++) {
-        if (!m_gi[gpu][gi].used) continue;
-        for (unsigned c = 0; c < MAX_CI; c++) {
-            if (!m_ci[gpu][gi][c].used) continue;
-            if (n++ == index) {
-                h_mig[gpu][gi][c] = (struct stub_mig_device){(unsigned)gpu, gi, c};
-                *out = &h_mig[gpu][gi][c];
-                end();
-                return R_SUCCESS;
-            }
-        }
-    }
-    end();
-    return R_NOT_FOUND;
-}
-
-/* For a MIG handle: the state checks every MIG device query makes (lock taken; end() after). */
-static nvmlReturn_t enter_mig(const char *call, const struct stub_mig_device *m) {
-    int r = stub_nvml_enter(call, NULL, NULL);
-    if (r != R_SUCCESS) return r;
-    if (!is_mig_handle(m)) return R_INVALID_ARGUMENT;
-    begin();
-    if (!valid_mig(m)) {
-        end();
-        return R_NOT_FOUND;
-    } /* its instance was destroyed */
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(struct stub_mig_device *m, nvmlDevice_t *out) {
-    nvmlReturn_t r = enter_mig(__func__, m);
-    if (r != R_SUCCESS) return r;
-    stub_gpu_view g;
-    nvmlDevice_t h = NULL;
-    stub_nvml_gpu_at(m->gpu, &g, &h);
-    end();
-    if (!out) return R_INVALID_ARGUMENT;
-    *out = h;
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(struct stub_mig_device *m, unsigned *id) {
-    nvmlReturn_t r = enter_mig(__func__, m);
-    if (r != R_SUCCESS) return r;
-    end();
-    if (!id) return R_INVALID_ARGUMENT;
-    *id = m->gi;
-    return R_SUCCESS;
-}
-
-STUB_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(struct stub_mig_device *m, unsigned *id) {
-    nvmlReturn_t r = enter_mig(__func__, m);
-    if (r != R_SUCCESS) return r;
-    end();
-    if (!id) return R_INVALID_ARGUMENT;
-    *id = m->ci;
-    return R_SUCCESS;
-}
-
-/* MIG device handles only, as NVML's reference documents and as driver 580 answers on an H200
-   (measured: NOT_SUPPORTED for the whole GPU); a whole GPU's SM count comes from
-   nvmlDeviceGetNumGpuCores (nvml_stub.c). */
-STUB_API nvmlReturn_t nvmlDeviceGetAttributes_v2(struct stub_mig_device *m, attributes_t *a) {
-    stub_gpu_view whole;
-    if (!is_mig_handle(m) && stub_nvml_gpu_of((const struct nvmlDevice_st *)m, &whole) == 0) {
-        unsigned sms = 0;
-        unsigned long long mib = 0;
-        nvmlReturn_t rg = stub_nvml_gpu_attributes("nvmlDeviceGetAttributes_v2", (struct nvmlDevice_st *)m, &sms, &mib);
-        return rg != R_SUCCESS ? rg : R_NOT_SUPPORTED;
-    }
-    nvmlReturn_t r = enter_mig(__func__, m);
-    if (r != R_SUCCESS) return r;
-    stub_gpu_view g;
-    nvmlDevice_t h;
-    stub_nvml_gpu_at(m->gpu, &g, &h);
-    const profile_t *p = profile_by_id(m_gi[m->gpu][m->gi].profile_id);
-    unsigned slices = CI_SLICES[m_ci[m->gpu][m->gi][m->ci].profile_index];
-    end();
-    if (!a || !p) return R_INVALID_ARGUMENT;
-    *a = (attributes_t){p->sms * slices / p->compute,
-                        p->compute,
-                        p->decoders,
-                        0,
-                        p->decoders,
-                        p->ofa,
-                        p->compute,
-                        slices,
-                        profile_mib(p, &g)};
-    return R_SUCCESS;
-}
-STUB_API nvmlReturn_t nvmlDeviceGetAttributes(struct stub_mig_device *m, attributes_t *a) {
-    return nvmlDeviceGetAttributes_v2(m, a);
-}
-
-/* MIG UUIDs as the driver forms them ("MIG-" + a UUID), derived from the parent, the instance
-   IDs and the creation's sequence number: a re-created instance gets a new UUID, as on a GPU. */
-int stub_mig_device_uuid(const void *d, char *uuid, unsigned len, int *ret) {
-    const struct stub_mig_device *m = d;
-    if (!is_mig_handle(m)) return 0;
-    *ret = enter_mig("nvmlDeviceGetUUID", m);
-    if (*ret != R_SUCCESS) return 1;
-    stub_gpu_view g;
-    nvmlDevice_t h;
-    stub_nvml_gpu_at(m->gpu, &g, &h);
-    unsigned long long x = 1469598103934665603ULL; /* FNV-1a */
-    char key[160];
-    snprintf(key, sizeof key, "%s/%u/%u/%u", g.uuid, m->gi, m->ci, m_gi[m->gpu][m->gi].seq);
-    for (const char *c = key; *c; c++) {
-        x ^= (unsigned char)*c;
-        x *= 1099511628211ULL;
-    }
-    unsigned long long y = x * 0x9E3779B97F4A7C15ULL;
-    end();
-    char buf[64];
-    snprintf(buf, sizeof buf, "MIG-%08llx-%04llx-4%03llx-8%03llx-%012llx", x >> 32, (x >> 16) & 0xffff, x & 0xfff,
-             (y >> 52) & 0xfff, y & 0xffffffffffffULL);
-    if (!uuid) {
-        *ret = R_INVALID_ARGUMENT;
-        return 1;
-    }
-    if (strlen(buf) + 1 > len) {
-        *ret = R_INSUFFICIENT_SIZE;
-        return 1;
-    }
-    memcpy(uuid, buf, strlen(buf) + 1);
-    *ret = R_SUCCESS;
-    return 1;
 }

@@ -1,8 +1,10 @@
-/* nvml_stub_mig.h - what nvml_stub_mig.c (MIG) and nvml_stub.c (the GPUs) ask of each other.
+/* nvml_stub_mig.h - what the MIG files (nvml_stub_mig.c, nvml_stub_mig_ci.c) and nvml_stub.c (the
+ * GPUs) ask of each other.
  *
- * Hidden symbols: both files are linked into the one stub libnvidia-ml.so.1 and nothing here is
- * exported. nvml_stub.c owns the physical GPUs; nvml_stub_mig.c owns GPU instances, compute
- * instances and MIG device handles, whose state lives in the file HOOKCORE_STUB_NVML_MIG names.
+ * Hidden symbols: the files are linked into the one stub libnvidia-ml.so.1 and nothing here is
+ * exported. nvml_stub.c owns the physical GPUs; the MIG files own GPU instances, compute
+ * instances and MIG device handles, whose state lives in the file HOOKCORE_STUB_NVML_MIG names
+ * (nvml_stub_mig_state.h).
  */
 #ifndef HOOKCORE_NVML_STUB_MIG_H
 #define HOOKCORE_NVML_STUB_MIG_H
@@ -31,7 +33,7 @@ int stub_nvml_gpu_of(const struct nvmlDevice_st *d, stub_gpu_view *out);
    (the description's `sms`, libcuda's source too) and framebuffer MiB. An NVML return code. */
 int stub_nvml_gpu_attributes(const char *call, struct nvmlDevice_st *d, unsigned *sms, unsigned long long *mib);
 
-/* nvml_stub_mig.c: when `d` is a MIG device handle, answer nvmlDeviceGetUUID for it (return 1,
+/* nvml_stub_mig_ci.c: when `d` is a MIG device handle, answer nvmlDeviceGetUUID for it (return 1,
    *ret the NVML return code); 0 when it is not one. */
 int stub_mig_device_uuid(const void *d, char *uuid, unsigned len, int *ret);
 

@@ -237,12 +237,6 @@ def test_heterogeneous_claim_gpu_and_npu_in_one_container(both_rig: Rig) -> None
     assert int(cuda["quota_total_bytes"]) == 10 * GiB, cuda
 
 
-@pytest.mark.parametrize("path", sorted((EXAMPLES / "ascend").glob("*.yaml")) + sorted((EXAMPLES / "heterogeneous").glob("*.yaml")),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_example_opens_with_a_comment(path: Path) -> None:
-    assert path.read_text().startswith("# "), f"{path.name} must open with a comment saying what it shows"
-
-
 def test_demo_heterogeneous_part(cluster: ControlPlane, stub_dcmi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`dra demo` ends with the heterogeneous claim: each vendor's workload, in the one container,
     sees its own share's memory as its total and is refused past it."""

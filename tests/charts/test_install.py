@@ -108,14 +108,11 @@ def derived(name: str) -> bool:
 def assert_nothing_left(kubectl: Tool, release: str, timeout: float = 120) -> None:
     """No object of `release` anywhere once the garbage collector has removed what the chart's
     objects owned (ReplicaSets, pods, ControllerRevisions)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    left = labelled_objects(kubectl, release)
-    while left and time.monotonic() < deadline:
-        time.sleep(1)
+    try:
+        wait_for(lambda: not labelled_objects(kubectl, release), timeout, 1, what=f"release {release} gone")
+    except AssertionError:
         left = labelled_objects(kubectl, release)
-    assert not left, f"release {release} left {left} behind {timeout:.0f} s after uninstall"
+        raise AssertionError(f"release {release} left {left} behind {timeout:.0f} s after uninstall") from None
 
 
 def helm_release_secrets(kubectl: Tool, namespace: str, release: str) -> list[str]:

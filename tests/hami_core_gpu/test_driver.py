@@ -1,4 +1,5 @@
-"""The driver class against fake GPUs: setup, devices, the claim's visible GPUs, settings."""
+"""The driver class against fake GPUs: the claim's visible GPUs, CDI modes, quotas, settings. What
+every shared-device driver does is in tests/drivers/test_shared_device_drivers.py."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from driver_helpers import Recorder, fake_drivers
+from driver_helpers import fake_drivers
 
 import hookcore
 from dra import AllocatedDevice, ClaimRef, PrepareError
-from drivers.hami_core_gpu import devices
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
-from drivers.hami_core_gpu.settings import Settings, SettingsError
+from drivers.hami_core_gpu.settings import Settings
 
 GiB = 1 << 30
 CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000c1a1", "default", "c")
@@ -28,18 +28,6 @@ def driver(fake_node) -> Iterator[Callable[..., HamiCoreGpuDriver]]:
 
 def alloc(device: str, share: str | None = "s1", config: GpuConfig | None = None, **capacity: int) -> AllocatedDevice:
     return AllocatedDevice("gpu", "node-a", device, share, capacity, config=config)
-
-
-def test_setup_discovers_the_fake_node_and_publishes_every_gpu(driver) -> None:
-    d = driver(settings={"health": "off"})
-    devs = d.devices()
-    assert [x.name for x in devs] == [f"hami-gpu-{i}" for i in range(8)]
-    assert all(x.attributes["productName"] == "NVIDIA H200" for x in devs)
-
-
-def test_devices_before_setup_is_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="before setup"):
-        HamiCoreGpuDriver().devices()
 
 
 def test_visible_gpus_follow_allocation_order_and_sum_shares(driver) -> None:
@@ -61,26 +49,6 @@ def test_visible_gpus_follow_allocation_order_and_sum_shares(driver) -> None:
     assert [e.split(",")[0] for e in stub] == [f"uuid={u}" for u in want.split(",")]
 
 
-def test_a_result_without_consumed_capacity_holds_the_whole_gpu(driver) -> None:
-    d = driver(settings={"health": "off"})
-    (v,) = d.visible(CLAIM, [alloc("hami-gpu-0", None)])
-    assert (v.memory, v.cores) == (143771 << 20, 100)
-
-
-def test_a_device_of_another_node_is_refused_with_the_known_ones(driver) -> None:
-    d = driver(fake="h200x2", settings={"health": "off"})
-    with pytest.raises(PrepareError, match=r"hami-gpu-7 .* this node has \['hami-gpu-0', 'hami-gpu-1'\]"):
-        d.prepare(CLAIM, [alloc("hami-gpu-7", memory=GiB, cores=10)])
-
-
-def test_two_preload_modes_in_one_claim_give_the_strongest(driver) -> None:
-    """Review 2026-12-04 #10: claim-wide values are the strongest across requests (file over env)."""
-    d = driver(settings={"health": "off"})
-    e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(preload="env"), memory=GiB, cores=10),
-                                               alloc("hami-gpu-1", "b", GpuConfig(preload="file"), memory=GiB, cores=10)]))
-    assert e.preload is not None and e.preload.value == "file"
-
-
 def test_self_contained_mode_mounts_the_stub_driver_for_fake_gpus(driver) -> None:
     d = driver(settings={"health": "off", "cdiMode": "self-contained"})
     e = d.claim_edits(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=10)]))
@@ -89,55 +57,6 @@ def test_self_contained_mode_mounts_the_stub_driver_for_fake_gpus(driver) -> Non
     assert "/usr/local/nvidia/lib64/libnvidia-ml.so.1" in mounted
     assert e.env["LD_LIBRARY_PATH"].startswith("/usr/local/nvidia/lib64")
     assert e.device_nodes == ()  # fake GPUs have no /dev/nvidia*
-
-
-def test_self_contained_mode_needs_the_driver_libraries(driver, tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"libcuda.so.1 not found under driverRoot"):
-        HamiCoreGpuDriver().setup(Recorder().context({"cdiMode": "self-contained", "driverRoot": str(tmp_path)}, None))
-
-
-def test_health_changes_republish_and_reach_the_health_stream(driver, tmp_path: Path) -> None:
-    import os
-    import time
-
-    events = tmp_path / "ev"
-    events.write_text("")
-    os.environ["HOOKCORE_STUB_NVML_EVENTS"] = str(events)
-    ctx = Recorder()
-    d = driver(fake="h200x2", settings={"healthProbeInterval": "0.05"}, recorder=ctx)
-    uuid1 = d.devices()[1].attributes["uuid"]
-    deadline = time.monotonic() + 5
-    while not (ctx.health and all(e.healthy for e in ctx.health[-1])) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    with events.open("a") as f:
-        f.write(f"xid {uuid1} 79\n")
-    while not (ctx.health and ctx.health[-1][1].healthy is False) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    last = ctx.health[-1]
-    assert [(e.device, e.healthy) for e in last] == [("hami-gpu-0", True), ("hami-gpu-1", False)]
-    assert "fallen off the bus" in last[1].message
-    assert ctx.changed >= 1
-    tainted = d.devices()[1]
-    assert [t.key for t in tainted.taints] == [f"{devices.DRIVER_NAME}/gpu-lost"]
-
-
-@pytest.mark.parametrize("raw,error", [
-    ({"cdimode": "toolkit"}, "unknown setting 'cdimode'"),
-    ({"cdiMode": "host"}, "cdiMode must be one of"),
-    ({"deviceMemory": "lots"}, "deviceMemory must be a positive quantity"),
-    ({"healthProbeInterval": "0"}, "healthProbeInterval must be seconds"),
-    ({"driverRoot": "run/nvidia"}, "driverRoot must be an absolute path"),
-    ({"toolkitCdiKind": "nvidia.com"}, "toolkitCdiKind must look like vendor.com/class"),
-    ({"health": "yes"}, "health must be on or off"),
-    ({"fullLoadClockMhz": "1.5GHz"}, "fullLoadClockMhz must be a clock in MHz, 1..99999"),
-    ({"fullLoadClockMhz": "0"}, "fullLoadClockMhz must be a clock in MHz"),
-    ({"contextMemory": "-1Mi"}, "contextMemory must be a quantity from 0 to 64Gi"),
-    ({"contextMemory": "1e999999999"}, "contextMemory must be a quantity from 0 to 64Gi"),
-    ({"contextMemory": "lots"}, "contextMemory must be a quantity from 0 to 64Gi"),
-])
-def test_bad_settings_name_the_key(raw: dict[str, str], error: str) -> None:
-    with pytest.raises(SettingsError, match=error):
-        Settings.parse(raw)
 
 
 def test_settings_parse() -> None:

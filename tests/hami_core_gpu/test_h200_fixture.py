@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ci_gate import skip_or_fail
 
 from dra._runtime.publish.desired import desired_pool, slice_object
 from drivers.hami_core_gpu import devices, nvml
@@ -28,9 +29,8 @@ PER_NODE = ("uuid", "minor", "index", "pcieBusID", "resource.kubernetes.io/pciBu
 
 @pytest.fixture
 def real() -> dict[str, Any]:
-    if not FIXTURE.exists():
-        pytest.skip(f"{FIXTURE} is missing: run `python3 bench/hami_core_gpu_h200.py --out $OUT` on the H200 and commit"
-                    " $OUT/h200-slice.json there")
+    skip_or_fail(None if FIXTURE.exists() else f"{FIXTURE} is missing: run `python3 bench/hami_core_gpu_h200.py --out"
+                 " $OUT` on the H200 and commit $OUT/h200-slice.json there")
     return dict(json.loads(FIXTURE.read_text()))
 
 

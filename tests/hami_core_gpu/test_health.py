@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kube_helpers import wait_for
 
 from drivers.hami_core_gpu import xids
 from drivers.hami_core_gpu.health import TAINT_LOST, TAINT_RECOVERY, TAINT_XID, HealthMonitor
@@ -39,22 +39,13 @@ def watched(fake_node, tmp_path: Path) -> Iterator[Callable[..., tuple[HealthMon
         mon = HealthMonitor(uuids, changed.set, probe_interval=0.05, settle=0.2)
         monitors.append(mon)
         mon.start()
-        wait_for(lambda: all(h is True for _, h, _ in mon.snapshot()), "all GPUs monitored and healthy")
+        wait_for(lambda: all(h is True for _, h, _ in mon.snapshot()), timeout=5, interval=0.01, what="all GPUs monitored and healthy")
         changed.clear()
         return mon, events, uuids, changed
 
     yield start
     for m in monitors:
         m.stop()
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def health_of(mon: HealthMonitor, uuid: str) -> tuple[bool | None, str]:
@@ -64,7 +55,7 @@ def health_of(mon: HealthMonitor, uuid: str) -> tuple[bool | None, str]:
 def test_a_fatal_xid_taints_until_nvml_reports_no_recovery_action(watched) -> None:
     mon, inject, (gpu0, gpu1), changed = watched()
     inject(f"xid {gpu0} 48 1")  # double-bit ECC; NVML says: reset the GPU
-    wait_for(lambda: mon.taints().get(gpu0), "the XID taint")
+    wait_for(lambda: mon.taints().get(gpu0), timeout=5, interval=0.01, what="the XID taint")
     assert changed.is_set()
     taints = {t.key: t for t in mon.taints()[gpu0]}
     assert taints[TAINT_XID].value == "48" and taints[TAINT_XID].effect == "NoSchedule"
@@ -77,7 +68,7 @@ def test_a_fatal_xid_taints_until_nvml_reports_no_recovery_action(watched) -> No
     assert gpu0 in mon.taints()
     changed.clear()
     inject(f"reset {gpu0}")
-    wait_for(lambda: gpu0 not in mon.taints(), "recovery after the reset")
+    wait_for(lambda: gpu0 not in mon.taints(), timeout=5, interval=0.01, what="recovery after the reset")
     assert changed.is_set() and health_of(mon, gpu0) == (True, "")
 
 
@@ -94,27 +85,27 @@ def test_application_xids_leave_the_gpu_healthy(watched) -> None:
 def test_unknown_xids_taint(watched) -> None:
     mon, inject, (_, gpu1), _ = watched()
     inject(f"xid {gpu1} 999")
-    wait_for(lambda: gpu1 in mon.taints(), "taint for an unknown XID")
+    wait_for(lambda: gpu1 in mon.taints(), timeout=5, interval=0.01, what="taint for an unknown XID")
     assert health_of(mon, gpu1)[1] == "XID 999: XID 999 (not in the driver's table)"
 
 
 def test_a_gpu_off_the_bus_is_lost_until_it_answers_again(watched) -> None:
     mon, inject, (gpu0, _), _ = watched()
     inject(f"lost {gpu0}")
-    wait_for(lambda: gpu0 in mon.taints(), "the gpu-lost taint")
+    wait_for(lambda: gpu0 in mon.taints(), timeout=5, interval=0.01, what="the gpu-lost taint")
     assert [t.key for t in mon.taints()[gpu0]] == [TAINT_LOST]
     assert health_of(mon, gpu0)[0] is False
     inject(f"reset {gpu0}")
-    wait_for(lambda: gpu0 not in mon.taints(), "recovery of the lost GPU")
+    wait_for(lambda: gpu0 not in mon.taints(), timeout=5, interval=0.01, what="recovery of the lost GPU")
 
 
 def test_a_recovery_action_without_an_xid_takes_the_gpu_out(watched) -> None:
     mon, inject, (gpu0, _), _ = watched()
     inject(f"action {gpu0} 2")
-    wait_for(lambda: gpu0 in mon.taints(), "the recovery-action taint")
+    wait_for(lambda: gpu0 in mon.taints(), timeout=5, interval=0.01, what="the recovery-action taint")
     assert [(t.key, t.value) for t in mon.taints()[gpu0]] == [(TAINT_RECOVERY, "node-reboot")]
     inject(f"action {gpu0} 0")
-    wait_for(lambda: gpu0 not in mon.taints(), "the taint lifted")
+    wait_for(lambda: gpu0 not in mon.taints(), timeout=5, interval=0.01, what="the taint lifted")
 
 
 def test_gpus_without_xid_events_are_unknown_not_tainted(fake_node, tmp_path: Path) -> None:
@@ -123,7 +114,7 @@ def test_gpus_without_xid_events_are_unknown_not_tainted(fake_node, tmp_path: Pa
     mon = HealthMonitor([g.uuid for g in backend.node.gpus], lambda: None, probe_interval=0.05)
     mon.start()
     try:
-        wait_for(lambda: health_of(mon, backend.node.gpus[1].uuid)[0] is True, "the other GPU healthy")
+        wait_for(lambda: health_of(mon, backend.node.gpus[1].uuid)[0] is True, timeout=5, interval=0.01, what="the other GPU healthy")
         healthy, message = health_of(mon, backend.node.gpus[0].uuid)
         assert healthy is None and "NVML cannot report XID events" in message
         assert mon.taints() == {}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from driver_helpers import isolated_env
+from kube_helpers import wait_for
 
 from dra import AllocatedDevice, ClaimRef, DriverContext, PrepareError
 from dra._runtime.publish.desired import desired_pool, slice_object
@@ -186,7 +187,6 @@ def test_from_1_35_counter_sets_get_slices_of_their_own(driver: MakeDriver) -> N
 
 def test_an_xid_on_a_mig_gpu_taints_its_mig_devices_and_reports_them_unhealthy(driver: MakeDriver, tmp_path: Path) -> None:
     import os
-    import time
 
     events = tmp_path / "events"
     events.touch()
@@ -197,9 +197,7 @@ def test_an_xid_on_a_mig_gpu_taints_its_mig_devices_and_reports_them_unhealthy(d
     assert not any(x.taints for x in d.devices())
     with events.open("a") as f:
         f.write(f"xid {parent} 48 1\n")  # double-bit ECC, recovery action: reset (stays until reset)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(x.taints for x in d.devices()):
-        time.sleep(0.05)
+    wait_for(lambda: any(x.taints for x in d.devices()), 30, 0.05, what="a MIG device tainted")
     tainted = sorted(x.name for x in d.devices() if x.taints)
     assert tainted == ["hami-gpu-2-mig-1g18gb-6", "hami-gpu-2-mig-2g35gb-4", "hami-gpu-2-mig-3g71gb-0"]
     health = {e.device: e.healthy for e in d.health_events()}

@@ -8,8 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from kube_helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "mps_h200.py"
@@ -39,12 +40,13 @@ def test_a_killed_run_still_stops_the_daemon_and_writes_what_it_has(tmp_path: Pa
     proc = subprocess.Popen([sys.executable, str(BENCH), "--cpu-selftest", "--out", str(out), "--build",
                              str(tmp_path / "build")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(tmp_path))
-    deadline = time.time() + 240
-    sockets: list[Path] = []
-    while time.time() < deadline and not sockets and proc.poll() is None:
+
+    def control_socket() -> list[Path]:
         sockets = list(tmp_path.glob("mpsbench-*/mps/pipe/control"))
-        time.sleep(0.05)
-    assert sockets, "the MPS control daemon never started"
+        assert sockets or proc.poll() is None, "the bench exited before its MPS control daemon started"
+        return sockets
+
+    wait_for(control_socket, 240, 0.05, what="the MPS control daemon")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode != 0

@@ -7,6 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
+# The shim tests' CUDA client: shim_client.c and its parts (tests/hook/c/shim_client*.c, one program).
+SHIM_CLIENT_SOURCES = tuple(str(p) for p in sorted((Path(__file__).resolve().parent / "c").glob("shim_client*.c")))
+
 
 class _Libs(Protocol):
     @property

@@ -6,7 +6,7 @@
 - `hookcore_libs`: `libvgpu.so` and the stub `libcuda.so.1` / `libnvidia-ml.so.1`;
 - `testing_lib`: the test build of libvgpu.so (`make testing`), which also honours
   HOOKCORE_TESTING_CONFIG_ROOT so config-file tests need no root;
-- `client`: `tests/hook/c/shim_client.c` compiled (`tests/hook/clients.py` builds its environment);
+- `client`: `tests/hook/c/shim_client*.c` compiled (`tests/hook/clients.py` builds its environment);
 - `demo`: a second hook library, libvdemo.so (test build), from the same core and preload layer
   with the demo shim of `tests/hook/c/demo/`, its fake vendor library and the `two_libs` client.
 """
@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.hook.clients import SHIM_CLIENT_SOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every build of hookcore's C code during the test session (ours, other suites' fixtures, setup.py)
@@ -96,8 +98,7 @@ def testing_lib(hookcore_libs: HookLibs) -> Path:
 @pytest.fixture(scope="session")
 def client(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("shim") / "shim_client"
-    src = ROOT / "tests/hook/c/shim_client.c"
-    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), str(src), "-ldl"],
+    proc = subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), *SHIM_CLIENT_SOURCES, "-ldl"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out

@@ -164,7 +164,7 @@ def test_mps_mounts_bench_reads_the_hooks_sm_fraction(hookcore_libs: HookLibs, c
     assert got.stdout.strip() == "(132, '')", got.stdout + got.stderr
     ledger = tmp_path / "claim.ledger"
     text = mod.hook_config_text(30, ledger, 132)
-    assert [(d.sm_limit, d.device_sms) for d in hookcore_ext.parse_config(file_text=text).configured()] == [(30, 132)]
+    assert [(d.cores, d.device_sms) for d in hookcore_ext.parse_config(file_text=text).configured()] == [(30, 132)]
     (tmp_path / "root" / "vgpu").mkdir(parents=True)
     (tmp_path / "root" / "vgpu" / "config").write_text(text)
     env = client_env(hookcore_libs, virtual_preload(testing_lib), HOOKCORE_LOG="debug",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.hook.clients import build_rtld_next, client_env
+from tests.hook.clients import SHIM_CLIENT_SOURCES, build_rtld_next, client_env
 from tests.hook.conftest import BUILD, ROOT, make
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def variant_lib(name: str, *make_vars: str) -> Path:
 
 def compile_client(out: Path, *flags: str) -> Path:
     proc = subprocess.run(["cc", "-O1", "-g", "-Wall", "-Werror", *flags, "-o", str(out),
-                           str(ROOT / "tests/hook/c/shim_client.c"), "-ldl", "-lpthread"],
+                           *SHIM_CLIENT_SOURCES, "-ldl", "-lpthread"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out

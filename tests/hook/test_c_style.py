@@ -8,6 +8,8 @@
 - A shim names only its own vendor: cuda/ does not include nvml/ and nvml/ does not include cuda/.
 - One layout: every C file of hookcore/ and of the tests is as the repository's .clang-format says
   (clang-format pinned in pyproject's dev extras).
+- Files a reader can hold: no C file of hookcore/ or of the tests is over 600 lines (split one along
+  its seams, as memory.c, ledger.c, config.c, the stubs and test_core.c were).
 """
 
 from __future__ import annotations
@@ -142,3 +144,23 @@ def test_the_format_check_fires(tmp_path: Path) -> None:
     proc = subprocess.run([clang_format(), "--dry-run", "--Werror", str(bad)], capture_output=True, text=True,
                           cwd=tmp_path)
     assert proc.returncode != 0 and "bad.c" in proc.stderr
+
+
+MAX_LINES = 600
+
+
+def long_files(files: list[Path], root: Path = ROOT) -> list[str]:
+    return [f"{p.relative_to(root)}: {n} lines" for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES]
+
+
+def test_no_c_file_is_over_600_lines() -> None:
+    files = formatted_files()
+    assert {"ledger.c", "memory.c", "cuda_stub.c", "shim_client.c", "test_core.c"} <= {p.name for p in files}
+    bad = long_files(files)
+    assert not bad, f"split these along their seams (at most {MAX_LINES} lines):\n" + "\n".join(bad)
+
+
+def test_the_length_rule_fires(tmp_path: Path) -> None:
+    (tmp_path / "ok.c").write_text("int x;\n" * MAX_LINES)
+    (tmp_path / "long.c").write_text("int x;\n" * (MAX_LINES + 1))
+    assert long_files(sorted(tmp_path.glob("*.c")), tmp_path) == [f"long.c: {MAX_LINES + 1} lines"]

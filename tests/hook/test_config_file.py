@@ -56,8 +56,7 @@ def test_claim_env_and_config_file_text_round_trip(hookcore_ext: ModuleType) -> 
     assert "HOOKCORE_MEMORY_LIMIT_0=2147483648\n" in text and "HOOKCORE_COMPUTE_LIMIT_0=30\n" in text
     cfg = hc.parse_config({"HOOKCORE_MEMORY_LIMIT_0": "1"}, file_text=text, file_path="/run/hookcore/vgpu/config")
     assert cfg.origin == "file" and cfg.uuid_keyed and cfg.ledger_path == "/run/hookcore/vgpu/ledger"
-    assert [(d.memory_limit, d.sm_limit, d.uuid) for d in cfg.configured()] == \
-        [(d.memory_limit, d.sm_limit, d.uuid) for d in devices]
+    assert list(cfg.configured()) == devices
 
 
 def test_the_device_sm_count_round_trips_and_the_file_ignores_the_environments(hookcore_ext: ModuleType) -> None:
@@ -106,7 +105,7 @@ def test_parse_config_file_errors(hookcore_ext: ModuleType, text: str, needle: s
 def test_comments_blank_lines_and_crlf(hookcore_ext: ModuleType) -> None:
     cfg = hookcore_ext.parse_config(file_text="# a claim\r\n\r\nHOOKCORE_MEMORY_LIMIT_0=1Gi\r\n",
                                     file_path="/d/config")
-    assert cfg.devices[0].memory_limit == GiB and cfg.ledger_path == "/d/ledger"
+    assert cfg.devices[0].memory == GiB and cfg.ledger_path == "/d/ledger"
 
 
 def test_library_stem_and_container_path(hookcore_ext: ModuleType) -> None:
@@ -206,3 +205,27 @@ def test_stem_comes_from_the_file_name(client: Path, hookcore_libs: HookLibs, te
     write_config(tmp_path, "foo", "HOOKCORE_MEMORY_LIMIT_0=80Mi\n")
     env = client_env(hookcore_libs, renamed, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path))
     assert meminfo(client, env) == (80 * MiB, 80 * MiB)
+
+
+def test_claim_config_parses_once_and_refuses_a_file_that_enforces_other_quotas(
+        hookcore_ext: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`claim_config` is `claim_env` + `config_file_text` with one parse (of the file, as the
+    library reads it); a file the library would read as other quotas than asked is refused."""
+    hc = hookcore_ext
+    quotas = [hc.DeviceQuota(0, 2 * GiB, 30, "GPU-11111111-2222-3333-4444-555555555555", strict=True, full_load_mhz=1500,
+                             context_memory=300 * MiB, device_sms=132)]
+    before = hc.parse_count()
+    got = hc.claim_config(quotas, "/run/hookcore/vgpu/ledger", file_path="/run/hookcore/vgpu/config")
+    assert hc.parse_count() - before == 1
+    assert got.settings == hc.claim_env(quotas, "/run/hookcore/vgpu/ledger")
+    assert got.text == hc.config_file_text(got.settings)
+    assert got.config.origin == "file" and list(got.config.configured()) == quotas
+    before = hc.parse_count()
+    hc.create_ledger(tmp_path / "ledger", got.config)   # from the parse: none more
+    assert hc.parse_count() == before
+    with hc.Ledger(tmp_path / "ledger") as ledger:
+        assert (ledger.device(0).memory_limit, ledger.device(0).sm_limit) == (2 * GiB, 30)
+    dropped = hc._file_text
+    monkeypatch.setattr(hc, "_file_text", lambda env: dropped({k: v for k, v in env.items() if "MEMORY_LIMIT" not in k}))
+    with pytest.raises(hc.HookConfigError, match=r"quota 0 .* would be enforced as .*memory=None"):
+        hc.claim_config(quotas, "/run/hookcore/vgpu/ledger")

@@ -74,11 +74,11 @@ def test_parse_config(hookcore_ext: ModuleType, names: str) -> None:
     cfg = hookcore_ext.parse_config({**env, "UNRELATED": "x", ledger: "/run/l"})
     assert cfg.device_count == 2 and cfg.uuid_keyed and cfg.ledger_path == "/run/l" and cfg.origin == "env"
     d0, d1 = cfg.configured()
-    assert (d0.memory_limit, d0.sm_limit, d0.uuid) == (GiB, 100, "GPU-aaaa")
-    assert (d1.memory_limit, d1.sm_limit, d1.uuid) == (3000 * MiB, 30, "GPU-bbbb")
-    assert cfg.devices[5].memory_limit is None
+    assert (d0.memory, d0.cores, d0.uuid) == (GiB, 100, "GPU-aaaa")
+    assert (d1.memory, d1.cores, d1.uuid) == (3000 * MiB, 30, "GPU-bbbb")
+    assert cfg.devices[5].memory is None
     empty = hookcore_ext.parse_config({})
-    assert empty.ledger_path is None and empty.configured()[0].memory_limit is None
+    assert empty.ledger_path is None and empty.configured()[0].memory is None
     with pytest.raises(hookcore_ext.HookConfigError, match=r'CUDA_DEVICE_MEMORY_LIMIT_x="1g": bad device index'):
         hookcore_ext.parse_config({"CUDA_DEVICE_MEMORY_LIMIT_x": "1g"})
     with pytest.raises(hookcore_ext.HookConfigError, match="HOOKCORE_DEVICE_UUID_3 is not"):
@@ -99,7 +99,7 @@ def test_ledger_live_then_dead(hookcore_ext: ModuleType, core_tests: CoreTests, 
             procs = {p.pid: p for p in ledger.processes()}
             assert set(procs) == {pid_a, pid_b}
             assert procs[pid_a].state == "live" and procs[pid_a].used == {0: 512 * MiB, 1: 100 * MiB}
-            assert procs[pid_a].start_time == hookcore_ext._ext().proc_start_time(pid_a) > 0
+            assert procs[pid_a].start_time == hookcore_ext._hookcore.proc_start_time(pid_a) > 0
             assert procs[pid_b].total == 256 * MiB
     # Both holders exited without giving anything back: the ledger shows them dead (reclaimable).
     with hookcore_ext.Ledger(path) as ledger:

@@ -51,4 +51,4 @@ def test_a_new_librarys_aliases_are_found_by_its_stem(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("stem", "expected"), [("vgpu", 3000 * 2**20), ("vnpu", None), ("other", None)])
 def test_parse_config_takes_the_aliases_of_the_stem(hookcore_ext: ModuleType, stem: str, expected: int | None) -> None:
     cfg = hookcore_ext._hookcore.parse_config({"CUDA_DEVICE_MEMORY_LIMIT_0": "3000m"}, stem=stem)
-    assert cfg["devices"][0]["memory_limit"] == expected
+    assert cfg.values()["devices"][0]["memory"] == expected

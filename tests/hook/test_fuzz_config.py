@@ -96,9 +96,9 @@ def test_parse_config_total(hookcore_ext: ModuleType, env: dict[str, str]) -> No
         assert "\n" not in msg and any(name in msg for name in env), msg
         return
     for d in cfg.devices:
-        assert d.memory_limit is None or 0 < d.memory_limit <= MEM_MAX
-        assert 1 <= d.sm_limit <= 100
+        assert d.memory is None or 0 < d.memory <= MEM_MAX
+        assert 1 <= d.cores <= 100
     assert cfg.ledger_path is None or cfg.ledger_path.startswith("/")
     if any(k.startswith(("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT")) for k in env):
-        limited = any(d.memory_limit is not None or d.sm_limit < 100 for d in cfg.devices)
+        limited = any(d.memory is not None or d.cores < 100 for d in cfg.devices)
         assert (cfg.ledger_path is not None) or not limited

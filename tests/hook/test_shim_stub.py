@@ -200,8 +200,21 @@ def test_kill_9_mid_allocation_gives_the_memory_back(run) -> None:
     assert q.wait(timeout=10) == 0
 
 
-def test_fork(run) -> None:
-    assert "OK fork" in ok(run("fork", "8M", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+def test_a_forked_child_is_charged_to_the_claim_and_its_charge_ends_with_it(run) -> None:
+    """Parent and child share the claim's one quota: the child sees the parent's block, the parent
+    sees the child's while it lives, and once the child exits holding its block the charge is gone
+    (the parent fills the rest of the quota). Each step is a number the hook answered: without it,
+    the stub's device total and per-process counts would show none of this."""
+    out = ok(run("fork", "8M", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+    got = {line.split(" ", 2)[1]: dict(kv.split("=") for kv in line.split()[2:])
+           for line in out.splitlines() if line.startswith("FORK ") and "=" in line}
+    assert got == {
+        "parent": {"free": str(56 * MiB), "total": str(64 * MiB)},      # the quota, less the parent's block
+        "child": {"free": str(56 * MiB), "then": str(48 * MiB)},        # the parent's block counts in the child
+        "parent-while-child": {"free": str(48 * MiB)},                  # and the child's in the parent
+        "parent-after-child": {"free": str(56 * MiB)},                  # gone with the child
+    }, out
+    assert "FORK refilled 7" in out                                     # 56 MiB left: seven 8 MiB blocks
 
 
 # --------------------------------------------------------------------------------------------

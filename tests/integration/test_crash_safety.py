@@ -50,7 +50,7 @@ class LedgerDriver(ExampleDriver):
         self.ledger = ledger
 
     def _entry(self, claim: ClaimRef, dev: AllocatedDevice) -> Path:
-        return self.ledger / f"{claim.uid}_{dev.key}"
+        return self.ledger / f"{claim.uid}_{dev.key.name}"
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
         for d in devices:

@@ -85,8 +85,7 @@ def test_the_claims_watchdog_action_is_the_strongest_of_its_requests(node: Calla
     assert error == "", error
     record = n.prep.checkpoint.get(ref.uid)
     assert record is not None
-    allocated = [dra.AllocatedDevice(d.request, d.pool, d.device, d.share_id, dict(d.consumed_capacity),
-                                     config=dra.decode_config(HamiCoreGpuDriver, dict(d.config or {})))
+    allocated = [dra.AllocatedDevice.of(d, dra.decode_config(HamiCoreGpuDriver, dict(d.config or {})))
                  for d in record.devices]
     assert [c.watchdog_action for c in (a.config for a in allocated)] == ["kill", "report"]  # as recorded
     assert n.driver.claim_config(allocated).watchdog_action == "kill"  # the claim's: the strongest

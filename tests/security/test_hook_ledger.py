@@ -161,8 +161,11 @@ def test_another_claims_ledger_gives_its_limits_to_nobody(hostile: Path, hookcor
     """A copy of a generous claim's ledger over ours: our process still holds our own quota."""
     other, ours = tmp_path / "other", tmp_path / "ours"
     big = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="64Gi", HOOKCORE_LEDGER=str(other))
-    subprocess.run([str(hostile), "hold", "1M"], env=big, input="", capture_output=True, text=True, timeout=30)
-    ours.write_bytes(other.read_bytes())
+    setup = subprocess.run([str(hostile), "hold", "2G"], env=big, input="", capture_output=True, text=True, timeout=30)
+    assert "HELD 0" in setup.stdout, setup.stdout + setup.stderr   # under the other claim's quota, 2 GiB is held
+    copied = other.read_bytes()
+    assert struct.unpack_from("<Q", copied, DEV0_MEM_LIMIT) == (64 << 30,)   # what the copy offers
+    ours.write_bytes(copied)
     env = client_env(hookcore_libs, hookcore_libs.libvgpu, HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(ours))
     proc = subprocess.run([str(hostile), "hold", "2G"], env=env, input="", capture_output=True, text=True, timeout=30)
     assert f"HELD {OOM}" in proc.stdout, proc.stdout + proc.stderr

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kube_helpers import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from truncate_loop import truncate_until_exit
@@ -161,14 +162,14 @@ def test_a_read_past_its_deadline_is_given_up(ext: None, tmp_path: Path, monkeyp
         hookcore.read_ledger(path, timeout=0.3)
     release.set()
     monkeypatch.setattr(hookcore, "Ledger", real)
-    deadline = time.monotonic() + 10
-    while True:   # the stuck read finishes; then the ledger is read again
+
+    def read_again() -> hookcore.LedgerSnapshot | None:
         try:
-            snap = hookcore.read_ledger(path, timeout=1.0)
-            break
+            return hookcore.read_ledger(path, timeout=1.0)
         except hookcore.LedgerTimeout:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+            return None
+
+    snap = wait_for(read_again, 10, 0.01, what="the stuck read to finish and the ledger to be read again")
     assert snap.devices[0].memory_limit == 256 * MiB
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from ci_gate import skip_or_fail
+from kube_helpers import wait_for
 from mps_rig import FAKE_CONTROL, MpsNode, mps_node
 
 from dra.testing.runtime import run_with_cdi, runtime_unavailable
@@ -140,9 +140,12 @@ def test_a_running_container_reaches_the_restarted_daemon_through_its_read_only_
         out: list[subprocess.CompletedProcess[str]] = []
         t = threading.Thread(target=lambda: out.append(run_with_cdi(node.root / "cdi", ids, ["sh", "-c", script])))
         t.start()
-        deadline = time.monotonic() + 30
-        while not ready.exists() and t.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)  # the container's namespace and mounts are in place
+
+        def in_place() -> bool:  # the container's namespace and mounts are in place
+            assert ready.exists() or t.is_alive(), "the container exited before it was ready"
+            return ready.exists()
+
+        wait_for(in_place, 30, 0.02, what="the container to start")
         first = node.control(uuid)
         first.kill()
         first.wait()

@@ -209,14 +209,15 @@ def test_idle_connections_cost_no_thread_past_the_pool(served: tuple[WebhookServ
             s.close()
     api_server = ssl.create_default_context(cafile=str(ca))
     api_server.load_cert_chain(str(callers.admin_cert), str(callers.admin_key))
-    deadline = time.monotonic() + 15  # idle ones time out (REQUEST_TIMEOUT) and free their workers
-    while True:
+
+    def answered() -> int | None:
         try:
-            assert post(srv.port, api_server) == 200
-            break
+            return post(srv.port, api_server)
         except (OSError, urllib.error.URLError):
-            if time.monotonic() > deadline:
-                raise
+            return None
+
+    # the idle ones time out (REQUEST_TIMEOUT) and free their workers
+    assert wait_for(answered, 15, 0.05, what="a request served after the idle connections closed") == 200
 
 
 # --- through the real API server ------------------------------------------------------------------

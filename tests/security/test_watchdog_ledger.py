@@ -92,7 +92,7 @@ def test_w4_a_tenants_quota_in_its_ledger_changes_no_verdict_across_a_restart(ri
     rig.registry = CollectorRegistry()
     wd = rig.watchdog()
     wd.poll()
-    assert wd._claims[c.uid].memory == {c.device: 4 * GiB} and wd._claims[c.uid].cores == {c.device: 30}
+    assert wd.records.claims[c.uid].memory == {c.device: 4 * GiB} and wd.records.claims[c.uid].cores == {c.device: 30}
 
 
 def test_w5_a_forged_live_slot_hides_no_static_binary(rig: Rig, static_sleeper: Path) -> None:
@@ -160,7 +160,8 @@ def test_a_ledger_truncated_in_a_loop_never_kills_the_daemon(fake_rig: Rig, tmp_
         import hookcore
         from prometheus_client import CollectorRegistry
         from dra._runtime.checkpoint import Checkpoint
-        from dra._runtime.watchdog import Watchdog, WatchdogSettings
+        from dra._runtime.watchdog.loop import Watchdog
+        from dra._runtime.watchdog.model import WatchdogSettings
         from dra.driver import DeviceProcess
 
         counts = {{"ok": 0, "refused": 0}}

@@ -21,6 +21,7 @@ from dra.driver import Mount
 from tests.watchdog.watchdog_rig import GiB, Rig, rig, static_sleeper, stub_nvml
 
 __all__ = ["rig", "static_sleeper", "stub_nvml"]  # the rig's fixtures, used here
+MiB = 1 << 20
 
 
 def spoofs(rig: Rig, pod_uid: str, victim_uid: str) -> tuple[Mount, ...]:
@@ -52,11 +53,11 @@ def assert_in_place(rig: Rig, pid: int, victim_uid: str) -> None:
 def test_w1_an_emptydir_named_hooks_uid_joins_no_claim_and_the_victim_lives(rig: Rig, maps: bool) -> None:
     """review 2026-12-04 #6 (W1): the tenant (its own claim on the victim's GPU, 1.7 GiB within its
     quota) mounts ``hooks/<victim>`` from an emptyDir, as a directory and as a file. The victim's
-    claim (action kill) holds its quota plus a context. The tenant's process stays in its own claim;
+    claim (action kill) holds its quota plus the tolerance. The tenant's process stays in its own claim;
     no verdict names the victim's claim; the victim's process lives."""
     victim = rig.claim(memory=4 * GiB, action="kill")
     v = rig.start_hooked(victim)  # held (maps) and registered (the ledger, all a daemon without maps sees)
-    rig.on_gpu(v, victim.device, 5 * GiB)  # 4 GiB + 1 GiB of context: at the limit, not over
+    rig.on_gpu(v, victim.device, 4 * GiB + 64 * MiB)  # its quota + the tolerance of 64 MiB: at the limit, not over
     tenant = rig.claim(device=victim.device, memory=2 * GiB)
     t = rig.start(tenant, ["sleep", "301"], mounts=spoofs(rig, tenant.pod_uid, victim.uid))
     rig.on_gpu(t, victim.device, int(1.7 * GiB))
@@ -69,7 +70,7 @@ def test_w1_an_emptydir_named_hooks_uid_joins_no_claim_and_the_victim_lives(rig:
     assert not [x for x in got if x.claim is not None and x.claim.uid == victim.uid], got
     start = procinfo.start_time(Path("/proc"), t)
     assert start is not None
-    member = wd._procs[(t, start)].claim
+    member = wd.identifier.procs[(t, start)].claim
     assert member is not None and member.uid == tenant.uid
     assert rig.alive(v) and rig.alive(t)
 
@@ -80,7 +81,7 @@ def test_w1_spoofing_mounts_alone_put_a_process_in_no_claim_and_kill_spares_ever
     driver's claims (unheld, never killed), and the victim's claim is not charged with it."""
     victim = rig.claim(memory=4 * GiB, action="kill")
     v = rig.start(victim, ["sleep", "300"])
-    rig.on_gpu(v, victim.device, 5 * GiB)
+    rig.on_gpu(v, victim.device, 4 * GiB + 64 * MiB)
     pod = "7e1c0a55-0000-4000-8000-00000000b001"
     t = rig.start(None, [str(static_sleeper)], pod_uid=pod, mounts=spoofs(rig, pod, victim.uid))
     rig.on_gpu(t, victim.device, 2 * GiB)

@@ -92,7 +92,7 @@ def test_a_process_the_watchdog_cannot_read_is_judged_never_skipped(fake_rig: Ri
     proc.process(1002, cgroup=pod_cgroup(c.pod_uid), mountinfo=None, maps=None)
     proc.process(1003, mountinfo=None, maps=None)
     fake_rig.on_gpu(1001, c.device, GiB)
-    fake_rig.on_gpu(1002, c.device, 6 * GiB)  # 7 GiB in two processes: over 4 GiB + 2 x 1 GiB
+    fake_rig.on_gpu(1002, c.device, 4 * GiB + 128 * MiB)  # in two processes: 1 GiB over 4 GiB + 2 x 64 MiB
     fake_rig.on_gpu(1003, c.device, GiB)
     wd = fake_rig.watchdog(proc=proc.root)
     assert wd.maps

@@ -42,7 +42,7 @@ def test_the_drivers_own_process_is_neither_judged_nor_counted_in_a_claim(rig: R
     wd = rig.watchdog(action="kill")
     assert wd.poll() == [] and wd.poll() == []
     assert rig.alive(host_server) and rig.alive(claim_server) and rig.alive(tenant)
-    assert {s.proc.pid for s in wd._procs.values()} == {tenant}
+    assert {s.proc.pid for s in wd.identifier.procs.values()} == {tenant}
     assert rig.registry.get_sample_value("dra_device_processes", {"driver": rig.driver.name, "device": c.device}) == 3
     assert rig.registry.get_sample_value("dra_device_processes_unheld",
                                          {"driver": rig.driver.name, "device": c.device}) == 0

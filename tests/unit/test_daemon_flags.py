@@ -17,8 +17,6 @@ from dra._runtime import flags
 from dra._runtime.daemon import DaemonSettings
 from dra.errors import UserError
 
-GiB = 1 << 30
-
 
 def cli(monkeypatch: pytest.MonkeyPatch) -> tuple[typer.Typer, list[tuple[str, DaemonSettings]]]:
     """`dra run` as the CLI builds it, with `run` recording what it was given instead of serving."""
@@ -51,7 +49,7 @@ def test_with_only_the_node_the_settings_are_the_fields_defaults(monkeypatch: py
     r = CliRunner().invoke(app, ["run", "example", "--node-name", "n1"])
     assert r.exit_code == 0, r.output
     assert seen == [("example", DaemonSettings(node_name="n1"))]
-    assert seen[0][1].watchdog_context_overhead == GiB  # the flag's given "1Gi", parsed
+    assert seen[0][1].watchdog_memory_tolerance == 64 << 20  # the flag's given "64Mi", parsed
 
 
 # A value for every flag, none of them its default, as a user would type it; and what the field holds.
@@ -76,7 +74,7 @@ EVERY_FLAG: dict[str, tuple[list[str], Any]] = {
     "allow_claim_loosening": (["--allow-claim-loosening"], True),
     "watchdog": (["--watchdog", "taint"], "taint"),
     "watchdog_interval": (["--watchdog-interval", "0.5"], 0.5),
-    "watchdog_context_overhead": (["--watchdog-context-overhead", "512Mi"], 512 << 20),
+    "watchdog_memory_tolerance": (["--watchdog-memory-tolerance", "512Mi"], 512 << 20),
     "watchdog_share_window": (["--watchdog-share-window", "20"], 20.0),
     "watchdog_share_tolerance": (["--watchdog-share-tolerance", "5"], 5.0),
 }
@@ -112,7 +110,7 @@ def test_the_environment_fills_the_flags_that_name_a_variable_and_empty_ones_are
     (["--watchdog", "nuke"], "--watchdog must be one of report, kill, taint, off, not 'nuke'"),
     (["--slice-layout", "flat"], "--slice-layout must be one of auto, per-device, packed, not 'flat'"),
     (["--grpc-workers", "8"], "--grpc-workers must be at least 32, not 8"),
-    (["--watchdog-context-overhead", "lots"], "--watchdog-context-overhead 'lots': ") ,
+    (["--watchdog-memory-tolerance", "lots"], "--watchdog-memory-tolerance 'lots': ") ,
     (["--watchdog-interval", "0"], "--watchdog-*: watchdog interval must be 0.05..60 seconds"),
     (["--watchdog-interval", "5", "--watchdog-share-window", "1"], "--watchdog-*: "),
     (["--set", "count"], "--set 'count': expected key=value, e.g. --set count=4"),
@@ -129,8 +127,8 @@ def test_a_bad_value_is_refused_naming_the_flag_and_what_it_takes(monkeypatch: p
 
 def test_the_fix_of_an_unparsable_value_shows_a_good_one(monkeypatch: pytest.MonkeyPatch) -> None:
     app, _seen = cli(monkeypatch)
-    r = CliRunner().invoke(app, ["run", "example", "--node-name", "n", "--watchdog-context-overhead", "lots"])
-    assert "(e.g. --watchdog-context-overhead 1Gi)" in str(r.exception)
+    r = CliRunner().invoke(app, ["run", "example", "--node-name", "n", "--watchdog-memory-tolerance", "lots"])
+    assert "(e.g. --watchdog-memory-tolerance 64Mi)" in str(r.exception)
 
 
 def test_settings_made_in_code_are_checked_like_the_flags() -> None:

@@ -62,7 +62,7 @@ def test_a_share_becomes_a_validated_config_and_ledger_mounted_with_the_hook_set
     hook = tmp_path / "state" / "hooks" / ref.uid
     parsed = parse_file(hook / "config")
     (q,) = parsed.configured()
-    assert (q.memory_limit, q.sm_limit, q.uuid) == (3 * GiB, 30, UUID1)
+    assert (q.memory, q.cores, q.uuid) == (3 * GiB, 30, UUID1)
     assert parsed.ledger_path == "/run/hookcore/vgpu/ledger"
     with hookcore.Ledger(hook / "ledger") as ledger:
         assert ledger.device(0).memory_limit == 3 * GiB
@@ -94,7 +94,7 @@ def test_two_shares_of_one_device_in_a_claim_add_up_to_one_quota(tmp_path: Path)
     (out,) = prep.prepare_claims([ref]).values()
     assert out.error == ""
     parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
-    assert [(d.uuid, d.memory_limit, d.sm_limit) for d in parsed.configured()] == [(UUID0, 3 * GiB, 30),
+    assert [(d.uuid, d.memory, d.cores) for d in parsed.configured()] == [(UUID0, 3 * GiB, 30),
                                                                                    (UUID1, 1 * GiB, 5)]
 
 
@@ -227,7 +227,7 @@ def test_the_device_sm_count_reaches_the_hook_config_and_reads_back(tmp_path: Pa
     text = (tmp_path / "state" / "hooks" / ref.uid / "config").read_text()
     assert "HOOKCORE_DEVICE_SMS_0=132\n" in text and "HOOKCORE_DEVICE_SMS_1" not in text
     parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
-    assert [(d.uuid, d.sm_limit, d.device_sms) for d in parsed.configured()] == [(UUID0, 30, 132), (UUID1, 50, None)]
+    assert [(d.uuid, d.cores, d.device_sms) for d in parsed.configured()] == [(UUID0, 30, 132), (UUID1, 50, None)]
 
 
 def test_a_strict_cap_reaches_the_hook_config_with_its_full_load_clock(tmp_path: Path) -> None:
@@ -238,5 +238,28 @@ def test_a_strict_cap_reaches_the_hook_config_with_its_full_load_clock(tmp_path:
     (out,) = prep.prepare_claims([ref]).values()
     assert out.error == ""
     parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
-    assert [(d.uuid, d.sm_limit, d.compute_mode, d.ref_mhz) for d in parsed.configured()] == [
-        (UUID0, 30, "strict", 1500), (UUID1, 50, "strict", None)]
+    assert [(d.uuid, d.cores, d.strict, d.full_load_mhz) for d in parsed.configured()] == [
+        (UUID0, 30, True, 1500), (UUID1, 50, True, None)]
+
+
+def test_a_prepared_claim_s_config_is_parsed_by_the_c_parser_once(tmp_path: Path) -> None:
+    """One C parse per claim: the file the library reads is parsed once, checked against the quotas
+    and the ledger made from that parse. A claim of a shape already seen reuses its plan (no parse);
+    a re-prepare from the checkpoint parses nothing."""
+    prep, claims = rig(tmp_path, ExampleDriver(count=2))
+    shapes = [("a", "1Gi", "30"), ("b", "2Gi", "40"), ("c", "1Gi", "30")]   # c: a's shape
+    refs = {name: add(claims, name, result("gpu-0", share_id=f"s-{name}", memory=mem, cores=cores))
+            for name, mem, cores in shapes}
+    parses = {}
+    for name, ref in refs.items():
+        before = hookcore.parse_count()
+        (out,) = prep.prepare_claims([ref]).values()
+        assert out.error == ""
+        parses[name] = hookcore.parse_count() - before
+        assert (tmp_path / "state" / "hooks" / ref.uid / "ledger").is_file()
+    assert parses == {"a": 1, "b": 1, "c": 0}
+    before = hookcore.parse_count()
+    assert prep.prepare_claims([refs["a"]])[refs["a"].uid].error == ""
+    assert hookcore.parse_count() == before
+    with hookcore.Ledger(tmp_path / "state" / "hooks" / refs["b"].uid / "ledger") as ledger:  # made from the one parse
+        assert (ledger.device(0).memory_limit, ledger.device(0).sm_limit) == (2 * GiB, 40)

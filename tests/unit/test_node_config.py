@@ -13,7 +13,9 @@ import yaml
 from dra.errors import UserError
 from dra_dev.node import config as cfg
 from dra_dev.node.images import PAUSE_IMAGE
-from dra_dev.node.node import NodeState, RealNode, pick_subnet
+from dra_dev.node.network import pick_subnet
+from dra_dev.node.node import RealNode
+from dra_dev.node.state import NodeState
 
 RESTRICTED = cfg.MachineSettings(restrict_oom_score_adj=True, kubelet_oom_score_adj=0, max_open_files=20000)
 

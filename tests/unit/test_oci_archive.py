@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from ci_gate import skip_or_fail
 
 from dra_dev.node import images
 from dra_dev.node.oci import ImageSpec, layer_tar, normalize_reference, write_archive
@@ -69,8 +70,8 @@ def test_layer_paths_must_be_absolute_and_plain(tmp_path: Path, bad: str) -> Non
         layer_tar({bad: tmp_path})
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_workload_image_carries_program_stub_driver_and_their_libraries(tmp_path: Path) -> None:
+    skip_or_fail(None if shutil.which("cc") else "no C compiler")
     built = images.build_workload(tmp_path)
     assert built.reference == "docker.io/library/dra-workload:local"
     files = members(built.archive)
@@ -85,8 +86,8 @@ def test_workload_image_carries_program_stub_driver_and_their_libraries(tmp_path
     assert not any(n.endswith("libvgpu.so") for n in names)  # the hook comes from the claim's CDI mounts
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_pause_is_static(tmp_path: Path) -> None:
+    skip_or_fail(None if shutil.which("cc") else "no C compiler")
     images.build_pause(tmp_path)
     out = subprocess.run(["ldd", str(tmp_path / "pause")], capture_output=True, text=True)
     assert "not a dynamic executable" in out.stdout + out.stderr

@@ -52,6 +52,8 @@ def _holding(pattern: str, *tops: str) -> list[str]:
     ("raw JSON GET with release_conn", r"release_conn", "dra/_runtime/client.py"),
     ("the client's generic call", r"\.param_serialize\(", "dra/_runtime/client.py"),
     ("the main-request rule", r"""request[\w.]*\.split\(["']/["'], 1\)\[0\]""", "dra/driver.py"),
+    ("an allocated device's key", r"\bDeviceKey\(", "dra/driver.py"),
+    ("a share's name", r"-\{[\w.]*share_id\}", "dra/driver.py"),
 ])
 def test_each_framework_helper_has_one_implementation(what: str, pattern: str, home: str) -> None:
     found = _holding(pattern, "dra")
@@ -88,9 +90,87 @@ def test_the_entry_point_group_names_are_spelled_only_in_the_registry() -> None:
     assert declared == {"pyproject.toml", "dev/pyproject.toml"}, "each distribution declares its entry points"
 
 
+_CLOCKS = {("time", "monotonic"), ("time", "time"), ("time", "perf_counter"), ("time", "monotonic_ns"),
+           (None, "monotonic"), (None, "perf_counter"), (None, "clock")}
+
+
+def _reads_a_clock(node: ast.AST, readings: set[str]) -> bool:
+    """`node` calls a clock (``time.monotonic()``, ``monotonic()``, a ``clock()`` parameter) or
+    names one of `readings` (variables the loop assigned from a clock)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in readings:
+            return True
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in _CLOCKS:
+                return True
+            if isinstance(f, ast.Name) and (None, f.id) in _CLOCKS:
+                return True
+    return False
+
+
+def _clock_readings(loop: ast.AST) -> set[str]:
+    """The names a loop assigns from a clock (``now = time.monotonic()``, ``left = deadline - clock()``)."""
+    readings: set[str] = set()
+    while True:
+        more = {t.id for n in ast.walk(loop)
+                if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and n.value is not None
+                and _reads_a_clock(n.value, readings)
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        if more <= readings:
+            return readings
+        readings |= more
+
+
+def _ends_the_loop(node: ast.If) -> bool:
+    return any(isinstance(n, (ast.Break, ast.Return, ast.Raise)) for n in node.body)
+
+
+def deadline_loops(source: str, filename: str = "<source>") -> list[int]:
+    """The lines of the loops in `source` that end on a clock's reading: ``while time.monotonic() <
+    deadline``, ``assert time.monotonic() < deadline`` or ``if clock() >= deadline: raise`` in a
+    ``while True``, ``now = time.monotonic()`` then ``if now > deadline: break``. Each is a
+    hand-written poll loop, but for the few `_EXEMPT` names (a workload that runs for a while waits
+    for nothing). A comparison that ends nothing (a log line once a minute) is not one. Found in
+    the syntax tree, not by its spelling."""
+    found = []
+    for loop in ast.walk(ast.parse(source, filename)):
+        if not isinstance(loop, (ast.While, ast.For)):
+            continue
+        readings = _clock_readings(loop)
+        tests = [loop.test] if isinstance(loop, ast.While) else []
+        tests += [n.test for n in ast.walk(loop)
+                  if isinstance(n, ast.Assert) or (isinstance(n, ast.If) and _ends_the_loop(n))]
+        if any(isinstance(c, ast.Compare) and any(_reads_a_clock(o, readings) for o in (c.left, *c.comparators))
+               for t in tests for c in ast.walk(t)):
+            found.append(loop.lineno)
+    return found
+
+
+_EXEMPT = {"tests/hami_core_gpu/stub_workload.py": "launches kernels for --launch SECONDS: a workload, not a wait"}
+
+
+@pytest.mark.parametrize(("source", "lines"), [
+    ("import time\nd = time.monotonic() + 5\nwhile time.monotonic() < d:\n    time.sleep(0.1)\n", [3]),
+    ("import time\nd = time.monotonic() + 5\nwhile True:\n    assert time.monotonic() < d\n", [3]),
+    ("def f(clock):\n    d = clock() + 1\n    while True:\n        if clock() >= d:\n            raise TimeoutError\n", [3]),
+    ("from time import monotonic\nt0 = monotonic()\nfor _ in range(3):\n    if monotonic() - t0 > 1:\n        break\n", [3]),
+    ("import time\nt0 = time.monotonic()\nfor _ in range(3):\n    pass\nassert time.monotonic() - t0 < 1\n", []),
+    ("import time\nwhile not done():\n    time.sleep(0.1)\n", []),
+    ("import time\nfor x in xs:\n    now = time.monotonic()\n    if now - last >= 60:\n        log(x)\n", []),
+    ("import time\nd = time.monotonic() + 5\nwhile True:\n    now = time.monotonic()\n    if now > d:\n        break\n", [3]),
+    ("import time\nd = time.monotonic() + 5\nwhile (left := d - time.monotonic()) > 0:\n    pass\n", [3]),
+])
+def test_the_deadline_loop_scan_finds_what_it_should(source: str, lines: list[int]) -> None:
+    assert deadline_loops(source) == lines
+
+
 def test_every_poll_loop_is_wait_until() -> None:
-    """`dra._runtime.wait.until` is the one poll loop; a hand-written deadline loop is a second."""
-    found = _holding(r"deadline\s*=\s*time\.monotonic\(\)", "dra", "drivers", "dev")
-    assert found == [], f"hand-written poll loops in {found}; use until()"
-    assert re.search(r"deadline\s*=\s*clock\(\)", (ROOT / "dra" / "_runtime" / "wait.py").read_text()), \
-        "wait.py's own loop moved: update this scan"
+    """`dra._runtime.wait.until` is the one poll loop (tests reach it through
+    ``kube_helpers.wait_for``, which fails with an AssertionError); a hand-written deadline loop in
+    the framework, the drivers, the rig or the tests is a second."""
+    found = {_rel(p): lines for p in _python("dra", "drivers", "dev", "hookcore", "tests")
+             if (lines := deadline_loops(p.read_text(), str(p))) and _rel(p) not in _EXEMPT}
+    assert list(found) == ["dra/_runtime/wait.py"], f"hand-written poll loops (file: lines) in {found}; use until()"
+    for exempt in _EXEMPT:
+        assert deadline_loops((ROOT / exempt).read_text()), f"{exempt} has no clock loop any more: drop it from _EXEMPT"

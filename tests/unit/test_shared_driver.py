@@ -46,7 +46,7 @@ class Monitor:
         return [(u, ok, why) for u, (ok, why) in self.state.items()]
 
 
-class ToyDriver(dra.SharedDeviceDriver[Toy]):
+class ToyDriver(dra.SharedDeviceDriver[Toy, ToyConfig]):
     name = "toy.example.com"
     cdi_kind = "k8s.toy.example.com/claim"
     config_type = ToyConfig
@@ -114,6 +114,42 @@ def test_enforcement_has_one_quota_per_visible_device_and_lifts_compute_where_th
     enforcement = d.enforcement(CLAIM, prepared)
     assert enforcement is not None and enforcement.library.name == "libvgpu.so"
     assert [(q.uuid, q.memory, q.cores) for q in enforcement.quotas] == [("t-0", GiB, 100), ("t-1", 2 * GiB, 100)]
+
+
+class Counting(ToyDriver):
+    """Counts the skeleton's computations of a claim's view."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def visible(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> list[dra.Visible[Toy]]:
+        self.calls.append("visible")
+        return super().visible(claim, allocated)
+
+    def claim_config(self, allocated: Sequence[AllocatedDevice]) -> ToyConfig:
+        self.calls.append("claim_config")
+        return super().claim_config(allocated)
+
+    def device_configs(self, allocated: Sequence[AllocatedDevice]) -> Mapping[str, ToyConfig]:
+        self.calls.append("device_configs")
+        return super().device_configs(allocated)
+
+
+def test_a_claim_s_view_is_computed_once_for_its_prepare_edits_and_enforcement() -> None:
+    """What the framework calls for one claim (prepare, claim_edits, enforcement with prepare's
+    answer) computes the claim's devices and configs once; another allocation of the same claim
+    (deallocated and allocated again) is computed anew."""
+    d, _ = started(Counting())
+    devices = [alloc("toy-1", GiB, 10, ToyConfig(compute_limit=False)), alloc("toy-0", GiB, 20)]
+    prepared = d.prepare(CLAIM, devices)
+    d.claim_edits(CLAIM, prepared)
+    enforcement = d.enforcement(CLAIM, prepared)
+    assert d.calls == ["visible", "claim_config", "device_configs"]
+    assert enforcement is not None and [(q.uuid, q.cores) for q in enforcement.quotas] == [("t-1", 100), ("t-0", 20)]
+    again = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("toy-1", GiB, 10)]))
+    assert d.calls == ["visible", "claim_config", "device_configs"] * 2
+    assert again is not None and [(q.uuid, q.cores) for q in again.quotas] == [("t-1", 10)]
 
 
 def test_health_changes_republish_and_report_every_device() -> None:

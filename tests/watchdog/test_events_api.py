@@ -10,7 +10,8 @@ import pytest
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
-from dra._runtime.watchdog import ApiEvents, ClaimView, Verdict
+from dra._runtime.watchdog.events import ApiEvents
+from dra._runtime.watchdog.model import ClaimView, Verdict
 
 pytestmark = pytest.mark.cluster
 DRIVER = "hami-core-gpu.project-hami.io"

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from kube_helpers import wait_for
 from prometheus_client import CollectorRegistry
 
-from dra._runtime.watchdog import Watchdog, WatchdogSettings
+from dra._runtime.watchdog.loop import Watchdog
+from dra._runtime.watchdog.model import WatchdogSettings
 from dra.driver import DeviceProcess, Driver
 
 
@@ -46,10 +47,10 @@ def test_a_failing_poll_is_logged_once_and_the_loop_recovers(tmp_path: Path, cap
                   registry=CollectorRegistry(), settings=WatchdogSettings(interval=0.05, share_window=1))
     with caplog.at_level(logging.INFO, logger="dra._runtime.watchdog"):
         wd.start()
-        deadline = time.monotonic() + 10
-        while wd.polls < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        wd.stop()
+        try:
+            wait_for(lambda: wd.polls >= 3, 10, 0.02, what="three polls")
+        finally:
+            wd.stop()
     assert driver.calls >= 8 and wd.polls >= 3
     failed = [r for r in caplog.records if "poll failed" in r.getMessage()]
     assert len(failed) == 1

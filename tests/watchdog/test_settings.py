@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import dra
-from dra._runtime.watchdog import WatchdogSettings
+from dra._runtime.watchdog.model import WatchdogSettings
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
@@ -34,14 +34,14 @@ def test_a_bad_action_in_the_config_is_refused_naming_it(bad: object) -> None:
 
 
 def test_daemon_settings_are_checked() -> None:
-    for bad in ({"action": "nuke"}, {"interval": 0.0}, {"interval": 600.0}, {"context_overhead": -1},
+    for bad in ({"action": "nuke"}, {"interval": 0.0}, {"interval": 600.0}, {"memory_tolerance": -1},
                 {"share_window": 0.5, "interval": 1.0}):
         with pytest.raises(ValueError, match="watchdog"):
             WatchdogSettings(**bad)  # type: ignore[arg-type]
 
 
 def test_dra_run_refuses_a_bad_watchdog_flag() -> None:
-    for args in (["--watchdog", "nuke"], ["--watchdog-context-overhead", "lots"], ["--watchdog-interval", "0"]):
+    for args in (["--watchdog", "nuke"], ["--watchdog-memory-tolerance", "lots"], ["--watchdog-interval", "0"]):
         proc = subprocess.run([sys.executable, "-m", "dra.cli", "run", "hami-core-gpu", "--node-name", "n", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "--watchdog" in proc.stderr, (args, proc.stderr)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from ci_gate import skip_or_fail
 from driver_helpers import build_stub_libraries, isolated_env
+from kube_helpers import wait_for
 from prometheus_client import CollectorRegistry
 
 import dra
@@ -31,7 +32,8 @@ from dra._runtime import procinfo
 from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
 from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
-from dra._runtime.watchdog import Verdict, Watchdog, WatchdogSettings
+from dra._runtime.watchdog.loop import Watchdog
+from dra._runtime.watchdog.model import Verdict, WatchdogSettings
 from dra.driver import DriverContext, Enforcement, Mount, Preload, Quota
 from dra.testing.runtime import mount_script, runtime_unavailable
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
@@ -212,17 +214,19 @@ class Rig:
         # Wait until the exec happened (the comm is no longer sh's) and the program sleeps: the
         # dynamic loader has mapped its preload by then (a process on a GPU is long past that).
         name = Path(argv[0]).name[:15]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def started() -> bool:
             try:
                 if Path(f"/proc/{child.pid}/comm").read_text().strip() == name and (ready or sleeping)(child.pid):
-                    return child.pid
+                    return True
             except OSError:
                 pass
             if child.poll() is not None:
                 raise AssertionError(f"{argv} exited early: {child.stderr.read().decode() if child.stderr else ''}")
-            time.sleep(0.01)
-        raise AssertionError(f"{argv} did not start in 10 s")
+            return False
+
+        wait_for(started, 10, 0.01, what=f"{argv} to start")
+        return child.pid
 
     def start_hooked(self, claim: Claim) -> int:
         """The hook's stub CUDA workload in the claim (its first CUDA call made): held by maps, and
@@ -234,10 +238,12 @@ class Rig:
         workload = hookcore.stub_dir().parent / "workload" / "cuda_workload"
         pid = self.start(claim, [str(workload), "--hold", "300"], env=env)
         ledger = self.state / "hooks" / claim.uid / "ledger"
-        deadline = time.monotonic() + 20
-        while not any(p.state == "live" for p in hookcore.read_ledger(ledger).processes):
-            assert time.monotonic() < deadline and self.alive(pid), "the hook never registered the workload"
-            time.sleep(0.05)
+
+        def registered() -> bool:
+            assert self.alive(pid), "the workload exited before the hook registered it"
+            return any(p.state == "live" for p in hookcore.read_ledger(ledger).processes)
+
+        wait_for(registered, 20, 0.05, what="the hook to register the workload in the claim's ledger")
         return pid
 
     def on_gpu(self, pid: int, device: str, memory: int, utilization: int | None = None) -> None:

@@ -14,7 +14,8 @@ from dra.errors import UserError
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, parse_version
 from dra_dev.node.binaries import build_node, find_runc
 from dra_dev.node.config import MachineSettings
-from dra_dev.node.node import DEFAULT_NODE_NAME, NodeStatus, RealNode
+from dra_dev.node.node import RealNode
+from dra_dev.node.state import DEFAULT_NODE_NAME, NodeStatus
 
 app = typer.Typer(help="A real node (kubelet, containerd, runc) joined to the embedded control plane.",
                   no_args_is_help=True)

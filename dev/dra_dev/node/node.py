@@ -13,132 +13,44 @@ When the control plane serves pods (`dra cluster up`'s default: ServiceAccount t
 `kubernetes` Service at this host's address), the node also runs kube-proxy (iptables mode, as
 `system:kube-proxy`), the Service network a kubeadm node has, and imports the project's image
 from `make image`; `helm_values` is what the charts need to run on it.
+
+The node's state file and status are in `state`, its network on the host (subnet, bridge, ports)
+in `network`, its cgroups, mounts and shims in `host`, the charts' values in `chart_values`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import ipaddress
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra._runtime.wait import WaitTimeout, until
+from dra._runtime.wait import until
 from dra.errors import UserError
-from dra.fakes import STUB_DIR_ENV
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION
 from dra_dev.cluster.certs import issue_client_cert
 from dra_dev.cluster.controlplane import ControlPlane
 from dra_dev.cluster.controlplane import default_dir as default_cluster_dir
-from dra_dev.cluster.processes import Processes, ProcessRecord, pid_runs, save_state
+from dra_dev.cluster.processes import Processes, ProcessRecord, pid_runs
+from dra_dev.node import chart_values, host, network
 from dra_dev.node import config as cfg
 from dra_dev.node.binaries import RUNC_HINT, NodeBinaries, build_node, find_runc, node_binaries
 from dra_dev.node.images import BuiltImage, build_images, import_images
-
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-PROCESSES = ("containerd", "kubelet")
-VALUES_CHARTS = ("hami-core-gpu", "ascend", "hygon-dcu", "dra-webhook")
-SERVICE_PROCESSES = ("containerd", "kube-proxy", "kubelet")
-DEFAULT_NODE_NAME = "dra-node"
-_SUBNET_BASE = ipaddress.IPv4Network("10.213.0.0/16")
-
-
-def default_node_dir(name: str = DEFAULT_NODE_NAME) -> Path:
-    env = os.environ.get("DRA_NODE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "dra" / "nodes" / name
-
-
-@dataclass
-class NodeState:
-    name: str
-    cluster_dir: str
-    k8s_version: str
-    kubelet_port: int
-    healthz_port: int
-    subnet: str
-    bridge: str
-    cgroup_root: str
-    processes: dict[str, ProcessRecord] = field(default_factory=dict)
-    # kube-proxy runs (the control plane serves pods); its healthz and metrics ports.
-    service_network: bool = False
-    proxy_ports: list[int] = field(default_factory=list)
-    # The project image (`make image`) imported into containerd, "" when none was.
-    image: str = ""
-    image_digest: str = ""
-
-    @property
-    def process_names(self) -> tuple[str, ...]:
-        return SERVICE_PROCESSES if self.service_network else PROCESSES
-
-    @property
-    def node_ip(self) -> str:
-        """The bridge's gateway address: kubelet listens there and reports it as InternalIP
-        (kubelet refuses a loopback node IP; this one is reachable from this host only)."""
-        return str(next(ipaddress.IPv4Network(self.subnet).hosts()))
-
-    @classmethod
-    def load(cls, path: Path) -> NodeState | None:
-        try:
-            raw = json.loads(path.read_text())
-            raw["processes"] = {k: ProcessRecord(**v) for k, v in raw.get("processes", {}).items()}
-            return cls(**raw)
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def save(self, path: Path) -> None:
-        save_state(path, self)
-
-
-@dataclass
-class NodeStatus:
-    """What `dra node status` reports."""
-
-    name: str
-    running: dict[str, bool]
-    registered: bool
-    ready: bool
-    ready_message: str
-    taints: list[str]
-    directories: dict[str, Path]
-
-    @property
-    def healthy(self) -> bool:
-        return all(self.running.values()) and self.ready and not any(t.startswith(NOT_READY_TAINT) for t in self.taints)
-
-
-def _used_subnets() -> set[ipaddress.IPv4Network]:
-    proc = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True)
-    nets: set[ipaddress.IPv4Network] = set()
-    for line in proc.stdout.splitlines():
-        with contextlib.suppress(ValueError):
-            first = line.split()[0]
-            if first != "default":
-                nets.add(ipaddress.IPv4Network(first, strict=False))
-    return nets
-
-
-def pick_subnet(directory: Path, used: set[ipaddress.IPv4Network] | None = None) -> str:
-    """A /24 of 10.213.0.0/16 that no route on this host overlaps, starting at one derived from
-    the node dir, so a node keeps its subnet and two nodes rarely probe the same one."""
-    used = _used_subnets() if used is None else used
-    subnets: list[ipaddress.IPv4Network] = list(_SUBNET_BASE.subnets(new_prefix=24))
-    start = int(hashlib.sha256(str(directory).encode()).hexdigest(), 16) % len(subnets)
-    for i in range(len(subnets)):
-        net = subnets[(start + i) % len(subnets)]
-        if not any(net.overlaps(u) for u in used):
-            return str(net)
-    raise UserError(f"every /24 of {_SUBNET_BASE} overlaps a route on this host; delete unused bridges "
-                    "(`ip -4 route` lists them).")
+from dra_dev.node.project_image import built_project_image
+from dra_dev.node.state import (
+    DEFAULT_NODE_NAME,
+    NOT_READY_TAINT,
+    PROCESSES,
+    SERVICE_PROCESSES,
+    NodeState,
+    NodeStatus,
+    default_node_dir,
+)
 
 
 def unavailable_reason() -> str | None:
@@ -235,7 +147,7 @@ class RealNode:
         if (state is not None and state.service_network == service_network
                 and all(p in state.processes and pid_runs(state.processes[p]) for p in state.process_names)):
             progress("already running")
-            project = project_image() if service_network else None
+            project = built_project_image() if service_network else None
             if project is not None and project.digest != state.image_digest:
                 progress(f"importing {project.reference} ({project.digest[:19]}, rebuilt by `make image`)")
                 self._import_project_image(state, bins, project)
@@ -251,7 +163,7 @@ class RealNode:
             self._start_containerd(state, runc, bins)
             progress("importing the pause and workload images")
             import_images(bins.containerd("ctr"), self.layout.containerd_socket, build_images(self.layout.images))
-            project = project_image() if service_network else None
+            project = built_project_image() if service_network else None
             if project is not None:
                 progress(f"importing {project.reference} ({project.archive})")
                 self._import_project_image(state, bins, project)
@@ -324,16 +236,16 @@ class RealNode:
             d.mkdir(parents=True, exist_ok=True)
         for d in (lay.hook_dir, lay.fake_stub_dir):
             d.mkdir(parents=True, exist_ok=True)
-        kubelet_port, healthz_port, proxy_healthz, proxy_metrics = _free_ports(4)
+        kubelet_port, healthz_port, proxy_healthz, proxy_metrics = network.free_ports(4)
         state = NodeState(
             name=self.name, cluster_dir=str(self.cluster_dir), k8s_version=cp.k8s_version,
             kubelet_port=kubelet_port, healthz_port=healthz_port,
-            subnet=old.subnet if old else pick_subnet(self.directory),
+            subnet=old.subnet if old else network.pick_subnet(self.directory),
             bridge=cfg.bridge_name(self.directory), cgroup_root=cfg.cgroup_root(self.name, self.directory),
             service_network=cp.pod_access, proxy_ports=[proxy_healthz, proxy_metrics],
         )
         if state.service_network:
-            _check_service_network_free()
+            network.check_service_network_free()
             pcert, pkey = lay.pki / "kube-proxy.crt", lay.pki / "kube-proxy.key"
             # The default ClusterRoleBinding system:node-proxier binds this user.
             issue_client_cert(cp.pki, pcert, pkey, "system:kube-proxy")
@@ -353,8 +265,8 @@ class RealNode:
         lay.kubelet_config.write_text(cfg.kubelet_config(
             lay, ca_cert=cp.pki.ca_cert, address=state.node_ip, port=state.kubelet_port, healthz_port=state.healthz_port,
             cgroup=state.cgroup_root, settings=self.settings))
-        _make_cgroup_root(state.cgroup_root)
-        _ensure_bridge(state.bridge, state.node_ip, state.subnet)
+        host.make_cgroup_root(state.cgroup_root)
+        network.ensure_bridge(state.bridge, state.node_ip, state.subnet)
         state.save(lay.state_file)
         return state
 
@@ -383,37 +295,8 @@ class RealNode:
         self._wait(state, "kube-proxy", synced, 60, what="kube-proxy's first sync of the Service rules")
 
     def helm_values(self, chart: str = "hami-core-gpu") -> dict[str, Any]:
-        """A values file for `chart` on this node: the project image (imported, never pulled),
-        kubelet's paths, the CDI and hook dirs under the node dir, the daemons on this node, and
-        a host dir (same path inside) where a daemon run with `daemon.fake` puts its stub libraries
-        (CDI specs name host paths; the stubs are in the image)."""
-        if chart not in VALUES_CHARTS:
-            raise UserError(f"no values for chart {chart!r}: pick one of {', '.join(VALUES_CHARTS)}.")
-        state = self._require_state()
-        if not state.image:
-            raise UserError(f"node {self.name} has no project image: run `make image`, then `dra node up --dir "
-                            f"{self.directory}` again (it imports dist/dra-hami-*.oci.tar when the cluster serves pods).")
-        repository, _, tag = state.image.rpartition(":")
-        values: dict[str, Any] = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}
-        if chart == "dra-webhook":
-            # The chart refuses to install while nothing authenticates the webhook's callers. This
-            # rig can offer neither way: its API server presents no webhook client certificate (no
-            # admission config), and its bridge CNI enforces no NetworkPolicy, so an apiServerFrom
-            # would be a promise nothing keeps. Say so instead of pretending.
-            values["webhook"] = {"acceptUnauthenticatedCallers": True}
-            return values
-        lay = self.layout
-        values["paths"] = {"kubeletPluginsDir": str(lay.plugin_dir), "kubeletRegistrarDir": str(lay.registry_dir),
-                           "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
-        stubs = str(lay.fake_stub_dir)
-        values["kubeletPlugin"] = {
-            # Helm merges maps: the chart's own selector (gpu: "on") stays, and `up` labels the node so.
-            "nodeSelector": {"kubernetes.io/hostname": self.name},
-            "env": [*(_chart_plugin_default(chart, "env") or []), {"name": STUB_DIR_ENV, "value": stubs}],
-            "extraVolumes": [{"name": "fake-stubs", "hostPath": {"path": stubs, "type": "DirectoryOrCreate"}}],
-            "extraVolumeMounts": [{"name": "fake-stubs", "mountPath": stubs}],
-        }
-        return values
+        """A values file for `chart` on this node (`chart_values.helm_values`)."""
+        return chart_values.helm_values(chart, self.name, self.directory, self._require_state(), self.layout)
 
     def _start_containerd(self, state: NodeState, runc: Path, bins: NodeBinaries) -> None:
         env = {**os.environ, "PATH": f"{bins.containerd_dir}:{runc.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
@@ -466,13 +349,8 @@ class RealNode:
             core.api_client.close()
 
     def _label_for_charts(self) -> dict[str, str]:
-        """What a user does before `helm install` (`kubectl label node NODE gpu=on`): the driver
-        charts' default node selectors, read from this checkout's charts, on this node."""
-        labels: dict[str, str] = {}
-        for chart in VALUES_CHARTS:
-            selector = _chart_plugin_default(chart, "nodeSelector")
-            if isinstance(selector, dict):
-                labels.update({str(k): str(v) for k, v in selector.items()})
+        """The labels the driver charts' node selectors want (`chart_values.chart_labels`), on this node."""
+        labels = chart_values.chart_labels()
         if labels:
             core = self._core()
             try:
@@ -536,99 +414,17 @@ class RealNode:
         if self._stop_one(state, "containerd"):
             stopped.append("containerd")
         self._kill_shims()
-        _kill_cgroup_members(state.cgroup_root)  # containers whose containerd and shim died before `down`
+        host.kill_cgroup_members(state.cgroup_root)  # containers whose containerd and shim died before `down`
         self._unmount_all()
-        subprocess.run(["ip", "link", "delete", state.bridge], capture_output=True)
-        _remove_cgroup_root(state.cgroup_root)
+        network.delete_bridge(state.bridge)
+        host.remove_cgroup_root(state.cgroup_root)
         return stopped
 
     def _kill_shims(self) -> None:
-        """containerd's shims outlive it; end those that serve this node's containerd (by PID)."""
-        address = str(self.layout.containerd_socket)
-        shim = str(self.bins.containerd("containerd-shim-runc-v2"))
-        for pid_dir in Path("/proc").iterdir():
-            if not pid_dir.name.isdigit():
-                continue
-            try:
-                argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].decode(errors="replace") == shim and address.encode() in argv:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid_dir.name), signal.SIGKILL)
+        host.kill_shims(self.bins.containerd("containerd-shim-runc-v2"), self.layout.containerd_socket)
 
     def _unmount_all(self) -> None:
-        """Unmount what kubelet and containerd left under the node dir (deepest first)."""
-        prefix = str(self.directory)
-        try:
-            lines = Path("/proc/self/mountinfo").read_text().splitlines()
-        except OSError:
-            return
-        points = {_unescape(line.split()[4]) for line in lines}
-        for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")), key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True)
-
-
-def _chart_plugin_default(chart: str, key: str) -> Any:
-    """The chart's own `kubeletPlugin.<key>` from this checkout (a values list replaces the
-    chart's whole; a map merges into it), None where unknown."""
-    import yaml
-
-    from dra_dev.node.project_image import project_root
-
-    try:
-        values = yaml.safe_load((project_root() / "helm" / chart / "values.yaml").read_text())
-    except (OSError, UserError, yaml.YAMLError):
-        return None
-    return (values.get("kubeletPlugin") or {}).get(key)
-
-
-def project_image() -> BuiltImage | None:
-    """The archive `make image` wrote in this checkout (`$DRA_IMAGE_INFO` names another), if any."""
-    from dra_dev.node.project_image import ImageInfo, default_info_path
-
-    env = os.environ.get("DRA_IMAGE_INFO")
-    try:
-        path = Path(env) if env else default_info_path()
-    except UserError:
-        return None
-    if not path.is_file():
-        return None
-    info = ImageInfo.load(path)
-    return BuiltImage(info.reference, Path(info.archive), info.digest)
-
-
-def _check_service_network_free() -> None:
-    """kube-proxy programs the host's own tables: one per machine. Refuse a second one by name."""
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            exe = os.readlink(pid_dir / "exe")
-        except OSError:
-            continue
-        if Path(exe).name == "kube-proxy":
-            raise UserError(f"a kube-proxy already runs on this machine (pid {pid_dir.name}, {exe}); the Service "
-                            "network is the host's own iptables, so one node per machine can have it. Stop that "
-                            f"node first (`dra node down --dir DIR`), or start this cluster with `--no-pod-access`.")
-
-
-def _free_ports(count: int) -> list[int]:
-    """Loopback ports the kernel says are free now (kubelet's API and healthz)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _unescape(path: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+        host.unmount_under(self.directory)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -636,67 +432,3 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-def _ensure_bridge(bridge: str, address: str, subnet: str) -> None:
-    """Create the pod bridge with its gateway address before kubelet starts (the CNI bridge plugin
-    finds and keeps it), so the node's IP exists from the start."""
-    prefix = ipaddress.IPv4Network(subnet).prefixlen
-    if subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode != 0:
-        _ip("link", "add", bridge, "type", "bridge")
-    shown = subprocess.run(["ip", "-4", "addr", "show", "dev", bridge], capture_output=True, text=True).stdout
-    if f"inet {address}/{prefix}" not in shown:
-        _ip("addr", "add", f"{address}/{prefix}", "dev", bridge)
-    _ip("link", "set", bridge, "up")
-
-
-def _ip(*args: str) -> None:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise UserError(f"`ip {' '.join(args)}` failed: {proc.stderr.strip()} (the node needs root and iproute2)")
-
-
-def _cgroup_hierarchies() -> list[Path]:
-    """Mount points of the cgroup hierarchies (v1: one per controller set; v2: one)."""
-    base = Path("/sys/fs/cgroup")
-    if (base / "cgroup.controllers").exists():
-        return [base]
-    return [p for p in sorted(base.iterdir()) if p.is_dir() and not p.is_symlink()] if base.is_dir() else []
-
-
-def _make_cgroup_root(root: str) -> None:
-    """kubelet refuses a cgroupRoot that does not exist in every hierarchy."""
-    for hierarchy in _cgroup_hierarchies():
-        path = hierarchy / root.lstrip("/")
-        try:
-            path.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"cannot create the node's cgroup {path}: {exc}") from exc
-
-
-def _kill_cgroup_members(root: str) -> None:
-    """SIGKILL every process in the node's own cgroups (only pods of this node live there)."""
-    for hierarchy in _cgroup_hierarchies():
-        top = hierarchy / root.lstrip("/")
-        for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
-            with contextlib.suppress(OSError, ValueError):
-                for pid in procs.read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), signal.SIGKILL)
-
-
-def _remove_cgroup_root(root: str) -> None:
-    """Remove the node's cgroups bottom-up (only empty ones can go; a process left keeps its own)."""
-    tops = [hierarchy / root.lstrip("/") for hierarchy in _cgroup_hierarchies()]
-
-    def removed() -> bool:
-        for top in tops:
-            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
-                with contextlib.suppress(OSError):
-                    os.rmdir(dirpath)
-        return not any(top.is_dir() for top in tops)
-
-    # Killed processes leave their cgroups a moment later; what is still busy after that stays.
-    with contextlib.suppress(WaitTimeout):
-        until(removed, timeout=5, interval=0.1, what=f"the cgroups under {root} to empty")
-

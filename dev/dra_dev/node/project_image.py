@@ -33,6 +33,7 @@ from pathlib import Path
 from dra.errors import UserError
 from dra_dev import checkout
 from dra_dev.cluster.binaries import build_lock, cache_root
+from dra_dev.node.images import BuiltImage
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -78,6 +79,20 @@ def project_version(root: Path) -> str:
 def default_info_path(root: Path | None = None) -> Path:
     root = root or project_root()
     return root / "dist" / f"dra-hami-{project_version(root)}.json"
+
+
+def built_project_image() -> BuiltImage | None:
+    """The archive `make image` wrote in this checkout (`$DRA_IMAGE_INFO` names another), if any:
+    what `dra node up` imports."""
+    env = os.environ.get("DRA_IMAGE_INFO")
+    try:
+        path = Path(env) if env else default_info_path()
+    except UserError:
+        return None
+    if not path.is_file():
+        return None
+    info = ImageInfo.load(path)
+    return BuiltImage(info.reference, Path(info.archive), info.digest)
 
 
 def image_cache() -> Path:

@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from dra.driver import ClaimRef
+from dra._runtime.checkpoint import DeviceRecord
+from dra.driver import ClaimRef, main_request
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +23,11 @@ class PreparedResult:
     device: str
     cdi_device_ids: tuple[str, ...]
     share_id: str | None = None
+
+    @classmethod
+    def of(cls, record: DeviceRecord) -> PreparedResult:
+        """A prepared device's answer to kubelet, from its checkpoint record."""
+        return cls((main_request(record.request),), record.pool, record.device, record.cdi_ids, record.share_id)
 
 
 @dataclasses.dataclass(frozen=True)

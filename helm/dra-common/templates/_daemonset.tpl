@@ -54,7 +54,7 @@ The node daemon: one `dra run <driver>` pod per selected node.
 {{- $watchdog := not (has (($v.daemon.watchdog | default dict).action | default "off") (list "off")) -}}
 {{- $security := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged) -}}
 {{- /* The watchdog: CAP_KILL for its kill action, CAP_SYS_PTRACE to read processes' maps and root (the only
-     evidence of a held process that a tenant cannot forge; dra/_runtime/watchdog.py). */ -}}
+     evidence of a held process that a tenant cannot forge; dra/_runtime/watchdog/). */ -}}
 {{- $daemonSecurity := include "dra-common.containerSecurityContext" (dict "privileged" $kp.privileged "add" (ternary (list "KILL" "SYS_PTRACE") list $watchdog)) -}}
 apiVersion: apps/v1
 kind: DaemonSet
@@ -97,7 +97,7 @@ spec:
       runtimeClassName: {{ . }}
       {{- end }}
       {{- if $watchdog }}
-      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (README, "The watchdog")
+      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (docs/watchdog.md)
       {{- end }}
       enableServiceLinks: false
       terminationGracePeriodSeconds: {{ $kp.terminationGracePeriodSeconds }}

@@ -1,7 +1,8 @@
 /* shim_client.c - a CUDA "application" for the shim tests, run under LD_PRELOAD=libvgpu.so
  * against the stub libcuda (LD_LIBRARY_PATH). It finds the driver the way the CUDA runtime does:
  * dlopen("libcuda.so.1"), dlsym("cuGetProcAddress_v2"), then every entry point by base name +
- * cudaVersion + flags through cuGetProcAddress.
+ * cudaVersion + flags through cuGetProcAddress. Built from shim_client*.c: this file (helpers,
+ * main, resolve/init/nvml/devices), shim_client_memory.c and shim_client_work.c (shim_client.h).
  *
  * Usage: shim_client <command> [args]; prints "OK <what>" lines, exits 1 with "FAIL ..." on the
  * first broken expectation. Commands:
@@ -14,7 +15,9 @@
  *   meminfo                  print "free total" from cuMemGetInfo and cuDeviceTotalMem
  *   grab CHUNK               allocate CHUNK blocks until OOM, print "GOT n", wait for stdin EOF
  *   churn CHUNK N            keep N blocks, free/allocate forever (for kill -9), print "READY"
- *   fork CHUNK               parent and forked child both allocate; child's charge ends with it
+ *   fork CHUNK               parent and forked child both allocate a block; "FORK ..." lines give
+ *                            cuMemGetInfo's free in each before, while and after the child (which
+ *                            exits holding its block) and the blocks the parent gets after it
  *   init                     cuInit + one cuMemAlloc + one launch: print the three CUresults
  *   launch US GRAPH SECONDS  launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
  *                            syncs; print "RATE <completed per second>" and "RAN <completed> <ns>"
@@ -36,26 +39,20 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../../../hookcore/cuda/cuda_abi.h"
+#include "shim_client.h"
 
-#define MiB ((size_t)1 << 20)
+gpa_v2_t gpa;
+void *libcuda;
 
-typedef CUresult (*gpa_v2_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-static gpa_v2_t gpa;
-static void *libcuda;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...) {
+void fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     printf("FAIL ");
@@ -66,7 +63,7 @@ static void fail(const char *fmt, ...) {
     exit(1);
 }
 
-static void *sym(const char *name, int ver, cuuint64_t flags) {
+void *sym(const char *name, int ver, cuuint64_t flags) {
     void *p = NULL;
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     CUresult r = gpa(name, &p, ver, flags, &st);
@@ -75,7 +72,7 @@ static void *sym(const char *name, int ver, cuuint64_t flags) {
 }
 
 /* Which shared object (basename) and symbol a pointer belongs to. */
-static const char *owner(void *p, const char **sname) {
+const char *owner(void *p, const char **sname) {
     Dl_info info;
     if (!dladdr(p, &info) || !info.dli_fname) return "?";
     if (sname) *sname = info.dli_sname ? info.dli_sname : "?";
@@ -83,17 +80,16 @@ static const char *owner(void *p, const char **sname) {
     return slash ? slash + 1 : info.dli_fname;
 }
 
-#define V 12000
-static CUresult (*cuInit_)(unsigned);
-static CUresult (*cuDeviceGet_)(CUdevice *, int);
-static CUresult (*cuPrimaryRetain_)(CUcontext *, CUdevice);
-static CUresult (*cuCtxSetCurrent_)(CUcontext);
-static CUresult (*cuMemAlloc_)(CUdeviceptr *, size_t);
-static CUresult (*cuMemFree_)(CUdeviceptr);
-static CUresult (*cuMemGetInfo_)(size_t *, size_t *);
-static CUresult (*cuDeviceTotalMem_)(size_t *, CUdevice);
+CUresult (*cuInit_)(unsigned);
+CUresult (*cuDeviceGet_)(CUdevice *, int);
+CUresult (*cuPrimaryRetain_)(CUcontext *, CUdevice);
+CUresult (*cuCtxSetCurrent_)(CUcontext);
+CUresult (*cuMemAlloc_)(CUdeviceptr *, size_t);
+CUresult (*cuMemFree_)(CUdeviceptr);
+CUresult (*cuMemGetInfo_)(size_t *, size_t *);
+CUresult (*cuDeviceTotalMem_)(size_t *, CUdevice);
 
-static void setup(int dev) {
+void setup(int dev) {
     libcuda = dlopen("libcuda.so.1", RTLD_NOW);
     if (!libcuda) fail("dlopen libcuda.so.1: %s", dlerror());
     gpa = (gpa_v2_t)dlsym(libcuda, "cuGetProcAddress_v2");
@@ -118,12 +114,12 @@ static void setup(int dev) {
     if ((r = cuCtxSetCurrent_(ctx)) != CUDA_SUCCESS) fail("set current = %d", r);
 }
 
-static void meminfo(size_t *f, size_t *t) {
+void meminfo(size_t *f, size_t *t) {
     CUresult r = cuMemGetInfo_(f, t);
     if (r != CUDA_SUCCESS) fail("cuMemGetInfo = %d", r);
 }
 
-static size_t parse_size(const char *s) {
+size_t parse_size(const char *s) {
     char *end;
     size_t v = strtoull(s, &end, 10);
     if (*end == 'M')
@@ -133,149 +129,14 @@ static size_t parse_size(const char *s) {
     return v;
 }
 
+double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 /* ------------------------------------------------------------------------- */
-static void cmd_quota(size_t chunk) {
-    size_t f, t;
-    meminfo(&f, &t);
-    size_t quota = t;
-    if (f != quota) fail("fresh free %zu != total %zu", f, t);
-    printf("OK meminfo total=%zu\n", t);
-    size_t n = quota / chunk, cap = n + 2;
-    CUdeviceptr *p = calloc(cap, sizeof *p);
-    for (size_t i = 0; i < n; i++) {
-        CUresult r = cuMemAlloc_(&p[i], chunk);
-        if (r != CUDA_SUCCESS) fail("alloc %zu of %zu = %d", i, n, r);
-    }
-    CUdeviceptr extra;
-    CUresult r = cuMemAlloc_(&extra, chunk);
-    if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("alloc past quota = %d, want 2", r);
-    meminfo(&f, &t);
-    if (f != quota - n * chunk || t != quota) fail("at quota free=%zu total=%zu", f, t);
-    printf("OK oom after %zu allocations\n", n);
-    if (cuMemFree_(p[0]) != CUDA_SUCCESS) fail("free");
-    if ((r = cuMemAlloc_(&p[0], chunk)) != CUDA_SUCCESS) fail("alloc after free = %d", r);
-    printf("OK free gives the quota back\n");
-    for (size_t i = 0; i < n; i++) cuMemFree_(p[i]);
-    meminfo(&f, &t);
-    if (f != quota) fail("after freeing all free=%zu", f);
-    size_t tm = 0;
-    if (cuDeviceTotalMem_(&tm, 0) != CUDA_SUCCESS || tm != quota) fail("cuDeviceTotalMem = %zu", tm);
-    printf("OK all freed\n");
-}
-
-static void cmd_vmm(void) {
-    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) =
-        sym("cuMemCreate", V, 0);
-    CUresult (*release)(CUmemGenericAllocationHandle) = sym("cuMemRelease", V, 0);
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = 1;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    size_t f, t;
-    meminfo(&f, &t);
-    size_t n = t / (2 * MiB);
-    CUmemGenericAllocationHandle *h = calloc(n + 1, sizeof *h);
-    for (size_t i = 0; i < n; i++)
-        if (create(&h[i], 2 * MiB, &prop, 0) != CUDA_SUCCESS) fail("cuMemCreate %zu", i);
-    CUmemGenericAllocationHandle x;
-    CUresult r = create(&x, 2 * MiB, &prop, 0);
-    if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("cuMemCreate past quota = %d", r);
-    meminfo(&f, &t);
-    if (f != 0) fail("vmm at quota free=%zu", f);
-    printf("OK vmm oom after %zu handles\n", n);
-    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
-    if (create(&x, 2 * MiB, &prop, 0) != CUDA_SUCCESS) fail("host cuMemCreate must not be charged");
-    release(x);
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    for (size_t i = 0; i < n; i++) release(h[i]);
-    meminfo(&f, &t);
-    if (f != t) fail("vmm after release free=%zu total=%zu", f, t);
-    printf("OK vmm release gives the quota back\n");
-}
-
-static void cmd_async(void) {
-    CUresult (*aa)(CUdeviceptr *, size_t, CUstream) = sym("cuMemAllocAsync", V, 0);
-    CUresult (*fa)(CUdeviceptr, CUstream) = sym("cuMemFreeAsync", V, 0);
-    CUresult (*aa_pt)(CUdeviceptr *, size_t, CUstream) =
-        sym("cuMemAllocAsync", V, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
-    CUresult (*ap)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) = sym("cuMemAllocFromPoolAsync", V, 0);
-    CUresult (*defpool)(CUmemoryPool *, CUdevice) = sym("cuDeviceGetDefaultMemPool", V, 0);
-    const char *s1, *s2;
-    if (strcmp(owner((void *)aa_pt, &s1), "libvgpu.so") || strcmp(s1, "cuMemAllocAsync_ptsz"))
-        fail("per-thread cuMemAllocAsync -> %s:%s", owner((void *)aa_pt, NULL), s1);
-    (void)s2;
-    size_t f, t;
-    meminfo(&f, &t);
-    size_t chunk = 4 * MiB, n = t / chunk;
-    CUdeviceptr *p = calloc(n + 1, sizeof *p);
-    CUmemoryPool pool;
-    if (defpool(&pool, 0) != CUDA_SUCCESS) fail("default pool");
-    for (size_t i = 0; i < n; i++) {
-        CUresult r = (i % 3 == 0)   ? aa(&p[i], chunk, NULL)
-                     : (i % 3 == 1) ? aa_pt(&p[i], chunk, NULL)
-                                    : ap(&p[i], chunk, pool, NULL);
-        if (r != CUDA_SUCCESS) fail("async alloc %zu = %d", i, r);
-    }
-    CUdeviceptr x;
-    CUresult r1 = aa(&x, chunk, NULL), r2 = ap(&x, chunk, pool, NULL);
-    if (r1 != CUDA_ERROR_OUT_OF_MEMORY || r2 != CUDA_ERROR_OUT_OF_MEMORY) fail("async past quota = %d %d", r1, r2);
-    printf("OK async oom after %zu allocations\n", n);
-    for (size_t i = 0; i < n; i++) fa(p[i], NULL);
-    meminfo(&f, &t);
-    if (f != t) fail("async after free free=%zu", f);
-    printf("OK async free gives the quota back\n");
-}
-
-static void cmd_arrays(void) {
-    CUresult (*ac)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *) = sym("cuArrayCreate", V, 0);
-    CUresult (*a3)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *) = sym("cuArray3DCreate", V, 0);
-    CUresult (*ad)(CUarray) = sym("cuArrayDestroy", V, 0);
-    CUresult (*mc)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned) = sym("cuMipmappedArrayCreate", V, 0);
-    CUresult (*md)(CUmipmappedArray) = sym("cuMipmappedArrayDestroy", V, 0);
-    size_t f0, f, t;
-    meminfo(&f0, &t);
-    CUDA_ARRAY_DESCRIPTOR d = {1024, 1024, 0x20 /* float */, 4}; /* 16 MiB */
-    CUarray a, b;
-    if (ac(&a, &d) != CUDA_SUCCESS) fail("cuArrayCreate");
-    meminfo(&f, &t);
-    if (f0 - f != 16 * MiB) fail("2D array charged %zu", f0 - f);
-    CUDA_ARRAY3D_DESCRIPTOR d3 = {256, 256, 64, 0x01 /* u8 */, 1, 0}; /* 4 MiB */
-    if (a3(&b, &d3) != CUDA_SUCCESS) fail("cuArray3DCreate");
-    meminfo(&f, &t);
-    if (f0 - f != 20 * MiB) fail("3D array charged %zu", f0 - f - 16 * MiB);
-    CUDA_ARRAY3D_DESCRIPTOR big = {t, 1, 1, 0x01, 1, 0}; /* the whole quota */
-    CUarray c;
-    CUresult r = a3(&c, &big);
-    if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("array past quota = %d", r);
-    CUmipmappedArray m;
-    CUDA_ARRAY3D_DESCRIPTOR dm = {1024, 1024, 0, 0x20, 1, 0}; /* 4 MiB + levels */
-    if (mc(&m, &dm, 11) != CUDA_SUCCESS) fail("mipmapped");
-    meminfo(&f, &t);
-    if (f0 - f < 24 * MiB) fail("mipmapped charged too little");
-    ad(a);
-    ad(b);
-    md(m);
-    meminfo(&f, &t);
-    if (f != f0) fail("arrays after destroy free=%zu want %zu", f, f0);
-    printf("OK arrays charged and given back\n");
-}
-
-static void cmd_pitch(void) {
-    CUresult (*ap)(CUdeviceptr *, size_t *, size_t, size_t, unsigned) = sym("cuMemAllocPitch", V, 0);
-    size_t f0, f, t, pitch = 0;
-    meminfo(&f0, &t);
-    CUdeviceptr p;
-    if (ap(&p, &pitch, 1000, 4096, 4) != CUDA_SUCCESS) fail("pitch alloc");
-    meminfo(&f, &t);
-    if (pitch != 1024 || f0 - f != 1024 * 4096) fail("pitch %zu charged %zu", pitch, f0 - f);
-    cuMemFree_(p);
-    meminfo(&f, &t);
-    if (f != f0) fail("pitch free");
-    printf("OK pitch charged pitch x height\n");
-}
-
-static void cmd_resolve(void) {
+void cmd_resolve(void) {
     const char *s;
     struct {
         const char *name;
@@ -323,64 +184,7 @@ static void cmd_resolve(void) {
     printf("OK dlsym path\n");
 }
 
-static void cmd_grab(size_t chunk) {
-    size_t n = 0;
-    CUdeviceptr p;
-    CUresult r;
-    while ((r = cuMemAlloc_(&p, chunk)) == CUDA_SUCCESS) n++;
-    if (r != CUDA_ERROR_OUT_OF_MEMORY) fail("grab stopped with %d", r);
-    printf("GOT %zu\n", n);
-    fflush(stdout);
-    char buf[64];
-    while (fread(buf, 1, sizeof buf, stdin) > 0) {}
-}
-
-static void cmd_churn(size_t chunk, size_t n) {
-    CUdeviceptr *p = calloc(n, sizeof *p);
-    for (size_t i = 0; i < n; i++)
-        if (cuMemAlloc_(&p[i], chunk) != CUDA_SUCCESS) fail("churn alloc");
-    printf("READY\n");
-    fflush(stdout);
-    for (size_t i = 0;; i = (i + 1) % n) {
-        cuMemFree_(p[i]);
-        if (cuMemAlloc_(&p[i], chunk) != CUDA_SUCCESS) fail("churn realloc");
-    }
-}
-
-static void cmd_fork(size_t chunk) {
-    CUdeviceptr a, b;
-    if (cuMemAlloc_(&a, chunk) != CUDA_SUCCESS) fail("parent alloc");
-    (void)b;
-    size_t f0, f, t;
-    meminfo(&f0, &t);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        size_t cf, ct;
-        meminfo(&cf, &ct);
-        if (cf != f0) _exit(10); /* child sees the claim's usage, inherits no charge of its own */
-        if (cuMemAlloc_(&b, chunk) != CUDA_SUCCESS) _exit(11);
-        meminfo(&cf, &ct);
-        if (f0 - cf != chunk) _exit(12);
-        _exit(0); /* exits holding the allocation: its slot dies with it */
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("child status %d", WEXITSTATUS(st));
-    meminfo(&f, &t);
-    if (f != f0) fail("after child exit cuMemGetInfo free=%zu want %zu", f, f0);
-    /* The dead child's charge is reclaimed: the parent can fill the rest of the quota. */
-    size_t n = 0, want = t / chunk - 1;
-    CUdeviceptr *p = calloc(want + 1, sizeof *p);
-    while (n <= want && cuMemAlloc_(&p[n], chunk) == CUDA_SUCCESS) n++;
-    if (n != want) fail("after child exit got %zu blocks, want %zu", n, want);
-    for (size_t i = 0; i < n; i++) cuMemFree_(p[i]);
-    meminfo(&f, &t);
-    if (f != f0) fail("after child exit free=%zu want %zu", f, f0);
-    printf("OK fork\n");
-}
-
-static void cmd_init(void) {
+void cmd_init(void) {
     libcuda = dlopen("libcuda.so.1", RTLD_NOW);
     gpa = (gpa_v2_t)dlsym(libcuda, "cuGetProcAddress_v2");
     cuInit_ = sym("cuInit", V, 0);
@@ -403,7 +207,7 @@ typedef struct {
 } nvml_mem2;
 
 /* NVML as a monitoring tool sees it: device `idx` (NVML order), v1 and v2 memory info. */
-static void cmd_nvml(unsigned idx) {
+void cmd_nvml(unsigned idx) {
     void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     if (!h) fail("dlopen nvml: %s", dlerror());
     int (*init)(void) = dlsym(h, "nvmlInit_v2");
@@ -422,7 +226,7 @@ static void cmd_nvml(unsigned idx) {
     printf("NVML %d %llu %llu %llu %d %llu %llu %llu\n", r1, a.total, a.used, a.free, r2, b.total, b.used, b.free);
 }
 
-static void cmd_devices(void) {
+void cmd_devices(void) {
     libcuda = dlopen("libcuda.so.1", RTLD_NOW);
     if (!libcuda) fail("dlopen libcuda.so.1: %s", dlerror());
     gpa = (gpa_v2_t)dlsym(libcuda, "cuGetProcAddress_v2");
@@ -448,206 +252,6 @@ static void cmd_devices(void) {
         printf("DEV %d GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x %zu %s\n", d, b[0],
                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15], t, nm);
     }
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
-    cuuint64_t fl = ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
-    int async = strstr(what, "-async") != NULL;
-    char base[64];
-    snprintf(base, sizeof base, "%.*s", (int)strcspn(what, "-"), what);
-    static const struct {
-        const char *what, *name;
-    } names[] = {
-        {"memcpy", "cuMemcpy"},      {"htod", "cuMemcpyHtoD"},      {"dtoh", "cuMemcpyDtoH"},
-        {"dtod", "cuMemcpyDtoD"},    {"peer", "cuMemcpyPeer"},      {"2d", "cuMemcpy2D"},
-        {"3d", "cuMemcpy3D"},        {"memset8", "cuMemsetD8"},     {"memset16", "cuMemsetD16"},
-        {"memset32", "cuMemsetD32"}, {"memset2d8", "cuMemsetD2D8"},
-    };
-    const char *fn = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(names[i].what, base)) fn = names[i].name;
-    if (!fn) fail("unknown copy %s", what);
-    char full[80];
-    snprintf(full, sizeof full, "%s%s", fn, async ? "Async" : "");
-    void *f = sym(full, V, fl);
-    const char *sname;
-    const char *preload = getenv("LD_PRELOAD");
-    if (strcmp(owner(f, &sname), "libvgpu.so") && preload && strstr(preload, "libvgpu.so"))
-        fail("%s not hooked (%s)", full, sname);
-    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
-    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
-    CUstream st = NULL;
-    if (async && !ptds && screate(&st, 0) != CUDA_SUCCESS) fail("stream");
-    CUcontext ctx;
-    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
-    cur(&ctx);
-    static char host[16];
-    CUDA_MEMCPY2D p2 = {.WidthInBytes = bytes / 100, .Height = 100};
-    CUDA_MEMCPY3D p3 = {.WidthInBytes = bytes / 100, .Height = 10, .Depth = 10};
-    double t0 = now_s(), t;
-    unsigned long n = 0;
-    while ((t = now_s()) - t0 < seconds) {
-        for (int i = 0; i < 10; i++) {
-            CUresult r;
-            CUdeviceptr d = 0x700000000000ULL;
-            if (!strcmp(base, "memcpy") || !strcmp(base, "dtod"))
-                r = async ? ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))f)(d, d, bytes, st)
-                          : ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))f)(d, d, bytes);
-            else if (!strcmp(base, "htod"))
-                r = async ? ((CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))f)(d, host, bytes, st)
-                          : ((CUresult(*)(CUdeviceptr, const void *, size_t))f)(d, host, bytes);
-            else if (!strcmp(base, "dtoh"))
-                r = async ? ((CUresult(*)(void *, CUdeviceptr, size_t, CUstream))f)(host, d, bytes, st)
-                          : ((CUresult(*)(void *, CUdeviceptr, size_t))f)(host, d, bytes);
-            else if (!strcmp(base, "peer"))
-                r = async ? ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))f)(
-                                d, ctx, d, ctx, bytes, st)
-                          : ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t))f)(d, ctx, d, ctx,
-                                                                                                     bytes);
-            else if (!strcmp(base, "2d"))
-                r = async ? ((CUresult(*)(const CUDA_MEMCPY2D *, CUstream))f)(&p2, st)
-                          : ((CUresult(*)(const CUDA_MEMCPY2D *))f)(&p2);
-            else if (!strcmp(base, "3d"))
-                r = async ? ((CUresult(*)(const CUDA_MEMCPY3D *, CUstream))f)(&p3, st)
-                          : ((CUresult(*)(const CUDA_MEMCPY3D *))f)(&p3);
-            else if (!strcmp(base, "memset8"))
-                r = async ? ((CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))f)(d, 1, bytes, st)
-                          : ((CUresult(*)(CUdeviceptr, unsigned char, size_t))f)(d, 1, bytes);
-            else if (!strcmp(base, "memset16"))
-                r = async ? ((CUresult(*)(CUdeviceptr, unsigned short, size_t, CUstream))f)(d, 1, bytes / 2, st)
-                          : ((CUresult(*)(CUdeviceptr, unsigned short, size_t))f)(d, 1, bytes / 2);
-            else if (!strcmp(base, "memset32"))
-                r = async ? ((CUresult(*)(CUdeviceptr, unsigned int, size_t, CUstream))f)(d, 1, bytes / 4, st)
-                          : ((CUresult(*)(CUdeviceptr, unsigned int, size_t))f)(d, 1, bytes / 4);
-            else
-                r = async ? ((CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream))f)(
-                                d, bytes / 100, 1, bytes / 100, 100, st)
-                          : ((CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t))f)(d, bytes / 100, 1,
-                                                                                                 bytes / 100, 100);
-            if (r != CUDA_SUCCESS) fail("%s = %d", full, r);
-        }
-        if (async) ssync(ptds ? CU_STREAM_PER_THREAD : st);
-        n += 10;
-    }
-    printf("RATE %.1f\n", n / (t - t0));
-    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
-}
-
-static void cmd_copynames(void) {
-    static const char *const bases[] = {
-        "cuMemcpy",          "cuMemcpyAsync",       "cuMemcpyHtoD",      "cuMemcpyHtoDAsync", "cuMemcpyDtoH",
-        "cuMemcpyDtoHAsync", "cuMemcpyDtoD",        "cuMemcpyDtoDAsync", "cuMemcpyPeer",      "cuMemcpyPeerAsync",
-        "cuMemcpy2D",        "cuMemcpy2DUnaligned", "cuMemcpy2DAsync",   "cuMemcpy3D",        "cuMemcpy3DAsync",
-        "cuMemcpy3DPeer",    "cuMemcpy3DPeerAsync", "cuMemsetD8",        "cuMemsetD8Async",   "cuMemsetD16",
-        "cuMemsetD16Async",  "cuMemsetD32",         "cuMemsetD32Async",  "cuMemsetD2D8",      "cuMemsetD2D8Async",
-        "cuMemsetD2D16",     "cuMemsetD2D16Async",  "cuMemsetD2D32",     "cuMemsetD2D32Async"};
-    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
-        for (int pt = 0; pt < 2; pt++) {
-            const char *sname = "?";
-            void *f = sym(bases[i], V, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
-            const char *lib = owner(f, &sname);
-            printf("COPYNAME %s %d %s %s\n", bases[i], pt, lib, sname);
-        }
-    }
-}
-
-static CUcontext g_ctx;
-static int g_iters;
-static int (*g_nvml_mem)(void *, void *);
-static void *g_nvml_dev;
-static unsigned long long g_nvml_total; /* THREADS_NVML_TOTAL: what every query must report */
-
-static void *thread_body(void *arg) {
-    (void)arg;
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                       void **, void **) = sym("cuLaunchKernel", V, 0);
-    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
-    if (cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread set current");
-    for (int i = 0; i < g_iters; i++) {
-        if (!dlsym(libcuda, "cuMemAlloc_v2") || !dlsym(libcuda, "cuCtxGetApiVersion")) fail("thread dlsym");
-        CUresult (*alloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc", V, 0);
-        CUdeviceptr p;
-        CUresult r = alloc(&p, MiB);
-        if (r == CUDA_SUCCESS)
-            cuMemFree_(p);
-        else if (r != CUDA_ERROR_OUT_OF_MEMORY)
-            fail("thread alloc = %d", r);
-        if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
-        if (i % 8 == 7) ssync(NULL);
-        if (g_nvml_mem) {
-            unsigned long long m[3];
-            if (g_nvml_mem(g_nvml_dev, m) != 0) fail("thread nvml");
-            if (g_nvml_total && m[0] != g_nvml_total) fail("thread nvml total %llu, want %llu", m[0], g_nvml_total);
-        }
-    }
-    ssync(NULL);
-    return NULL;
-}
-
-static void cmd_threads(int n, int iters) {
-    pthread_t t[64];
-    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
-    cur(&g_ctx);
-    g_iters = iters;
-    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-    int (*init)(void) = h ? dlsym(h, "nvmlInit_v2") : NULL;
-    int (*get)(unsigned, void **) = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
-    const char *idx = getenv("THREADS_NVML_INDEX"), *tot = getenv("THREADS_NVML_TOTAL");
-    if (tot) g_nvml_total = strtoull(tot, NULL, 10);
-    if (init && get && init() == 0 && get(idx ? (unsigned)atoi(idx) : 0, &g_nvml_dev) == 0)
-        g_nvml_mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
-    if (n > 64) n = 64;
-    for (int i = 0; i < n; i++)
-        if (pthread_create(&t[i], NULL, thread_body, NULL) != 0) fail("pthread_create");
-    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-    printf("THREADS ok\n");
-}
-
-static void cmd_launch(unsigned us, int graph, double seconds) {
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                       void **, void **) = sym("cuLaunchKernel", V, 0);
-    CUresult (*glaunch)(CUgraphExec, CUstream) = sym("cuGraphLaunch", V, 0);
-    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
-    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
-    CUstream s;
-    if (screate(&s, 0) != CUDA_SUCCESS) fail("stream");
-    double t0 = now_s(), t;
-    unsigned long n = 0;
-    while ((t = now_s()) - t0 < seconds) {
-        for (int i = 0; i < 10; i++) {
-            CUresult r = graph ? glaunch((CUgraphExec)(uintptr_t)us, s)
-                               : launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
-            if (r != CUDA_SUCCESS) fail("launch = %d", r);
-        }
-        ssync(s);
-        n += 10;
-    }
-    printf("RATE %.1f\n", n / (t - t0));
-    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
-}
-
-static void cmd_capture(void) {
-    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                       void **, void **) = sym("cuLaunchKernel", V, 0);
-    CUresult (*begin)(CUstream, int) = sym("cuStreamBeginCapture", V, 0);
-    CUresult (*end)(CUstream, void **) = sym("cuStreamEndCapture", V, 0);
-    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
-    const char *s1;
-    if (strcmp(owner((void *)begin, &s1), "libvgpu.so")) fail("cuStreamBeginCapture not hooked");
-    CUstream s;
-    screate(&s, 0);
-    if (begin(s, 0) != CUDA_SUCCESS) fail("begin capture");
-    for (int i = 0; i < 100; i++)
-        if (launch((CUfunction)(uintptr_t)1000, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) != CUDA_SUCCESS) fail("launch");
-    void *g;
-    if (end(s, &g) != CUDA_SUCCESS) fail("end capture");
-    printf("OK capture\n");
 }
 
 int main(int argc, char **argv) {

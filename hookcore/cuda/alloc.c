@@ -1,0 +1,59 @@
+/* alloc.c - the rungs of the allocation ladder (alloc.h): admit, settle, remember, forget. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "alloc.h"
+
+CUresult hk_alloc_admit(hk_alloc *a, uint64_t charge) {
+    a->skip = 0;
+    int st = hk_preload_ready();
+    if (HK_UNLIKELY(st == HK_STATE_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (st == HK_STATE_DORMANT || hk_current_dev(&a->dev, NULL) != CUDA_SUCCESS) {
+        a->skip = 1;
+        return CUDA_SUCCESS;
+    }
+    CUresult r = hk_alloc_on(a, a->dev);
+    return r == CUDA_SUCCESS ? hk_alloc_reserve(a, charge) : r;
+}
+
+CUresult hk_alloc_on(hk_alloc *a, int ldev) {
+    a->dev = ldev;
+    a->skip = 0;
+    a->charge = 0;
+    if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY; /* GPU outside the claim */
+    return hk_context_charge_current(ldev);        /* the process's context first (context.c) */
+}
+
+CUresult hk_alloc_reserve(hk_alloc *a, uint64_t charge) {
+    int rc = hk_mem_reserve(a->dev, charge);
+    if (HK_LIKELY(rc == HK_OK)) {
+        a->charge = charge;
+        return CUDA_SUCCESS;
+    }
+    return rc == HK_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult hk_alloc_called(hk_alloc *a, CUresult r) {
+    if (!a->skip && r != CUDA_SUCCESS) hk_mem_release(a->dev, a->charge);
+    return r;
+}
+
+int hk_alloc_keep(const hk_alloc *a, uint64_t key, uint32_t kind) {
+    int rc = hk_track_alloc(key, kind, a->dev, a->charge);
+    if (HK_LIKELY(rc == HK_OK)) return 0;
+    if (rc == HK_EEXIST) {
+        /* The key was freed through a path we do not see (e.g. a v1 free); drop the stale charge. */
+        int odev;
+        uint64_t osize;
+        if (hk_track_free(key, kind, &odev, &osize) == HK_OK) hk_mem_release(odev, osize);
+        if (hk_track_alloc(key, kind, a->dev, a->charge) == HK_OK) return 0;
+    }
+    hk_mem_release(a->dev, a->charge);
+    return 1;
+}
+
+void hk_alloc_forget(uint64_t key, uint32_t kind) {
+    int dev;
+    uint64_t size;
+    if (hk_track_free(key, kind, &dev, &size) == HK_OK) hk_mem_release(dev, size);
+}

@@ -1,0 +1,294 @@
+/* cuda_stub_engine.c - streams, events and the simulated engine of the stub libcuda.so.1: launches
+ * and copies queue on it (cuda_stub.c's header says how long they take). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_stub.h"
+
+/* ---------------------------------------------------------------------------
+ * Streams, events and a simulated engine
+ * ------------------------------------------------------------------------- */
+static stub_stream *stream_of(CUstream s, int dev) {
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &g_default_stream[dev];
+    return (stub_stream *)s;
+}
+
+STUB_API CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    NEED_CTX(d);
+    stub_stream *st = calloc(1, sizeof *st);
+    if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
+    st->dev = d;
+    st->ctx = stub_cur_ctx();
+    *s = (CUstream)st;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
+    NEED_INIT();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    CUresult f = stub_fail("cuStreamGetCtx");
+    if (f != CUDA_SUCCESS) return f;
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+        if (!stub_cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+        *ctx = stub_cur_ctx();
+    } else {
+        *ctx = ((stub_stream *)s)->ctx;
+    }
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
+    NEED_INIT();
+    if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) free(s);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamSynchronize(CUstream s) {
+    NEED_INIT();
+    NEED_CTX(d);
+    stub_sleep_until(stream_of(s, d)->last_end_ns);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuStreamQuery(CUstream s) {
+    NEED_INIT();
+    NEED_CTX(d);
+    return stub_now_ns() >= stream_of(s, d)->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+/* Capture: only the state is modelled (launches during capture still run in the stub). */
+static __thread CUstream t_capturing;
+STUB_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)mode;
+    NEED_INIT();
+    t_capturing = s ? s : CU_STREAM_LEGACY;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuStreamEndCapture(CUstream s, void **graph) {
+    NEED_INIT();
+    if (t_capturing != (s ? s : CU_STREAM_LEGACY)) return 401; /* CUDA_ERROR_ILLEGAL_STATE */
+    t_capturing = NULL;
+    if (graph) *graph = (void *)0x1;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    NEED_INIT();
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    *status = t_capturing != NULL && t_capturing == (s ? s : CU_STREAM_LEGACY);
+    return CUDA_SUCCESS;
+}
+
+static _Atomic unsigned long long g_launches;
+
+/* Queue work of `dur_ns` on the stream: it starts when both the engine and the stream are free.
+   Returns when it ends (simulated clock). */
+static int64_t enqueue(CUstream s, int64_t dur_ns) {
+    int d = stub_cur_dev();
+    stub_stream *st = stream_of(s, d);
+    int64_t now = stub_now_ns();
+    int64_t busy = hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns);
+    int64_t start, end;
+    do {
+        start = busy > now ? busy : now;
+        if (st->last_end_ns > start) start = st->last_end_ns;
+        end = start + dur_ns;
+    } while (!hk_atomic_cas_weak_seq_cst(&g_dev[d].busy_until_ns, &busy, end));
+    st->last_end_ns = end;
+    hk_atomic_add_seq_cst(&g_launches, 1);
+    return end;
+}
+
+STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    stub_event *ev = malloc(sizeof *ev);
+    if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
+    ev->t_ns = -1;
+    *e = (CUevent)ev;
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuEventDestroy_v2(CUevent e) {
+    NEED_INIT();
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
+    NEED_INIT();
+    NEED_CTX(d);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    stub_stream *st = stream_of(s, d);
+    int64_t now = stub_now_ns();
+    ((stub_event *)e)->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+
+STUB_API CUresult cuEventQuery(CUevent e) {
+    NEED_INIT();
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    int64_t t = ((stub_event *)e)->t_ns;
+    return (t < 0 || stub_now_ns() >= t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+STUB_API CUresult cuEventSynchronize(CUevent e) {
+    NEED_INIT();
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    stub_sleep_until(((stub_event *)e)->t_ns);
+    return CUDA_SUCCESS;
+}
+
+STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    NEED_INIT();
+    if (!ms || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
+    int64_t ta = ((stub_event *)a)->t_ns, tb = ((stub_event *)b)->t_ns;
+    if (ta < 0 || tb < 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (stub_now_ns() < tb || stub_now_ns() < ta) return CUDA_ERROR_NOT_READY;
+    *ms = (float)(tb - ta) / 1e6f;
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
+
+#define KERNEL_ARGS                                                                                             \
+    CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
+        CUstream s
+
+/* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
+   STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
+   GPU that boosts when it is not fully loaded (for the strict cap tests). */
+static int64_t kernel_ns(uintptr_t us, CUstream s) {
+    const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
+    int64_t ns = (int64_t)us * 1000;
+    if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
+    /* on a context with fewer SMs than the device (MPS, affinity): slower in proportion */
+    CUcontext c = (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? NULL : ((stub_stream *)s)->ctx;
+    if (!c) c = stub_cur_ctx();
+    unsigned sms = c ? stub_ctx_sms(c) : 0, total = stub_cur_dev() >= 0 ? g_dev[stub_cur_dev()].sms : 0;
+    if (sms > 0 && sms < total) ns = ns * total / sms;
+    return ns;
+}
+
+STUB_API CUresult cuLaunchKernel(KERNEL_ARGS, void **params, void **extra) {
+    (void)gx;
+    (void)gy;
+    (void)gz;
+    (void)bx;
+    (void)by;
+    (void)bz;
+    (void)shmem;
+    (void)params;
+    (void)extra;
+    NEED_INIT();
+    if (stub_cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    enqueue(s, kernel_ns((uintptr_t)f, s));
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuLaunchKernel_ptsz(KERNEL_ARGS, void **params, void **extra) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s ? s : CU_STREAM_PER_THREAD, params, extra);
+}
+STUB_API CUresult cuLaunchCooperativeKernel(KERNEL_ARGS, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+STUB_API CUresult cuLaunchCooperativeKernel_ptsz(KERNEL_ARGS, void **params) {
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s ? s : CU_STREAM_PER_THREAD, params, NULL);
+}
+STUB_API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                          c->sharedMemBytes, c->hStream, params, extra);
+}
+STUB_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    return cuLaunchKernelEx(c, f, params, extra);
+}
+STUB_API CUresult cuLaunch(CUfunction f) { return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL); }
+STUB_API CUresult cuLaunchGrid(CUfunction f, int gw, int gh) {
+    return cuLaunchKernel(f, (unsigned)gw, (unsigned)gh, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+}
+STUB_API CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s) {
+    return cuLaunchKernel(f, (unsigned)gw, (unsigned)gh, 1, 1, 1, 1, 0, s, NULL, NULL);
+}
+STUB_API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    NEED_INIT();
+    if (stub_cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    enqueue(s, kernel_ns((uintptr_t)g, s));
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+    return cuGraphLaunch(g, s ? s : CU_STREAM_PER_THREAD);
+}
+
+/* Copies and memsets (the table of cuda/copy.h): `bytes` take bytes / STUB_COPY_MBPS (MB/s,
+   default 1000, so 1 MB = 1 ms) on the simulated engine; synchronous ones also wait for it. No
+   memory is touched (device pointers are fake). */
+static _Atomic int64_t g_copy_mbps;
+static int64_t copy_ns(uint64_t bytes) {
+    int64_t mbps = hk_atomic_load_relaxed(&g_copy_mbps);
+    if (mbps == 0) {
+        const char *v = getenv("STUB_COPY_MBPS");
+        mbps = v && atoll(v) > 0 ? atoll(v) : 1000;
+        hk_atomic_store_relaxed(&g_copy_mbps, mbps);
+    }
+    return (int64_t)(bytes * 1000 / (uint64_t)mbps);
+}
+static _Atomic unsigned long long g_copies;
+
+#define STUB_COPY_DEF(name, params, args, stream, bytes, kind)     \
+    STUB_API CUresult name params {                                \
+        NEED_INIT();                                               \
+        if (stub_cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT; \
+        int64_t end = enqueue((stream), copy_ns(bytes));           \
+        hk_atomic_add_seq_cst(&g_copies, 1);                       \
+        if (strstr(#name, "Async") == NULL) stub_sleep_until(end); \
+        return CUDA_SUCCESS;                                       \
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter" /* the stub does not move the bytes */
+HK_COPIES(STUB_COPY_DEF)
+#pragma GCC diagnostic pop
+#undef STUB_COPY_DEF
+
+/* Test-only extras (the copies' count is kept by the copies above). */
+STUB_API unsigned long long stubCudaLaunchCount(void) { return hk_atomic_load_seq_cst(&g_launches); }
+STUB_API unsigned long long stubCudaCopyCount(void) { return hk_atomic_load_seq_cst(&g_copies); }
+
+/* This file's part of cuGetProcAddress's table (cuda_stub.h). */
+#define SYMS(X)                       \
+    X(cuStreamGetCtx)                 \
+    X(cuLaunch)                       \
+    X(cuLaunchGrid)                   \
+    X(cuLaunchGridAsync)              \
+    X(cuStreamCreate)                 \
+    X(cuStreamDestroy_v2)             \
+    X(cuStreamSynchronize)            \
+    X(cuStreamQuery)                  \
+    X(cuStreamIsCapturing)            \
+    X(cuStreamBeginCapture_v2)        \
+    X(cuStreamEndCapture)             \
+    X(cuEventCreate)                  \
+    X(cuEventDestroy_v2)              \
+    X(cuEventRecord)                  \
+    X(cuEventRecord_ptsz)             \
+    X(cuEventQuery)                   \
+    X(cuEventSynchronize)             \
+    X(cuEventElapsedTime)             \
+    X(cuEventElapsedTime_v2)          \
+    X(cuLaunchKernel)                 \
+    X(cuLaunchKernel_ptsz)            \
+    X(cuLaunchCooperativeKernel)      \
+    X(cuLaunchCooperativeKernel_ptsz) \
+    X(cuLaunchKernelEx)               \
+    X(cuLaunchKernelEx_ptsz)          \
+    X(cuGraphLaunch)                  \
+    X(cuGraphLaunch_ptsz)
+SYMS(STUB_ALIAS)
+#define COPY_ALIAS(name, params, args, stream, bytes, kind) STUB_ALIAS(name)
+#define COPY_SYM(name, params, args, stream, bytes, kind)   STUB_SYM(name)
+HK_COPIES(COPY_ALIAS)
+const stub_sym stub_syms_engine[] = {SYMS(STUB_SYM) HK_COPIES(COPY_SYM){NULL, NULL}};
+#undef SYMS

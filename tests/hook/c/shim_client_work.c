@@ -1,0 +1,205 @@
+/* shim_client_work.c - the shim client's work commands: copy, copynames, threads, launch, capture
+ * (shim_client.c lists them). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim_client.h"
+
+void cmd_copy(const char *what, size_t bytes, double seconds, int ptds) {
+    cuuint64_t fl = ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0;
+    int async = strstr(what, "-async") != NULL;
+    char base[64];
+    snprintf(base, sizeof base, "%.*s", (int)strcspn(what, "-"), what);
+    static const struct {
+        const char *what, *name;
+    } names[] = {
+        {"memcpy", "cuMemcpy"},      {"htod", "cuMemcpyHtoD"},      {"dtoh", "cuMemcpyDtoH"},
+        {"dtod", "cuMemcpyDtoD"},    {"peer", "cuMemcpyPeer"},      {"2d", "cuMemcpy2D"},
+        {"3d", "cuMemcpy3D"},        {"memset8", "cuMemsetD8"},     {"memset16", "cuMemsetD16"},
+        {"memset32", "cuMemsetD32"}, {"memset2d8", "cuMemsetD2D8"},
+    };
+    const char *fn = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(names[i].what, base)) fn = names[i].name;
+    if (!fn) fail("unknown copy %s", what);
+    char full[80];
+    snprintf(full, sizeof full, "%s%s", fn, async ? "Async" : "");
+    void *f = sym(full, V, fl);
+    const char *sname;
+    const char *preload = getenv("LD_PRELOAD");
+    if (strcmp(owner(f, &sname), "libvgpu.so") && preload && strstr(preload, "libvgpu.so"))
+        fail("%s not hooked (%s)", full, sname);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    CUstream st = NULL;
+    if (async && !ptds && screate(&st, 0) != CUDA_SUCCESS) fail("stream");
+    CUcontext ctx;
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    cur(&ctx);
+    static char host[16];
+    CUDA_MEMCPY2D p2 = {.WidthInBytes = bytes / 100, .Height = 100};
+    CUDA_MEMCPY3D p3 = {.WidthInBytes = bytes / 100, .Height = 10, .Depth = 10};
+    double t0 = now_s(), t;
+    unsigned long n = 0;
+    while ((t = now_s()) - t0 < seconds) {
+        for (int i = 0; i < 10; i++) {
+            CUresult r;
+            CUdeviceptr d = 0x700000000000ULL;
+            if (!strcmp(base, "memcpy") || !strcmp(base, "dtod"))
+                r = async ? ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))f)(d, d, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))f)(d, d, bytes);
+            else if (!strcmp(base, "htod"))
+                r = async ? ((CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))f)(d, host, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, const void *, size_t))f)(d, host, bytes);
+            else if (!strcmp(base, "dtoh"))
+                r = async ? ((CUresult(*)(void *, CUdeviceptr, size_t, CUstream))f)(host, d, bytes, st)
+                          : ((CUresult(*)(void *, CUdeviceptr, size_t))f)(host, d, bytes);
+            else if (!strcmp(base, "peer"))
+                r = async ? ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))f)(
+                                d, ctx, d, ctx, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t))f)(d, ctx, d, ctx,
+                                                                                                     bytes);
+            else if (!strcmp(base, "2d"))
+                r = async ? ((CUresult(*)(const CUDA_MEMCPY2D *, CUstream))f)(&p2, st)
+                          : ((CUresult(*)(const CUDA_MEMCPY2D *))f)(&p2);
+            else if (!strcmp(base, "3d"))
+                r = async ? ((CUresult(*)(const CUDA_MEMCPY3D *, CUstream))f)(&p3, st)
+                          : ((CUresult(*)(const CUDA_MEMCPY3D *))f)(&p3);
+            else if (!strcmp(base, "memset8"))
+                r = async ? ((CUresult(*)(CUdeviceptr, unsigned char, size_t, CUstream))f)(d, 1, bytes, st)
+                          : ((CUresult(*)(CUdeviceptr, unsigned char, size_t))f)(d, 1, bytes);
+            else if (!strcmp(base, "memset16"))
+                r = async ? ((CUresult(*)(CUdeviceptr, unsigned short, size_t, CUstream))f)(d, 1, bytes / 2, st)
+                          : ((CUresult(*)(CUdeviceptr, unsigned short, size_t))f)(d, 1, bytes / 2);
+            else if (!strcmp(base, "memset32"))
+                r = async ? ((CUresult(*)(CUdeviceptr, unsigned int, size_t, CUstream))f)(d, 1, bytes / 4, st)
+                          : ((CUresult(*)(CUdeviceptr, unsigned int, size_t))f)(d, 1, bytes / 4);
+            else
+                r = async ? ((CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream))f)(
+                                d, bytes / 100, 1, bytes / 100, 100, st)
+                          : ((CUresult(*)(CUdeviceptr, size_t, unsigned char, size_t, size_t))f)(d, bytes / 100, 1,
+                                                                                                 bytes / 100, 100);
+            if (r != CUDA_SUCCESS) fail("%s = %d", full, r);
+        }
+        if (async) ssync(ptds ? CU_STREAM_PER_THREAD : st);
+        n += 10;
+    }
+    printf("RATE %.1f\n", n / (t - t0));
+    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
+}
+
+void cmd_copynames(void) {
+    static const char *const bases[] = {
+        "cuMemcpy",          "cuMemcpyAsync",       "cuMemcpyHtoD",      "cuMemcpyHtoDAsync", "cuMemcpyDtoH",
+        "cuMemcpyDtoHAsync", "cuMemcpyDtoD",        "cuMemcpyDtoDAsync", "cuMemcpyPeer",      "cuMemcpyPeerAsync",
+        "cuMemcpy2D",        "cuMemcpy2DUnaligned", "cuMemcpy2DAsync",   "cuMemcpy3D",        "cuMemcpy3DAsync",
+        "cuMemcpy3DPeer",    "cuMemcpy3DPeerAsync", "cuMemsetD8",        "cuMemsetD8Async",   "cuMemsetD16",
+        "cuMemsetD16Async",  "cuMemsetD32",         "cuMemsetD32Async",  "cuMemsetD2D8",      "cuMemsetD2D8Async",
+        "cuMemsetD2D16",     "cuMemsetD2D16Async",  "cuMemsetD2D32",     "cuMemsetD2D32Async"};
+    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
+        for (int pt = 0; pt < 2; pt++) {
+            const char *sname = "?";
+            void *f = sym(bases[i], V, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0);
+            const char *lib = owner(f, &sname);
+            printf("COPYNAME %s %d %s %s\n", bases[i], pt, lib, sname);
+        }
+    }
+}
+
+static CUcontext g_ctx;
+static int g_iters;
+static int (*g_nvml_mem)(void *, void *);
+static void *g_nvml_dev;
+static unsigned long long g_nvml_total; /* THREADS_NVML_TOTAL: what every query must report */
+
+static void *thread_body(void *arg) {
+    (void)arg;
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    if (cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread set current");
+    for (int i = 0; i < g_iters; i++) {
+        if (!dlsym(libcuda, "cuMemAlloc_v2") || !dlsym(libcuda, "cuCtxGetApiVersion")) fail("thread dlsym");
+        CUresult (*alloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc", V, 0);
+        CUdeviceptr p;
+        CUresult r = alloc(&p, MiB);
+        if (r == CUDA_SUCCESS)
+            cuMemFree_(p);
+        else if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            fail("thread alloc = %d", r);
+        if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
+        if (i % 8 == 7) ssync(NULL);
+        if (g_nvml_mem) {
+            unsigned long long m[3];
+            if (g_nvml_mem(g_nvml_dev, m) != 0) fail("thread nvml");
+            if (g_nvml_total && m[0] != g_nvml_total) fail("thread nvml total %llu, want %llu", m[0], g_nvml_total);
+        }
+    }
+    ssync(NULL);
+    return NULL;
+}
+
+void cmd_threads(int n, int iters) {
+    pthread_t t[64];
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    cur(&g_ctx);
+    g_iters = iters;
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*init)(void) = h ? dlsym(h, "nvmlInit_v2") : NULL;
+    int (*get)(unsigned, void **) = h ? dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+    const char *idx = getenv("THREADS_NVML_INDEX"), *tot = getenv("THREADS_NVML_TOTAL");
+    if (tot) g_nvml_total = strtoull(tot, NULL, 10);
+    if (init && get && init() == 0 && get(idx ? (unsigned)atoi(idx) : 0, &g_nvml_dev) == 0)
+        g_nvml_mem = dlsym(h, "nvmlDeviceGetMemoryInfo");
+    if (n > 64) n = 64;
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], NULL, thread_body, NULL) != 0) fail("pthread_create");
+    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    printf("THREADS ok\n");
+}
+
+void cmd_launch(unsigned us, int graph, double seconds) {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*glaunch)(CUgraphExec, CUstream) = sym("cuGraphLaunch", V, 0);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    CUstream s;
+    if (screate(&s, 0) != CUDA_SUCCESS) fail("stream");
+    double t0 = now_s(), t;
+    unsigned long n = 0;
+    while ((t = now_s()) - t0 < seconds) {
+        for (int i = 0; i < 10; i++) {
+            CUresult r = graph ? glaunch((CUgraphExec)(uintptr_t)us, s)
+                               : launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+            if (r != CUDA_SUCCESS) fail("launch = %d", r);
+        }
+        ssync(s);
+        n += 10;
+    }
+    printf("RATE %.1f\n", n / (t - t0));
+    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
+}
+
+void cmd_capture(void) {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*begin)(CUstream, int) = sym("cuStreamBeginCapture", V, 0);
+    CUresult (*end)(CUstream, void **) = sym("cuStreamEndCapture", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    const char *s1;
+    if (strcmp(owner((void *)begin, &s1), "libvgpu.so")) fail("cuStreamBeginCapture not hooked");
+    CUstream s;
+    screate(&s, 0);
+    if (begin(s, 0) != CUDA_SUCCESS) fail("begin capture");
+    for (int i = 0; i < 100; i++)
+        if (launch((CUfunction)(uintptr_t)1000, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) != CUDA_SUCCESS) fail("launch");
+    void *g;
+    if (end(s, &g) != CUDA_SUCCESS) fail("end capture");
+    printf("OK capture\n");
+}
