@@ -27,7 +27,7 @@ from drivers.hygon_dcu.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class HygonDcuDriver(dra.SharedDeviceDriver[rsmi.Dcu]):
+class HygonDcuDriver(dra.SharedDeviceDriver[rsmi.Dcu, DcuConfig]):
     name = devices.DRIVER_NAME
     cdi_kind = "k8s.hygon-dcu.project-hami.io/dcu"
     config_type = DcuConfig

@@ -1,6 +1,6 @@
 # stub/hip.mk - the HIP stubs (included by ../hip/hooklib.mk; owned by the Hygon DCU driver).
 #
-#   build/stub/libamdhip64.so.6   hip_stub.c    the HIP runtime API and simulated devices
+#   build/stub/libamdhip64.so.6   hip_stub*.c   the HIP runtime API and simulated devices
 #                                               (soname libamdhip64.so.6; libamdhip64.so links to it)
 #   build/stub/librocm_smi64.so   rsmi_stub.c   ROCm SMI: the driver's discovery and health
 #
@@ -8,7 +8,8 @@
 # ones; both read their devices from HOOKCORE_STUB_HIP_DEVICES (hip_devices.c).
 
 STUB_HIP_COMMON := stub/hip_devices.c $(STUB_GRAMMAR)
-STUB_HIP_OBJ := $(patsubst %.c,$(BUILD)/stubobj/%.o,stub/hip_stub.c $(STUB_HIP_COMMON))
+STUB_HIP_OBJ := $(patsubst %.c,$(BUILD)/stubobj/%.o,stub/hip_stub.c stub/hip_stub_memory.c stub/hip_stub_engine.c \
+                                                  $(STUB_HIP_COMMON))
 STUB_RSMI_OBJ := $(patsubst %.c,$(BUILD)/stubobj/%.o,stub/rsmi_stub.c $(STUB_HIP_COMMON))
 STUBHIP := $(BUILD)/stub/libamdhip64.so.6
 STUBRSMI := $(BUILD)/stub/librocm_smi64.so

@@ -348,5 +348,5 @@ def test_fork_child_gets_its_own_slot(tmp_path: Path) -> None:
 
 def test_parse_config_knows_the_hip_alias(hookcore_ext) -> None:  # noqa: F811
     """The Python wrapper parses a configuration as libvhip.so does (the Makefile's alias table)."""
-    cfg = hookcore_ext._hookcore.parse_config({"HIP_DEVICE_MEMORY_LIMIT_0": "3000m"}, stem="vhip")
-    assert cfg["devices"][0]["memory_limit"] == 3000 * MiB
+    cfg = hookcore_ext.parse_config({"HIP_DEVICE_MEMORY_LIMIT_0": "3000m"}, stem="vhip")
+    assert cfg.devices[0].memory == 3000 * MiB
