@@ -27,6 +27,7 @@ from drivers.ascend.driver import AscendDriver
 from drivers.example.driver import ExampleDriver
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+from drivers.hygon_dcu.driver import HygonDcuDriver
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "trust-boundary.md"
@@ -51,6 +52,7 @@ SHAPES = [
     Shape("gpu-self-contained", HamiCoreGpuDriver, "a100-40gx4", {**GPU, "cdiMode": "self-contained"}),
     Shape("gpu-mig", HamiCoreGpuDriver, "h200x2-mig", {**GPU, "mig": "static"}, None, _mig),
     Shape("ascend", AscendDriver, "910b3x2", GPU),
+    Shape("hygon-dcu", HygonDcuDriver, "k100-aix2", GPU),
 ]
 
 
@@ -132,7 +134,7 @@ def config_fields() -> dict[str, set[str]]:
 def test_every_config_field_of_every_driver_is_listed_and_no_row_is_stale() -> None:
     t = table()
     fields = config_fields()
-    assert {"GpuConfig", "NpuConfig", "ExampleConfig"} <= set(fields)
+    assert {"GpuConfig", "NpuConfig", "DcuConfig", "ExampleConfig"} <= set(fields)
     want = {f"config {kind}.{name}" for kind, names in fields.items() for name in names}
     have = {r.id for r in t if r.id.startswith("config ")}
     assert not want - have, f"config fields a claim can set without a row in {TABLE.relative_to(ROOT)}: {sorted(want - have)}"
