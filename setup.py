@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent
 CORE_SOURCES = ["config.c", "config_value.c", "config_file.c", "ledger.c", "ledger_admit.c", "ledger_read.c",
                 "track.c", "hookcore.c", "limiter.c", "meter.c"]
 LIBRARIES = ["libvgpu.so", "libvnpu.so", "stub/libcuda.so.1", "stub/libnvidia-ml.so.1", "stub/libdcmi.so",
-             "stub/libruntime.so", "stub/libascendcl.so", "workload/cuda_workload", "hk-ledger"]
+             "stub/libruntime.so", "stub/libascendcl.so", "workload/cuda_workload", "hk-ledger",
+             "stub/libcndev.so", "stub/libcnrt.so", "workload/mlu_workload"]
 
 
 class BuildHookcore(build_ext):
