@@ -35,13 +35,14 @@ _INSTANCE_NODE = re.compile(r"/dev/cambricon-caps/[A-Za-z0-9_.-]{1,64}")
 
 
 def _node(path: str, dev_root: Path, required: bool) -> DeviceNode | None:
-    host = dev_root / path.lstrip("/")
-    if not host.exists():
+    """`path` when the host has it (looked for under `dev_root`, where the daemon sees the host's
+    /dev); the CDI spec names the host's own path, which the runtime reads."""
+    if not (dev_root / path.lstrip("/")).exists():
         if required:
             raise PrepareError(f"{path} does not exist under devRoot {dev_root}: is the MLU driver loaded, and the"
                                " host's /dev mounted into the driver's pod?")
         return None
-    return DeviceNode(path, host_path=str(host))
+    return DeviceNode(path, host_path=path)
 
 
 def mlu_nodes(index: int, dev_root: Path, instance: str | None = None) -> tuple[DeviceNode, ...]:
