@@ -81,11 +81,9 @@ CNDEV_API cndevRet_t cndevInit(int32_t reserved) {
     (void)reserved;
     int code = injected("cndevInit", -1);
     if (code >= 0) return code;
-    pthread_mutex_lock(&g_lock);
-    if (!g_inited) {
-        g_n = cmb_from_env(g_dev, CMB_MAX_DEVICES);
-        g_inited = 1;
-    }
+    pthread_mutex_lock(&g_lock); /* every init reads the description again (a test's next fake node) */
+    g_n = cmb_from_env(g_dev, CMB_MAX_DEVICES);
+    g_inited = 1;
     pthread_mutex_unlock(&g_lock);
     return g_n ? CNDEV_SUCCESS : CNDEV_ERROR_NO_DEVICES;
 }
