@@ -291,6 +291,14 @@ def test_a_workload_whose_instance_is_gone_cannot_open_the_mlu(driver: MakeDrive
     assert rc == 3 and "cannot be opened" in kv["error"] and kv["smlu_info"] == "unavailable"
 
 
+def test_the_watchdog_has_nothing_to_act_on(driver: MakeDriver) -> None:
+    """MluConfig.watchdogAction is accepted and acts on nothing: no processes are listed, so the
+    daemon's watchdog stays off for this driver (it needs `processes()`)."""
+    d = driver(settings=OFF)
+    assert d.processes() is None
+    d.prepare(CLAIM, [alloc("mlu-0", config=MluConfig(watchdog_action="kill"), memory=GiB, cores=10)])
+
+
 def test_a_missing_libcndev_says_what_to_mount(tmp_path: Path) -> None:
     with pytest.raises(CndevError, match=r"libcndev\.so not found: is Cambricon's driver installed"):
         Cndev(tmp_path / "libcndev.so")
