@@ -142,7 +142,7 @@ MLU = Vendor(
     sample="mlu-5",
     sample_wire={"type": {"string": "MLU"}, "productName": {"string": "MLU370-X8"}, "index": {"int": 5},
                  "smlu": {"bool": True}, "numaNode": {"int": 1}, "resource.kubernetes.io/pcieRoot": {"string": "pci0000:85"}},
-    sample_memory="49152Mi",
+    sample_memory="48Gi",
 )
 VENDORS = [GPU, NPU, MLU]
 
