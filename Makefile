@@ -65,7 +65,7 @@ test-security: install c-deps
 # (`dra cluster versions`; K8S_VERSIONS="v1.34.4 v1.37.2" picks some), each built on first use
 # (about 11 minutes of two cores per version). Every version runs; the summary names failures.
 # Where scheduler-marked tests live (node, hook and watchdog tests need no scheduler).
-SCHEDULER_TEST_DIRS ?= tests/unit tests/integration tests/charts tests/hami_core_gpu tests/ascend
+SCHEDULER_TEST_DIRS ?= tests/unit tests/integration tests/charts tests/hami_core_gpu tests/ascend tests/hygon_dcu
 K8S_VERSIONS ?= $(shell $(PY) -m dra.cli cluster versions 2>/dev/null || echo v1.34.4 v1.35.4 v1.36.3 v1.37.2)
 test-versions: install
 	@failed=""; for v in $(K8S_VERSIONS); do \

@@ -82,7 +82,7 @@ def flag_enum(field: str) -> dict[str, Any]:
 
 
 def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The schema of a node-daemon chart (hami-core-gpu, ascend, cambricon-mlu)."""
+    """The schema of a node-daemon chart (hami-core-gpu, ascend, hygon-dcu, cambricon-mlu)."""
     kubelet_plugin = obj({
         "nodeSelector": LABEL_MAP,
         "tolerations": {"type": "array", "items": ANY_OBJECT},
@@ -196,6 +196,11 @@ def webhook_schema() -> dict[str, Any]:
             "networkPolicy": obj({"enabled": {"type": "boolean"}, "apiServerFrom": PEERS, "metricsFrom": PEERS},
                                  ["enabled"]),
             "service": obj({"port": port}, ["port"]),
+            "memoryOnlyClasses": {"type": "array", "description": "DeviceClasses of HAMi's memory-only shares", "items": obj({
+                "name": DNS_SUBDOMAIN, "driver": {"type": "string", "minLength": 1},
+                "selector": {"type": "string", "minLength": 1},
+                "parameters": {"type": "object", "required": ["apiVersion", "kind"]},
+            }, ["name", "driver", "selector", "parameters"])},
             "certificates": obj({
                 "mode": {"enum": ["helm", "cert-manager", "secret"]},
                 "validityDays": {"type": "integer", "minimum": 31, "maximum": 36500},
@@ -261,6 +266,18 @@ def ascend_settings() -> dict[str, Any]:
     })
 
 
+def hygon_dcu_settings() -> dict[str, Any]:
+    """`dra run hygon-dcu --set` keys (drivers/hygon_dcu/settings.py)."""
+    return obj({
+        "driverRoot": ABS_PATH,
+        "devRoot": ABS_PATH,
+        "smiLibrary": ABS_PATH,
+        "health": {"enum": ["on", "off"], "description": "quote it: unquoted on/off are YAML booleans"},
+        "healthInterval": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?$"),
+        "sysfs": ABS_PATH,
+    })
+
+
 def cambricon_mlu_settings() -> dict[str, Any]:
     """`dra run cambricon-mlu --set` keys (drivers/cambricon_mlu/settings.py)."""
     return obj({
@@ -278,6 +295,7 @@ def schemas() -> dict[str, dict[str, Any]]:
     return {
         "hami-core-gpu": driver_schema("hami-core-gpu", "hami-core-gpu.project-hami.io", gpu_settings()),
         "ascend": driver_schema("ascend", "ascend.project-hami.io", ascend_settings()),
+        "hygon-dcu": driver_schema("hygon-dcu", "hygon-dcu.project-hami.io", hygon_dcu_settings()),
         "cambricon-mlu": driver_schema("cambricon-mlu", "cambricon-mlu.project-hami.io", cambricon_mlu_settings()),
         "dra-webhook": webhook_schema(),
     }

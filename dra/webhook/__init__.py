@@ -8,9 +8,11 @@ the pod: the webhook creates nothing per pod, so nothing can leak on rollouts.
 
 - `vendors`: the vendor mapping (data: resource names, DeviceClass, units, annotations).
 - `selectors`: HAMi's annotations as CEL selectors.
-- `translate`: one pod's limits as DRA requests (pure; table-tested).
+- `translate`: one pod's limits as DRA requests (pure; table-tested), with `shares` (the values),
+  `knobs` (HAMi's pod-level inputs) and `claimspec` (templates and the pod's patch).
 - `checks`: the validating side for ResourceClaims and ResourceClaimTemplates.
 - `inventory`: a watch-backed view of the published devices (the largest memory, the sizes).
-- `review`: AdmissionReview v1 in and out; `templates`: idempotent template creation.
+- `review`: AdmissionReview v1 in and out; `templates`: idempotent template creation;
+  `events`: warnings as Events on the pod's owner; `quota`: quotas conversion bypasses.
 - `server`: HTTPS serving; `install`: `dra webhook up|down`; `cli`: the commands.
 """

@@ -21,11 +21,18 @@ class ClassConfigs(Protocol):
         """The class's ``spec.config[].opaque`` entries in order; None when it cannot be read."""
         ...
 
+    def exists(self, class_name: str) -> bool | None:
+        """True when the class exists, False when the API server says it does not, None when not known."""
+        ...
+
 
 class NoClasses:
     """No class is known: every claim is judged against the defaults (unit tests, no API access)."""
 
     def opaque(self, class_name: str) -> Sequence[Mapping[str, Any]] | None:
+        return None
+
+    def exists(self, class_name: str) -> bool | None:
         return None
 
 
@@ -34,23 +41,33 @@ class DeviceClassReader:
         self._api: Any = client.ResourceV1Api(api_client)
         self._ttl = ttl
         self._clock = clock
-        self._cache: dict[str, tuple[float, Sequence[Mapping[str, Any]] | None]] = {}
+        self._cache: dict[str, tuple[float, Sequence[Mapping[str, Any]] | None, bool | None]] = {}
         self._lock = threading.Lock()
 
     def opaque(self, class_name: str) -> Sequence[Mapping[str, Any]] | None:
+        return self._read(class_name)[0]
+
+    def exists(self, class_name: str) -> bool | None:
+        return self._read(class_name)[1]
+
+    def _read(self, class_name: str) -> tuple[Sequence[Mapping[str, Any]] | None, bool | None]:
         now = self._clock()
         with self._lock:
             hit = self._cache.get(class_name)
             if hit is not None and hit[0] > now:
-                return hit[1]
+                return hit[1], hit[2]
+        exists: bool | None = None
         try:
             resp = self._api.read_device_class(class_name, _preload_content=False, _request_timeout=5)
             spec = json.loads(resp.data).get("spec") or {}
             got: Sequence[Mapping[str, Any]] | None = [c["opaque"] for c in spec.get("config") or [] if c.get("opaque")]
-        except Exception:  # unreadable (RBAC, outage): judged against the defaults, which is stricter
+            exists = True
+        except Exception as e:  # unreadable (RBAC, outage): judged against the defaults, which is stricter
             got = None
+            if getattr(e, "status", None) == 404:
+                exists = False
         with self._lock:
             if len(self._cache) > 1024:
                 self._cache.clear()
-            self._cache[class_name] = (now + self._ttl, got)
-        return got
+            self._cache[class_name] = (now + self._ttl, got, exists)
+        return got, exists

@@ -7,9 +7,12 @@
                     [--client-ca /client-ca/ca.crt] [--allow-claim-loosening] [--max-shapes-per-pod 32]
 
 Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
-~/.kube/config. It needs get/list/watch on resourceslices, get on deviceclasses and create/get on
-resourceclaimtemplates. Probes: GET /healthz (alive) and /readyz (device inventory synced) on the
-health port, plain HTTP, which also serves Prometheus /metrics.
+~/.kube/config. It needs get/list/watch on resourceslices, get on deviceclasses, create/get on
+resourceclaimtemplates, create on events and get on replicasets (a converted pod's warnings as
+Events on its controller and a ReplicaSet's Deployment: `events`) and list on resourcequotas (the
+warning that conversion bypasses a quota on HAMi's resources: `quota`). Probes: GET /healthz
+(alive) and /readyz (device inventory synced) on the health port, plain HTTP, which also serves
+Prometheus /metrics.
 """
 
 from __future__ import annotations
@@ -69,10 +72,13 @@ def run(
     """Serve the webhook until SIGTERM."""
     import logging
 
+    from dra._runtime import client
     from dra._runtime.logging import setup
     from dra.webhook import vendors
     from dra.webhook.classes import DeviceClassReader
+    from dra.webhook.events import OwnerEvents
     from dra.webhook.inventory import SliceInventory
+    from dra.webhook.quota import QuotaReader
     from dra.webhook.review import Admission
     from dra.webhook.server import WebhookServer
     from dra.webhook.templates import TemplateStore
@@ -89,10 +95,13 @@ def run(
     api = _client(kubeconfig)
     inventory = SliceInventory(api)
     own = os.environ.get("POD_NAMESPACE", "")
+    events = OwnerEvents(lambda path, params: client.get_json(api, path, params, 5),
+                         lambda path, params, body: client.post_json(api, path, params, body, 5))
     admission = Admission(mapping, inventory, TemplateStore(api), classes=DeviceClassReader(api),
                           allow_claim_loosening=allow_claim_loosening,
                           protected_namespaces=["kube-system", *([own] if own else [])],
-                          max_shapes_per_pod=max_shapes_per_pod)
+                          max_shapes_per_pod=max_shapes_per_pod, events=events,
+                          quotas=QuotaReader(lambda path, params: client.get_json(api, path, params, 2)))
     try:
         server = WebhookServer(admission, cert, key, port=port, host=host,
                                health_port=health_port or None, ready=lambda: inventory.ready, client_ca=client_ca)
@@ -103,6 +112,7 @@ def run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     inventory.start()
+    events.start()
     server.start()
     log.info("webhook serving", extra={"port": server.port, "health_port": server.health_port,
                                        "vendors": [v.name for v in mapping.vendors], "config": mapping.source,
@@ -110,6 +120,7 @@ def run(
     stop.wait()
     log.info("webhook stopping")
     server.stop()
+    events.close()
     inventory.stop()
     log.info("webhook stopped")
 

@@ -21,6 +21,9 @@ from typing import Any
 from dra._runtime import registry
 from dra.webhook import checks, translate
 from dra.webhook.classes import ClassConfigs, NoClasses
+from dra.webhook.events import Notifier
+from dra.webhook.quota import NoQuotas, Quotas
+from dra.webhook.quota import warnings as quota_warnings
 from dra.webhook.templates import TemplateError, TemplateStore
 from dra.webhook.translate import Inventory, NoInventory, Share
 from dra.webhook.vendors import VendorMapping
@@ -74,12 +77,14 @@ class Admission:
                  templates: TemplateStore | None = None, drivers: Mapping[str, type] | None = None,
                  classes: ClassConfigs | None = None, allow_claim_loosening: bool = False,
                  protected_namespaces: Collection[str] = ("kube-system",),
-                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD) -> None:
+                 max_shapes_per_pod: int = translate.MAX_SHAPES_PER_POD, events: Notifier | None = None,
+                 quotas: Quotas | None = None) -> None:
         """`classes`: DeviceClasses' configs, the baseline of a claim's (`dra._runtime.loosening`);
         `allow_claim_loosening`: the admin's word that claims may loosen their enforcement (the
         node daemons' setting of the same name); `protected_namespaces`: never written to (the
         webhook's own namespace belongs there too); `max_shapes_per_pod`: the most templates one
-        admission may create (`translate.MAX_SHAPES_PER_POD`)."""
+        admission may create (`translate.MAX_SHAPES_PER_POD`); `events`: where a converted pod's
+        warnings go besides the answer (Events on its owner, `dra.webhook.events`)."""
         if max_shapes_per_pod < 1:
             raise ValueError(f"max_shapes_per_pod must be at least 1, not {max_shapes_per_pod}")
         self.mapping = mapping
@@ -90,6 +95,8 @@ class Admission:
         self.allow_claim_loosening = allow_claim_loosening
         self.protected_namespaces = frozenset(protected_namespaces)
         self.max_shapes_per_pod = max_shapes_per_pod
+        self.events = events
+        self.quotas = quotas or NoQuotas()
 
     # --- /mutate ------------------------------------------------------------------------------
     def mutate(self, review: Any) -> dict[str, Any]:
@@ -98,7 +105,7 @@ class Admission:
         obj = req.get("object") or {}
         if (req.get("kind") or {}).get("kind") != "Pod" or req.get("operation") != "CREATE":
             return _response(uid, True)
-        plan = translate.plan_pod(obj, self.mapping, self.inventory)
+        plan = translate.plan_pod(obj, self.mapping, self.inventory, self.classes.exists)
         if not plan.touches_pod:
             return _response(uid, True)
         pod = _pod_name(req, obj)
@@ -127,11 +134,23 @@ class Admission:
                                                   "validating webhook says why)"])
         dry_run = bool(req.get("dryRun"))
         names: dict[Share, str] = {}
+        bodies: list[dict[str, Any]] = []
         for cs in plan.shares:
-            if cs.share in names:
+            if cs.share in names or cs.uses is not None:
                 continue
             body = translate.template_object(cs.share, namespace, self.inventory)
             names[cs.share] = body["metadata"]["name"]
+            bodies.append(body)
+        # The validating webhook judges each template as it is created; judged here first, a pod
+        # whose template it would refuse (a config the installed driver does not take) is refused
+        # before anything is created, naming why.
+        problems = [p for body in bodies for p in checks.check_claim(
+            body, "ResourceClaimTemplate", self.mapping, self.drivers, self.inventory, self.classes,
+            self.allow_claim_loosening)]
+        if problems:
+            log.info("pod refused: its templates would be", extra={"namespace": namespace, "pod": pod, "problems": problems})
+            return _response(uid, False, f"pod {namespace}/{pod}: the claim it becomes would be refused: {_joined(problems)}")
+        for body in bodies:
             if dry_run or self.templates is None:
                 continue
             try:
@@ -139,11 +158,15 @@ class Admission:
             except TemplateError as e:
                 log.warning("template not created; pod refused", extra={"namespace": namespace, "pod": pod, "error": str(e)})
                 return _response(uid, False, f"pod {namespace}/{pod}: {e}")
-        patch = translate.pod_patch(obj, plan, names)
+        patch = translate.pod_patch(obj, plan, {cs.share: names[cs.share] for cs in plan.shares if cs.uses is None})
         log.info("pod converted", extra={"namespace": namespace, "pod": pod, "dry_run": dry_run,
                                          "templates": sorted(set(names.values())),
                                          "containers": [f"{c.container}:{c.share.vendor.name}" for c in plan.shares]})
-        return _response(uid, True, patch=patch, warnings=plan.warnings)
+        warnings = list(plan.warnings)
+        warnings += quota_warnings(plan, self.quotas.hard(namespace), [v.resources.count for v in self.mapping.vendors])
+        if warnings and self.events is not None and not dry_run:
+            self.events.notify(namespace, obj.get("metadata") or {}, warnings)
+        return _response(uid, True, patch=patch, warnings=warnings)
 
     # --- /validate ----------------------------------------------------------------------------
     def validate(self, review: Any) -> dict[str, Any]:
@@ -157,7 +180,7 @@ class Admission:
         if kind == "Pod":
             if req.get("operation") != "CREATE":
                 return _response(uid, True)  # a stored pod's later updates are not ours to judge
-            plan = translate.plan_pod(obj, self.mapping, self.inventory)
+            plan = translate.plan_pod(obj, self.mapping, self.inventory, self.classes.exists)
             pod = _pod_name(req, obj)
             if plan.problems:
                 log.info("pod refused", extra={"namespace": namespace, "pod": pod, "problems": plan.problems})

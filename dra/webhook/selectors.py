@@ -10,9 +10,9 @@ HAMi (pkg/device: `CheckUUID`, nvidia `checkGPUtype`), as read from its source:
   so ``A100``, ``a100-sxm4`` and ``NVIDIA-NVIDIA A100`` all select an "NVIDIA A100-SXM4-80GB".
   A device must contain one use entry (when given) and no no-use entry.
 
-Deliberate difference: empty entries ("A100," or an empty annotation) are errors here. In
-HAMi an empty entry is a substring of every type, so a trailing comma in `use-gputype` silently
-matches every GPU and one in `nouse-gputype` excludes every GPU.
+Empty entries are skipped and an empty list asks for nothing, as HAMi does since its #2045 (before
+it, an empty entry was a substring of every type: a trailing comma in `use-gputype` matched every
+GPU and one in `nouse-gputype` excluded every GPU). The webhook says so in a warning.
 """
 
 from __future__ import annotations
@@ -21,10 +21,6 @@ import json
 import re
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class AnnotationError(ValueError):
-    """An annotation that cannot become a selector; the message says what to write instead."""
 
 
 def cel_string(text: str) -> str:
@@ -47,15 +43,17 @@ def capacity(driver: str, name: str) -> str:
 
 
 def split_list(annotation: str, value: str) -> tuple[str, ...]:
-    """HAMi's comma-separated list, entries trimmed; empty entries are an error (see module doc)."""
-    entries = tuple(e.strip() for e in value.split(","))
-    if not value.strip():
-        raise AnnotationError(f"annotation {annotation} is empty; list one or more values separated by commas, or remove it")
-    if any(not e for e in entries):
-        raise AnnotationError(
-            f"annotation {annotation}={value!r} has an empty entry (a stray comma); HAMi would read it as "
-            f"'every device', so write the list without it")
-    return entries
+    """HAMi's comma-separated list, entries trimmed, empty ones skipped (see module doc)."""
+    return tuple(e for e in (x.strip() for x in value.split(",")) if e)
+
+
+def list_warning(annotation: str, value: str) -> str | None:
+    """What to tell a user whose list has empty entries (HAMi skips them too)."""
+    if not split_list(annotation, value):
+        return f"annotation {annotation} is empty, which asks for nothing (as in HAMi); remove it"
+    if any(not x.strip() for x in value.split(",")):
+        return f"annotation {annotation} has an empty entry (a stray comma), skipped as HAMi skips it"
+    return None
 
 
 def uuid_selectors(attr: str, use: tuple[str, ...], no_use: tuple[str, ...]) -> list[str]:
@@ -89,3 +87,7 @@ def equals_selector(attr: str, value: str) -> str:
 
 def memory_equals_selector(cap: str, quantity: str) -> str:
     return f"{cap}.compareTo(quantity({cel_string(quantity)})) == 0"
+
+
+def at_least_selector(cap: str, quantity: str) -> str:
+    return f"{cap}.compareTo(quantity({cel_string(quantity)})) >= 0"

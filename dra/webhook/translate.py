@@ -1,97 +1,75 @@
 """One pod's HAMi-style limits as DRA requests: pure functions, no API calls.
 
-`plan_pod(pod, mapping, inventory)` reads every container and init container and returns a
-`PodPlan`: per container and vendor a `Share` (what it asks of one vendor), the warnings, and
-the problems that make the pod impossible (each names the container, the resource and the
-fix). `template_spec(share, inventory)` writes the ResourceClaimTemplate spec for a share;
-its hash names the template, so one shape is one template per namespace. `pod_patch(...)`
-is the JSON patch that strips the vendor resources and references the templates.
+`plan_pod(pod, mapping, inventory, classes)` reads every container and init container and
+returns a `PodPlan`: per container and vendor a `Share` (what it asks of one vendor), the
+warnings, and the problems that make the pod impossible (each names the container, the resource
+and the fix). `claimspec.template_spec` writes the ResourceClaimTemplate spec for a share and
+`claimspec.pod_patch` the pod's JSON patch (both re-exported here).
 
 Units, as HAMi reads them: counts, memory (in the vendor's unit, MiB for HAMi) and percents are
 Kubernetes quantities that must be whole numbers (the API server may hand ``3000`` over as
 ``3k``). Limits are read before requests (HAMi's order). Memory and cores are per device.
+
+HAMi's meanings kept (each pinned by tests/unit/test_webhook_translate.py and the compatibility
+table of examples/hami-compat/):
+- memory without cores (or cores 0) is a memory quota with no compute limit on a device others
+  share: a claim on the vendor's `memoryOnly` class (its config lifts the compute limit) that
+  consumes `memoryOnly.cores` (1), so the device stays shareable;
+- a vendor with model templates (Ascend) splits a share asked without the mode annotation and
+  without cores as HAMi's default does: the memory rounded up to the smallest template that holds
+  it, the template's share of AI cores as cores; a model with `module` > 1 (910C) takes whole
+  modules (one device is rounded up to one module);
+- without the mode annotation (or with a list of modes) a share may land on any of the modes
+  HAMi would use (a `firstAvailable` alternative per mode whose DeviceClass exists);
+- an init container whose request an app container's claim covers uses that claim (HAMi counts
+  the larger of the two, not their sum).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from decimal import Decimal
-from typing import Any, Protocol
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from dra._runtime.client import quantity_decimal
+from dra.webhook import knobs
 from dra.webhook import selectors as sel
-from dra.webhook.vendors import Vendor, VendorMapping
+from dra.webhook.claimspec import pod_claim_name, pod_patch, template_name, template_object, template_spec
+from dra.webhook.shares import (
+    CONVERTED_ANNOTATION,
+    MANAGED_BY,
+    MAX_REQUESTS,
+    MAX_SHAPES_PER_POD,
+    MAX_SUBREQUESTS,
+    SHAPE_ANNOTATION,
+    Alternative,
+    ContainerShare,
+    Inventory,
+    NoInventory,
+    PodPlan,
+    QuantityTooLarge,
+    Share,
+    bounded_quantity,
+    describe_bytes,
+    quantity_text,
+    whole_number,
+)
+from dra.webhook.vendors import Items, Vendor, VendorMapping
 
-MANAGED_BY = "dra-webhook"
-ANNOTATION_DOMAIN = "dra.project-hami.io"
-SHAPE_ANNOTATION = f"{ANNOTATION_DOMAIN}/request"
-CONVERTED_ANNOTATION = f"{ANNOTATION_DOMAIN}/converted"
-MAX_SUBREQUESTS = 8  # firstAvailable entries per request (resource.k8s.io/v1)
-MAX_REQUESTS = 32  # requests per claim (resource.k8s.io/v1): one per device, see template_spec
-MAX_SHAPES_PER_POD = 32
-"""Default of the distinct shapes (`Share`s, one ResourceClaimTemplate each) one pod may ask for:
-past it /mutate refuses the pod before creating any template, so that one admission never makes
-more than this many API writes (``dra webhook run --max-shapes-per-pod``)."""
+__all__ = [
+    "CONVERTED_ANNOTATION", "MANAGED_BY", "MAX_REQUESTS", "MAX_SHAPES_PER_POD", "MAX_SUBREQUESTS", "SHAPE_ANNOTATION",
+    "ClassCheck", "ContainerShare", "Inventory", "NoInventory", "PodPlan", "QuantityTooLarge", "Share",
+    "bounded_quantity", "containers", "describe_bytes", "plan_pod", "pod_claim_name", "pod_patch", "template_name",
+    "template_object", "template_spec",
+]
 
-
-class Inventory(Protocol):
-    """What the published ResourceSlices say about a driver's devices."""
-
-    def memory_sizes(self, driver: str, capacity: str) -> tuple[int, ...] | None:
-        """Distinct memory capacities (bytes) of the driver's devices, largest first; None when not known yet."""
-        ...
-
-
-class NoInventory:
-    """No slices known (unit tests, or a webhook started without API access)."""
-
-    def memory_sizes(self, driver: str, capacity: str) -> tuple[int, ...] | None:
-        return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Share:
-    """What one container asks of one vendor: the shape of one DRA request."""
-
-    vendor: Vendor
-    count: int
-    memory: int | None = None  # bytes per device
-    memory_percent: int | None = None  # percent of one device's memory (when memory is not given)
-    cores: int | None = None  # percent of one device's compute
-    selectors: tuple[str, ...] = ()
-    same_numa: bool = False
-    described: str = ""  # the original resources, for humans
-    device_class: str | None = None  # another mode's DeviceClass (vendor's when None)
-    whole: bool = False  # devices allocated whole (MIG): memory is a minimum size, no capacity requests
+ClassCheck = Callable[[str], "bool | None"]
+"""Whether a DeviceClass exists: True, False (known missing) or None (not known)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ContainerShare:
-    container: str
-    init: bool
-    index: int  # position in spec.containers or spec.initContainers
-    share: Share
-
-
-@dataclasses.dataclass
-class PodPlan:
-    shares: list[ContainerShare] = dataclasses.field(default_factory=list)
-    stripped: dict[tuple[bool, int], tuple[str, ...]] = dataclasses.field(default_factory=dict)  # resources to remove
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    problems: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def touches_pod(self) -> bool:
-        return bool(self.stripped)
-
-    def shapes(self) -> set[Share]:
-        """The distinct shapes the pod asks for, each a template of its own (`described`, the
-        original resources' text, names none: two spellings of one request are one template)."""
-        return {dataclasses.replace(cs.share, described="") for cs in self.shares}
+def _unknown_classes(name: str) -> bool | None:
+    return None
 
 
 def containers(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:
@@ -101,13 +79,25 @@ def containers(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any
     return out
 
 
-def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventory | None = None) -> PodPlan:
-    inventory = inventory or NoInventory()
+@dataclasses.dataclass(frozen=True)
+class _Pod:
+    annotations: Mapping[str, str]
+    inventory: Inventory
+    classes: ClassCheck
+
+
+def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventory | None = None,
+             classes: ClassCheck | None = None) -> PodPlan:
+    """`classes`: whether a DeviceClass exists (the memory-only class, the alternatives' classes);
+    by default not known, which keeps the memory-only class and leaves alternatives out."""
+    ctx = _Pod((pod.get("metadata") or {}).get("annotations") or {}, inventory or NoInventory(),
+               classes or _unknown_classes)
     plan = PodPlan()
-    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    vendors: dict[str, Vendor] = {}
     for init, index, ctr in containers(pod):
         name = str(ctr.get("name", f"#{index}"))
-        kind = "init container" if init else "container"
+        sidecar = init and ctr.get("restartPolicy") == "Always"
+        kind = "init container" if init and not sidecar else "sidecar container" if sidecar else "container"
         where = f"{kind} {name!r}"
         res = ctr.get("resources") or {}
         limits: Mapping[str, Any] = res.get("limits") or {}
@@ -125,17 +115,41 @@ def plan_pod(pod: Mapping[str, Any], mapping: VendorMapping, inventory: Inventor
         for r in profiled:
             share = _profile_share(where, r, mapping, limits, requests, plan)
             if share is not None:
-                plan.shares.append(ContainerShare(name, init, index, share))
+                plan.shares.append(ContainerShare(name, init and not sidecar, index, share))
         by_vendor: dict[str, Vendor] = {}
         for r in ours:
             v = mapping.vendor_of(r)
             if v is not None:
                 by_vendor.setdefault(v.name, v)
+        env = knobs.container_env(ctr)
         for vendor in by_vendor.values():
-            share = _share(where, vendor, limits, requests, annotations, inventory, plan)
+            vendors.setdefault(vendor.name, vendor)
+            share = _share(where, vendor, limits, requests, env, ctx, plan)
             if share is not None:
-                plan.shares.append(ContainerShare(name, init, index, share))
+                plan.shares.append(ContainerShare(name, init and not sidecar, index, share))
+    if plan.stripped:
+        plan.problems += knobs.privileged(pod)
+        plan.warnings += knobs.annotation_warnings(ctx.annotations, mapping, tuple(vendors.values()))
+    _init_containers(plan)
     return plan
+
+
+def _init_containers(plan: PodPlan) -> None:
+    """An init container runs before the app containers, so HAMi counts the larger of its request
+    and theirs: where an app container's claim covers the init container's request, the init
+    container uses that claim; else it keeps its own, held beside the app's for the pod's life."""
+    for i, cs in enumerate(plan.shares):
+        if not cs.init:
+            continue
+        same = [(j, app) for j, app in enumerate(plan.shares) if not app.init and app.share.vendor == cs.share.vendor]
+        cover = next((j for j, app in same if app.share.covers(cs.share)), None)
+        if cover is not None:
+            plan.shares[i] = dataclasses.replace(cs, uses=cover)
+        elif same:
+            plan.warnings.append(
+                f"init container {cs.container!r}: its {cs.share.vendor.name} request is larger than any app container's,"
+                f" so its own claim is held beside theirs for the pod's life (HAMi counts the larger one); ask no more"
+                f" than an app container does and it uses that container's claim")
 
 
 def _profile_share(where: str, resource: str, mapping: VendorMapping, limits: Mapping[str, Any],
@@ -144,11 +158,15 @@ def _profile_share(where: str, resource: str, mapping: VendorMapping, limits: Ma
     v = mapping.profile_vendor(resource)
     assert v is not None and v.profiles is not None
     raw = limits.get(resource, requests.get(resource))
-    count = _whole(where, resource, raw)
+    count = whole_number(where, resource, raw)
     if isinstance(count, str):
         plan.problems.append(count)
         return None
     if count == 0:
+        return None
+    if count > MAX_REQUESTS:
+        plan.problems.append(f"{where}: {resource}={count} asks for more than {MAX_REQUESTS} devices (the requests"
+                             f" of one claim); ask for at most {MAX_REQUESTS}")
         return None
     profile = resource[len(v.profiles.prefix):]
     selector = sel.equals_selector(sel.attribute(v.driver, v.profiles.attribute), profile)
@@ -165,52 +183,25 @@ def _unknown(where: str, resource: str, mapping: VendorMapping) -> str:
             f"its namespace to opt out if another device plugin serves it")
 
 
-MAX_QUANTITY = 10**18
-"""The largest count, memory or percent the webhook reads (an exabyte in bytes): checked on the
-text and the exponent before any conversion, since ``int()`` of a valid quantity such as
-``1e999999999`` would run for minutes."""
-MAX_QUANTITY_CHARS = 64
-LIMIT_TEXT = f"the webhook's limit of 10^18 (and {MAX_QUANTITY_CHARS} characters)"
+@dataclasses.dataclass
+class _Ask:
+    """One container's request of one vendor while it is being read."""
 
-
-class QuantityTooLarge(ValueError):
-    """A quantity past `MAX_QUANTITY` (or longer than `MAX_QUANTITY_CHARS`)."""
-
-
-def bounded_quantity(raw: Any) -> Decimal:
-    """`raw` as an exact Decimal within ±`MAX_QUANTITY`, checked before any conversion that costs
-    more than its text: QuantityTooLarge, or ValueError/TypeError when it is no quantity."""
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        raise TypeError(f"{raw!r} is not a quantity")
-    text = str(raw)
-    if len(text) > MAX_QUANTITY_CHARS:
-        raise QuantityTooLarge(f"{text[:MAX_QUANTITY_CHARS]}... is beyond {LIMIT_TEXT}")
-    try:
-        q = quantity_decimal(text)
-    except ArithmeticError:  # an exponent past Decimal's own range
-        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}") from None
-    if not q.is_finite() or q.adjusted() > 18 or abs(q) > MAX_QUANTITY:
-        raise QuantityTooLarge(f"{text} is beyond {LIMIT_TEXT}")
-    return q
-
-
-def _whole(where: str, resource: str, raw: Any) -> int | str:
-    """A whole-number quantity, or the problem with it."""
-    try:
-        q = bounded_quantity(raw)
-    except QuantityTooLarge as e:
-        return f"{where}: {resource}={e}; write a whole number of at most 10^18"
-    except (ValueError, TypeError):
-        return f"{where}: {resource}={raw!r} is not a Kubernetes quantity; write a whole number"
-    if q < 0:
-        return f"{where}: {resource}={raw} is negative"
-    if q != q.to_integral_value():
-        return f"{where}: {resource}={raw} is not a whole number; write a whole number"
-    return int(q)
+    count: int
+    memory: int | None  # bytes
+    percent: int | None
+    cores: int | None
+    cores_given: bool  # the cores resource is there (0 included)
+    device_class: str | None = None
+    whole: bool = False
+    config: Items = ()  # the claim's own (priority)
+    class_config: Items = ()  # the chosen class's, repeated when a config is written
+    mode: str = ""
+    alternatives: tuple[str, ...] = ()  # other modes to offer after the share's own
 
 
 def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[str, Any],
-           annotations: Mapping[str, str], inventory: Inventory, plan: PodPlan) -> Share | None:
+           env: Mapping[str, str | None], ctx: _Pod, plan: PodPlan) -> Share | None:
     r = v.resources
 
     def value(name: str | None) -> int | None:
@@ -219,7 +210,7 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
         raw = limits.get(name, requests.get(name))
         if raw is None:
             return None
-        got = _whole(where, name, raw)
+        got = whole_number(where, name, raw)
         if isinstance(got, str):
             plan.problems.append(got)
             return None
@@ -227,12 +218,14 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
 
     problems_before = len(plan.problems)
     count, memory_units, percent, cores = value(r.count), value(r.memory), value(r.memory_percentage), value(r.cores)
+    priority = value(r.priority)
     for ign in r.ignored:
         if ign in limits or ign in requests:
             plan.warnings.append(f"{where}: {ign} is not supported by the DRA drivers and was removed")
     given = {n: x for n, x in ((r.memory, memory_units), (r.memory_percentage, percent), (r.cores, cores))
              if n is not None and x is not None}
-    described = ", ".join(f"{n}={limits.get(n, requests.get(n))}" for n in (r.count, r.memory, r.memory_percentage, r.cores)
+    described = ", ".join(f"{n}={limits.get(n, requests.get(n))}"
+                          for n in (r.count, r.memory, r.memory_percentage, r.cores, r.priority)
                           if n and (n in limits or n in requests))
     if count is None:
         if not given:
@@ -249,104 +242,261 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
         return None
 
     memory = None
+    if memory_units == 0:  # HAMi: 0 is "not given", the whole memory (or the percentage)
+        plan.warnings.append(f"{where}: {r.memory}=0 means no memory limit (as in HAMi): the whole device's memory")
+        memory_units = None
     if memory_units is not None:
-        if memory_units == 0:
-            plan.problems.append(f"{where}: {r.memory}=0 asks for no memory; give the memory per device "
-                                 f"(in units of {_unit(v)}) or remove it for the whole device")
         memory = memory_units * v.memory_unit
         if percent is not None:
             plan.warnings.append(f"{where}: {r.memory_percentage} is ignored because {r.memory} is set (as in HAMi)")
             percent = None
+    if percent == 0:
+        plan.warnings.append(f"{where}: {r.memory_percentage}=0 means no memory limit (as in HAMi): the whole"
+                             f" device's memory")
+        percent = None
     if percent is not None and not 1 <= percent <= 100:
         plan.problems.append(f"{where}: {r.memory_percentage}={percent} must be 1-100 (percent of one device's memory)")
+    if percent == 100:
+        percent = None
+    cores_given = r.cores is not None and (r.cores in limits or r.cores in requests)
     if cores is not None:
         if cores > v.max_cores:
             plan.problems.append(f"{where}: {r.cores}={cores} is more than a device has ({v.max_cores}, percent of one "
                                  f"device's compute); set it to 1-{v.max_cores}, or ask for more devices")
         elif cores == 0:
-            plan.warnings.append(f"{where}: {r.cores}=0 (HAMi: no compute limit) leaves the compute share to the "
-                                 f"driver's default")
-            cores = None
-    elif memory is not None or (percent is not None and percent < 100):
-        cores = v.default_cores
+            cores = None  # HAMi: no compute limit
+    ask = _Ask(count, memory, percent, cores, cores_given)
 
-    # Modes: v.mode.value on the vendor's class, v.mode.others each on its own class.
-    sharing = memory is not None or percent is not None or cores is not None
-    device_class, whole = None, False
-    if v.mode is not None:
-        raw_mode = annotations.get(v.mode.annotation)
-        modes = tuple(m.strip() for m in raw_mode.split(",")) if raw_mode is not None else ()
-        other = next((o for o in v.mode.others if o.value in modes), None)
-        if raw_mode is not None and v.mode.value not in modes and other is None:
+    _mode(where, v, ctx, ask, plan)
+    _memory_only(where, v, ctx, ask, plan)
+    knobs.env_knobs(where, v, env, ask.memory is not None or ask.percent is not None or ask.cores is not None,
+                    ask.whole, plan)
+    if v.env.compute_policy and (env.get(v.env.compute_policy) or "").strip().lower() == "disable":
+        _lift_compute_limit(where, v, ctx, ask, plan)
+    _templates(where, v, ctx, ask, plan)
+    _module(where, v, ask, plan)
+    if priority is not None:
+        ask.config = _priority(where, v, priority, ask.config, plan)
+
+    same_numa = _numa(where, v, ctx.annotations, ask.count, plan)
+    selectors = _selectors(where, v, ctx.annotations, plan, _uuid_attribute(v, ask.mode))
+    _sizes(where, v, ctx.inventory, ask, limits, requests, plan)
+    if len(plan.problems) > problems_before:
+        return None
+    alternatives = tuple(alt for mode in ask.alternatives
+                         if (alt := _alternative(v, mode, ask, ctx, plan, priority)) is not None)
+    if ask.whole and ask.memory is not None:  # a device at least that large, taken whole
+        selectors.append(_at_least_selector(v, ask.memory))
+        ask.memory = None
+    return Share(v, ask.count, ask.memory, ask.percent, ask.cores, tuple(selectors), same_numa, described,
+                 ask.device_class, ask.whole, ask.config, ask.class_config, alternatives,
+                 ask.mode or (v.mode.value if v.mode else ""), v.model_info.module if v.model_info else 1)
+
+
+def _at_least_selector(v: Vendor, memory: int) -> str:
+    return sel.at_least_selector(sel.capacity(v.driver, v.capacity_memory), quantity_text(memory))
+
+
+def _mode(where: str, v: Vendor, ctx: _Pod, ask: _Ask, plan: PodPlan) -> None:
+    """The sharing mode from the mode annotation: the vendor's own (`mode.value`) on its class,
+    another on that mode's class; a list (or no annotation, with `mode.unannotated`) offers the
+    others as alternatives, as HAMi places a pod on any GPU of the modes it allows."""
+    if v.mode is None:
+        return
+    raw = ctx.annotations.get(v.mode.annotation)
+    if raw is None:
+        modes = v.mode.unannotated or (v.mode.value,)
+    else:
+        modes = tuple(dict.fromkeys(m.strip() for m in raw.split(",")))
+        bad = [m for m in modes if m not in v.mode.served]
+        if bad:
             served = ", ".join(repr(m) for m in v.mode.served)
-            plan.problems.append(f"{where}: annotation {v.mode.annotation}={raw_mode!r} asks for a mode the DRA "
-                                 f"drivers do not serve; served: {served} (set one or remove the annotation)")
-        elif other is not None and v.mode.value not in modes:
-            device_class, whole = other.device_class, other.whole
-            if whole and r.cores and (r.cores in limits or r.cores in requests):
-                plan.warnings.append(f"{where}: {r.cores} does not apply in mode {other.value!r} (a whole device's "
-                                     f"compute is its own) and was removed")
-            if whole:
-                cores = None
-                if percent is not None:
-                    plan.problems.append(f"{where}: {r.memory_percentage} cannot pick a device in mode "
-                                         f"{other.value!r}; give {r.memory} (the smallest device size that fits)")
-        elif raw_mode is None and v.mode.required_for_sharing and sharing:
-            plan.problems.append(f"{where}: a share of a device ({described}) needs the annotation "
-                                 f"{v.mode.annotation}: {v.mode.value} (template-based splitting is not served); add "
-                                 f"it, or ask for whole devices only")
+            plan.problems.append(f"{where}: annotation {v.mode.annotation}={raw!r} asks for a mode the DRA drivers do"
+                                 f" not serve; served: {served} (set one or remove the annotation)")
+            return
+    own = v.mode.value if v.mode.value in modes else modes[0]
+    ask.mode = own
+    ask.alternatives = tuple(m for m in modes if m != own)
+    other = v.mode.other(own)
+    if other is None:
+        sharing = ask.memory is not None or ask.percent is not None or ask.cores_given
+        if raw is None and v.mode.required_for_sharing and sharing and not (v.model_info and v.model_info.templates):
+            plan.problems.append(f"{where}: a share of a device needs the annotation {v.mode.annotation}: {v.mode.value}"
+                                 f" (template-based splitting is not served); add it, or ask for whole devices only")
+        return
+    ask.device_class, ask.whole, ask.class_config = other.device_class, other.whole, other.config
+    if other.whole:
+        if ask.cores_given:
+            plan.warnings.append(f"{where}: {v.resources.cores} does not apply in mode {other.value!r} (a whole device's"
+                                 f" compute is its own) and was removed")
+        ask.cores = None
+        if ask.percent is not None:
+            plan.problems.append(f"{where}: {v.resources.memory_percentage} cannot pick a device in mode "
+                                 f"{other.value!r}; give {v.resources.memory} (the smallest device size that fits)")
 
-    for key in v.ignored_annotations:
-        if key in annotations:
-            plan.warnings.append(f"{where}: annotation {key} is not honoured under DRA (kube-scheduler picks the "
-                                 f"devices); it was left on the pod")
-    selectors = _selectors(where, v, annotations, plan)
-    same_numa = _numa(where, v, annotations, count, plan)
 
+def _memory_only(where: str, v: Vendor, ctx: _Pod, ask: _Ask, plan: PodPlan) -> None:
+    """Memory without cores (or cores 0): HAMi's memory quota with no compute limit, on a device
+    others share. On the vendor's own mode: the `memoryOnly` class at its small `cores`."""
+    share = ask.memory is not None or ask.percent is not None
+    if ask.whole or ask.cores is not None or not share:
+        return
+    if v.model_info is not None and v.model_info.templates and not _soft(v, ctx, ask):
+        return  # HAMi's default split: `_templates` gives the template's cores
+    mo = v.memory_only
+    own = v.mode is None or ask.mode == v.mode.value
+    if mo is not None and own:
+        if ctx.classes(mo.device_class) is not False:
+            ask.device_class, ask.cores, ask.class_config = mo.device_class, mo.cores, mo.config
+            return
+        plan.warnings.append(f"{where}: DeviceClass {mo.device_class} (memory-only shares) does not exist, so this"
+                             f" share takes the device's whole compute and no one else can share it; the admin"
+                             f" creates it (examples/hami-compat/deviceclasses.yaml)")
+    ask.cores = v.default_cores
+    if ask.cores is None and (mo is None or not own):
+        plan.warnings.append(f"{where}: without {v.resources.cores} this share takes the device's whole compute (no"
+                             f" memory-only class{'' if own else f' in mode {ask.mode!r}'}); give {v.resources.cores}"
+                             f" to share the device")
+
+
+def _lift_compute_limit(where: str, v: Vendor, ctx: _Pod, ask: _Ask, plan: PodPlan) -> None:
+    """``GPU_CORE_UTILIZATION_POLICY=disable``: no compute limit, the share's cores still reserved."""
+    mo = v.memory_only
+    own = v.mode is None or ask.mode == v.mode.value
+    name = v.env.compute_policy
+    if ask.whole or (ask.cores is None and ask.memory is None and ask.percent is None):
+        return  # a whole device: nothing limits it anyway
+    if mo is None or not own:
+        plan.warnings.append(f"{where}: env {name}=disable is not applied in mode {ask.mode!r}; the compute limit stays")
+        return
+    if ctx.classes(mo.device_class) is False:
+        plan.warnings.append(f"{where}: env {name}=disable needs DeviceClass {mo.device_class}, which does not exist;"
+                             f" the compute limit stays")
+        return
+    ask.device_class, ask.class_config = mo.device_class, mo.config
+    if ask.cores is None:
+        ask.cores = mo.cores
+
+
+def _soft(v: Vendor, ctx: _Pod, ask: _Ask) -> bool:
+    """A vendor with templates shares softly (memory as given) with the mode annotation or cores."""
+    return ask.cores_given or (v.mode is not None and v.mode.annotation in ctx.annotations)
+
+
+def _templates(where: str, v: Vendor, ctx: _Pod, ask: _Ask, plan: PodPlan) -> None:
+    """HAMi's default split (no mode annotation, no cores): the smallest template that holds the
+    memory, its share of the AI cores as cores; past the largest template, the whole device."""
+    model = v.model_info
+    if model is None or not model.templates or ask.memory is None or _soft(v, ctx, ask):
+        return
+    assert model.ai_cores is not None and model.memory_mib is not None
+    mib = ask.memory // (1 << 20) + (ask.memory % (1 << 20) > 0)
+    fit = next(((m, c) for m, c in model.templates if mib <= m), None)
+    if fit is None:
+        if mib > model.memory_mib:
+            plan.problems.append(f"{where}: {v.resources.memory}={mib} is more than a {model.name} has ({model.memory_mib}"
+                                 f" MiB); ask for at most that, or for the whole device without {v.resources.memory}")
+        ask.memory = ask.cores = None  # HAMi: the whole device
+        return
+    if ask.count > 1:
+        plan.problems.append(f"{where}: a vNPU template share ({v.resources.memory}={mib}) is one device's (HAMi: vNPU"
+                             f" is not supported for multiple devices); ask for 1, or add {v.mode.annotation if v.mode else ''}"
+                             f": hami-core to share several devices")
+        return
+    ask.memory, ask.cores = fit[0] << 20, math.ceil(fit[1] * 100 / model.ai_cores)
+
+
+def _module(where: str, v: Vendor, ask: _Ask, plan: PodPlan) -> None:
+    """A model allocated in modules (910C: two dies): one device is one module, as HAMi rounds;
+    another count not a multiple of the module is refused, as HAMi refuses it."""
+    module = v.model_info.module if v.model_info else 1
+    if module < 2 or ask.count % module == 0:
+        return
+    if ask.count == 1:
+        ask.count = module
+        plan.warnings.append(f"{where}: {v.resources.count}=1 is rounded up to {module}, one whole module (as HAMi does)")
+        return
+    plan.problems.append(f"{where}: {v.resources.count}={ask.count} must be 1 or a multiple of {module} (a module's"
+                         f" devices are allocated together)")
+
+
+def _priority(where: str, v: Vendor, priority: int, config: Items, plan: PodPlan) -> Items:
+    wanted = dict(v.priorities).get(str(priority))
+    if wanted is None:
+        known = ", ".join(f"{k} ({p})" for k, p in v.priorities)
+        plan.problems.append(f"{where}: {v.resources.priority}={priority} is not a priority; HAMi's are {known}")
+        return config
+    return tuple(sorted({**dict(config), "priority": wanted}.items()))
+
+
+def _alternative(v: Vendor, mode: str, ask: _Ask, ctx: _Pod, plan: PodPlan, priority: int | None) -> Alternative | None:
+    """`mode` as a further `firstAvailable` alternative of the share, where it can say the same:
+    a whole device (MIG) needs the memory (a minimum size); left out while its class is unknown
+    for a pod without the annotation, or known missing."""
+    assert v.mode is not None
+    explicit = v.mode.annotation in ctx.annotations
+    other = v.mode.other(mode)
+    device_class = other.device_class if other else (v.memory_only.device_class if v.memory_only and ask.cores is None
+                                                      else v.device_class)
+    exists = ctx.classes(device_class)
+    if exists is False or (exists is None and not explicit) or ask.percent is not None:
+        return None
+    quiet = PodPlan()  # the annotations' problems are the share's own, reported once
+    selectors = _selectors("", v, ctx.annotations, quiet, _uuid_attribute(v, mode))
+    class_config: Items = other.config if other else ()
+    config = _priority("", v, priority, (), quiet) if priority is not None else ()
+    if other is not None and other.whole:
+        if ask.memory is None:
+            return None
+        return Alternative(mode, device_class, True, tuple(selectors), config, class_config, ask.memory)
+    return Alternative(mode, device_class, False, tuple(selectors), config, class_config)
+
+
+def _uuid_attribute(v: Vendor, mode: str) -> str | None:
+    other = v.mode.other(mode) if v.mode is not None else None
+    return (other.uuid_attribute if other is not None and other.uuid_attribute else None) or v.uuid_attribute
+
+
+def _sizes(where: str, v: Vendor, inventory: Inventory, ask: _Ask, limits: Mapping[str, Any],
+           requests: Mapping[str, Any], plan: PodPlan) -> None:
+    r = v.resources
     sizes = inventory.memory_sizes(v.driver, v.capacity_memory)
-    if memory is not None and sizes:
-        if memory > sizes[0]:
-            raw = str(limits.get(r.memory or "", requests.get(r.memory or "")))
-            hint = (f" ({r.memory} counts {_unit(v)}: {raw} is not a size, write e.g. {3 * (1 << 30) // v.memory_unit} "
-                    f"for 3 GiB)") if raw[-1:] in "iMGTPE" else ""
-            plan.problems.append(f"{where}: {r.memory}={memory_units} ({describe_bytes(memory)}) is more than any "
-                                 f"published {v.device_class} device has (largest: {describe_bytes(sizes[0])} = "
-                                 f"{sizes[0] // v.memory_unit} {_unit(v)}); ask for at most that{hint}")
-    if percent is not None and percent < 100:
+    if ask.memory is not None and sizes and ask.memory > sizes[0]:
+        raw = str(limits.get(r.memory or "", requests.get(r.memory or "")))
+        hint = (f" ({r.memory} counts {_unit(v)}: {raw} is not a size, write e.g. {3 * (1 << 30) // v.memory_unit} "
+                f"for 3 GiB)") if raw[-1:] in "iMGTPE" else ""
+        plan.problems.append(f"{where}: {r.memory}={ask.memory // v.memory_unit} ({describe_bytes(ask.memory)}) is more"
+                             f" than any published {v.device_class} device has (largest: {describe_bytes(sizes[0])} = "
+                             f"{sizes[0] // v.memory_unit} {_unit(v)}); ask for at most that{hint}")
+    if ask.percent is not None:
         if not sizes:
-            plan.problems.append(f"{where}: {r.memory_percentage}={percent} needs the device sizes, but no "
+            plan.problems.append(f"{where}: {r.memory_percentage}={ask.percent} needs the device sizes, but no "
                                  f"{v.driver} device is published yet; give {r.memory} instead, or retry once the "
                                  f"driver runs")
         elif len(sizes) > MAX_SUBREQUESTS:
             plan.problems.append(f"{where}: {r.memory_percentage} cannot be written for {len(sizes)} different device "
                                  f"sizes (at most {MAX_SUBREQUESTS}); give {r.memory} instead")
-    if len(plan.problems) > problems_before:
-        return None
-    if percent == 100:
-        percent = None
-    if whole and memory is not None:  # a device at least that large, taken whole
-        cap = sel.capacity(v.driver, v.capacity_memory)
-        selectors.append(f"{cap}.compareTo(quantity({sel.cel_string(_quantity(memory))})) >= 0")
-        memory = None
-    return Share(v, count, memory, percent, cores, tuple(selectors), same_numa, described, device_class, whole)
 
 
-def _selectors(where: str, v: Vendor, annotations: Mapping[str, str], plan: PodPlan) -> list[str]:
+def _selectors(where: str, v: Vendor, annotations: Mapping[str, str], plan: PodPlan,
+               uuid_attribute: str | None = None) -> list[str]:
     a = v.annotations
     out: list[str] = []
     if v.model is not None and v.model_attribute:
         out.append(sel.equals_selector(sel.attribute(v.driver, v.model_attribute), v.model))
-    try:
-        def listed(key: str | None) -> tuple[str, ...]:
-            return sel.split_list(key, annotations[key]) if key and key in annotations else ()
+    def listed(key: str | None) -> tuple[str, ...]:
+        if not key or key not in annotations:
+            return ()
+        warning = sel.list_warning(key, annotations[key])
+        if warning and where and f"{where}: {warning}" not in plan.warnings:
+            plan.warnings.append(f"{where}: {warning}")
+        return sel.split_list(key, annotations[key])
 
-        use_uuid, no_uuid = listed(a.use_uuid), listed(a.no_use_uuid)
-        use_type, no_type = listed(a.use_type), listed(a.no_use_type)
-    except sel.AnnotationError as e:
-        plan.problems.append(f"{where}: {e}")
-        return out
-    if (use_uuid or no_uuid) and v.uuid_attribute:
-        out += sel.uuid_selectors(sel.attribute(v.driver, v.uuid_attribute), use_uuid, no_uuid)
+    use_uuid, no_uuid = listed(a.use_uuid), listed(a.no_use_uuid)
+    use_type, no_type = listed(a.use_type), listed(a.no_use_type)
+    uuid_attribute = uuid_attribute or v.uuid_attribute
+    if (use_uuid or no_uuid) and uuid_attribute:
+        out += sel.uuid_selectors(sel.attribute(v.driver, uuid_attribute), use_uuid, no_uuid)
     if (use_type or no_type) and v.type_attribute:
         out += sel.type_selectors(sel.attribute(v.driver, v.type_attribute), v.type_prefix, use_type, no_type)
     return out
@@ -361,8 +511,9 @@ def _numa(where: str, v: Vendor, annotations: Mapping[str, str], count: int, pla
     if not key or key not in annotations:
         return False
     raw = annotations[key]
-    if raw not in _TRUE | _FALSE:
-        plan.problems.append(f"{where}: annotation {key}={raw!r} must be true or false")
+    if raw not in _TRUE | _FALSE:  # HAMi: ParseBool fails, not enforced
+        plan.warnings.append(f"{where}: annotation {key}={knobs.shown(raw)} is not true or false, so (as in HAMi)"
+                             f" devices may span NUMA nodes; write true to keep them on one")
         return False
     if raw in _FALSE or count < 2:
         return False
@@ -374,155 +525,3 @@ def _numa(where: str, v: Vendor, annotations: Mapping[str, str], count: int, pla
 
 def _unit(v: Vendor) -> str:
     return {1 << 20: "MiB", 1 << 30: "GiB", 1 << 10: "KiB", 1: "bytes"}.get(v.memory_unit, f"{v.memory_unit} bytes")
-
-
-def describe_bytes(n: int) -> str:
-    for unit, size in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.1f}Gi"
-    return str(n)
-
-
-def _quantity(n: int) -> str:
-    """Bytes as the shortest exact binary quantity ("3000Mi")."""
-    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n % size == 0 and n >= size:
-            return f"{n // size}{unit}"
-    return str(n)
-
-
-# --- the claim template ------------------------------------------------------------------------
-
-
-def template_spec(share: Share, inventory: Inventory | None = None) -> dict[str, Any]:
-    """The `spec` of the ResourceClaimTemplate for `share` (a ResourceClaim spec under `spec`)."""
-    v = share.vendor
-    capacity: dict[str, str] = {}
-    if share.memory is not None:
-        capacity[v.capacity_memory] = _quantity(share.memory)
-    if share.cores is not None:
-        capacity[v.capacity_cores] = str(share.cores)
-
-    # One request per device (count 1 each, distinct by UUID), never one request of count N:
-    # kube-scheduler 1.34 crashes on count > 1 with the per-device slice layout
-    # (kubernetes#133705, dra/_runtime/publish/layout.py) and before 1.37 does not hold distinctAttribute
-    # within one request (kubernetes#140438); across requests every pair is compared.
-    per_device = share.count > 1 and bool(v.uuid_attribute)
-    count = 1 if per_device else share.count
-
-    def exact(selectors: Sequence[str], cap: Mapping[str, str]) -> dict[str, Any]:
-        body: dict[str, Any] = {"deviceClassName": share.device_class or v.device_class, "allocationMode": "ExactCount",
-                                "count": count}
-        if selectors:
-            body["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-        if cap:
-            body["capacity"] = {"requests": dict(cap)}
-        return body
-
-    request: dict[str, Any] = {}
-    if share.memory_percent is None:
-        request["exactly"] = exact(share.selectors, capacity)
-    else:
-        sizes = (inventory or NoInventory()).memory_sizes(v.driver, v.capacity_memory) or ()
-        subs = []
-        for i, size in enumerate(sizes[:MAX_SUBREQUESTS]):
-            part = (size * share.memory_percent // 100) // (1 << 20) * (1 << 20) or size * share.memory_percent // 100
-            fits = sel.memory_equals_selector(sel.capacity(v.driver, v.capacity_memory), _quantity(size))
-            subs.append({"name": f"size-{i}", **exact([*share.selectors, fits], {**capacity, v.capacity_memory: _quantity(part)})})
-        request["firstAvailable"] = subs
-    names = [f"{v.request_name}-{i}" for i in range(share.count)] if per_device else [v.request_name]
-    devices: dict[str, Any] = {"requests": [{"name": name, **request} for name in names]}
-    constraints = []
-    if per_device and v.uuid_attribute and not share.whole:  # whole devices are distinct anyway
-        constraints.append({"requests": names, "distinctAttribute": _qualified(v.driver, v.uuid_attribute)})
-    if share.same_numa and v.numa_attribute:
-        constraints.append({"requests": names, "matchAttribute": _qualified(v.driver, v.numa_attribute)})
-    if constraints:
-        devices["constraints"] = constraints
-    return {"spec": {"devices": devices}}
-
-
-def _qualified(driver: str, name: str) -> str:
-    return name if "/" in name else f"{driver}/{name}"
-
-
-def template_name(share: Share, spec: Mapping[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:10]
-    return f"hami-{share.vendor.name}-{digest}"
-
-
-def template_object(share: Share, namespace: str, inventory: Inventory | None = None) -> dict[str, Any]:
-    spec = template_spec(share, inventory)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {
-            "name": template_name(share, spec),
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": MANAGED_BY},
-            "annotations": {SHAPE_ANNOTATION: share.described},
-        },
-        "spec": spec,
-    }
-
-
-# --- the pod patch -------------------------------------------------------------------------------
-
-
-def pod_claim_name(vendor: str, container: str, taken: set[str]) -> str:
-    """A DNS label naming the pod's claim for one container and vendor, unique in the pod."""
-    base = f"{vendor}-{container}"
-    if len(base) > 63:
-        base = f"{base[:52].rstrip('-')}-{hashlib.sha256(base.encode()).hexdigest()[:10]}"
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        suffix = f"-{n}"
-        name = base[: 63 - len(suffix)].rstrip("-") + suffix
-    taken.add(name)
-    return name
-
-
-def pod_patch(pod: Mapping[str, Any], plan: PodPlan, templates: Mapping[Share, str]) -> list[dict[str, Any]]:
-    """JSON patch: vendor resources removed, one pod claim per (container, vendor) on its template."""
-    spec = pod.get("spec") or {}
-    existing = list(spec.get("resourceClaims") or [])
-    taken = {c.get("name") for c in existing if c.get("name")}
-    new_claims = []
-    per_container: dict[tuple[bool, int], list[str]] = {}
-    for cs in plan.shares:
-        name = pod_claim_name(cs.share.vendor.name, cs.container, taken)
-        new_claims.append({"name": name, "resourceClaimTemplateName": templates[cs.share]})
-        per_container.setdefault((cs.init, cs.index), []).append(name)
-    ops: list[dict[str, Any]] = []
-    converted: dict[str, dict[str, Any]] = {}
-    for (init, index), removed in plan.stripped.items():
-        ctr = (spec.get("initContainers" if init else "containers") or [])[index]
-        res = dict(ctr.get("resources") or {})
-        before: dict[str, Any] = {}
-        for field in ("limits", "requests"):
-            kept = {k: q for k, q in (res.get(field) or {}).items() if k not in removed}
-            for k in removed:
-                if k in (res.get(field) or {}):
-                    before.setdefault(k, res[field][k])
-            if kept:
-                res[field] = kept
-            else:
-                res.pop(field, None)
-        claims = [*(res.get("claims") or []), *({"name": n} for n in per_container.get((init, index), []))]
-        if claims:
-            res["claims"] = claims
-        field_path = "initContainers" if init else "containers"
-        ops.append({"op": "add", "path": f"/spec/{field_path}/{index}/resources", "value": res})
-        converted[str(ctr.get("name"))] = {k: str(q) for k, q in before.items()}
-    if new_claims:
-        ops.append({"op": "add", "path": "/spec/resourceClaims", "value": [*existing, *new_claims]})
-    meta = pod.get("metadata") or {}
-    if "annotations" not in meta:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-    ops.append({"op": "add", "path": "/metadata/annotations/" + CONVERTED_ANNOTATION.replace("~", "~0").replace("/", "~1"),
-                "value": json.dumps(converted, sort_keys=True, separators=(",", ":"))})
-    return ops
-

@@ -28,6 +28,10 @@ class VendorConfigError(UserError):
     """The vendor mapping file is malformed; the message names the place and the fix."""
 
 
+Items = tuple[tuple[str, str | int | bool], ...]
+"""A small mapping kept hashable (a `Vendor` is part of a `Share`, and shares are set members)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Resources:
     count: str
@@ -35,9 +39,11 @@ class Resources:
     memory_percentage: str | None = None
     cores: str | None = None
     ignored: tuple[str, ...] = ()
+    priority: str | None = None
 
     def known(self) -> tuple[str, ...]:
-        return tuple(n for n in (self.count, self.memory, self.memory_percentage, self.cores) if n) + self.ignored
+        named = (self.count, self.memory, self.memory_percentage, self.cores, self.priority)
+        return tuple(n for n in named if n) + self.ignored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +58,16 @@ class Annotations:
 @dataclasses.dataclass(frozen=True)
 class OtherMode:
     """A sharing mode served by claims on another DeviceClass; `whole`: its devices are allocated
-    whole (memory picks a device at least that large, cores do not apply)."""
+    whole (memory picks a device at least that large, cores do not apply); `uuid_attribute`: the
+    attribute UUID annotations match in this mode (MIG devices: their parent GPU's UUID, as HAMi
+    matches); `config`: the class's config fields, repeated in a claim config the webhook writes
+    for this mode (a claim's config replaces its class's)."""
 
     value: str
     device_class: str
     whole: bool = False
+    uuid_attribute: str | None = None
+    config: Items = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +76,53 @@ class Mode:
     value: str
     required_for_sharing: bool = False
     others: tuple[OtherMode, ...] = ()
+    unannotated: tuple[str, ...] = ()
+    """Modes a pod without the annotation may land on, in order (HAMi's one pool of hami-core and
+    MIG GPUs): each becomes a `firstAvailable` alternative. Empty: `value` only."""
 
     @property
     def served(self) -> tuple[str, ...]:
         return (self.value, *(o.value for o in self.others))
+
+    def other(self, value: str) -> OtherMode | None:
+        return next((o for o in self.others if o.value == value), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryOnly:
+    """Where a share with memory and no compute limit goes (HAMi's ``cores`` 0: a memory quota, the
+    device's compute shared freely): `device_class`, whose config lifts the compute limit, at
+    `cores` consumed so that the device stays shareable; `config`: that class's config fields,
+    repeated in a claim config the webhook writes for such a share."""
+
+    device_class: str
+    cores: int
+    config: Items = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """One model of a vendor with models (HAMi's Ascend ``vnpus`` table): the name in its resource
+    names, the chip names it covers (the driver publishes `name` for them), its AI cores and
+    memory (MiB), HAMi's vNPU templates (memory MiB, AI cores; the default split of a share
+    without the mode annotation) and `module`, the devices one allocation takes at least."""
+
+    name: str
+    chips: tuple[str, ...] = ()
+    ai_cores: int | None = None
+    memory_mib: int | None = None
+    templates: tuple[tuple[int, int], ...] = ()
+    module: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Env:
+    """Container environment variables HAMi's hook reads: `compute_policy` (HAMi-core's
+    ``GPU_CORE_UTILIZATION_POLICY``: ``disable`` lifts the compute limit) and `disable_control`
+    (``CUDA_DISABLE_CONTROL``: no hook at all)."""
+
+    compute_policy: str | None = None
+    disable_control: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +160,20 @@ class Vendor:
     mode: Mode | None = None
     ignored_annotations: tuple[str, ...] = ()
     profiles: Profiles | None = None
+    memory_only: MemoryOnly | None = None
+    model_info: Model | None = None
+    module_attribute: str | None = None
+    config_kind: tuple[str, str] | None = None  # (apiVersion, kind) of the driver's opaque config
+    priorities: Items = ()  # the priority resource's values -> the config's `priority`
+    env: Env = Env()
+    warned_annotations: Items = ()  # annotation -> the DRA way, for a warning (and an Event)
+    honoured_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # warned annotation -> values DRA does as HAMi
+
+    def dra_way(self, annotation: str) -> str | None:
+        return next((str(w) for a, w in self.warned_annotations if a == annotation), None)
+
+    def honoured(self, annotation: str) -> tuple[str, ...]:
+        return next((v for a, v in self.honoured_values if a == annotation), ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,13 +250,13 @@ def parse(raw: Any, source: str = "<mapping>") -> VendorMapping:
 
 def _vendor(o: _Obj) -> list[Vendor]:
     name = o.required_text("name")
-    models = o.items("models") or [None]
+    models: list[Model | None] = [_model(item, o, i) for i, item in enumerate(o.items("models"))] or [None]
     device_class = o.required_text("deviceClass")
     driver = o.required_text("driver")
     request_name = o.text("requestName") or "device"
     res = o.child("resources", required=True)
     resources = (res.required_text("count"), res.text("memory"), res.text("memoryPercentage"),
-                 res.text("cores"), tuple(res.items("ignored")))
+                 res.text("cores"), tuple(res.items("ignored")), res.text("priority"))
     res.done()
     prefixes = tuple(o.items("ownedPrefixes"))
     unit_text = o.text("memoryUnit") or "1Mi"
@@ -204,34 +272,48 @@ def _vendor(o: _Obj) -> list[Vendor]:
     cap.done()
     attrs = o.child("attributes")
     attributes = (attrs.text("uuid"), attrs.text("type"), attrs.text("model"), attrs.text("numa"))
+    module_attribute = attrs.text("module")
     attrs.done()
     type_prefix = o.text("typePrefix") or ""
     ann = o.child("annotations")
     annotations = (ann.text("useUUID"), ann.text("noUseUUID"), ann.text("useType"), ann.text("noUseType"),
                    ann.text("numaBind"))
     ignored_annotations = tuple(str(x) for x in ann.items("ignored"))
+    warned = ann.child("warned")
+    warned_annotations = tuple((str(k), warned.required_text(str(k))) for k in sorted(warned.raw))
+    warned.done()
+    honoured_obj = ann.child("honoured")
+    honoured = tuple((str(k), tuple(str(v) for v in honoured_obj.items(str(k)))) for k in sorted(honoured_obj.raw))
+    honoured_obj.done()
     ann.done()
-    mode_obj = o.child("mode")
-    mode: tuple[str, str, bool, tuple[OtherMode, ...]] | None = None
-    if mode_obj.present:
-        others = []
-        for i, item in enumerate(mode_obj.items("others")):
-            other = _Obj(item, o.source, f"{mode_obj.path}.others[{i}]")
-            others.append(OtherMode(other.required_text("value"), other.required_text("deviceClass"),
-                                    other.flag("whole", False)))
-            other.done()
-        mode = (mode_obj.required_text("annotation"), mode_obj.required_text("value"),
-                mode_obj.flag("requiredForSharing", False), tuple(others))
-    mode_obj.done()
+    mode = _mode(o)
     prof = o.child("profiles")
     profiles = None
     if prof.present:
         profiles = Profiles(prof.required_text("prefix"), prof.required_text("deviceClass"),
                             prof.required_text("attribute"))
     prof.done()
+    mo = o.child("memoryOnly")
+    memory_only = None
+    if mo.present:
+        memory_only = MemoryOnly(mo.required_text("deviceClass"), mo.integer("cores", 1), mo.fields("config"))
+        if not 1 <= memory_only.cores <= max_cores:
+            raise mo.error("cores", f"must be 1-{max_cores} (every share costs the scheduler at least 1)")
+    mo.done()
+    cfg = o.child("config")
+    config_kind = (cfg.required_text("apiVersion"), cfg.required_text("kind")) if cfg.present else None
+    cfg.done()
+    prio = o.child("priorities")
+    priorities = tuple((str(k), prio.required_text(str(k))) for k in sorted(prio.raw, key=str))
+    prio.done()
+    if resources[5] and not (priorities and config_kind):
+        raise o.error("resources", "a priority resource needs `priorities` (its values) and `config` (the driver's kind)")
+    env_obj = o.child("env")
+    env = Env(env_obj.text("computePolicy"), env_obj.text("disableControl"))
+    env_obj.done()
     o.done()
 
-    for attr in attributes:
+    for attr in (*attributes, module_attribute):
         if attr is not None and "/" not in attr and not _C_IDENTIFIER.match(attr):
             raise o.error("attributes", f"{attr!r} is not an attribute name (a C identifier of at most 32 characters)")
     if not _DNS_LABEL.match(request_name):
@@ -243,28 +325,80 @@ def _vendor(o: _Obj) -> list[Vendor]:
 
     out = []
     for model in models:
-        if model is not None and not isinstance(model, str):
-            raise o.error("models", f"models must be strings, got {model!r}")
+        model_name = model.name if model is not None else None
 
-        def sub(text: str | None, m: str | None = model) -> str | None:
+        def sub(text: str | None, m: str | None = model_name) -> str | None:
             return text.replace("{model}", m) if text is not None and m is not None else text
 
-        vname = model.lower() if model else name
+        vname = model_name.lower() if model_name else name
         if not _DNS_LABEL.match(vname) or len(vname) > 40:
             raise o.error("name", f"{vname!r} must be a DNS label of at most 40 characters (it is part of object names)")
         r = Resources(sub(resources[0]) or "", sub(resources[1]), sub(resources[2]), sub(resources[3]),
-                      tuple(sub(x) or "" for x in resources[4]))
+                      tuple(sub(x) or "" for x in resources[4]), sub(resources[5]))
         a = Annotations(*(sub(x) for x in annotations))
+        if model is not None and model.module > 1 and not module_attribute:
+            raise o.error("attributes", f"model {model.name} has module {model.module}: name attributes.module, the"
+                                        " attribute devices of one module share")
         out.append(Vendor(
             name=vname, device_class=device_class, driver=driver, request_name=request_name, resources=r,
             owned_prefixes=prefixes, memory_unit=unit, max_cores=max_cores, default_count=default_count,
             default_cores=default_cores, capacity_memory=capacity[0], capacity_cores=capacity[1],
             uuid_attribute=attributes[0], type_attribute=attributes[1], model_attribute=attributes[2],
-            numa_attribute=attributes[3], type_prefix=type_prefix, model=model, annotations=a,
-            mode=Mode(*mode) if mode else None,
-            ignored_annotations=tuple(sub(x) or "" for x in ignored_annotations), profiles=profiles,
+            numa_attribute=attributes[3], type_prefix=type_prefix, model=model_name, annotations=a,
+            mode=mode, ignored_annotations=tuple(sub(x) or "" for x in ignored_annotations), profiles=profiles,
+            memory_only=memory_only, model_info=model, module_attribute=module_attribute, config_kind=config_kind,
+            priorities=priorities, env=env, warned_annotations=tuple((sub(k) or "", w) for k, w in warned_annotations),
+            honoured_values=tuple((sub(k) or "", v) for k, v in honoured),
         ))
     return out
+
+
+def _model(item: Any, o: _Obj, i: int) -> Model:
+    """A model: its name alone (chip = the name without a leading "Ascend"), or the full entry."""
+    if isinstance(item, str):
+        return Model(item)
+    m = _Obj(item, o.source, f"{o.path}.models[{i}]")
+    name = m.required_text("name")
+    chips = tuple(m.items("chips"))
+    if not all(isinstance(c, str) for c in chips):
+        raise m.error("chips", f"chip names must be strings (quote them: YAML reads 910_9392 as a number), got {chips!r}")
+    templates = []
+    for j, t in enumerate(m.items("templates")):
+        if (not isinstance(t, list) or len(t) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                                 for x in t)):
+            raise m.error(f"templates[{j}]", f"must be [memory MiB, AI cores], two positive integers, not {t!r}")
+        templates.append((int(t[0]), int(t[1])))
+    ai_cores, memory = m.optional_integer("aiCores"), m.optional_integer("memory")
+    module = m.integer("module", 1)
+    m.done()
+    if templates and not (ai_cores and memory):
+        raise m.error("templates", "templates need aiCores and memory (the whole device's)")
+    if any(c > (ai_cores or 0) or mem > (memory or 0) for mem, c in templates):
+        raise m.error("templates", "a template cannot be larger than the device (aiCores, memory)")
+    if not 1 <= module <= 8:
+        raise m.error("module", f"must be 1-8, not {module}")
+    return Model(name, chips, ai_cores, memory, tuple(sorted(templates)), module)
+
+
+def _mode(o: _Obj) -> Mode | None:
+    mode_obj = o.child("mode")
+    if not mode_obj.present:
+        mode_obj.done()
+        return None
+    others = []
+    for i, item in enumerate(mode_obj.items("others")):
+        other = _Obj(item, o.source, f"{mode_obj.path}.others[{i}]")
+        others.append(OtherMode(other.required_text("value"), other.required_text("deviceClass"),
+                                other.flag("whole", False), other.text("uuidAttribute"), other.fields("config")))
+        other.done()
+    mode = Mode(mode_obj.required_text("annotation"), mode_obj.required_text("value"),
+                mode_obj.flag("requiredForSharing", False), tuple(others),
+                tuple(str(x) for x in mode_obj.items("unannotated")))
+    unknown = [m for m in mode.unannotated if m not in mode.served]
+    if unknown:
+        raise mode_obj.error("unannotated", f"{unknown[0]!r} is not a mode listed here (value or others)")
+    mode_obj.done()
+    return mode
 
 
 class _Obj:
@@ -330,6 +464,15 @@ class _Obj:
         if not isinstance(v, list):
             raise self.error(key, f"must be a list, got {v!r}")
         return v
+
+    def fields(self, key: str) -> Items:
+        """A mapping of scalars (a config's fields), kept as sorted items."""
+        v = self._get(key, False)
+        if v is None:
+            return ()
+        if not isinstance(v, Mapping) or not all(isinstance(x, str | int | bool) for x in v.values()):
+            raise self.error(key, f"must be a mapping of strings, numbers or booleans, got {v!r}")
+        return tuple(sorted((str(k), x) for k, x in v.items()))
 
     def child(self, key: str, required: bool = False) -> _Obj:
         return _Obj(self._get(key, required), self.source, f"{self.path}.{key}" if self.path else key)

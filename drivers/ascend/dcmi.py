@@ -267,7 +267,8 @@ class Npu:
 
     @property
     def product_name(self) -> str:
-        """``Ascend910B3``: what HAMi's driver publishes as ``model``/``productName``."""
+        """``Ascend910B3``, ``Ascend310P3``: DCMI's chip type and name (the published ``productName`` is
+        HAMi's model for it: `drivers.ascend.models`)."""
         return f"{self.chip_type}{self.chip_name}"
 
     @property

@@ -5,9 +5,10 @@ CEL selectors keep working. So the device is ``npu-<logicID>-0`` and carries HAM
 (``index`` = DCMI logic ID, ``physicalID``, ``uuid``, ``model``, ``productName``, ``brand``,
 ``type``), with two differences: ``uuid`` is the chip's hardware die ID (HAMi published
 ``<node>-<logicID>``, which says nothing about the chip and collides after a re-install), and
-``productName`` is the chip's own name (``Ascend910B3``: what HAMi's resource names
-``huawei.com/Ascend910B3`` and the admission webhook's selectors name), while ``model`` stays the
-family HAMi published in both (``Ascend910B``). Added: ``chipName`` (``910B3``), ``aiCores``, ``cardID``/``chipID`` (npu-smi's
+``productName`` is HAMi's model of the chip (``Ascend910B3``, ``Ascend310P`` for a 310P3,
+``Ascend910C`` for an Atlas A3 die: what HAMi's resource names ``huawei.com/<model>`` and the
+admission webhook's selectors name; `models` reads the one table both use), while ``model``
+stays the family HAMi published in both (``Ascend910B``). Added: ``chipName`` (``910B3``), ``aiCores``, ``cardID``/``chipID`` (npu-smi's
 ``-i``/``-c``), ``driverVersion``, ``serialNumber`` (when the board has an electronic label),
 ``numaNode`` and the standard ``resource.kubernetes.io/pciBusID`` and ``pcieRoot``, so a
 heterogeneous claim can ``matchAttribute`` a GPU and an NPU under one PCIe root.
@@ -27,6 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import dra
 from dra import Device, Taint, whole_mib
+from drivers.ascend import models
 from drivers.ascend.dcmi import Inventory, Npu
 
 DRIVER_NAME = "ascend.project-hami.io"
@@ -65,7 +67,7 @@ def to_device(npu: Npu, inventory: Inventory, taints: Sequence[Taint] = ()) -> D
         "index": npu.logic_id,
         "physicalID": npu.phy_id,
         "model": family(npu),
-        "productName": npu.product_name,
+        "productName": models.model_of(npu.chip_type, npu.chip_name),
         "brand": BRAND,
         "chipName": npu.chip_name,
         "aiCores": npu.ai_cores,

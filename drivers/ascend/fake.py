@@ -6,7 +6,7 @@ loads the stub ``libdcmi.so`` instead of Huawei's, and lays out a small sysfs fo
 and NUMA node. Discovery, health and prepare then run unchanged; a claim's containers get the
 same description (only their NPUs), which the stub ``libascendcl.so`` reads.
 
-PROFILE is ``<model>x<count>``, e.g. ``910b3x8``, ``910cx16``, ``310p3x4`` (models in `MODELS`;
+PROFILE is ``<model>x<count>``, e.g. ``910b3x8``, ``910cx16``, ``310p3x4``, ``910ax8`` (models in `MODELS`;
 values as the real chips report them, from Huawei's product documentation). FILE is YAML:
 
     driverVersion: "25.0.rc1.1"     # optional
@@ -67,6 +67,7 @@ class Model:
 
 
 MODELS: dict[str, Model] = {
+    "910a": Model("910A", 32768, 30, 0xD801),
     "910b1": Model("910B1", 65536, 24, 0xD802),
     "910b2": Model("910B2", 65536, 24, 0xD802),
     "910b3": Model("910B3", 65536, 20, 0xD802),

@@ -52,7 +52,7 @@ typedef struct hk_shim_rt { /* per-shim mutable state */
 
 typedef struct hk_shim {
     const char *name;    /* the shim directory's name */
-    const char *library; /* the real library to dlopen ("lib<vendor>.so.1") */
+    const char *library; /* the real library to dlopen ("lib<vendor>.so.1"; several: "a.so:a.so.6", registry.c) */
     const char *prefix;  /* every hook name starts with it ("cu"): dlsym's quick test */
     const hk_hook *hooks;
     size_t nhooks; /* hooks[0..nhooks) are interposers, the rest aux */

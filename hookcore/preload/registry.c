@@ -18,9 +18,29 @@
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int t_loading; /* a library constructor calling back into us while we load */
 
+/* A shim's `library` may name several files separated by ':' (a runtime whose file name carries
+   its major version): a file the process has already loaded wins (RTLD_NOLOAD matches it by name
+   or, through a symlink, by inode), else the first that opens. */
+static void *open_library(const char *names) {
+    char one[256];
+    for (int pass = 0; pass < 2; pass++) {
+        for (const char *p = names; *p;) {
+            size_t n = strcspn(p, ":");
+            if (n > 0 && n < sizeof one) {
+                memcpy(one, p, n);
+                one[n] = 0;
+                void *h = dlopen(one, RTLD_NOW | RTLD_NODELETE | (pass == 0 ? RTLD_NOLOAD : 0));
+                if (h) return h;
+            }
+            p += n + (p[n] == ':');
+        }
+    }
+    return NULL;
+}
+
 static void load(const hk_shim *s) {
     hk_dlsym_fn real = hk_preload_libc_dlsym();
-    void *h = dlopen(s->library, RTLD_NOW | RTLD_NODELETE);
+    void *h = open_library(s->library);
     s->rt->handle = h;
     if (h && real) {
         for (size_t i = 0; i < s->ntotal; i++) *s->hooks[i].real = real(h, s->hooks[i].name);

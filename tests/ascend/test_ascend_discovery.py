@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drivers.ascend import dcmi, devices, fake
+from drivers.ascend import dcmi, devices, fake, models
 
 GiB = 1 << 30
 
@@ -139,3 +139,35 @@ def test_stub_rejects_a_malformed_description(stub_dcmi: Path, clean_stub_env: N
     d = dcmi.Dcmi(stub_dcmi)
     assert d.chips() == []  # no NPU, not a default one
     assert "stub: HOOKCORE_STUB_NPUS: NPU 0: uuid=NPU-1: expected NPU-" in capfd.readouterr().err
+
+
+# --- HAMi's model names: one table for the driver and the admission webhook -----------------------
+
+
+@pytest.mark.parametrize(("profile", "model"), [
+    ("910ax2", "Ascend910A"), ("910b2x2", "Ascend910B2"), ("910b3x2", "Ascend910B3"), ("910b4x2", "Ascend910B4"),
+    ("310p3x2", "Ascend310P"), ("910cx2", "Ascend910C"),
+])
+def test_every_hami_model_is_published_under_the_name_its_pods_ask_for(fake_npus, profile: str, model: str) -> None:
+    """The webhook turns huawei.com/<model> into a claim selecting productName == <model>: the fake
+    of each chip HAMi lists must publish exactly that (a 310P3 is HAMi's Ascend310P)."""
+    from dra.webhook import translate, vendors
+
+    backend = fake_npus(profile)
+    inv = dcmi.discover(backend.dcmi, backend.sysfs)
+    published = {devices.to_device(n, inv).attributes["productName"] for n in inv.npus}
+    assert published == {model}
+    pod = {"spec": {"containers": [{"name": "c", "resources": {"limits": {f"huawei.com/{model}": "2"}}}]}}
+    plan = translate.plan_pod(pod, vendors.load())
+    assert not plan.problems, plan.problems
+    assert f'.productName == "{model}"' in plan.shares[0].share.selectors[0]
+
+
+def test_the_driver_reads_the_webhooks_model_table_and_keeps_unlisted_chips_dcmi_name(fake_npus) -> None:
+    from dra.webhook import vendors
+
+    table = {chip: v.model_info.name for v in vendors.load().vendors if v.model_info for chip in v.model_info.chips}
+    assert models.chip_models() == table and table["310P3"] == "Ascend310P" and table["910_9392"] == "Ascend910C"
+    inv = dcmi.discover(fake_npus("910b1x2").dcmi)  # a chip HAMi does not list
+    assert {devices.to_device(n, inv).attributes["productName"] for n in inv.npus} == {"Ascend910B1"}
+    assert models.parse({"vendors": [{"name": "nvidia", "models": [{"name": "x", "chips": ["y"]}]}]}) == {}

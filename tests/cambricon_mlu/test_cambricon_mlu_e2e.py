@@ -1,4 +1,4 @@
-"""examples/cambricon-mlu and the three-vendor heterogeneous claim, end to end on the rig.
+"""examples/cambricon-mlu and the four-vendor heterogeneous claim, end to end on the rig.
 
 A fresh Node object, `dra run cambricon-mlu --fake mlu370-x8x8` registered with kubelet's
 protocol (the harness), the examples applied unchanged with kubectl and allocated by
@@ -6,7 +6,7 @@ kube-scheduler, prepared by the daemon, and then the MLU program started with th
 edits as a runtime would (`run_with_cdi`): it prints the sMLU instance the daemon made for its
 claim (quota and memory, from CNDev) and the stub runtime holds it to that instance's memory. No
 hook: the daemon installs none and the claim's spec mounts none. For the heterogeneous claim the
-GPU and NPU daemons run beside it, and each workload in the one container is held to its share.
+GPU, NPU and DCU daemons run beside it, and each workload in the one container is held to its share.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from dra.testing.runtime import run_with_cdi, runtime_unavailable
 from dra_dev.cluster.controlplane import ControlPlane
 
 MLU, NPU, GPU = "cambricon-mlu.project-hami.io", "ascend.project-hami.io", "hami-core-gpu.project-hami.io"
+DCU = "hygon-dcu.project-hami.io"
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MLU_WORKLOAD = workload_program().parent / "mlu_workload"
@@ -119,7 +120,7 @@ def _rig(cluster: ControlPlane, api: client.ApiClient, drivers: dict[str, list[s
     with tempfile.TemporaryDirectory(prefix="dra-mx-", dir="/tmp") as tmp:
         work = Path(tmp)
         hooks = HookDir(work / "hook-dir")  # as the charts' init containers: every hook of the node first
-        for stem in (["vgpu"] if GPU in drivers else []) + (["vnpu"] if NPU in drivers else []):
+        for stem in [stem for d, stem in ((GPU, "vgpu"), (NPU, "vnpu"), (DCU, "vhip")) if d in drivers]:
             hooks.install(dra.hook_library(stem))
         rig = Rig(api, cluster, node, ns, work)
         try:
@@ -133,8 +134,7 @@ def _rig(cluster: ControlPlane, api: client.ApiClient, drivers: dict[str, list[s
                 rig.harnesses[name].watch()
             for d in rig.daemons.values():
                 d.wait_http("/readyz", timeout=60)
-            for directory in ("cambricon-mlu", *(["ascend"] if NPU in drivers else []),
-                              *(["hami-core-gpu"] if GPU in drivers else [])):
+            for directory in ["cambricon-mlu", *(d.split(".")[0] for d in (NPU, GPU, DCU) if d in drivers)]:
                 rig.kubectl("apply", "-f", str(EXAMPLES / directory / "deviceclass.yaml"))
             yield rig
         finally:
@@ -207,15 +207,16 @@ def test_memory_only_and_two_whole_mlus(mlu_rig: Rig) -> None:
 @pytest.fixture
 def mixed_rig(cluster: ControlPlane, api_client: client.ApiClient, stub_cndev: Path) -> Iterator[Rig]:
     yield from _rig(cluster, api_client, {MLU: ["cambricon-mlu", "--fake", "mlu370-x8x8"],
-                                          NPU: ["ascend", "--fake", "910b3x8"], GPU: ["hami-core-gpu", "--fake", "h200x8"]})
+                                          NPU: ["ascend", "--fake", "910b3x8"], GPU: ["hami-core-gpu", "--fake", "h200x8"],
+                                          DCU: ["hygon-dcu", "--fake", "k100-aix8"]})
 
 
-def test_one_claim_over_a_gpu_an_npu_and_an_mlu_each_held_in_one_container(mixed_rig: Rig) -> None:
-    (claim,) = mixed_rig.allocate(EXAMPLES / "heterogeneous" / "gpu-npu-and-mlu.yaml", 1).values()
-    ids = [i for driver in (GPU, NPU, MLU) for i in mixed_rig.prepare(claim, driver)]
-    gpu = mixed_rig.run(ids, [str(workload_program())])
-    npu = mixed_rig.run(ids, [str(workload_program().parent / "acl_workload")])
-    mlu = mixed_rig.run(ids, [str(MLU_WORKLOAD)])
-    assert [int(kv["quota_total_bytes"]) for kv in (gpu, npu, mlu)] == [10 * GiB, 16 * GiB, 12 * GiB]
-    assert all(kv["over_quota_alloc"] == "refused" for kv in (gpu, npu, mlu))
-    assert mlu["smlu_quota_percent"] == "20"
+def test_one_claim_over_four_vendors_each_held_in_one_container(mixed_rig: Rig) -> None:
+    """Three shares held by their hooks, the MLU's by its sMLU instance, all in one container."""
+    (claim,) = mixed_rig.allocate(EXAMPLES / "heterogeneous" / "gpu-npu-dcu-and-mlu.yaml", 1).values()
+    ids = [i for driver in (GPU, NPU, DCU, MLU) for i in mixed_rig.prepare(claim, driver)]
+    runs = [mixed_rig.run(ids, [str(workload_program().parent / name)])
+            for name in ("cuda_workload", "acl_workload", "hip_workload", "mlu_workload")]
+    assert [int(kv["quota_total_bytes"]) for kv in runs] == [10 * GiB, 16 * GiB, 24 * GiB, 12 * GiB]
+    assert all(kv["over_quota_alloc"] == "refused" for kv in runs)
+    assert runs[3]["smlu_quota_percent"] == "20"

@@ -71,10 +71,19 @@ def test_the_mapping_owns_hamis_mlu_names_and_leaves_the_vendors_plugin_alone() 
     v = MAPPING.vendor_of("cambricon.com/mlu.smlu.vcore")
     assert v and v.device_class == MLU and v.driver == MLU and v.memory_unit == 256 << 20
     assert MAPPING.owns("cambricon.com/vmlu") and MAPPING.owns("cambricon.com/mlu.smlu.vmemory")
-    for theirs in ("cambricon.com/mlu", "cambricon.com/mlu370.smlu.vcore", "cambricon.com/mlu.share"):
+    for theirs in ("cambricon.com/mlu", "cambricon.com/mlu.share", "cambricon.com/mlu.mim-2m.8gb"):
         assert not MAPPING.owns(theirs), theirs
     plan = plan_pod(pod({"cambricon.com/mlu": "1"}), MAPPING, SIZES)
     assert not plan.shares and not plan.problems
+
+
+def test_the_vendor_plugins_per_model_names_are_refused_naming_hamis_defaults() -> None:
+    """HAMi's own MLU example asks `cambricon.com/mlu370.smlu.*` (the vendor plugin's
+    --enable-device-type names): converting its `vmlu` alone would give a whole MLU and leave the
+    rest to no one; it is refused, naming the names that convert."""
+    plan = plan_pod(pod({"cambricon.com/vmlu": "1", "cambricon.com/mlu370.smlu.vmemory": "20",
+                         "cambricon.com/mlu370.smlu.vcore": "10"}), MAPPING, SIZES)
+    assert not plan.shares and any("did you mean cambricon.com/mlu.smlu.vmemory" in p for p in plan.problems), plan.problems
 
 
 def test_more_memory_than_an_mlu_has_is_a_problem() -> None:

@@ -233,6 +233,7 @@ def _camel(field: str) -> str:
 SAMPLES = {"driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys", "dcmiLibrary": "/usr/local/dcmi/libdcmi.so",
            "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5", "fullLoadClockMhz": "1500",
            "mpsRoot": "/run/hami-core-gpu/mps", "mpsControl": "nvidia-cuda-mps-control", "contextMemory": "692Mi",
+           "smiLibrary": "/opt/hyhal/lib/librocm_smi64.so",
            "sharing": "whole", "cndevLibrary": "/usr/lib64/libcndev.so"}
 
 

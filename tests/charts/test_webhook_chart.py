@@ -25,6 +25,7 @@ from kubernetes import client
 from test_commands import parse
 from test_install import assert_nothing_left, derived, helm_release_secrets, labelled_objects
 
+import dra
 from dra._runtime import registry
 from dra.webhook import registration, vendors
 
@@ -213,6 +214,23 @@ def test_bad_values_are_refused_with_a_message_naming_them(helm: Tool, values: d
 # against the real API server
 
 
+def test_the_memory_only_classes_are_the_examples_and_the_ones_the_mapping_names(helm: Tool) -> None:
+    """HAMi's memory-only shares go to these classes (vendors.yaml memoryOnly): the chart makes the
+    ones the shipped mapping names, as examples/hami-compat/deviceclasses.yaml writes them, and each
+    config is one its driver takes and that lifts the compute limit."""
+    rendered = {o["metadata"]["name"]: o for o in render(helm, CHART, values=CLIENT_CA) if o["kind"] == "DeviceClass"}
+    example = yaml.safe_load_all((HELM_DIR.parent / "examples" / "hami-compat" / "deviceclasses.yaml").read_text())
+    assert {o["metadata"]["name"]: o["spec"] for o in example} == {n: o["spec"] for n, o in rendered.items()}
+    named = {v.memory_only.device_class for v in vendors.load().vendors if v.memory_only}
+    assert set(rendered) == named
+    drivers = registry.driver_classes()
+    for obj in rendered.values():
+        (config,) = obj["spec"]["config"]
+        decoded = dra.decode_config(drivers[config["opaque"]["driver"]], config["opaque"]["parameters"])
+        assert decoded.compute_limit is False
+    assert [o for o in render(helm, CHART, values={**CLIENT_CA, "memoryOnlyClasses": []}) if o["kind"] == "DeviceClass"] == []
+
+
 def tls_secret(kubectl: Tool, namespace: str, name: str) -> dict[str, Any]:
     secret: dict[str, Any] = json.loads(kubectl.run("get", "secret", name, "-n", namespace, "-o", "json").stdout)
     return secret
@@ -233,7 +251,8 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
         created = sorted(n.split("/")[0] for n in labelled_objects(kubectl, release) if not derived(n))
         assert created == sorted([
             "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io",
-            "deployment.apps", "mutatingwebhookconfiguration.admissionregistration.k8s.io",
+            "deployment.apps", "deviceclass.resource.k8s.io", "deviceclass.resource.k8s.io",
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io",
             "networkpolicy.networking.k8s.io", "poddisruptionbudget.policy", "secret", "service", "serviceaccount",
             "validatingwebhookconfiguration.admissionregistration.k8s.io",
         ])
@@ -251,6 +270,9 @@ def test_install_upgrade_keeps_the_ca_and_uninstall_leaves_nothing(cluster_helm:
                                         ("delete", "resourceclaimtemplates.resource.k8s.io", "no"),
                                         ("create", "resourceclaims.resource.k8s.io", "no"),
                                         ("create", "resourceslices.resource.k8s.io", "no"),
+                                        ("create", "events", "yes"), ("get", "replicasets.apps", "yes"),
+                                        ("list", "replicasets.apps", "no"), ("update", "deployments.apps", "no"),
+                                        ("list", "resourcequotas", "yes"), ("update", "resourcequotas", "no"),
                                         ("get", "secrets", "no"), ("patch", "pods", "no")):
             got = kubectl.run("auth", "can-i", verb, resource, "-n", "default", f"--as={sa}", check=False).stdout.strip()
             assert got == allowed, (verb, resource)

@@ -1,8 +1,8 @@
 """Every driver passes the driver conformance suite (dra.testing.conformance), each on its fake
 devices in the configurations that change what it writes: the example driver (counted devices,
 a fake profile), hami-core-gpu on fake H200s (toolkit and self-contained CDI), ascend on fake
-910B3s and Atlas A3 modules, and cambricon-mlu on fake MLU370-X8s (sMLU: no hook, the vendor's
-instances hold the shares) and MLU590s (whole)."""
+910B3s and Atlas A3 modules, hygon-dcu on fake K100_AIs and Z100s, and cambricon-mlu on fake MLU370-X8s
+(sMLU: no hook, the vendor's instances hold the shares) and MLU590s (whole)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from drivers.cambricon_mlu.driver import CambriconMluDriver
 from drivers.example.driver import ExampleConfig, ExampleDriver
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+from drivers.hygon_dcu import edits as dcu_edits
+from drivers.hygon_dcu.config import DcuConfig
+from drivers.hygon_dcu.driver import HygonDcuDriver
 
 pytestmark = pytest.mark.cluster
 
@@ -72,6 +75,28 @@ class TestAscendConformanceOnA3Modules(AscendKeys):
 
     driver_class = AscendDriver
     fake = "910cx2"
+    settings = {"healthInterval": "0.5"}
+    fault_points = ("prepare.after_hooks", "unprepare.after_hooks")
+
+
+class DcuKeys(DriverConformance):
+    def device_keys(self, driver: Driver) -> set[str]:
+        # libvhip keys a DCU by its PCI bus ID (what hipDeviceGetPCIBusId reports in the container)
+        return {dcu_edits.hook_key(str(d.attributes["resource.kubernetes.io/pciBusID"])) for d in driver.devices()}
+
+
+class TestHygonDcuConformance(DcuKeys):
+    driver_class = HygonDcuDriver
+    fake = "k100-aix2"
+    settings = {"health": "off"}
+    sample_configs = [DcuConfig(), DcuConfig(preload="env", compute_limit=False)]
+
+
+class TestHygonDcuConformanceWithHealth(DcuKeys):
+    """Z100s, health polling on."""
+
+    driver_class = HygonDcuDriver
+    fake = "z100x2"
     settings = {"healthInterval": "0.5"}
     fault_points = ("prepare.after_hooks", "unprepare.after_hooks")
 

@@ -1,10 +1,10 @@
 """What every driver built on `dra.SharedDeviceDriver` must do, written once and run for each
-(hami-core-gpu on fake H200s, ascend on fake 910B3s, cambricon-mlu on fake MLU370-X8s, whose shares
-the vendor's sMLU holds instead of a hook): the driver class on its fake backend
+(hami-core-gpu on fake H200s, ascend on fake 910B3s, hygon-dcu on fake K100_AIs, cambricon-mlu on fake
+MLU370-X8s, whose shares the vendor's sMLU holds instead of a hook): the driver class on its fake backend
 (setup, refusals, whole devices, the strongest preload, health through its stub, settings), its
 daemon on the real control plane (the published slice, a fault becoming a taint and kubelet
 health until it clears), and every driver's example manifests. What only one driver does stays
-in its own tests (tests/hami_core_gpu, tests/ascend, tests/cambricon_mlu)."""
+in its own tests (tests/hami_core_gpu, tests/ascend, tests/hygon_dcu, tests/cambricon_mlu)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ from drivers.hami_core_gpu import nvml
 from drivers.hami_core_gpu import settings as gpu_settings
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
+from drivers.hygon_dcu import devices as dcu_devices
+from drivers.hygon_dcu import settings as dcu_settings
+from drivers.hygon_dcu.config import DcuConfig
+from drivers.hygon_dcu.driver import HygonDcuDriver
+from drivers.hygon_dcu.rsmi import RsmiError
 
 GiB = 1 << 30
 CLAIM = ClaimRef("0c6a3f6e-0000-4000-8000-00000000d5c1", "default", "c")
@@ -80,6 +85,7 @@ class Vendor:
     sample: str  # the device whose slice entry `sample_wire` describes
     sample_wire: Mapping[str, Any]  # attributes in wire form
     sample_memory: str
+    fault_key: str = "uuid"  # the attribute that names a device in the stub's fault file
 
     def __str__(self) -> str:
         return self.id
@@ -126,6 +132,29 @@ NPU = Vendor(
                  "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"}},
     sample_memory="64Gi",
 )
+DCU = Vendor(
+    id="hygon-dcu", driver_class=HygonDcuDriver, command="hygon-dcu", driver_name=dcu_devices.DRIVER_NAME,
+    request="dcu", fake="k100-aix8", fake_pair="k100-aix2", names=[f"dcu-{i}" for i in range(8)],
+    product="K100_AI", uuid_prefix="DCU-", whole=(64 * GiB, 100), config=DcuConfig,
+    fault_env="HOOKCORE_STUB_RSMI_STATE", interval="healthInterval",
+    steps=[
+        HealthStep("ecc {uuid} 2 3", False, r"^2 uncorrectable ECC error\(s\) in VRAM \(3 correctable\)$",
+                   frozenset({("health", "uncorrectable-ecc")})),
+        HealthStep("ecc {uuid} 0 3", True, r"^ok, 3 correctable ECC error\(s\)$", frozenset()),  # a driver reload resets them
+        HealthStep("lost {uuid}", False, r"DCU gone: ROCm SMI rsmi_dev_memory_usage_get\(",
+                   frozenset({("dcu-lost", "")})),
+    ],
+    settings_error=dcu_settings.SettingsError,
+    missing_library=(lambda root: {"smiLibrary": str(root / "librocm_smi64.so")}, RsmiError,
+                     r"librocm_smi64\.so not found"),
+    node_libraries=lambda: None,
+    sample="dcu-5",
+    sample_wire={"type": {"string": "DCU"}, "productName": {"string": "K100_AI"}, "index": {"int": 5},
+                 "computeUnits": {"int": 120}, "numaNode": {"int": 1},
+                 "resource.kubernetes.io/pciBusID": {"string": "0000:02:00.0"}},
+    sample_memory="64Gi",
+    fault_key="resource.kubernetes.io/pciBusID",  # the stub ROCm SMI's state file names a DCU by its bus ID
+)
 MLU = Vendor(
     id="cambricon-mlu", driver_class=CambriconMluDriver, command="cambricon-mlu", driver_name=mlu_devices.DRIVER_NAME,
     request="mlu", fake="mlu370-x8x8", fake_pair="mlu370-x8x2", names=[f"mlu-{i}" for i in range(8)],
@@ -144,7 +173,7 @@ MLU = Vendor(
                  "smlu": {"bool": True}, "numaNode": {"int": 1}, "resource.kubernetes.io/pcieRoot": {"string": "pci0000:85"}},
     sample_memory="48Gi",
 )
-VENDORS = [GPU, NPU, MLU]
+VENDORS = [GPU, NPU, DCU, MLU]
 
 BAD_SETTINGS = [
     (GPU, {"cdimode": "toolkit"}, "unknown setting 'cdimode'"),
@@ -164,6 +193,10 @@ BAD_SETTINGS = [
     (NPU, {"healthInterval": "0"}, "healthInterval must be seconds"),
     (NPU, {"driverRoot": "usr"}, "driverRoot must be an absolute path"),
     (NPU, {"health": "yes"}, "health must be on or off"),
+    (DCU, {"devRoots": "/"}, "unknown setting 'devRoots'"),
+    (DCU, {"healthInterval": "0"}, "healthInterval must be seconds"),
+    (DCU, {"driverRoot": "opt"}, "driverRoot must be an absolute path"),
+    (DCU, {"health": "yes"}, "health must be on or off"),
     (MLU, {"smlu": "on"}, "unknown setting 'smlu'"),
     (MLU, {"sharing": "mig"}, "sharing must be one of"),
     (MLU, {"devRoot": "dev"}, "devRoot must be an absolute path"),
@@ -242,7 +275,7 @@ def test_health_changes_taint_republish_and_reach_the_health_stream(vendor: Vend
     ctx = Recorder()
     d = driver(fake=vendor.fake_pair, settings={vendor.interval: "0.05"}, recorder=ctx)
     first, second = vendor.names[:2]
-    uuid = str(d.devices()[1].attributes["uuid"])
+    uuid = str(d.devices()[1].attributes[vendor.fault_key])
     wait_for(lambda: ctx.health and all(e.healthy for e in ctx.health[-1]), 5, 0.01, what="both devices healthy")
     for step in vendor.steps:
         changed = ctx.changed
@@ -309,7 +342,7 @@ def test_a_fault_taints_the_device_and_reaches_kubelet_until_it_clears(vendor: V
     node, faults, harness = fake_node["node"], fake_node["faults"], fake_node["harness"]
     name = vendor.names[3]
     devices = wait_for(lambda: slice_devices(api_client, node, vendor.driver_name) or None, 30, what="the slice")
-    uuid = next(d for d in devices if d["name"] == name)["attributes"]["uuid"]["string"]
+    uuid = next(d for d in devices if d["name"] == name)["attributes"][vendor.fault_key]["string"]
     fault, recovery = vendor.steps[:2]
     harness.wait_for_plugin(vendor.driver_name)
     with harness.watch_health(driver=vendor.driver_name) as watch:
@@ -339,7 +372,7 @@ def test_a_fault_taints_the_device_and_reaches_kubelet_until_it_clears(vendor: V
 
 # --- every driver's examples ----------------------------------------------------------------------
 
-EXAMPLE_DIRS = ("hami-core-gpu", "ascend", "cambricon-mlu", "gpu.example.com", "heterogeneous")
+EXAMPLE_DIRS = ("hami-core-gpu", "ascend", "hygon-dcu", "cambricon-mlu", "gpu.example.com", "heterogeneous")
 MANIFESTS = sorted(p for d in EXAMPLE_DIRS for p in (EXAMPLES / d).glob("*.yaml") if p.name != "demo.yaml")
 """demo.yaml: the demo's data, not a manifest; hami-compat's pods need the webhook (test_webhook.py)."""
 

@@ -58,8 +58,11 @@ def test_mps_mode_asks_the_mps_class_for_the_same_share() -> None:
 
 
 def test_hami_core_mode_is_unchanged() -> None:
-    _, exactly, _ = request(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, "hami-core"))
+    _, exactly, _ = request(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "20"},
+                                "hami-core"))
     assert exactly["deviceClassName"] == GPU
+    _, exactly, _ = request(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, "hami-core"))
+    assert exactly["deviceClassName"] == f"memory-only.{GPU}"  # no compute limit (test_webhook_hami_meaning.py)
 
 
 def test_a_mig_profile_resource_asks_for_that_profile() -> None:

@@ -117,7 +117,7 @@ def test_shims_include_only_their_own_vendor() -> None:
 
 
 def formatted_files() -> list[Path]:
-    dirs = [HOOKCORE, ROOT / "tests/hook/c", ROOT / "tests/ascend/c"]
+    dirs = [HOOKCORE, ROOT / "tests/hook/c", ROOT / "tests/ascend/c", ROOT / "tests/hygon_dcu/c"]
     return sorted(p for d in dirs for p in d.rglob("*.[ch]") if "build" not in p.relative_to(d).parts
                   and not p.name.startswith("_"))
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_helpers import create_node, pod_scheduled, unique, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -31,6 +32,7 @@ from dra.webhook import translate
 from dra.webhook.inventory import SliceInventory
 from dra_dev import webhook_local as install
 from dra_dev.cluster.controlplane import ControlPlane
+from drivers.ascend import dcmi, devices, fake
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scheduler]
 GPU = "hami-core-gpu.project-hami.io"
@@ -48,6 +50,14 @@ def webhook(cluster: ControlPlane, api_client: client.ApiClient, tmp_path_factor
         try:
             resource.create_device_class({"metadata": {"name": cls}, "spec": {"selectors": [{"cel": {"expression": expression}}]}})
             made.append(cls)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    # The memory-only classes the mapping names, as an admin applies them (the chart makes them too).
+    for body in yaml.safe_load_all((EXAMPLES / "deviceclasses.yaml").read_text()):
+        try:
+            resource.create_device_class(body)
+            made.append(body["metadata"]["name"])
         except ApiException as e:
             if e.status != 409:
                 raise
@@ -247,6 +257,51 @@ def test_annotations_select_devices_with_hamis_semantics(api_client: client.ApiC
              what="a V100-only pod to stay unschedulable")
 
 
+def test_memory_only_pods_share_one_gpu_without_taking_its_compute(api_client: client.ApiClient, ns: str) -> None:
+    """HAMi's README pod (gpumem, no gpucores): a memory quota with no compute limit. Two of them
+    and a 98-core share fit on one GPU (1 core each is their scheduling cost); the GPU's 100 cores
+    then being taken, another memory-only pod waits, as HAMi refuses a cores-0 task on a full GPU."""
+    node = node_with(api_client, GPU, [gpu("gpu-0")])
+    for name in ("readme-a", "readme-b"):
+        create(api_client, ns, hami_pod(name, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, node))
+    create(api_client, ns, hami_pod("busy", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000",
+                                             "nvidia.com/gpucores": "98"}, node))
+    for name in ("readme-a", "readme-b"):
+        (result,) = allocation(api_client, ns, name)
+        assert result["device"] == "gpu-0" and result["consumedCapacity"] == {"memory": "3000Mi", "cores": "1"}
+    (busy,) = allocation(api_client, ns, "busy")
+    assert busy["device"] == "gpu-0" and busy["consumedCapacity"]["cores"] == "98"
+    create(api_client, ns, hami_pod("readme-c", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}, node))
+    wait_for(lambda: "Unschedulable" in pod_scheduled(api_client, ns, "readme-c")[1], 60,
+             what="a memory-only pod to wait while the GPU's 100 cores are taken")
+
+
+def fake_npus(profile: str) -> list[Device]:
+    """The Ascend driver's own devices for one of its fake profiles (what its daemon publishes)."""
+    node = fake.profile(profile, "whn")
+    npus = tuple(dcmi.Npu(f.uuid, f.logic_id, f.phy_id, f.card, f.chip, "Ascend", f.chip_name, f.ai_cores, f.memory,
+                          f.pci_bus_id, f.pci_device_id, None, 0, f.pcie_root, f.numa_node) for f in node.npus)
+    return devices.to_devices(dcmi.Inventory(node.driver_version, npus))
+
+
+def test_hamis_ascend_examples_convert_and_allocate_on_the_drivers_own_devices(api_client: client.ApiClient,
+                                                                             ns: str) -> None:
+    """HAMi's examples/ascend pods (the default vNPU split: -memory alone, no annotation) on the
+    devices the Ascend driver publishes for a 310P3 and a 910C: the memory rounded up to HAMi's
+    template and its share of AI cores; a 910C request takes one module (both dies of a card)."""
+    p310 = node_with(api_client, NPU, fake_npus("310p3x2"))
+    create(api_client, ns, hami_pod("job-310p", {"huawei.com/Ascend310P": "1", "huawei.com/Ascend310P-memory": "2000"},
+                                    p310))
+    (r,) = allocation(api_client, ns, "job-310p")
+    assert r["consumedCapacity"] == {"memory": "3Gi", "cores": "13"}  # vir01: 3072 MiB, 1 of 8 AI cores
+    c910 = node_with(api_client, NPU, fake_npus("910cx4"))
+    create(api_client, ns, hami_pod("job-910c", {"huawei.com/Ascend910C": "1", "huawei.com/Ascend910C-memory": "16384"},
+                                    c910))
+    results = allocation(api_client, ns, "job-910c")
+    assert sorted(x["device"] for x in results) in (["npu-0-0", "npu-1-0"], ["npu-2-0", "npu-3-0"])  # one card
+    assert {x["consumedCapacity"]["memory"] for x in results} == {"16Gi"}
+
+
 def test_memory_percentage_is_a_share_of_the_device_it_lands_on(api_client: client.ApiClient, ns: str) -> None:
     node = node_with(api_client, GPU, [gpu("gpu-0", memory="40Gi")])
     body = hami_pod("half", {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "10"}, node)
@@ -371,6 +426,49 @@ def test_deployment_rolled_out_twice_leaves_no_claim_once_scaled_to_zero(api_cli
     assert len(templates_of(api_client, ns)) == 1  # one shape, one template, reused by every pod
 
 
+def test_a_deployments_users_see_the_warnings_as_events_on_their_deployment(api_client: client.ApiClient,
+                                                                          ns: str) -> None:
+    """An admission warning reaches whoever created the pod: for a Deployment's pods, the
+    ReplicaSet controller. The webhook also posts it as an Event on the ReplicaSet and the
+    Deployment (`kubectl describe deployment` shows it)."""
+    apps: Any = client.AppsV1Api(api_client)
+    template = {k: v for k, v in hami_pod("x", {"nvidia.com/gpu": "1"}).items() if k in ("metadata", "spec")}
+    template["metadata"] = {"labels": {"app": "spread"}, "annotations": {"hami.io/node-scheduler-policy": "spread"}}
+    apps.create_namespaced_deployment(ns, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "spread"},
+                                           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "spread"}},
+                                                    "template": template}})
+    core: Any = client.CoreV1Api(api_client)
+
+    def events_on(kind: str) -> list[Any]:
+        return [e for e in core.list_namespaced_event(ns).items
+                if e.involved_object.kind == kind and e.reason == "HAMiInputNotHonoured"]
+
+    (event,) = wait_for(lambda: events_on("Deployment"), 60, what="the webhook's Event on the Deployment")
+    assert event.involved_object.name == "spread" and event.type == "Warning"
+    assert "hami.io/node-scheduler-policy='spread' is not honoured under DRA" in event.message
+    assert "LeastAllocated (spread)" in event.message
+    assert len(events_on("ReplicaSet")) == 1, "two pods, one warning: one Event per object"
+    pods = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(core.list_namespaced_pod(ns).items), 30,
+                    what="both pods")
+    assert all(p.spec.resource_claims for p in pods)  # converted all the same
+
+
+def test_a_quota_on_hamis_resources_is_named_when_conversion_bypasses_it(cluster: ControlPlane,
+                                                                       api_client: client.ApiClient, ns: str) -> None:
+    """The webhook strips nvidia.com/gpu before the ResourceQuota plugin counts the pod: the quota
+    stops limiting converted pods. kubectl shows the warning naming it and DRA's per-class quota."""
+    core: Any = client.CoreV1Api(api_client)
+    core.create_namespaced_resource_quota(ns, {"metadata": {"name": "gpus"}, "spec": {"hard": {
+        "requests.nvidia.com/gpu": "1"}}})
+    kubectl = [str(cluster.bins.path("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "-n", ns]
+    for name in ("q1", "q2"):  # two GPUs under a quota of one: both admitted, as the quota no longer sees them
+        proc = subprocess.run([*kubectl, "create", "-f", "-"], input=json.dumps(hami_pod(name, {"nvidia.com/gpu": "1"})),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert ("Warning: ResourceQuota gpus: requests.nvidia.com/gpu no longer counts this pod (converted to claims);"
+                f" DRA's quota counts devices per class: {GPU}.deviceclass.resource.k8s.io/devices") in proc.stderr
+
+
 def test_the_api_server_keeps_its_connections_to_the_webhook(webhook: Path) -> None:
     state = install.State.load(webhook)
     assert state is not None
@@ -408,10 +506,11 @@ def test_impossible_pods_get_a_clear_rejection_and_leave_nothing(api_client: cli
     assert "nvidia.com/gpumemory is not a resource this webhook knows (did you mean nvidia.com/gpumem" in msg
     msg = refusal(api_client, ns, hami_pod("huge", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000000"}))
     assert "is more than any published hami-core-gpu.project-hami.io device has (largest:" in msg
-    msg = refusal(api_client, ns, hami_pod("npu", {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "1024"}))
-    assert "needs the annotation huawei.com/vnpu-mode: hami-core" in msg
-    msg = refusal(api_client, ns, hami_pod("comma", {"nvidia.com/gpu": "1"}, annotations={"nvidia.com/use-gputype": "A100,"}))
-    assert "has an empty entry" in msg
+    msg = refusal(api_client, ns, hami_pod("npu", {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "70000"}))
+    assert "huawei.com/Ascend910B3-memory=70000 is more than a Ascend910B3 has (65536 MiB)" in msg
+    body = hami_pod("privileged", {"nvidia.com/gpu": "1"})
+    body["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert "container 'main' is privileged" in refusal(api_client, ns, body)
     assert templates_of(api_client, ns) == [] and client.CoreV1Api(api_client).list_namespaced_pod(ns).items == []
 
 

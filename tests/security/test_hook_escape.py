@@ -1,7 +1,8 @@
 """A tenant's code against the hook (issue 17, hook side): every way past the quota that the review
 of 165651d found, run under the real libvgpu.so against the stub libcuda, each refused now.
 
-`tests/hook/c/hostile.c` is the tenant: it reaches glibc's own dlsym (dlvsym with every version,
+`tests/hook/c/hostile.c` is the tenant (the dlsym routes run under libvhip.so too, with
+tests/hygon_dcu/c/hip_client.c: tests/security/hook_tenants.py): it reaches glibc's own dlsym (dlvsym with every version,
 libc's handle, RTLD_NEXT), loops cuCtxCreate, raises the heap and stack limits, captures
 allocations into graphs and adds graph memory nodes, keeps freed memory in pools, shares VMM
 memory (export, import, retain), and launches through the legacy cuLaunch* entry points. On
@@ -20,6 +21,7 @@ import hookcore
 from tests.hook.clients import client_env
 from tests.hook.conftest import HookLibs, cc, hookcore_libs  # noqa: F401  (fixture)
 from tests.limiter_books import assert_held, ran, virtual_preload
+from tests.security.hook_tenants import Tenant, tenant  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 OOM = 2
@@ -43,17 +45,21 @@ def run(hostile: Path, libs: HookLibs, tmp_path: Path, *args: str, **env: str) -
     return out
 
 
-def test_every_route_to_glibcs_dlsym_gives_the_hook(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
-                                                    tmp_path: Path) -> None:
-    out = run(hostile, hookcore_libs, tmp_path, "dlroutes", "2G")
-    routes = dict(r.split(" ", 1) for r in out["ROUTE"])
+def test_every_route_to_glibcs_dlsym_gives_the_hook(tenant: Tenant, tmp_path: Path) -> None:  # noqa: F811
+    """For every hook library: whatever route a tenant takes to glibc's own dlsym, a lookup of a
+    policed name in the runtime's handle gets the hook, and 2 GiB on a 1 GiB quota is refused."""
+    env = tenant.env(HOOKCORE_MEMORY_LIMIT_0="1Gi", HOOKCORE_LEDGER=str(tmp_path / "ledger"))
+    proc = subprocess.run([str(tenant.program), "dlroutes", "2G"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "SETUP 0" in proc.stdout, proc.stdout + proc.stderr
+    lines = [ln.split(" ", 1) for ln in proc.stdout.splitlines()]
+    routes = dict(rest.split(" ", 1) for word, rest in lines if word == "ROUTE")
     assert len(routes) == 10, routes
     for how, lib in routes.items():
         if how == "libc-private":
             assert lib == "none", how          # glibc's private lookup entry points answer nothing
         else:
-            assert lib == "libvgpu.so", (how, lib)
-    allocs = dict(a.split(" ") for a in out["ALLOC"])
+            assert lib == f"lib{tenant.stem}.so", (how, lib)
+    allocs = dict(rest.split(" ") for word, rest in lines if word == "ALLOC")
     assert allocs and all(int(rc) == OOM for rc in allocs.values()), allocs   # 2 GiB on 1 GiB: refused
 
 

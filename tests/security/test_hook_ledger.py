@@ -6,6 +6,7 @@ the real libvgpu.so in the processes of the claim, against the stub libcuda:
 
 - a claim directory whose config is gone fails closed (it was dormant, i.e. unlimited);
 - quota variables in the environment do not raise a config file's quota;
+  (these two for every hook library: libvgpu.so and libvhip.so, tests/security/hook_tenants.py)
 - the ledger's limits raised and the process's own usage zeroed: the process is still refused past
   its quota (limits come from its own config; it counts its own usage and rewrites its slot);
 - garbage, or another claim's ledger copied over, fails closed or is rebuilt from the config;
@@ -30,6 +31,7 @@ import hookcore
 from tests.hook.clients import client_env
 from tests.hook.conftest import HookLibs, cc, hookcore_libs, testing_lib  # noqa: F401  (fixtures)
 from tests.limiter_books import assert_at_most, assert_share, ran, virtual_preload
+from tests.security.hook_tenants import REFUSED, Tenant, tenant  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -47,33 +49,32 @@ def hostile(hookcore_libs: HookLibs, tmp_path_factory: pytest.TempPathFactory) -
     return cc(tmp_path_factory.mktemp("hostile") / "hostile", str(ROOT / "tests/hook/c/hostile.c"), "-ldl")
 
 
-def write_config(root: Path, text: str) -> Path:
-    d = root / "vgpu"
+def write_config(root: Path, text: str, stem: str = "vgpu") -> Path:
+    d = root / stem
     d.mkdir(parents=True, exist_ok=True)
     (d / "config").write_text(text)
     return d
 
 
-def test_claim_directory_without_config_fails_closed(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
-                                                     testing_lib: Path, tmp_path: Path) -> None:  # noqa: F811
-    (tmp_path / "vgpu").mkdir()
-    (tmp_path / "vgpu" / "ledger").write_bytes(b"")   # what a container keeps after deleting its config
-    env = client_env(hookcore_libs, testing_lib, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
+def test_claim_directory_without_config_fails_closed(tenant: Tenant, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / tenant.stem).mkdir()
+    (tmp_path / tenant.stem / "ledger").write_bytes(b"")   # what a container keeps after deleting its config
+    env = tenant.env(testing=True, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
                      HOOKCORE_MEMORY_LIMIT_0="8Gi")   # an environment does not stand in for the claim
-    proc = subprocess.run([str(hostile), "hold", "64M"], env=env, input="", capture_output=True, text=True,
+    proc = subprocess.run([str(tenant.program), "hold", "64M"], env=env, input="", capture_output=True, text=True,
                           timeout=30)
-    assert "HELD 3" in proc.stdout, proc.stdout + proc.stderr   # CUDA_ERROR_NOT_INITIALIZED: refused
-    assert f"claim directory {tmp_path}/vgpu exists but has no config file" in proc.stderr
+    assert f"HELD {REFUSED}" in proc.stdout, proc.stdout + proc.stderr   # not initialized: refused
+    assert f"claim directory {tmp_path}/{tenant.stem} exists but has no config file" in proc.stderr
     assert "(fail closed)" in proc.stderr
 
 
-def test_environment_cannot_raise_the_claims_quota(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811
-                                                   testing_lib: Path, tmp_path: Path) -> None:  # noqa: F811
-    write_config(tmp_path, "HOOKCORE_MEMORY_LIMIT_0=256Mi\n")
-    env = client_env(hookcore_libs, testing_lib, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
-                     HOOKCORE_MEMORY_LIMIT_0="8Gi", HOOKCORE_MEMORY_LIMIT="8Gi", CUDA_DEVICE_MEMORY_LIMIT_0="8Gi",
-                     CUDA_DEVICE_MEMORY_LIMIT="8Gi", HOOKCORE_LEDGER=str(tmp_path / "mine"))
-    proc = subprocess.run([str(hostile), "hold", "512M"], env=env, input="", capture_output=True, text=True,
+def test_environment_cannot_raise_the_claims_quota(tenant: Tenant, tmp_path: Path) -> None:  # noqa: F811
+    write_config(tmp_path, "HOOKCORE_MEMORY_LIMIT_0=256Mi\n", tenant.stem)
+    legacy = tenant.legacy_memory   # HAMi's name for the quota, which this hook reads from an environment
+    env = tenant.env(testing=True, HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path), HOOKCORE_MEMORY_LIMIT_0="8Gi",
+                     HOOKCORE_MEMORY_LIMIT="8Gi", **{f"{legacy}_0": "8Gi", legacy: "8Gi"},
+                     HOOKCORE_LEDGER=str(tmp_path / "mine"))
+    proc = subprocess.run([str(tenant.program), "hold", "512M"], env=env, input="", capture_output=True, text=True,
                           timeout=30)
     assert f"HELD {OOM}" in proc.stdout, proc.stdout + proc.stderr
     assert not (tmp_path / "mine").exists()

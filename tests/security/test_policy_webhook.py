@@ -105,14 +105,15 @@ def test_templates_are_created_only_in_the_namespace_of_the_pod(namespace: str, 
 
 
 def shaped_pod_review(containers: int, init_containers: int = 0, distinct: bool = True) -> dict[str, Any]:
-    """A pod whose every container (and init container) asks for its own `nvidia.com/gpumem`."""
+    """A pod whose every container (and init container) asks for its own `nvidia.com/gpumem`; the
+    init containers' more than any container's, so none uses a container's claim (translate's rule)."""
     review = pod_review({})
     spec = review["request"]["object"]["spec"]
 
-    def ctr(name: str, i: int) -> dict[str, Any]:
-        return {"name": name, "resources": {"limits": {"nvidia.com/gpumem": str(1024 + (i if distinct else 0))}}}
+    def ctr(name: str, i: int, base: int = 1024) -> dict[str, Any]:
+        return {"name": name, "resources": {"limits": {"nvidia.com/gpumem": str(base + (i if distinct else 0))}}}
 
-    spec["initContainers"] = [ctr(f"init-{i}", i) for i in range(init_containers)]
+    spec["initContainers"] = [ctr(f"init-{i}", i, 60000) for i in range(init_containers)]
     spec["containers"] = [ctr(f"c-{i}", init_containers + i) for i in range(containers)]
     return review
 

@@ -94,7 +94,14 @@ def _modules(package_dir: Path) -> list[str]:
 
 def _layered(pyproject: Path) -> set[str]:
     contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
-    return {name.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"] for name in layer.split("|")}
+    return {
+        f"{container}.{name.strip()}" if container else name.strip()
+        for c in contracts
+        if c["type"] == "layers"
+        for container in c.get("containers", [""])  # a contract with containers names its layers relative to them
+        for layer in c["layers"]
+        for name in layer.split("|")
+    }
 
 
 # The distributions' top packages and the runtime's private namespace hold the stacks; a layers

@@ -51,16 +51,16 @@ QUANTITIES = [
     # limits, expected (count, memory bytes, percent, cores)
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}, (1, 3000 * Mi, None, 30)),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3k", "nvidia.com/gpucores": "30"}, (1, 3000 * Mi, None, 30)),
-    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}, (1, 3000 * Mi, None, None)),
-    ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3500"}, (2, 3500 * Mi, None, None)),
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2.5k"}, (1, 2500 * Mi, None, None)),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}, (1, 3000 * Mi, None, 1)),  # memory-only: see below
+    ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3500"}, (2, 3500 * Mi, None, 1)),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2.5k"}, (1, 2500 * Mi, None, 1)),
     ({"nvidia.com/gpu": "1"}, (1, None, None, None)),
-    ({"nvidia.com/gpumem": "1024"}, (1, 1024 * Mi, None, None)),  # count defaults to 1, as in HAMi
+    ({"nvidia.com/gpumem": "1024"}, (1, 1024 * Mi, None, 1)),  # count defaults to 1, as in HAMi
     ({"nvidia.com/gpucores": "50"}, (1, None, None, 50)),
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}, (1, None, 50, None)),
+    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}, (1, None, 50, 1)),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}, (1, None, None, None)),  # = whole device
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100", "nvidia.com/gpumem-percentage": "50"},
-     (1, 100 * Mi, None, None)),  # memory wins over the percentage, as in HAMi
+     (1, 100 * Mi, None, 1)),  # memory wins over the percentage, as in HAMi
     ({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "28672", "huawei.com/Ascend910B3-core": "40"},
      (1, 28 * Gi, None, 40)),
 ]
@@ -85,7 +85,6 @@ PROBLEMS = [
     ({"nvidia.com/gpu": "1.5"}, "nvidia.com/gpu=1.5 is not a whole number"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "lots"}, "nvidia.com/gpumem='lots' is not a Kubernetes quantity"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}, "nvidia.com/gpucores=150 is more than a device has (100"),
-    ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "0"}, "nvidia.com/gpumem=0 asks for no memory"),
     ({"nvidia.com/gpu": "0", "nvidia.com/gpumem": "1000"}, "nvidia.com/gpu=0 asks for no device, but nvidia.com/gpumem"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"}, "must be 1-100"),
     ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100000"},
@@ -117,23 +116,32 @@ def test_without_published_devices_memory_is_not_judged() -> None:
     assert s.memory == 100000 * Mi
 
 
-def test_zero_cores_is_hamis_no_limit_and_is_left_to_the_driver() -> None:
+def test_zero_cores_is_hamis_no_limit() -> None:
+    # cores 0 alone: the whole device (HAMi: all memory, so the card is exclusive anyway)
     plan = plan_pod(pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "0"}), MAPPING, SIZES)
-    assert plan.shares[0].share.cores is None
-    assert "nvidia.com/gpucores=0" in plan.warnings[0]
+    assert plan.shares[0].share.cores is None and plan.shares[0].share.device_class is None and not plan.warnings
+    # with memory: a memory-only share, as memory without cores (tests/unit/test_webhook_hami_meaning.py)
+    s = one_share(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "0"}))
+    assert (s.device_class, s.cores) == (f"memory-only.{GPU}", 1)
 
 
-def test_unsupported_knobs_are_removed_with_a_warning() -> None:
+def test_priority_becomes_the_claims_config() -> None:
     p = pod({"nvidia.com/gpu": "1", "nvidia.com/priority": "1", "cpu": "2"})
     plan = plan_pod(p, MAPPING, SIZES)
-    assert "nvidia.com/priority is not supported" in plan.warnings[0]
+    assert not plan.warnings and not plan.problems
     ops = pod_patch(p, plan, {plan.shares[0].share: "t"})
     assert ops[0]["value"]["limits"] == {"cpu": "2"}
+    assert template_spec(plan.shares[0].share)["spec"]["devices"]["config"] == [{"requests": ["gpu"], "opaque": {
+        "driver": GPU, "parameters": {"apiVersion": f"{GPU}/v1alpha1", "kind": "GpuConfig", "priority": "normal"}}}]
 
 
-def test_annotations_nothing_honours_draw_a_warning() -> None:
+def test_annotations_nothing_honours_draw_a_warning_naming_the_dra_way() -> None:
+    plan = plan_pod(pod({"nvidia.com/gpu": "1"}, annotations={"hami.io/gpu-scheduler-policy": "spread"}), MAPPING, SIZES)
+    assert plan.shares and "hami.io/gpu-scheduler-policy='spread' is not honoured under DRA" in plan.warnings[0]
+    assert "matchAttribute" in plan.warnings[0]
+    # binpack is what kube-scheduler's allocator does within a node (the first device with room)
     plan = plan_pod(pod({"nvidia.com/gpu": "1"}, annotations={"hami.io/gpu-scheduler-policy": "binpack"}), MAPPING, SIZES)
-    assert plan.shares and "hami.io/gpu-scheduler-policy is not honoured under DRA" in plan.warnings[0]
+    assert plan.shares and not plan.warnings
 
 
 def test_a_pod_without_vendor_resources_is_not_touched() -> None:
@@ -176,10 +184,7 @@ def test_annotations_become_cel_selectors(annotations: dict[str, str], cel: list
 
 
 ANNOTATION_PROBLEMS = [
-    ({"nvidia.com/use-gputype": "A100,"}, "has an empty entry"),
-    ({"nvidia.com/nouse-gpuuuid": ""}, "annotation nvidia.com/nouse-gpuuuid is empty"),
     ({"nvidia.com/vgpu-mode": "time-slicing"}, "served: 'hami-core', 'mps', 'mig'"),
-    ({"nvidia.com/numa-bind": "yes"}, "must be true or false"),
 ]
 
 
@@ -187,6 +192,31 @@ ANNOTATION_PROBLEMS = [
 def test_bad_annotations_are_problems(annotations: dict[str, str], message: str) -> None:
     plan = plan_pod(pod({"nvidia.com/gpu": "2"}, annotations=annotations), MAPPING, SIZES)
     assert any(message in p for p in plan.problems), plan.problems
+
+
+LENIENT = [  # what HAMi makes of them, with a warning saying so
+    ({"nvidia.com/use-gputype": "A100,"}, [f'{T}.contains("A100")'], "has an empty entry (a stray comma), skipped"),
+    ({"nvidia.com/nouse-gpuuuid": ""}, [], "annotation nvidia.com/nouse-gpuuuid is empty, which asks for nothing"),
+    ({"nvidia.com/use-gputype": " , "}, [], "annotation nvidia.com/use-gputype is empty"),
+    ({"nvidia.com/numa-bind": "yes"}, [], "is not true or false, so (as in HAMi) devices may span NUMA nodes"),
+]
+
+
+@pytest.mark.parametrize(("annotations", "cel", "warning"), LENIENT, ids=[json.dumps(a[0]) for a in LENIENT])
+def test_lenient_annotations_mean_what_hami_makes_of_them(annotations: dict[str, str], cel: list[str],
+                                                          warning: str) -> None:
+    plan = plan_pod(pod({"nvidia.com/gpu": "2"}, annotations=annotations), MAPPING, SIZES)
+    assert not plan.problems and list(plan.shares[0].share.selectors) == cel
+    assert not plan.shares[0].share.same_numa
+    assert any(warning in w for w in plan.warnings), plan.warnings
+
+
+def test_zero_memory_or_percentage_is_hamis_not_given() -> None:
+    for limits in ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "0"}, {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0"}):
+        plan = plan_pod(pod(limits), MAPPING, SIZES)
+        s = plan.shares[0].share
+        assert (s.memory, s.memory_percent, s.cores) == (None, None, None), "the whole device, as HAMi reads 0"
+        assert "=0 means no memory limit (as in HAMi)" in plan.warnings[0]
 
 
 def test_numa_bind_keeps_several_devices_on_one_numa_node() -> None:
@@ -204,8 +234,8 @@ def test_ascend_model_uuid_annotations_and_the_soft_split_mode() -> None:
     assert s.selectors == (f'{d}.productName == "Ascend910B3"', f'{d}.uuid in ["npu-1", "npu-2"]')
     exactly = template_spec(s)["spec"]["devices"]["requests"][0]["exactly"]
     assert exactly["deviceClassName"] == NPU and exactly["capacity"]["requests"] == {"memory": "28Gi", "cores": "40"}
-    plan = plan_pod(pod(limits), MAPPING, SIZES)  # a share without the mode: HAMi's template splitting, not served
-    assert "needs the annotation huawei.com/vnpu-mode: hami-core" in plan.problems[0]
+    # -core without the annotation: HAMi's soft split too (tests/unit/test_webhook_hami_meaning.py has the rest)
+    assert one_share(pod(limits)).memory == 28 * Gi
     assert one_share(pod({"huawei.com/Ascend910B3": "2"})).count == 2  # whole NPUs need no mode
 
 
@@ -293,17 +323,16 @@ def test_patch_keeps_what_was_there_and_covers_init_containers() -> None:
         },
     }
     plan = plan_pod(p, MAPPING, SIZES)
-    assert [(c.container, c.init) for c in plan.shares] == [("warmup", True), ("main", False)]
-    assert plan.shares[0].share == plan.shares[1].share  # one shape, one template ...
-    out = apply(p, pod_patch(p, plan, {plan.shares[0].share: "tpl"}))
+    assert [(c.container, c.init, c.uses) for c in plan.shares] == [("warmup", True, 1), ("main", False, None)]
+    out = apply(p, pod_patch(p, plan, {plan.shares[1].share: "tpl"}))
     spec = out["spec"]
-    assert spec["initContainers"][0]["resources"] == {"claims": [{"name": "nvidia-warmup"}]}
+    # the init container has ended before main starts: it uses main's claim (HAMi counts the larger, not the sum)
+    assert spec["initContainers"][0]["resources"] == {"claims": [{"name": "nvidia-main-2"}]}
     main = spec["containers"][0]["resources"]
     assert main == {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}, "claims": [{"name": "mine"}, {"name": "nvidia-main-2"}]}
     assert spec["containers"][1] == p["spec"]["containers"][1]
-    assert spec["resourceClaims"] == [  # ... but one claim per container: two containers never share a device share
+    assert spec["resourceClaims"] == [
         {"name": "mine", "resourceClaimName": "shared"}, {"name": "nvidia-main"},
-        {"name": "nvidia-warmup", "resourceClaimTemplateName": "tpl"},
         {"name": "nvidia-main-2", "resourceClaimTemplateName": "tpl"},
     ]
     converted = json.loads(out["metadata"]["annotations"][translate.CONVERTED_ANNOTATION])

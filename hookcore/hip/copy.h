@@ -1,0 +1,41 @@
+/* copy.h - the HIP copy and memset entry points the shim meters, as one X-macro table.
+ *
+ * X(name, parameters, arguments, stream, bytes, kind): `stream` is the stream the work runs on
+ * (NULL = the null stream, where a synchronous call's work goes), `bytes` the amount moved or
+ * set, `kind` separates signatures (a 1 MiB host-to-device copy is not a 1 MiB memset).
+ * hip.h declares the prototypes from it and launch.c defines the interposers; hooks.def lists
+ * the same names (a test compares the library's exports with hooks.def).
+ */
+#ifndef HOOKCORE_HIP_COPY_H
+#define HOOKCORE_HIP_COPY_H
+
+#define HK_HIP_ST , hipStream_t st
+
+#define HK_HIP_COPIES(X)                                                                                               \
+    X(hipMemcpy, (void *dst, const void *src, size_t n, hipMemcpyKind k), (dst, src, n, k), NULL, n, 1)                \
+    X(hipMemcpyAsync, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st), st, n,  \
+      1)                                                                                                               \
+    X(hipMemcpyWithStream, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st),    \
+      st, n, 1)                                                                                                        \
+    X(hipMemcpyHtoD, (hipDeviceptr_t dst, void *src, size_t n), (dst, src, n), NULL, n, 2)                             \
+    X(hipMemcpyHtoDAsync, (hipDeviceptr_t dst, void *src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 2)            \
+    X(hipMemcpyDtoH, (void *dst, hipDeviceptr_t src, size_t n), (dst, src, n), NULL, n, 3)                             \
+    X(hipMemcpyDtoHAsync, (void *dst, hipDeviceptr_t src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 3)            \
+    X(hipMemcpyDtoD, (hipDeviceptr_t dst, hipDeviceptr_t src, size_t n), (dst, src, n), NULL, n, 4)                    \
+    X(hipMemcpyDtoDAsync, (hipDeviceptr_t dst, hipDeviceptr_t src, size_t n HK_HIP_ST), (dst, src, n, st), st, n, 4)   \
+    X(hipMemcpy2D, (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k),            \
+      (dst, dp, src, sp, w, h, k), NULL, (uint64_t)w *h, 6)                                                            \
+    X(hipMemcpy2DAsync,                                                                                                \
+      (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k HK_HIP_ST),               \
+      (dst, dp, src, sp, w, h, k, st), st, (uint64_t)w *h, 6)                                                          \
+    X(hipMemcpyPeer, (void *dst, int dd, const void *src, int sd, size_t n), (dst, dd, src, sd, n), NULL, n, 5)        \
+    X(hipMemcpyPeerAsync, (void *dst, int dd, const void *src, int sd, size_t n HK_HIP_ST), (dst, dd, src, sd, n, st), \
+      st, n, 5)                                                                                                        \
+    X(hipMemset, (void *dst, int v, size_t n), (dst, v, n), NULL, n, 9)                                                \
+    X(hipMemsetAsync, (void *dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 9)                               \
+    X(hipMemsetD8, (hipDeviceptr_t dst, unsigned char v, size_t n), (dst, v, n), NULL, n, 10)                          \
+    X(hipMemsetD8Async, (hipDeviceptr_t dst, unsigned char v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 10)         \
+    X(hipMemsetD32, (hipDeviceptr_t dst, int v, size_t n), (dst, v, n), NULL, 4 * (uint64_t)n, 11)                     \
+    X(hipMemsetD32Async, (hipDeviceptr_t dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, 4 * (uint64_t)n, 11)
+
+#endif

@@ -1,0 +1,75 @@
+/* hip_abi.h - the slice of the HIP runtime ABI that libvhip.so uses.
+ *
+ * Written from AMD's public HIP API reference (hip_runtime_api.h as documented for ROCm 5.x-7.x:
+ * function signatures, enum values, struct layouts); no AMD or Hygon header is needed to build.
+ * Handles are opaque pointers, enums are ints, as in the C ABI. The same API is served by ROCm's
+ * libamdhip64.so (AMD Instinct) and by the HIP runtime of Hygon's DTK (DCU).
+ */
+#ifndef HOOKCORE_HIP_ABI_H
+#define HOOKCORE_HIP_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int hipError_t;
+typedef int hipDevice_t;
+typedef int hipMemcpyKind;
+typedef int hipStreamCaptureMode;
+typedef int hipStreamCaptureStatus;
+typedef void *hipStream_t;
+typedef void *hipEvent_t;
+typedef void *hipFunction_t;
+typedef void *hipGraph_t;
+typedef void *hipGraphExec_t;
+typedef void *hipMemPool_t;
+typedef void *hipArray_t;
+typedef void *hipDeviceptr_t;
+typedef void *hipMemGenericAllocationHandle_t;
+
+typedef struct dim3 {
+    uint32_t x, y, z;
+} dim3;
+
+typedef struct hipExtent {
+    size_t width, height, depth; /* width in bytes for linear memory, in elements for arrays */
+} hipExtent;
+
+typedef struct hipPitchedPtr {
+    void *ptr;
+    size_t pitch, xsize, ysize;
+} hipPitchedPtr;
+
+typedef struct hipChannelFormatDesc {
+    int x, y, z, w; /* bits per component */
+    int f;          /* hipChannelFormatKind */
+} hipChannelFormatDesc;
+
+typedef struct hipMemLocation {
+    int type; /* hipMemLocationType: 1 = device */
+    int id;   /* the device ordinal */
+} hipMemLocation;
+
+typedef struct hipMemAllocationProp {
+    int type;                /* hipMemAllocationType: 1 = pinned */
+    int requestedHandleType; /* hipMemAllocationHandleType */
+    hipMemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+    } allocFlags;
+} hipMemAllocationProp;
+
+#define hipSuccess                   0
+#define hipErrorInvalidValue         1
+#define hipErrorOutOfMemory          2 /* device out of memory: also over quota */
+#define hipErrorNotInitialized       3 /* libvhip failed closed */
+#define hipErrorInvalidDevice        101
+#define hipErrorNotReady             600 /* hipEventQuery: not complete yet */
+#define hipErrorNotSupported         801 /* the real library lacks the entry point */
+#define hipStreamCaptureStatusActive 1
+#define hipMemLocationTypeDevice     1
+#define HIP_PCI_BUS_ID_MAX           64
+
+#endif

@@ -1,0 +1,149 @@
+/* launch.c - kernel and graph launches, copies and memsets through the compute limiter
+ * (core/meter.h), and the meter's operations in HIP terms.
+ *
+ * The meter measures device time between timing events recorded on the submitting stream and
+ * holds the claim to its share (a cap: the claim's processes together keep the device busy at
+ * most `cores`% of the time). Events are HIP's (hipEventCreate, hipEventRecord, hipEventQuery,
+ * hipEventSynchronize, hipEventElapsedTime); a context is the current device. Copies and memsets
+ * are metered like launches (HK_WORK_COPY: their device time in full): a claim held to 30% of
+ * the kernels' time could otherwise keep the copy engines busy at full rate. Synchronous copies
+ * run on the null stream, where the events go: the end event completes when the copy has, so
+ * the charge is the copy's device time, not the host's wait.
+ *
+ * hipExtLaunchKernel and hipExtModuleLaunchKernel record the caller's own start/stop events
+ * around the kernel; the meter's events are recorded on the stream before and after the call,
+ * so both measure the same kernel. While a stream capture is in progress no event is recorded
+ * (it would become a graph node); captured work is charged when the graph is launched.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "../core/meter.h"
+#include "hip.h"
+
+/* ---------------------------------------------------------------------------
+ * The meter's operations
+ * ------------------------------------------------------------------------- */
+static int op_current(void **ctx, int *ldev) {
+    int dev;
+    if (hk_hip_current(&dev) != 0) return -1;
+    *ctx = (void *)(intptr_t)(dev + 1);
+    *ldev = hk_hip_ldev(dev);
+    return 0;
+}
+
+static int op_capturing(void *s) {
+    hipStreamCaptureStatus st = 0;
+    return hk_hip.hipStreamIsCapturing && hk_hip.hipStreamIsCapturing((hipStream_t)s, &st) == hipSuccess &&
+           st == hipStreamCaptureStatusActive;
+}
+
+static int op_event_create(void **ev) { return hk_hip.hipEventCreate((hipEvent_t *)ev) == hipSuccess ? 0 : -1; }
+static void op_event_destroy(void *ev) { hk_hip.hipEventDestroy((hipEvent_t)ev); }
+static int op_event_record(void *ev, void *s) { return hk_hip.hipEventRecord(ev, s) == hipSuccess ? 0 : -1; }
+/* a failed query counts as done: the elapsed-time call then fails and nothing is charged */
+static int op_event_done(void *ev) { return hk_hip.hipEventQuery((hipEvent_t)ev) != hipErrorNotReady; }
+static void op_event_wait(void *ev) { hk_hip.hipEventSynchronize((hipEvent_t)ev); }
+static int op_event_elapsed_ns(void *a, void *b, int64_t *ns) {
+    float ms = 0;
+    if (hk_hip.hipEventElapsedTime(&ms, (hipEvent_t)a, (hipEvent_t)b) != hipSuccess) return -1;
+    *ns = (int64_t)((double)ms * 1e6);
+    return 0;
+}
+
+static hk_meter_ops g_ops = {
+    .current = op_current,
+    .capturing = op_capturing,
+    .event_create = op_event_create,
+    .event_destroy = op_event_destroy,
+    .event_record = op_event_record,
+    .event_done = op_event_done,
+    .event_wait = op_event_wait,
+    .event_elapsed_ns = op_event_elapsed_ns,
+};
+
+void hk_hip_meter_setup(void) {
+    if (!(hk_hip.hipEventCreate && hk_hip.hipEventDestroy && hk_hip.hipEventRecord && hk_hip.hipEventQuery &&
+          hk_hip.hipEventSynchronize && hk_hip.hipEventElapsedTime && hk_hip.hipGetDevice)) {
+        if (hk_preload_limiter_on()) hk_log("the HIP runtime lacks the event API; compute limits are not enforced");
+        return;
+    }
+    hk_meter_setup(&g_ops);
+}
+
+/* ---------------------------------------------------------------------------
+ * Launches
+ * ------------------------------------------------------------------------- */
+#define KERNEL(real_fn, stream, sig, call) HK_HIP_GATED(real_fn, stream, sig, HK_WORK_SM, call)
+
+static inline uint64_t grid_sig(const void *f, uint64_t gx, uint64_t gy, uint64_t gz, uint64_t bx, uint64_t by,
+                                uint64_t bz) {
+    uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ULL;
+    h ^= (gx * 73856093u) ^ (gy * 19349663u) ^ (gz * 83492791u);
+    return h ^ ((bx << 20) ^ (by << 10) ^ bz) * 0x100000001b3ULL;
+}
+#define DSIG(f, g, b) grid_sig((f), (g).x, (g).y, (g).z, (b).x, (b).y, (b).z)
+
+HK_EXPORT hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shmem, hipStream_t s) {
+    KERNEL(hk_hip.hipLaunchKernel, s, DSIG(f, grid, block), hk_hip.hipLaunchKernel(f, grid, block, args, shmem, s));
+}
+
+HK_EXPORT hipError_t hipExtLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shmem, hipStream_t s,
+                                        hipEvent_t start, hipEvent_t stop, int flags) {
+    KERNEL(hk_hip.hipExtLaunchKernel, s, DSIG(f, grid, block),
+           hk_hip.hipExtLaunchKernel(f, grid, block, args, shmem, s, start, stop, flags));
+}
+
+HK_EXPORT hipError_t hipLaunchCooperativeKernel(const void *f, dim3 grid, dim3 block, void **args, unsigned int shmem,
+                                                hipStream_t s) {
+    KERNEL(hk_hip.hipLaunchCooperativeKernel, s, DSIG(f, grid, block),
+           hk_hip.hipLaunchCooperativeKernel(f, grid, block, args, shmem, s));
+}
+
+HK_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                           unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                                           hipStream_t s, void **params, void **extra) {
+    KERNEL(hk_hip.hipModuleLaunchKernel, s, grid_sig(f, gx, gy, gz, bx, by, bz),
+           hk_hip.hipModuleLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
+}
+
+HK_EXPORT hipError_t hipExtModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t lx,
+                                              uint32_t ly, uint32_t lz, size_t shmem, hipStream_t s, void **params,
+                                              void **extra, hipEvent_t start, hipEvent_t stop, uint32_t flags) {
+    KERNEL(hk_hip.hipExtModuleLaunchKernel, s, grid_sig(f, gx, gy, gz, lx, ly, lz),
+           hk_hip.hipExtModuleLaunchKernel(f, gx, gy, gz, lx, ly, lz, shmem, s, params, extra, start, stop, flags));
+}
+
+HK_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s) {
+    KERNEL(hk_hip.hipGraphLaunch, s, (uint64_t)(uintptr_t)g * 0x100000001b3ULL + 7, hk_hip.hipGraphLaunch(g, s));
+}
+
+/* ---------------------------------------------------------------------------
+ * Copies and memsets (copy.h)
+ * ------------------------------------------------------------------------- */
+#define HK_HIP_COPY_SIG(kind, bytes) (((uint64_t)(kind) << 56) ^ ((uint64_t)(bytes) * 0x9e3779b97f4a7c15ULL))
+
+#define HK_HIP_COPY_DEF(name, params, args, stream, bytes, kind)                                           \
+    HK_EXPORT hipError_t name params {                                                                     \
+        HK_HIP_GATED(hk_hip.name, (stream), HK_HIP_COPY_SIG(kind, bytes), HK_WORK_COPY, hk_hip.name args); \
+    }
+HK_HIP_COPIES(HK_HIP_COPY_DEF)
+#undef HK_HIP_COPY_DEF
+
+/* ---------------------------------------------------------------------------
+ * Stream capture bookkeeping: no events while a capture is in progress
+ * ------------------------------------------------------------------------- */
+HK_EXPORT hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode) {
+    HK_HIP_REAL(hk_hip.hipStreamBeginCapture);
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamBeginCapture(s, mode));
+    hk_meter_capture_begun(r == hipSuccess);
+    return r;
+}
+
+HK_EXPORT hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g) {
+    HK_HIP_REAL(hk_hip.hipStreamEndCapture);
+    int was = hk_hip.hipStreamIsCapturing ? op_capturing(s) : 1;
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamEndCapture(s, g));
+    hk_meter_capture_ended(was);
+    return r;
+}

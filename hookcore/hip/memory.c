@@ -1,0 +1,181 @@
+/* memory.c - the HIP allocation, free and memory-info entry points, charged to the claim's ledger.
+ *
+ * Each allocation: reserve the charge on the device's ledger index before the runtime allocates
+ * (lock free; refused past the quota with hipErrorOutOfMemory, the runtime's own out-of-memory
+ * code), run the real call nested, give the charge back if it failed, else remember pointer (or
+ * array) -> device, charge, so the free releases exactly that. Frees call the runtime first and
+ * release only on success. Host memory (hipHostMalloc, hipMallocHost) is not charged.
+ *
+ * Charges: the size rounded up (hip.h, hk_hip_charge); pitched memory pitch x height (x depth) as
+ * the runtime chose the pitch (an upper bound is reserved first, then settled); arrays the
+ * element size from their channel format x the extent. Stream-ordered allocations are charged
+ * from the call to hipFreeAsync (memory a pool keeps after that is not: see hookcore/README.md).
+ * The virtual-memory API (hipMemCreate) is vmm.c.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "hip.h"
+
+HK_EXPORT hipError_t hipMalloc(void **p, size_t size) {
+    HK_HIP_ALLOC(hk_hip.hipMalloc, p, hk_hip.hipMalloc(p, size), hk_hip.hipFree(*p));
+}
+
+HK_EXPORT hipError_t hipMallocManaged(void **p, size_t size, unsigned int flags) {
+    HK_HIP_ALLOC(hk_hip.hipMallocManaged, p, hk_hip.hipMallocManaged(p, size, flags), hk_hip.hipFree(*p));
+}
+
+HK_EXPORT hipError_t hipExtMallocWithFlags(void **p, size_t size, unsigned int flags) {
+    HK_HIP_ALLOC(hk_hip.hipExtMallocWithFlags, p, hk_hip.hipExtMallocWithFlags(p, size, flags), hk_hip.hipFree(*p));
+}
+
+/* Stream-ordered: undone with a hipFree, which waits for the stream (hipFreeAsync would not). */
+HK_EXPORT hipError_t hipMallocAsync(void **p, size_t size, hipStream_t s) {
+    HK_HIP_ALLOC(hk_hip.hipMallocAsync, p, hk_hip.hipMallocAsync(p, size, s), hk_hip.hipFree(*p));
+}
+
+HK_EXPORT hipError_t hipMallocFromPoolAsync(void **p, size_t size, hipMemPool_t pool, hipStream_t s) {
+    HK_HIP_ALLOC(hk_hip.hipMallocFromPoolAsync, p, hk_hip.hipMallocFromPoolAsync(p, size, pool, s), hk_hip.hipFree(*p));
+}
+
+/* ---------------------------------------------------------------------------
+ * Pitched and array memory: the size is the runtime's choice, so an upper bound is reserved
+ * first and then settled on what the runtime returned.
+ * ------------------------------------------------------------------------- */
+
+/* After a successful allocation charged `reserved` on `ldev`: settle on `actual`. 0, or -1 when
+   the actual charge does not fit (everything given back; the caller frees and refuses). */
+static int settle(int ldev, uint64_t reserved, uint64_t actual) {
+    if (actual <= reserved) {
+        hk_mem_release(ldev, reserved - actual);
+        return 0;
+    }
+    if (hk_mem_reserve(ldev, actual - reserved) == HK_OK) return 0;
+    hk_mem_release(ldev, reserved);
+    return -1;
+}
+
+/* The body of a pitched/array allocation: `bound` reserved, `actual` (an expression read after
+   the call) settled, the result remembered under `key`/`kind`. */
+#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                                   \
+    do {                                                                                              \
+        uint64_t charge_ = (bound);                                                                   \
+        int ldev_, skip_;                                                                             \
+        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                          \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;     \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                          \
+        if (skip_) return r_;                                                                         \
+        if (r_ != hipSuccess) {                                                                       \
+            hk_mem_release(ldev_, charge_);                                                           \
+            return r_;                                                                                \
+        }                                                                                             \
+        uint64_t actual_ = (actual);                                                                  \
+        if (settle(ldev_, charge_, actual_) != 0 || hk_hip_remember((key), (kind), ldev_, actual_)) { \
+            (void)HK_HIP_NESTED(undo);                                                                \
+            return hipErrorOutOfMemory;                                                               \
+        }                                                                                             \
+        return hipSuccess;                                                                            \
+    } while (0)
+
+#define PITCH_BOUND(w, rows) hk_hip_charge(hk_hip_round((uint64_t)(w), 512) * (rows))
+
+HK_EXPORT hipError_t hipMallocPitch(void **p, size_t *pitch, size_t width, size_t height) {
+    HK_HIP_REAL(hk_hip.hipMallocPitch);
+    if (hk_hip_nested() || !p || !pitch || width == 0 || height == 0)
+        return HK_HIP_NESTED(hk_hip.hipMallocPitch(p, pitch, width, height));
+    HK_HIP_SIZED(hk_hip.hipMallocPitch, PITCH_BOUND(width, height), hk_hip.hipMallocPitch(p, pitch, width, height),
+                 hk_hip_charge((uint64_t)*pitch * height), (uint64_t)(uintptr_t)*p, HK_KIND_HIP_PTR,
+                 hk_hip.hipFree(*p));
+}
+
+HK_EXPORT hipError_t hipMemAllocPitch(hipDeviceptr_t *p, size_t *pitch, size_t width, size_t height,
+                                      unsigned int elem) {
+    HK_HIP_REAL(hk_hip.hipMemAllocPitch);
+    if (hk_hip_nested() || !p || !pitch || width == 0 || height == 0)
+        return HK_HIP_NESTED(hk_hip.hipMemAllocPitch(p, pitch, width, height, elem));
+    HK_HIP_SIZED(hk_hip.hipMemAllocPitch, PITCH_BOUND(width, height),
+                 hk_hip.hipMemAllocPitch(p, pitch, width, height, elem), hk_hip_charge((uint64_t)*pitch * height),
+                 (uint64_t)(uintptr_t)*p, HK_KIND_HIP_PTR, hk_hip.hipFree(*p));
+}
+
+static uint64_t rows3d(hipExtent e) { return (uint64_t)(e.height ? e.height : 1) * (e.depth ? e.depth : 1); }
+
+HK_EXPORT hipError_t hipMalloc3D(hipPitchedPtr *pp, hipExtent extent) {
+    HK_HIP_REAL(hk_hip.hipMalloc3D);
+    if (hk_hip_nested() || !pp || extent.width == 0) return HK_HIP_NESTED(hk_hip.hipMalloc3D(pp, extent));
+    HK_HIP_SIZED(hk_hip.hipMalloc3D, PITCH_BOUND(extent.width, rows3d(extent)), hk_hip.hipMalloc3D(pp, extent),
+                 hk_hip_charge((uint64_t)pp->pitch * rows3d(extent)), (uint64_t)(uintptr_t)pp->ptr, HK_KIND_HIP_PTR,
+                 hk_hip.hipFree(pp->ptr));
+}
+
+/* An array element's bytes from its channel format (bits per component), at least 1. */
+static uint64_t element_bytes(const hipChannelFormatDesc *d) {
+    uint64_t bits = (uint64_t)(d->x > 0 ? d->x : 0) + (uint64_t)(d->y > 0 ? d->y : 0) +
+                    (uint64_t)(d->z > 0 ? d->z : 0) + (uint64_t)(d->w > 0 ? d->w : 0);
+    return bits >= 8 ? bits / 8 : 1;
+}
+
+HK_EXPORT hipError_t hipMallocArray(hipArray_t *a, const hipChannelFormatDesc *desc, size_t width, size_t height,
+                                    unsigned int flags) {
+    HK_HIP_REAL(hk_hip.hipMallocArray);
+    if (hk_hip_nested() || !a || !desc || width == 0)
+        return HK_HIP_NESTED(hk_hip.hipMallocArray(a, desc, width, height, flags));
+    uint64_t bytes = hk_hip_charge(element_bytes(desc) * width * (height ? height : 1));
+    HK_HIP_SIZED(hk_hip.hipMallocArray, bytes, hk_hip.hipMallocArray(a, desc, width, height, flags), bytes,
+                 (uint64_t)(uintptr_t)*a, HK_KIND_HIP_ARRAY, hk_hip.hipFreeArray(*a));
+}
+
+HK_EXPORT hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc *desc, hipExtent extent,
+                                      unsigned int flags) {
+    HK_HIP_REAL(hk_hip.hipMalloc3DArray);
+    if (hk_hip_nested() || !a || !desc || extent.width == 0)
+        return HK_HIP_NESTED(hk_hip.hipMalloc3DArray(a, desc, extent, flags));
+    uint64_t bytes = hk_hip_charge(element_bytes(desc) * extent.width * rows3d(extent));
+    HK_HIP_SIZED(hk_hip.hipMalloc3DArray, bytes, hk_hip.hipMalloc3DArray(a, desc, extent, flags), bytes,
+                 (uint64_t)(uintptr_t)*a, HK_KIND_HIP_ARRAY, hk_hip.hipFreeArray(*a));
+}
+
+/* ---------------------------------------------------------------------------
+ * Frees: the runtime first, the charge released only when it succeeded.
+ * ------------------------------------------------------------------------- */
+#define HK_HIP_FREE(real_fn, key, kind, call)                                                       \
+    do {                                                                                            \
+        HK_HIP_REAL(real_fn);                                                                       \
+        int pass_ = hk_hip_nested();                                                                \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                        \
+        if (!pass_ && r_ == hipSuccess && (key)) hk_hip_forget((uint64_t)(uintptr_t)(key), (kind)); \
+        return r_;                                                                                  \
+    } while (0)
+
+HK_EXPORT hipError_t hipFree(void *p) { HK_HIP_FREE(hk_hip.hipFree, p, HK_KIND_HIP_PTR, hk_hip.hipFree(p)); }
+
+HK_EXPORT hipError_t hipFreeAsync(void *p, hipStream_t s) {
+    HK_HIP_FREE(hk_hip.hipFreeAsync, p, HK_KIND_HIP_PTR, hk_hip.hipFreeAsync(p, s));
+}
+
+HK_EXPORT hipError_t hipFreeArray(hipArray_t a) {
+    HK_HIP_FREE(hk_hip.hipFreeArray, a, HK_KIND_HIP_ARRAY, hk_hip.hipFreeArray(a));
+}
+
+/* ---------------------------------------------------------------------------
+ * The claim's view of memory (torch.cuda.mem_get_info on ROCm calls hipMemGetInfo)
+ * ------------------------------------------------------------------------- */
+HK_EXPORT hipError_t hipMemGetInfo(size_t *free_b, size_t *total_b) {
+    HK_HIP_REAL(hk_hip.hipMemGetInfo);
+    if (hk_hip_nested()) return HK_HIP_NESTED(hk_hip.hipMemGetInfo(free_b, total_b));
+    int st = hk_preload_ready();
+    if (st == HK_STATE_FAILCLOSED) return hipErrorNotInitialized;
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipMemGetInfo(free_b, total_b));
+    if (r == hipSuccess && st == HK_STATE_READY && free_b && total_b) hk_hip_meminfo(-1, free_b, total_b);
+    return r;
+}
+
+HK_EXPORT hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t dev) {
+    HK_HIP_REAL(hk_hip.hipDeviceTotalMem);
+    if (hk_hip_nested()) return HK_HIP_NESTED(hk_hip.hipDeviceTotalMem(bytes, dev));
+    int st = hk_preload_ready();
+    if (st == HK_STATE_FAILCLOSED) return hipErrorNotInitialized;
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipDeviceTotalMem(bytes, dev));
+    if (r == hipSuccess && st == HK_STATE_READY && bytes && dev >= 0) hk_hip_meminfo(dev, NULL, bytes);
+    return r;
+}

@@ -1,0 +1,94 @@
+/* hip_stub.h - what the files of the stub HIP runtime (libamdhip64.so) share; hip_stub.c has the
+ * overview. hip_stub.c: the devices HIP_VISIBLE_DEVICES leaves, the clock, the device calls;
+ * hip_stub_memory.c: allocations and virtual memory; hip_stub_engine.c: streams, events, graphs,
+ * launches, copies.
+ */
+#ifndef HOOKCORE_HIP_STUB_H
+#define HOOKCORE_HIP_STUB_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "hip_devices.h"
+
+#define HIP_API    __attribute__((visibility("default")))
+#define HIP_HIDDEN __attribute__((visibility("hidden")))
+
+typedef int hipError_t;
+typedef void *hipStream_t;
+typedef void *hipEvent_t;
+
+enum {
+    hipSuccess = 0,
+    hipErrorInvalidValue = 1,
+    hipErrorOutOfMemory = 2,
+    hipErrorNoDevice = 100,
+    hipErrorInvalidDevice = 101,
+    hipErrorInvalidResourceHandle = 400,
+    hipErrorNotReady = 600,
+    hipErrorStreamCaptureUnsupported = 900,
+    hipErrorStreamCaptureUnmatched = 903,
+};
+
+typedef struct dim3 {
+    uint32_t x, y, z;
+} dim3;
+typedef struct hipExtent {
+    size_t width, height, depth;
+} hipExtent;
+typedef struct hipPitchedPtr {
+    void *ptr;
+    size_t pitch, xsize, ysize;
+} hipPitchedPtr;
+typedef struct hipChannelFormatDesc {
+    int x, y, z, w, f;
+} hipChannelFormatDesc;
+typedef struct hipMemAllocationProp {
+    int type, requestedHandleType;
+    struct {
+        int type, id;
+    } location;
+    void *win32HandleMetaData;
+    unsigned char allocFlags[4];
+} hipMemAllocationProp;
+
+#define PITCH_ALIGN 256
+
+typedef struct hip_stream {
+    int dev;
+    int64_t last_end_ns;
+    int capturing;
+    int64_t captured_ns;
+} hip_stream;
+
+typedef struct hip_event {
+    int64_t t_ns;
+} hip_event;
+
+typedef struct hip_engine {
+    int64_t busy_until_ns;
+    uint64_t used;
+    hip_stream null_stream;
+} hip_engine;
+
+/* hip_stub.c: the descriptions, the visible devices (ordinal -> description index), and under
+   g_lock (one lock: a stub, not a hot path) each device's engine and the counts of launches and
+   copies. t_dev: the thread's device (HIP: device 0 until hipSetDevice). */
+extern hd_device g_desc[HD_MAX_DEVICES] HIP_HIDDEN;
+extern int g_map[HD_MAX_DEVICES] HIP_HIDDEN;
+extern int g_ndev HIP_HIDDEN;
+extern pthread_mutex_t g_lock HIP_HIDDEN;
+extern hip_engine g_dev[HD_MAX_DEVICES] HIP_HIDDEN;
+extern uint64_t g_launches HIP_HIDDEN, g_copies HIP_HIDDEN;
+extern __thread int t_dev HIP_HIDDEN;
+
+/* The devices read once (HOOKCORE_STUB_HIP_DEVICES, HIP_VISIBLE_DEVICES). */
+void hs_ready(void) HIP_HIDDEN;
+/* The thread's device, -1 when there is none. */
+int hs_current(void) HIP_HIDDEN;
+int64_t hs_now_ns(void) HIP_HIDDEN;
+/* Wait for the clock to reach t. */
+void hs_sleep_until(int64_t t) HIP_HIDDEN;
+
+#endif

@@ -1,0 +1,279 @@
+/* hip_stub_memory.c - the stub HIP runtime's memory (hip_stub.c has the overview): allocations
+ * counted against each device's `memory`, arrays, physical memory and mapped address ranges.
+ * A device pointer, array or physical handle is a small host block carrying its size and device.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "hip_stub.h"
+
+#define BLOCK_MAGIC 0x484950424c4b0001ULL /* "HIPBLK" */
+enum { K_PTR = 1, K_ARRAY, K_PHYS };
+typedef struct hip_block {
+    uint64_t magic;
+    uint64_t size;
+    int dev, kind;
+    int refs, maps; /* K_PHYS only */
+} hip_block;
+
+#define MAX_MAPS 1024
+static struct {
+    uintptr_t base, end;
+    hip_block *phys;
+} g_maps[MAX_MAPS];
+static uintptr_t g_next_va = 0x7e0000000000ULL;
+
+/* ---------------------------------------------------------------------------
+ * Memory
+ * ------------------------------------------------------------------------- */
+static hipError_t block_new(int dev, uint64_t size, int kind, hip_block **out) {
+    if (size == 0) return hipErrorInvalidValue;
+    if (dev < 0 || dev >= g_ndev) return hipErrorInvalidDevice;
+    uint64_t cap = g_desc[g_map[dev]].memory;
+    hip_block *b = malloc(sizeof *b);
+    if (!b) return hipErrorOutOfMemory;
+    pthread_mutex_lock(&g_lock);
+    int fits = size <= cap && g_dev[dev].used <= cap - size;
+    if (fits) g_dev[dev].used += size;
+    pthread_mutex_unlock(&g_lock);
+    if (!fits) {
+        free(b);
+        return hipErrorOutOfMemory;
+    }
+    *b = (hip_block){BLOCK_MAGIC, size, dev, kind, kind == K_PHYS, 0};
+    *out = b;
+    return hipSuccess;
+}
+
+static void block_free(hip_block *b) {
+    b->magic = 0;
+    pthread_mutex_lock(&g_lock);
+    g_dev[b->dev].used -= b->size;
+    pthread_mutex_unlock(&g_lock);
+    free(b);
+}
+
+static hip_block *block_of(void *p, int kind) {
+    hip_block *b = p;
+    return b && b->magic == BLOCK_MAGIC && b->kind == kind ? b : NULL;
+}
+
+static hipError_t alloc_ptr(void **p, uint64_t size) {
+    if (!p) return hipErrorInvalidValue;
+    hip_block *b;
+    hipError_t r = block_new(hs_current(), size, K_PTR, &b);
+    if (r == hipSuccess) *p = b;
+    return r;
+}
+
+HIP_API hipError_t hipMalloc(void **p, size_t size) { return alloc_ptr(p, size); }
+HIP_API hipError_t hipMallocManaged(void **p, size_t size, unsigned int flags) {
+    (void)flags;
+    return alloc_ptr(p, size);
+}
+HIP_API hipError_t hipExtMallocWithFlags(void **p, size_t size, unsigned int flags) {
+    (void)flags;
+    return alloc_ptr(p, size);
+}
+HIP_API hipError_t hipMallocAsync(void **p, size_t size, hipStream_t s) {
+    (void)s;
+    return alloc_ptr(p, size);
+}
+HIP_API hipError_t hipMallocFromPoolAsync(void **p, size_t size, void *pool, hipStream_t s) {
+    (void)pool;
+    (void)s;
+    return alloc_ptr(p, size);
+}
+
+static size_t pitch_of(size_t width) { return (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN; }
+
+HIP_API hipError_t hipMallocPitch(void **p, size_t *pitch, size_t width, size_t height) {
+    if (!pitch) return hipErrorInvalidValue;
+    hipError_t r = alloc_ptr(p, (uint64_t)pitch_of(width) * height);
+    if (r == hipSuccess) *pitch = pitch_of(width);
+    return r;
+}
+
+HIP_API hipError_t hipMemAllocPitch(void **p, size_t *pitch, size_t width, size_t height, unsigned int elem) {
+    (void)elem;
+    return hipMallocPitch(p, pitch, width, height);
+}
+
+HIP_API hipError_t hipMalloc3D(hipPitchedPtr *pp, hipExtent e) {
+    if (!pp) return hipErrorInvalidValue;
+    void *p = NULL;
+    uint64_t rows = (uint64_t)(e.height ? e.height : 1) * (e.depth ? e.depth : 1);
+    hipError_t r = alloc_ptr(&p, (uint64_t)pitch_of(e.width) * rows);
+    if (r == hipSuccess) *pp = (hipPitchedPtr){p, pitch_of(e.width), e.width, e.height};
+    return r;
+}
+
+static uint64_t element(const hipChannelFormatDesc *d) {
+    int bits = d->x + d->y + d->z + d->w;
+    return bits >= 8 ? (uint64_t)bits / 8 : 1;
+}
+
+static hipError_t alloc_array(void **a, const hipChannelFormatDesc *d, uint64_t elements) {
+    if (!a || !d) return hipErrorInvalidValue;
+    hip_block *b;
+    hipError_t r = block_new(hs_current(), element(d) * elements, K_ARRAY, &b);
+    if (r == hipSuccess) *a = b;
+    return r;
+}
+
+HIP_API hipError_t hipMallocArray(void **a, const hipChannelFormatDesc *d, size_t w, size_t h, unsigned int flags) {
+    (void)flags;
+    return alloc_array(a, d, (uint64_t)w * (h ? h : 1));
+}
+
+HIP_API hipError_t hipMalloc3DArray(void **a, const hipChannelFormatDesc *d, hipExtent e, unsigned int flags) {
+    (void)flags;
+    return alloc_array(a, d, (uint64_t)e.width * (e.height ? e.height : 1) * (e.depth ? e.depth : 1));
+}
+
+HIP_API hipError_t hipFree(void *p) {
+    if (!p) return hipSuccess;
+    hip_block *b = block_of(p, K_PTR);
+    if (!b) return hipErrorInvalidValue;
+    block_free(b);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipFreeAsync(void *p, hipStream_t s) {
+    (void)s;
+    return hipFree(p);
+}
+
+HIP_API hipError_t hipFreeArray(void *a) {
+    hip_block *b = block_of(a, K_ARRAY);
+    if (!b) return hipErrorInvalidValue;
+    block_free(b);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipMemGetInfo(size_t *free_b, size_t *total_b) {
+    int d = hs_current();
+    if (!free_b || !total_b) return hipErrorInvalidValue;
+    if (d < 0) return hipErrorNoDevice;
+    uint64_t cap = g_desc[g_map[d]].memory;
+    pthread_mutex_lock(&g_lock);
+    uint64_t used = g_dev[d].used;
+    pthread_mutex_unlock(&g_lock);
+    *total_b = cap;
+    *free_b = used < cap ? cap - used : 0;
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipDeviceTotalMem(size_t *bytes, int dev) {
+    hs_ready();
+    if (!bytes) return hipErrorInvalidValue;
+    if (dev < 0 || dev >= g_ndev) return hipErrorInvalidDevice;
+    *bytes = g_desc[g_map[dev]].memory;
+    return hipSuccess;
+}
+
+/* --- virtual memory: physical allocations, address ranges, mappings --- */
+static void phys_maybe_free(hip_block *b) {
+    if (b->refs <= 0 && b->maps <= 0) block_free(b);
+}
+
+HIP_API hipError_t hipMemCreate(void **h, size_t size, const hipMemAllocationProp *prop, unsigned long long flags) {
+    (void)flags;
+    hs_ready();
+    if (!h || !prop || prop->location.type != 1) return hipErrorInvalidValue;
+    hip_block *b;
+    hipError_t r = block_new(prop->location.id, size, K_PHYS, &b);
+    if (r == hipSuccess) *h = b;
+    return r;
+}
+
+HIP_API hipError_t hipMemRelease(void *h) {
+    pthread_mutex_lock(&g_lock);
+    hip_block *b = block_of(h, K_PHYS);
+    int ok = b && b->refs > 0;
+    if (ok) b->refs--;
+    pthread_mutex_unlock(&g_lock);
+    if (!ok) return hipErrorInvalidValue;
+    if (b->refs <= 0 && b->maps <= 0) block_free(b);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipMemAddressReserve(void **ptr, size_t size, size_t align, void *addr, unsigned long long flags) {
+    (void)align;
+    (void)addr;
+    (void)flags;
+    if (!ptr || size == 0) return hipErrorInvalidValue;
+    pthread_mutex_lock(&g_lock);
+    *ptr = (void *)g_next_va;
+    g_next_va += (size + 0xFFFFF) & ~(uintptr_t)0xFFFFF;
+    pthread_mutex_unlock(&g_lock);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipMemAddressFree(void *ptr, size_t size) {
+    (void)size;
+    return ptr ? hipSuccess : hipErrorInvalidValue;
+}
+
+HIP_API hipError_t hipMemSetAccess(void *ptr, size_t size, const void *desc, size_t count) {
+    (void)size;
+    (void)desc;
+    (void)count;
+    return ptr ? hipSuccess : hipErrorInvalidValue;
+}
+
+HIP_API hipError_t hipMemMap(void *ptr, size_t size, size_t offset, void *h, unsigned long long flags) {
+    (void)offset;
+    (void)flags;
+    hipError_t r = hipErrorInvalidValue;
+    pthread_mutex_lock(&g_lock);
+    hip_block *b = block_of(h, K_PHYS);
+    for (int i = 0; b && ptr && i < MAX_MAPS; i++) {
+        if (!g_maps[i].base) {
+            g_maps[i].base = (uintptr_t)ptr;
+            g_maps[i].end = (uintptr_t)ptr + size;
+            g_maps[i].phys = b;
+            b->maps++;
+            r = hipSuccess;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+HIP_API hipError_t hipMemUnmap(void *ptr, size_t size) {
+    uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
+    hip_block *gone[MAX_MAPS];
+    int ngone = 0, found = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < MAX_MAPS; i++) {
+        if (!g_maps[i].base || g_maps[i].base < lo || g_maps[i].end > hi) continue;
+        hip_block *b = g_maps[i].phys;
+        g_maps[i].base = 0;
+        found = 1;
+        if (--b->maps <= 0 && b->refs <= 0) gone[ngone++] = b;
+    }
+    pthread_mutex_unlock(&g_lock);
+    for (int i = 0; i < ngone; i++) phys_maybe_free(gone[i]);
+    return found ? hipSuccess : hipErrorInvalidValue;
+}
+
+HIP_API hipError_t hipMemRetainAllocationHandle(void **h, void *addr) {
+    hipError_t r = hipErrorInvalidValue;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; h && i < MAX_MAPS; i++) {
+        if (g_maps[i].base && (uintptr_t)addr >= g_maps[i].base && (uintptr_t)addr < g_maps[i].end) {
+            g_maps[i].phys->refs++;
+            *h = g_maps[i].phys;
+            r = hipSuccess;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}

@@ -1,0 +1,253 @@
+/* rsmi_stub.c - a stub ROCm SMI library (librocm_smi64.so): what the Hygon DCU driver's discovery
+ * and health ask of it, for the devices of HOOKCORE_STUB_HIP_DEVICES (hip_devices.h).
+ *
+ * Prototypes, enum values and struct layouts are those of the public ROCm SMI reference
+ * (rocm_smi.h); no AMD or Hygon code is used. drivers/hygon_dcu/fake.py loads this library by
+ * path, so the driver's ctypes bindings run unchanged against it.
+ *
+ * Per device, besides pci, memory and name: `uuid` the unique ID (16 hex digits, "DCU-" before
+ * them optional; default derived from the bus ID), `serial` (default none: NOT_SUPPORTED), `devid` the PCI device ID (0x6320), `vendor`
+ * the PCI vendor ID (0x1d94), `render` the DRM render minor (128 + position), `ecc` 0 for a
+ * device without ECC reporting (NOT_SUPPORTED; default 1).
+ *
+ * - HOOKCORE_STUB_RSMI_DRIVER: rsmi_version_str_get(RSMI_SW_COMP_DRIVER) ("6.3.8").
+ * - HOOKCORE_STUB_RSMI_FAIL=call[@pci]=code,...: the named call returns rsmi_status_t `code`, for
+ *   every device or the one with that bus ID.
+ * - HOOKCORE_STUB_RSMI_STATE=<file>, re-read at every query: lines `ecc <pci> <uncorrectable>
+ *   [<correctable>]` (the UMC block's counts), `lost <pci>` (every query of it fails with
+ *   RSMI_STATUS_FILE_ERROR, as when its sysfs node is gone), `back <pci>` (it answers again); the
+ *   last line of each kind for a bus ID wins.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "hip_devices.h"
+
+#define RSMI_API __attribute__((visibility("default")))
+
+typedef int rsmi_status_t;
+enum {
+    RSMI_STATUS_SUCCESS = 0,
+    RSMI_STATUS_INVALID_ARGS = 1,
+    RSMI_STATUS_NOT_SUPPORTED = 2,
+    RSMI_STATUS_FILE_ERROR = 3,
+    RSMI_STATUS_INIT_ERROR = 8,
+    RSMI_STATUS_INSUFFICIENT_SIZE = 11,
+};
+#define RSMI_MEM_TYPE_VRAM  0
+#define RSMI_GPU_BLOCK_UMC  1
+#define RSMI_SW_COMP_DRIVER 0
+
+typedef struct rsmi_error_count_t {
+    uint64_t correctable_err;
+    uint64_t uncorrectable_err;
+} rsmi_error_count_t;
+
+static hd_device g_dev[HD_MAX_DEVICES];
+static int g_n;
+static int g_inited;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* HOOKCORE_STUB_RSMI_FAIL: the code for `call` on device `d` (-1: none). */
+static int injected(const char *call, int d) {
+    const char *spec = getenv("HOOKCORE_STUB_RSMI_FAIL");
+    if (!spec) return -1;
+    size_t cl = strlen(call);
+    for (const char *p = spec; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char item[160];
+        if (n < sizeof item) {
+            memcpy(item, p, n);
+            item[n] = 0;
+            char *eq = strchr(item, '=');
+            char *at = strchr(item, '@');
+            if (eq && (size_t)((at && at < eq ? at : eq) - item) == cl && strncmp(item, call, cl) == 0) {
+                *eq = 0;
+                if (!at || at > eq || (d >= 0 && strcasecmp(at + 1, g_dev[d].pci) == 0)) return atoi(eq + 1);
+            }
+        }
+        p += n + (end ? 1 : 0);
+    }
+    return -1;
+}
+
+typedef struct dev_state {
+    int lost;
+    uint64_t ue, ce;
+} dev_state;
+
+static dev_state state_of(int d) {
+    dev_state s = {0, 0, 0};
+    const char *path = getenv("HOOKCORE_STUB_RSMI_STATE");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return s;
+    char line[256], word[16], pci[32];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long ue = 0, ce = 0;
+        int k = sscanf(line, "%15s %31s %llu %llu", word, pci, &ue, &ce);
+        if (k < 2 || strcasecmp(pci, g_dev[d].pci) != 0) continue;
+        if (!strcmp(word, "lost")) s.lost = 1;
+        if (!strcmp(word, "back")) s.lost = 0;
+        if (!strcmp(word, "ecc") && k >= 3) s.ue = ue, s.ce = k >= 4 ? ce : 0;
+    }
+    fclose(f);
+    return s;
+}
+
+/* The common prologue of a device query: initialised, a known device, no injected failure, not
+   lost. RSMI_STATUS_SUCCESS or the status to return. */
+static rsmi_status_t check(const char *call, uint32_t d, const void *out) {
+    if (!g_inited) return RSMI_STATUS_INIT_ERROR;
+    if (d >= (uint32_t)g_n || !out) return RSMI_STATUS_INVALID_ARGS;
+    int code = injected(call, (int)d);
+    if (code >= 0) return code;
+    return state_of((int)d).lost ? RSMI_STATUS_FILE_ERROR : RSMI_STATUS_SUCCESS;
+}
+
+static rsmi_status_t copy_text(const char *text, char *out, size_t len) {
+    if (!out || len == 0) return RSMI_STATUS_INVALID_ARGS;
+    snprintf(out, len, "%s", text);
+    return strlen(text) >= len ? RSMI_STATUS_INSUFFICIENT_SIZE : RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_init(uint64_t flags) {
+    (void)flags;
+    int code = injected("rsmi_init", -1);
+    if (code >= 0) return code;
+    pthread_mutex_lock(&g_lock);
+    g_inited++;
+    g_n = hd_from_env(g_dev, HD_MAX_DEVICES); /* every init reads the description again (tests change it) */
+    pthread_mutex_unlock(&g_lock);
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_shut_down(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_inited) g_inited--;
+    pthread_mutex_unlock(&g_lock);
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_num_monitor_devices(uint32_t *n) {
+    if (!g_inited) return RSMI_STATUS_INIT_ERROR;
+    if (!n) return RSMI_STATUS_INVALID_ARGS;
+    int code = injected("rsmi_num_monitor_devices", -1);
+    if (code >= 0) return code;
+    *n = (uint32_t)g_n;
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_version_str_get(int component, char *out, uint32_t len) {
+    if (!g_inited) return RSMI_STATUS_INIT_ERROR;
+    if (component != RSMI_SW_COMP_DRIVER) return RSMI_STATUS_INVALID_ARGS;
+    int code = injected("rsmi_version_str_get", -1);
+    if (code >= 0) return code;
+    const char *v = getenv("HOOKCORE_STUB_RSMI_DRIVER");
+    return copy_text(v ? v : "6.3.8", out, len);
+}
+
+RSMI_API rsmi_status_t rsmi_dev_name_get(uint32_t d, char *out, size_t len) {
+    rsmi_status_t r = check("rsmi_dev_name_get", d, out);
+    return r ? r : copy_text(g_dev[d].name, out, len);
+}
+
+RSMI_API rsmi_status_t rsmi_dev_serial_number_get(uint32_t d, char *out, uint32_t len) {
+    rsmi_status_t r = check("rsmi_dev_serial_number_get", d, out);
+    if (r) return r;
+    const char *serial = hd_get(&g_dev[d], "serial");
+    return serial ? copy_text(serial, out, len) : RSMI_STATUS_NOT_SUPPORTED;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_id_get(uint32_t d, uint16_t *id) {
+    rsmi_status_t r = check("rsmi_dev_id_get", d, id);
+    if (!r) *id = (uint16_t)hd_get_int(&g_dev[d], "devid", 0x6320);
+    return r;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_vendor_id_get(uint32_t d, uint16_t *id) {
+    rsmi_status_t r = check("rsmi_dev_vendor_id_get", d, id);
+    if (!r) *id = (uint16_t)hd_get_int(&g_dev[d], "vendor", 0x1d94);
+    return r;
+}
+
+/* BDFID = domain << 32 | bus << 8 | device << 3 | function (rocm_smi.h). */
+RSMI_API rsmi_status_t rsmi_dev_pci_id_get(uint32_t d, uint64_t *bdfid) {
+    rsmi_status_t r = check("rsmi_dev_pci_id_get", d, bdfid);
+    if (!r) {
+        const hd_device *x = &g_dev[d];
+        *bdfid = (uint64_t)x->domain << 32 | (uint64_t)x->bus << 8 | (uint64_t)x->dev << 3 | x->fn;
+    }
+    return r;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_unique_id_get(uint32_t d, uint64_t *id) {
+    rsmi_status_t r = check("rsmi_dev_unique_id_get", d, id);
+    if (r) return r;
+    const char *uid = hd_get(&g_dev[d], "uuid");
+    if (uid) {
+        *id = strtoull(strncasecmp(uid, "DCU-", 4) == 0 ? uid + 4 : uid, NULL, 16);
+    } else { /* derived from the bus ID: distinct per device, stable across runs */
+        const hd_device *x = &g_dev[d];
+        *id = 0x5a1c000000000000ULL ^
+              ((uint64_t)x->domain << 24 | (uint64_t)x->bus << 16 | x->dev << 8 | x->fn) * 0x9e3779b1ULL;
+    }
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_drm_render_minor_get(uint32_t d, uint32_t *minor) {
+    rsmi_status_t r = check("rsmi_dev_drm_render_minor_get", d, minor);
+    if (!r) *minor = (uint32_t)hd_get_int(&g_dev[d], "render", 128 + (long long)d);
+    return r;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_memory_total_get(uint32_t d, int type, uint64_t *total) {
+    rsmi_status_t r = check("rsmi_dev_memory_total_get", d, total);
+    if (r) return r;
+    if (type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_NOT_SUPPORTED;
+    *total = g_dev[d].memory;
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_memory_usage_get(uint32_t d, int type, uint64_t *used) {
+    rsmi_status_t r = check("rsmi_dev_memory_usage_get", d, used);
+    if (r) return r;
+    if (type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_NOT_SUPPORTED;
+    *used = 0;
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_dev_ecc_count_get(uint32_t d, uint64_t block, rsmi_error_count_t *ec) {
+    rsmi_status_t r = check("rsmi_dev_ecc_count_get", d, ec);
+    if (r) return r;
+    if (!hd_get_int(&g_dev[d], "ecc", 1) || block != RSMI_GPU_BLOCK_UMC) return RSMI_STATUS_NOT_SUPPORTED;
+    dev_state s = state_of((int)d);
+    ec->correctable_err = s.ce;
+    ec->uncorrectable_err = s.ue;
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_status_string(rsmi_status_t status, const char **text) {
+    static const char *names[] = {"RSMI_STATUS_SUCCESS",
+                                  "RSMI_STATUS_INVALID_ARGS",
+                                  "RSMI_STATUS_NOT_SUPPORTED",
+                                  "RSMI_STATUS_FILE_ERROR",
+                                  "RSMI_STATUS_PERMISSION",
+                                  "RSMI_STATUS_OUT_OF_RESOURCES",
+                                  "RSMI_STATUS_INTERNAL_EXCEPTION",
+                                  "RSMI_STATUS_INPUT_OUT_OF_BOUNDS",
+                                  "RSMI_STATUS_INIT_ERROR",
+                                  "RSMI_STATUS_NOT_YET_IMPLEMENTED",
+                                  "RSMI_STATUS_NOT_FOUND",
+                                  "RSMI_STATUS_INSUFFICIENT_SIZE"};
+    if (!text) return RSMI_STATUS_INVALID_ARGS;
+    *text = status >= 0 && status < (int)(sizeof names / sizeof names[0]) ? names[status] : "RSMI_STATUS_UNKNOWN_ERROR";
+    return RSMI_STATUS_SUCCESS;
+}

@@ -1,0 +1,394 @@
+/* hip_client.c - a HIP workload for libvhip.so's tests, linked with -lamdhip64 (PLT calls, as a
+ * C/C++ HIP application is built; ctypes tests cover dlopen + dlsym).
+ *
+ *   alloc [-d DEV] [-a API] SIZE...   allocate each size on device DEV through API, print
+ *                      "ALLOC <size> <rc>"; then "INFO <free> <total> <rc>"; then "READY" and hold
+ *                      the allocations until stdin closes; then free them: "FREE <rc>..." and INFO
+ *                      again. API: malloc (default), pitch, mempitch, 3d (rows of 4096 bytes),
+ *                      managed, async, pool, ext (hipExtMallocWithFlags), array, array3d (8-bit
+ *                      elements, rows of 4096), vmm (hipMemCreate on DEV; freed by hipMemRelease)
+ *   info [-d DEV]                      "INFO <free> <total> <rc>" (hipMemGetInfo), "TOTAL <bytes> <rc>"
+ *                                      (hipDeviceTotalMem)
+ *   pci [-d DEV]                       "PCI <bus ID>"
+ *   rate MODE US SECONDS               submit US-microsecond work for SECONDS (16 between syncs), then
+ *                                      "RATE <completed per second>" and "RAN <completed> <ns>"; MODE:
+ *                                      kernel (hipLaunchKernel), ext (hipExtLaunchKernel), coop
+ *                                      (hipLaunchCooperativeKernel), module (hipModuleLaunchKernel),
+ *                                      extmodule (hipExtModuleLaunchKernel), graph (hipGraphLaunch of a
+ *                                      graph captured from one kernel), copy (hipMemcpyAsync), h2d
+ *                                      (hipMemcpyHtoDAsync), memset (hipMemsetAsync), sync (hipMemcpy:
+ *                                      each waits), d32 (hipMemsetD32Async); a copy of US x 1000 bytes
+ *                                      takes US microseconds on the stub
+ *   capture                            a launch during a stream capture: "CAPTURE <rc begin> <rc launch>
+ *                                      <rc end> <graph>"
+ *   vmm SIZE                           create SIZE on device 0, map it, release the handle (still mapped):
+ *                                      "MAPPED <rc of a second hipMemCreate(SIZE)>"; retain + release it,
+ *                                      unmap: "UNMAPPED <rc of hipMemCreate(SIZE)>"
+ *   hold SIZE                          "SETUP 0", allocate SIZE: "HELD <rc>", then per stdin line
+ *                                      "alloc N": "RC <rc>" (tests/security's tenant protocol)
+ *   dlroutes SIZE                      "SETUP 0"; reach glibc's dlsym through dlvsym (every version),
+ *                                      libc's handle, RTLD_NEXT; "ROUTE <how> <library its hipMalloc came
+ *                                      from>", then allocate SIZE through it: "ALLOC <how> <rc>"
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int hipError_t;
+typedef struct {
+    uint32_t x, y, z;
+} dim3;
+typedef struct {
+    size_t width, height, depth;
+} hipExtent;
+typedef struct {
+    void *ptr;
+    size_t pitch, xsize, ysize;
+} hipPitchedPtr;
+typedef struct {
+    int x, y, z, w, f;
+} hipChannelFormatDesc;
+typedef struct {
+    int type, handle_type;
+    struct {
+        int type, id;
+    } location;
+    void *win32;
+    unsigned char flags[4];
+} hipMemAllocationProp;
+
+hipError_t hipSetDevice(int);
+hipError_t hipMalloc(void **, size_t);
+hipError_t hipMallocPitch(void **, size_t *, size_t, size_t);
+hipError_t hipMemAllocPitch(void **, size_t *, size_t, size_t, unsigned int);
+hipError_t hipMalloc3D(hipPitchedPtr *, hipExtent);
+hipError_t hipMallocManaged(void **, size_t, unsigned int);
+hipError_t hipMallocAsync(void **, size_t, void *);
+hipError_t hipMallocFromPoolAsync(void **, size_t, void *, void *);
+hipError_t hipExtMallocWithFlags(void **, size_t, unsigned int);
+hipError_t hipMallocArray(void **, const hipChannelFormatDesc *, size_t, size_t, unsigned int);
+hipError_t hipMalloc3DArray(void **, const hipChannelFormatDesc *, hipExtent, unsigned int);
+hipError_t hipFree(void *);
+hipError_t hipFreeAsync(void *, void *);
+hipError_t hipFreeArray(void *);
+hipError_t hipMemCreate(void **, size_t, const hipMemAllocationProp *, unsigned long long);
+hipError_t hipMemRelease(void *);
+hipError_t hipMemAddressReserve(void **, size_t, size_t, void *, unsigned long long);
+hipError_t hipMemMap(void *, size_t, size_t, void *, unsigned long long);
+hipError_t hipMemUnmap(void *, size_t);
+hipError_t hipMemRetainAllocationHandle(void **, void *);
+hipError_t hipMemGetInfo(size_t *, size_t *);
+hipError_t hipDeviceTotalMem(size_t *, int);
+hipError_t hipDeviceGetPCIBusId(char *, int, int);
+hipError_t hipStreamCreate(void **);
+hipError_t hipStreamSynchronize(void *);
+hipError_t hipDeviceSynchronize(void);
+hipError_t hipStreamBeginCapture(void *, int);
+hipError_t hipStreamEndCapture(void *, void **);
+hipError_t hipGraphInstantiate(void **, void *, void *, char *, size_t);
+hipError_t hipGraphLaunch(void *, void *);
+hipError_t hipEventCreate(void **);
+hipError_t hipLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
+hipError_t hipExtLaunchKernel(const void *, dim3, dim3, void **, size_t, void *, void *, void *, int);
+hipError_t hipLaunchCooperativeKernel(const void *, dim3, dim3, void **, unsigned int, void *);
+hipError_t hipModuleLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                                 void **, void **);
+hipError_t hipExtModuleLaunchKernel(void *, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, size_t, void *,
+                                    void **, void **, void *, void *, uint32_t);
+hipError_t hipMemcpy(void *, const void *, size_t, int);
+hipError_t hipMemcpyAsync(void *, const void *, size_t, int, void *);
+hipError_t hipMemcpyHtoDAsync(void *, void *, size_t, void *);
+hipError_t hipMemsetAsync(void *, int, size_t, void *);
+hipError_t hipMemsetD32Async(void *, int, size_t, void *);
+
+#define ROW 4096
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int device(int *argc, char ***argv) {
+    int dev = 0;
+    if (*argc >= 2 && strcmp((*argv)[0], "-d") == 0) {
+        dev = atoi((*argv)[1]);
+        *argc -= 2;
+        *argv += 2;
+    }
+    int r = hipSetDevice(dev);
+    if (r) {
+        printf("SETDEVICE %d\n", r);
+        exit(3);
+    }
+    return dev;
+}
+
+static void info(void) {
+    size_t f = 0, t = 0;
+    int r = hipMemGetInfo(&f, &t);
+    printf("INFO %zu %zu %d\n", f, t, r);
+}
+
+static hipMemAllocationProp vmm_prop(int dev) {
+    hipMemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = 1;          /* pinned */
+    p.location.type = 1; /* device */
+    p.location.id = dev;
+    return p;
+}
+
+static int alloc_one(const char *api, int dev, size_t size, void **out) {
+    static const hipChannelFormatDesc u8 = {8, 0, 0, 0, 0};
+    size_t pitch = 0;
+    if (!strcmp(api, "pitch")) return hipMallocPitch(out, &pitch, ROW, size / ROW);
+    if (!strcmp(api, "mempitch")) return hipMemAllocPitch(out, &pitch, ROW, size / ROW, 4);
+    if (!strcmp(api, "3d")) {
+        hipPitchedPtr pp = {0};
+        int r = hipMalloc3D(&pp, (hipExtent){ROW, size / ROW / 2, 2});
+        *out = pp.ptr;
+        return r;
+    }
+    if (!strcmp(api, "managed")) return hipMallocManaged(out, size, 1);
+    if (!strcmp(api, "async")) return hipMallocAsync(out, size, NULL);
+    if (!strcmp(api, "pool")) return hipMallocFromPoolAsync(out, size, NULL, NULL);
+    if (!strcmp(api, "ext")) return hipExtMallocWithFlags(out, size, 0);
+    if (!strcmp(api, "array")) return hipMallocArray(out, &u8, ROW, size / ROW, 0);
+    if (!strcmp(api, "array3d")) return hipMalloc3DArray(out, &u8, (hipExtent){ROW, size / ROW, 1}, 0);
+    if (!strcmp(api, "vmm")) {
+        hipMemAllocationProp p = vmm_prop(dev);
+        return hipMemCreate(out, size, &p, 0);
+    }
+    return hipMalloc(out, size);
+}
+
+static int free_one(const char *api, void *p) {
+    if (!strcmp(api, "async")) return hipFreeAsync(p, NULL);
+    if (!strcmp(api, "array") || !strcmp(api, "array3d")) return hipFreeArray(p);
+    if (!strcmp(api, "vmm")) return hipMemRelease(p);
+    return hipFree(p);
+}
+
+static int cmd_alloc(int argc, char **argv) {
+    int dev = device(&argc, &argv);
+    const char *api = "malloc";
+    if (argc >= 2 && strcmp(argv[0], "-a") == 0) {
+        api = argv[1];
+        argc -= 2;
+        argv += 2;
+    }
+    void *ptrs[64];
+    int n = 0;
+    for (int i = 0; i < argc && n < 64; i++) {
+        size_t size = strtoull(argv[i], NULL, 10);
+        void *p = NULL;
+        int r = alloc_one(api, dev, size, &p);
+        printf("ALLOC %zu %d\n", size, r);
+        if (r == 0) ptrs[n++] = p;
+    }
+    info();
+    printf("READY\n");
+    fflush(stdout);
+    char buf[64];
+    while (fgets(buf, sizeof buf, stdin)) {}
+    printf("FREE");
+    for (int i = 0; i < n; i++) printf(" %d", free_one(api, ptrs[i]));
+    printf("\n");
+    info();
+    return 0;
+}
+
+static void *graph_of(unsigned us, void *s) {
+    void *g = NULL, *exec = NULL;
+    dim3 one = {1, 1, 1};
+    hipStreamBeginCapture(s, 0);
+    hipLaunchKernel((const void *)(uintptr_t)us, one, one, NULL, 0, s);
+    hipStreamEndCapture(s, &g);
+    hipGraphInstantiate(&exec, g, NULL, NULL, 0);
+    return exec;
+}
+
+static int cmd_rate(const char *mode, unsigned us, double secs) {
+    hipSetDevice(0);
+    void *s = NULL, *dst = NULL, *e0 = NULL, *e1 = NULL, *exec = NULL;
+    void *f = (void *)(uintptr_t)us;
+    size_t bytes = (size_t)us * 1000;
+    dim3 one = {1, 1, 1};
+    hipStreamCreate(&s);
+    hipMalloc(&dst, bytes);
+    hipEventCreate(&e0);
+    hipEventCreate(&e1);
+    if (!strcmp(mode, "graph")) exec = graph_of(us, s);
+    long n = 0;
+    double t0 = now();
+    while (now() - t0 < secs) {
+        int r;
+        if (!strcmp(mode, "kernel"))
+            r = hipLaunchKernel(f, one, one, NULL, 0, s);
+        else if (!strcmp(mode, "ext"))
+            r = hipExtLaunchKernel(f, one, one, NULL, 0, s, e0, e1, 0);
+        else if (!strcmp(mode, "coop"))
+            r = hipLaunchCooperativeKernel(f, one, one, NULL, 0, s);
+        else if (!strcmp(mode, "module"))
+            r = hipModuleLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+        else if (!strcmp(mode, "extmodule"))
+            r = hipExtModuleLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL, NULL, NULL, 0);
+        else if (!strcmp(mode, "graph"))
+            r = hipGraphLaunch(exec, s);
+        else if (!strcmp(mode, "copy"))
+            r = hipMemcpyAsync(dst, dst, bytes, 3, s);
+        else if (!strcmp(mode, "h2d"))
+            r = hipMemcpyHtoDAsync(dst, &n, bytes, s);
+        else if (!strcmp(mode, "memset"))
+            r = hipMemsetAsync(dst, 0, bytes, s);
+        else if (!strcmp(mode, "d32"))
+            r = hipMemsetD32Async(dst, 0, bytes / 4, s);
+        else if (!strcmp(mode, "sync"))
+            r = hipMemcpy(dst, dst, bytes, 3);
+        else
+            return fprintf(stderr, "unknown mode %s\n", mode), 2;
+        if (r) return printf("SUBMIT %d\n", r), 4;
+        if (++n % 16 == 0) hipStreamSynchronize(s); /* keep the queue short: count what completes */
+    }
+    hipDeviceSynchronize();
+    double took = now() - t0;
+    printf("RATE %.1f\n", (double)n / took);
+    printf("RAN %ld %.0f\n", n, took * 1e9);
+    return 0;
+}
+
+static int cmd_vmm(size_t size) {
+    hipSetDevice(0);
+    hipMemAllocationProp p = vmm_prop(0);
+    void *h = NULL, *h2 = NULL, *again = NULL, *va = NULL;
+    int r = hipMemCreate(&h, size, &p, 0);
+    if (r) return printf("CREATE %d\n", r), 4;
+    hipMemAddressReserve(&va, size, 0, NULL, 0);
+    hipMemMap(va, size, 0, h, 0);
+    hipMemRelease(h); /* still mapped: the memory stays */
+    printf("MAPPED %d\n", hipMemCreate(&again, size, &p, 0));
+    if (again) hipMemRelease(again), again = NULL;
+    hipMemRetainAllocationHandle(&h2, va);
+    hipMemRelease(h2);
+    hipMemUnmap(va, size); /* the last mapping: the memory goes */
+    r = hipMemCreate(&again, size, &p, 0);
+    printf("UNMAPPED %d\n", r);
+    if (!r) hipMemRelease(again);
+    return 0;
+}
+
+static size_t size_arg(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'G')
+        v *= 1 << 30;
+    else if (*end == 'M')
+        v *= 1 << 20;
+    return (size_t)v;
+}
+
+static int cmd_hold(size_t size) {
+    printf("SETUP 0\n");
+    void *p = NULL;
+    printf("HELD %d\n", hipMalloc(&p, size));
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "alloc ", 6) == 0) {
+            void *q = NULL;
+            printf("RC %d\n", hipMalloc(&q, size_arg(line + 6)));
+            fflush(stdout);
+        }
+    }
+    return 0;
+}
+
+typedef void *(*dlsym_t)(void *, const char *);
+typedef void *(*dlvsym_t)(void *, const char *, const char *);
+typedef hipError_t (*alloc_t)(void **, size_t);
+static void *g_hip;
+
+static const char *where(void *p) {
+    Dl_info info;
+    if (!p) return "none";
+    if (!dladdr(p, &info) || !info.dli_fname) return "unknown";
+    const char *slash = strrchr(info.dli_fname, '/');
+    return slash ? slash + 1 : info.dli_fname;
+}
+
+static void route(const char *how, dlsym_t real, size_t bytes) {
+    alloc_t a = real ? (alloc_t)real(g_hip, "hipMalloc") : NULL;
+    printf("ROUTE %s %s\n", how, where((void *)a));
+    if (a) {
+        void *p = NULL;
+        printf("ALLOC %s %d\n", how, a(&p, bytes));
+    }
+}
+
+static int cmd_dlroutes(size_t bytes) {
+    g_hip = dlopen("libamdhip64.so", RTLD_NOW);
+    printf("SETUP %d\n", g_hip ? 0 : 1);
+    if (!g_hip) return 1;
+    hipSetDevice(0);
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    route("dlvsym-2.34", (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34"), bytes);
+    route("dlvsym-2.2.5", (dlsym_t)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5"), bytes);
+    route("dlvsym-next", (dlsym_t)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), bytes);
+    route("dlvsym-libc", (dlsym_t)dlvsym(libc, "dlsym", "GLIBC_2.34"), bytes);
+    route("dlsym-libc", (dlsym_t)dlsym(libc, "dlsym"), bytes);
+    route("dlsym-next", (dlsym_t)dlsym(RTLD_NEXT, "dlsym"), bytes);
+    dlvsym_t v = (dlvsym_t)dlsym(libc, "dlvsym");
+    route("libc-dlvsym", v ? (dlsym_t)v(libc, "dlsym", "GLIBC_2.34") : NULL, bytes);
+    v = (dlvsym_t)dlvsym(libc, "dlvsym", "GLIBC_2.34");
+    route("dlvsym-dlvsym", v ? (dlsym_t)v(libc, "dlsym", "GLIBC_2.2.5") : NULL, bytes);
+    alloc_t direct = (alloc_t)dlvsym(g_hip, "hipMalloc", "GLIBC_2.34");
+    printf("ROUTE dlvsym-hip %s\n", direct ? where((void *)direct) : "none");
+    dlsym_t priv = (dlsym_t)dlsym(libc, "__libc_dlsym");
+    printf("ROUTE libc-private %s\n", priv && priv(g_hip, "hipMalloc") ? "found" : "none");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) return 2;
+    const char *cmd = argv[1];
+    argc -= 2;
+    argv += 2;
+    if (!strcmp(cmd, "alloc")) return cmd_alloc(argc, argv);
+    if (!strcmp(cmd, "info")) {
+        int dev = device(&argc, &argv);
+        info();
+        size_t total = 0;
+        int r = hipDeviceTotalMem(&total, dev);
+        printf("TOTAL %zu %d\n", total, r);
+        return 0;
+    }
+    if (!strcmp(cmd, "pci")) {
+        int dev = device(&argc, &argv);
+        char bus[64] = "";
+        hipDeviceGetPCIBusId(bus, (int)sizeof bus, dev);
+        printf("PCI %s\n", bus);
+        return 0;
+    }
+    if (!strcmp(cmd, "rate") && argc == 3) return cmd_rate(argv[0], (unsigned)atoi(argv[1]), atof(argv[2]));
+    if (!strcmp(cmd, "capture")) {
+        hipSetDevice(0);
+        void *s = NULL, *g = NULL;
+        dim3 one = {1, 1, 1};
+        hipStreamCreate(&s);
+        int a = hipStreamBeginCapture(s, 0);
+        int b = hipLaunchKernel((const void *)(uintptr_t)500, one, one, NULL, 0, s);
+        int c = hipStreamEndCapture(s, &g);
+        printf("CAPTURE %d %d %d %lu\n", a, b, c, (unsigned long)(uintptr_t)g);
+        return 0;
+    }
+    if (!strcmp(cmd, "vmm") && argc == 1) return cmd_vmm(size_arg(argv[0]));
+    if (!strcmp(cmd, "hold") && argc == 1) return cmd_hold(size_arg(argv[0]));
+    if (!strcmp(cmd, "dlroutes") && argc == 1) return cmd_dlroutes(size_arg(argv[0]));
+    return 2;
+}
