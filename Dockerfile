@@ -1,4 +1,5 @@
-# The dra-hami image: every chart runs it (helm/hami-core-gpu, helm/ascend and helm/hygon-dcu: `dra run <driver>`
+# The dra-hami image: every chart runs it (helm/hami-core-gpu, helm/ascend, helm/hygon-dcu and
+# helm/cambricon-mlu: `dra run <driver>`
 # and the `dra hookdir install` init container; helm/dra-webhook: `dra webhook run`). Build and
 # push it yourself, from any Debian-based Python >= 3.11 image:
 #

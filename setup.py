@@ -23,7 +23,7 @@ CORE_SOURCES = ["config.c", "config_value.c", "config_file.c", "ledger.c", "ledg
 LIBRARIES = ["libvgpu.so", "libvnpu.so", "stub/libcuda.so.1", "stub/libnvidia-ml.so.1", "stub/libdcmi.so",
              "stub/libruntime.so", "stub/libascendcl.so", "workload/cuda_workload", "hk-ledger",
              "libvhip.so", "stub/libamdhip64.so.6", "stub/libamdhip64.so", "stub/librocm_smi64.so",
-             "workload/hip_workload"]
+             "workload/hip_workload", "stub/libcndev.so", "stub/libcnrt.so", "workload/mlu_workload"]
 
 
 class BuildHookcore(build_ext):

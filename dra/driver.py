@@ -444,6 +444,15 @@ class Driver(abc.ABC):
     config_api_version: ClassVar[str | None] = None
     """The `apiVersion` the opaque config must carry, e.g. ``gpu.example.com/v1alpha1``."""
 
+    shares_held_by_device: ClassVar[bool] = False
+    """Who holds a claim to its share of a shared device (`Device.allow_multiple_allocations`).
+    False (the default): the hook library `enforcement` names, which the framework installs,
+    configures and preloads. True: the device itself, partitioned by its hardware or by the
+    vendor's driver from what `prepare` set up and its edits carry (a partition the container's
+    device nodes open, the settings the vendor's runtime reads); `enforcement` answers None and no
+    hook is loaded. Declared, not inferred from a None, so the conformance suite can tell a
+    vendor-held share from a share nothing holds (`dra.testing.conformance`)."""
+
     def setup(self, ctx: DriverContext) -> None:
         """Called once, before `devices`; the default keeps `ctx` as `self.context`."""
         self.context = ctx
@@ -465,7 +474,8 @@ class Driver(abc.ABC):
         return ContainerEdits()
 
     def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
-        """How the claim's share is enforced (hook library and quotas), or None (not enforced)."""
+        """How the claim's share is enforced (hook library and quotas), or None: not enforced, or
+        held by the device itself (`shares_held_by_device`)."""
         return None
 
     def hook_libraries(self) -> Sequence[Path]:

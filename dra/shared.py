@@ -1,5 +1,6 @@
 """`SharedDeviceDriver`: the one skeleton of a driver whose devices are shared by consumable
-capacity and whose shares a hook library enforces.
+capacity and whose shares a hook library enforces, or the device itself (hardware or vendor
+partitioning: `Driver.shares_held_by_device`, no hook).
 
 Every such driver does the same things around its vendor part: it discovers its devices once at
 start (a fake backend or the real one), keeps them by published name, watches their health and
@@ -133,7 +134,10 @@ class SharedDeviceDriver(Driver, Generic[D, Cfg]):
     noun: ClassVar[str] = "device"
     """What a device is called in error messages ("GPU", "NPU")."""
     hook_stem: ClassVar[str] = "vgpu"
-    """The hook library enforcing the shares, ``lib<hook_stem>.so`` (`dra.hook_library`)."""
+    """The hook library enforcing the shares, ``lib<hook_stem>.so`` (`dra.hook_library`); unused
+    where `shares_held_by_device`: the driver's `prepare` makes the device hold each share (with
+    `held_cores` and each `Visible`'s memory), no hook is installed or loaded, and a config that
+    names how to load one (``preload``) is refused."""
     device_name: Callable[[Any], str]
     """The published name of a device (stable across restarts: claims name it); a subclass sets it."""
     usable_memory: Callable[[Any], int]
@@ -265,6 +269,10 @@ class SharedDeviceDriver(Driver, Generic[D, Cfg]):
             return got
         got = ClaimView(allocated, tuple(self.visible(claim, allocated)), self.claim_config(allocated),
                         self.device_configs(allocated))
+        if self.shares_held_by_device and got.config.preload:
+            raise PrepareError(f"preload: {got.config.preload} names how to load a hook, and this driver's {self.noun}s"
+                               " hold their shares themselves (no hook is loaded): drop preload from the claim's"
+                               " (or DeviceClass's) config")
         if len(self._views) >= MAX_VIEWS:
             self._views.clear()
         self._views[claim.uid] = got
@@ -274,22 +282,33 @@ class SharedDeviceDriver(Driver, Generic[D, Cfg]):
         self.view(claim, devices)  # refuse before anything is written
         return [self.prepared_device(claim, dev, self.by_name[dev.device]) for dev in devices]
 
+    def held_cores(self, view: ClaimView[D, Cfg], visible: Visible[D]) -> int:
+        """The compute share `visible` is held to for the claim: its summed cores, or 100 (no limit)
+        where every request on it lifts the limit (the strictest of their configs, `device_configs`,
+        says ``computeLimit: false``). The one rule for the hook's quota and for a device that
+        holds its shares itself."""
+        return visible.cores if view.held[visible.name].compute_limit else 100
+
     def enforcement(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> Enforcement | None:
         """The hook library with one quota per visible device, in container order. Each device is
         held by the strictest config of the requests on it (`device_configs`): its compute limit
         is lifted only when every one of them lifts it, and otherwise is the summed cores of all
-        of them (what the scheduler reserved for the claim on it)."""
+        of them (what the scheduler reserved for the claim on it). None where the devices hold
+        their shares themselves (`shares_held_by_device`)."""
+        if self.shares_held_by_device:
+            return None
         from dra import hook_library
 
         view = self.view(claim, [p.device for p in prepared])
-        quotas = [self.quota(v, v.cores if view.held[v.name].compute_limit else 100, view.held[v.name])
-                  for v in view.visible]
+        quotas = [self.quota(v, self.held_cores(view, v), view.held[v.name]) for v in view.visible]
         preload = Preload(view.config.preload) if view.config.preload else None
         return Enforcement(hook_library(self.hook_stem), quotas, preload)
 
     def hook_libraries(self) -> Sequence[Path]:
         """The hook library, installed by the daemon at start (so a heterogeneous claim's specs
-        mount one hook set)."""
+        mount one hook set); none where the devices hold their shares themselves."""
+        if self.shares_held_by_device:
+            return []
         from dra import hook_library
 
         return [hook_library(self.hook_stem)]

@@ -82,7 +82,7 @@ def flag_enum(field: str) -> dict[str, Any]:
 
 
 def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The schema of a node-daemon chart (hami-core-gpu, ascend, hygon-dcu)."""
+    """The schema of a node-daemon chart (hami-core-gpu, ascend, hygon-dcu, cambricon-mlu)."""
     kubelet_plugin = obj({
         "nodeSelector": LABEL_MAP,
         "tolerations": {"type": "array", "items": ANY_OBJECT},
@@ -278,12 +278,25 @@ def hygon_dcu_settings() -> dict[str, Any]:
     })
 
 
+def cambricon_mlu_settings() -> dict[str, Any]:
+    """`dra run cambricon-mlu --set` keys (drivers/cambricon_mlu/settings.py)."""
+    return obj({
+        "sharing": {"enum": ["smlu", "whole"]},
+        "devRoot": ABS_PATH,
+        "cndevLibrary": ABS_PATH,
+        "health": {"enum": ["on", "off"], "description": "quote it: unquoted on/off are YAML booleans"},
+        "healthInterval": string_setting(pattern=r"^[0-9]+(\.[0-9]+)?$"),
+        "sysfs": ABS_PATH,
+    })
+
+
 def schemas() -> dict[str, dict[str, Any]]:
     """Chart directory name -> its values.schema.json."""
     return {
         "hami-core-gpu": driver_schema("hami-core-gpu", "hami-core-gpu.project-hami.io", gpu_settings()),
         "ascend": driver_schema("ascend", "ascend.project-hami.io", ascend_settings()),
         "hygon-dcu": driver_schema("hygon-dcu", "hygon-dcu.project-hami.io", hygon_dcu_settings()),
+        "cambricon-mlu": driver_schema("cambricon-mlu", "cambricon-mlu.project-hami.io", cambricon_mlu_settings()),
         "dra-webhook": webhook_schema(),
     }
 

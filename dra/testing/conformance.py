@@ -18,6 +18,8 @@ The tests:
 - unprepare tolerates resources already gone (twice; after the spec and hook dir were removed);
 - opaque config round-trips (encode then decode) and the class alone gives the instance's verdict;
 - enforcement settings are valid by the hook library's own parser;
+- a shared device's shares are held: by the hook `enforcement` names, or, where the driver
+  declares `Driver.shares_held_by_device`, by the device, and then no hook is set up or loaded;
 - a SIGKILL at each fault point of prepare and unprepare is repaired by the next start and the
   repeated kubelet call: nothing is left (record, CDI spec, hook dir, temp files).
 """
@@ -48,6 +50,12 @@ from dra.driver import AllocatedDevice, ClaimRef, Driver, DriverContext
 from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 
 NODE = "conformance-node"
+_NO_HOOK = {False: "the driver enforces no quota (enforcement() returned None)",
+            True: "no hook: the driver's devices hold their shares themselves (shares_held_by_device)"}
+HOOK_ONLY_POINTS = ("prepare.after_hooks", "hookdir.after_lib", "hookdir.after_set", "hookdir.after_switch")
+"""Fault points on the way of a hook (the claim's hook dir written, the node's hook set built):
+never reached for a driver whose devices hold their shares themselves
+(`Driver.shares_held_by_device`), so not tested for one."""
 
 
 @dataclasses.dataclass
@@ -210,7 +218,7 @@ class DriverConformance:
         rec = node.preparer.checkpoint.get(refs[0].uid)
         assert rec is not None
         if rec.enforcement is None:
-            pytest.skip("the driver enforces no quota (enforcement() returned None)")
+            pytest.skip(_NO_HOOK[node.driver.shares_held_by_device])
         import hookcore
 
         config = node.hooks_dir / refs[0].uid / "config"
@@ -230,17 +238,46 @@ class DriverConformance:
         rec = node.preparer.checkpoint.get(refs[0].uid)
         assert rec is not None
         if rec.enforcement is None:
-            pytest.skip("the driver enforces no quota (enforcement() returned None)")
+            pytest.skip(_NO_HOOK[node.driver.shares_held_by_device])
         installed = {Path(p).resolve() for p in node.driver.hook_libraries()}
         assert Path(rec.enforcement["library"]).resolve() in installed, (
             f"enforcement() names {rec.enforcement['library']}, hook_libraries() only {sorted(map(str, installed))}")
+
+    def test_a_shared_devices_shares_are_held_by_a_hook_or_by_the_device(self, tmp_path: Path) -> None:
+        """A driver publishing shared devices (`Device.allow_multiple_allocations`) holds every
+        share: `enforcement` names a hook, or the driver declares `shares_held_by_device` and then
+        no hook is installed, configured or loaded for the claim (a None from `enforcement` alone
+        would be a share nothing holds)."""
+        node = self.node(tmp_path)
+        if not any(d.allow_multiple_allocations for d in node.driver.devices()):
+            pytest.skip("the driver publishes no shared device")
+        refs = self.add_claims(node)
+        out = node.preparer.prepare_claims(refs)
+        assert all(o.error == "" for o in out.values()), {u: o.error for u, o in out.items()}
+        rec = node.preparer.checkpoint.get(refs[0].uid)
+        assert rec is not None
+        if not node.driver.shares_held_by_device:
+            assert rec.enforcement is not None, (
+                "shared devices whose shares nothing holds: return an Enforcement from enforcement(), or declare"
+                " shares_held_by_device when the device (its hardware or the vendor's driver) holds them")
+            return
+        assert rec.enforcement is None, "shares_held_by_device, yet enforcement() names a hook"
+        assert list(node.driver.hook_libraries()) == [], "shares_held_by_device, yet hook_libraries() installs one"
+        assert not (node.hooks_dir / refs[0].uid).exists(), "a hook dir (config, ledger) for a claim no hook holds"
+        spec = node.preparer.cdi.read_claim(refs[0].uid)
+        assert spec is not None
+        edits = [spec.get("containerEdits") or {}, *(d["containerEdits"] for d in spec["devices"])]
+        mounts = {m["containerPath"] for e in edits for m in e.get("mounts") or ()}
+        env = {kv.partition("=")[0] for e in edits for kv in e.get("env") or ()}
+        assert "/etc/ld.so.preload" not in mounts and "LD_PRELOAD" not in env, "a hook preloaded where no hook holds"
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """One crash test per fault point this suite names (pytest calls this on test classes)."""
         if "point" in metafunc.fixturenames:
             unknown = sorted(set(self.fault_points) - set(faults.POINTS))
             assert not unknown, f"fault_points names points the framework does not have: {unknown}"
-            metafunc.parametrize("point", list(self.fault_points))
+            hookless = self.driver_class.shares_held_by_device
+            metafunc.parametrize("point", [p for p in self.fault_points if not (hookless and p in HOOK_ONLY_POINTS)])
 
     def test_a_kill_at_each_fault_point_is_repaired(self, tmp_path: Path, point: str) -> None:
         refs = self.add_claims(self.node(tmp_path))

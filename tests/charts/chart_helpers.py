@@ -13,7 +13,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM_DIR = ROOT / "helm"
-DRIVER_CHARTS = ("hami-core-gpu", "ascend", "hygon-dcu")
+DRIVER_CHARTS = ("hami-core-gpu", "ascend", "hygon-dcu", "cambricon-mlu")
 KUBE_VERSION = "1.34.4"
 
 

@@ -196,6 +196,13 @@ def test_each_flag_the_chart_writes_is_a_field_of_the_daemons_settings_and_sets_
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
 def test_the_hook_installer_accepts_the_charts_arguments_and_installs_into_the_daemons_hook_dir(
         helm: Tool, monkeypatch: pytest.MonkeyPatch, chart: str) -> None:
+    module, _, attr = entry_points()[_default(chart, "driver", "entryPoint")].partition(":")
+    if getattr(import_module(module), attr).shares_held_by_device:
+        # the vendor's partitioning holds the shares: the chart installs no hook, and says so
+        assert _default(chart, "hook") == {"install": False, "libraries": []}
+        for name in ("defaults", "other-host-layout"):
+            assert not pod(chart, helm, chart_values(chart, name))[1].get("initContainers")
+        return
     for name in ("defaults", "other-host-layout"):
         _objects, spec = pod(chart, helm, chart_values(chart, name))
         init = container(spec, "install-hooks", init=True)
@@ -226,7 +233,8 @@ def _camel(field: str) -> str:
 SAMPLES = {"driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys", "dcmiLibrary": "/usr/local/dcmi/libdcmi.so",
            "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5", "fullLoadClockMhz": "1500",
            "mpsRoot": "/run/hami-core-gpu/mps", "mpsControl": "nvidia-cuda-mps-control", "contextMemory": "692Mi",
-           "smiLibrary": "/opt/hyhal/lib/librocm_smi64.so"}
+           "smiLibrary": "/opt/hyhal/lib/librocm_smi64.so",
+           "sharing": "whole", "cndevLibrary": "/usr/lib64/libcndev.so"}
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

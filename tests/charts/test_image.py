@@ -80,7 +80,7 @@ def test_the_wheel_carries_the_hook_libraries_the_stubs_and_every_charts_entry_p
                    "dra/webhook/vendors.yaml", "dra/_runtime/daemon.py", "dra/_runtime/hookdir_cli.py"):
         assert member in names, f"{member} is not in the wheel"
     assert "dra = dra.cli:main" in entry_points
-    for chart in ("hami-core-gpu", "ascend", "hygon-dcu"):
+    for chart in ("hami-core-gpu", "ascend", "hygon-dcu", "cambricon-mlu"):
         entry = yaml.safe_load((HELM_DIR / chart / "values.yaml").read_text())["driver"]["entryPoint"]
         if (ROOT / "drivers" / entry.replace("-", "_")).is_dir():
             assert re.search(rf"^{re.escape(entry)} = ", entry_points, re.M), f"the wheel does not register {entry}"

@@ -30,7 +30,7 @@ from dra_dev.cluster.controlplane import ControlPlane
 pytestmark = pytest.mark.cluster
 
 DRIVER_NAME = {"hami-core-gpu": "hami-core-gpu.project-hami.io", "ascend": "ascend.project-hami.io",
-               "hygon-dcu": "hygon-dcu.project-hami.io"}
+               "hygon-dcu": "hygon-dcu.project-hami.io", "cambricon-mlu": "cambricon-mlu.project-hami.io"}
 # Nodes made here carry this taint so that no other test's pod is scheduled onto them.
 TAINT: dict[str, Any] = {"key": "dra-chart-test", "value": "only", "effect": "NoSchedule"}
 TOLERATION: dict[str, Any] = {"key": "dra-chart-test", "operator": "Equal", "value": "only", "effect": "NoSchedule"}
@@ -389,7 +389,7 @@ def token_kubeconfig(cluster: ControlPlane, token: str, path: Path) -> Path:
     return path
 
 
-FAKE = {"hami-core-gpu": "h200x2", "ascend": "910b3x2", "hygon-dcu": "k100-aix2"}
+FAKE = {"hami-core-gpu": "h200x2", "ascend": "910b3x2", "hygon-dcu": "k100-aix2", "cambricon-mlu": "mlu370-x8x2"}
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

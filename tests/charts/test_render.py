@@ -44,9 +44,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
 }
 
-DEFAULT_NODE_LABEL = {"hami-core-gpu": {"gpu": "on"}, "ascend": {"ascend": "on"}, "hygon-dcu": {"dcu": "on"}}
+DEFAULT_NODE_LABEL = {"hami-core-gpu": {"gpu": "on"}, "ascend": {"ascend": "on"}, "hygon-dcu": {"dcu": "on"},
+                      "cambricon-mlu": {"mlu": "on"}}
 DRIVER_NAME = {"hami-core-gpu": "hami-core-gpu.project-hami.io", "ascend": "ascend.project-hami.io",
-               "hygon-dcu": "hygon-dcu.project-hami.io"}
+               "hygon-dcu": "hygon-dcu.project-hami.io", "cambricon-mlu": "cambricon-mlu.project-hami.io"}
 
 
 # A second DeviceClass carrying the driver's config for its claims, per chart.
@@ -55,6 +56,7 @@ CONFIG_CLASS = {
                       "computeMode": "strict", "fullLoadClockMhz": 1500},
     "ascend": {"apiVersion": "ascend.project-hami.io/v1alpha1", "kind": "NpuConfig", "preload": "env"},
     "hygon-dcu": {"apiVersion": "hygon-dcu.project-hami.io/v1alpha1", "kind": "DcuConfig", "preload": "env"},
+    "cambricon-mlu": {"apiVersion": "cambricon-mlu.project-hami.io/v1alpha1", "kind": "MluConfig", "computeLimit": False},
 }
 
 
@@ -202,7 +204,8 @@ def test_device_classes_with_an_optional_extended_resource(helm: Tool, chart: st
 
 
 DRIVER_CLASS = {"hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
-                "ascend": "drivers.ascend.driver:AscendDriver", "hygon-dcu": "drivers.hygon_dcu.driver:HygonDcuDriver"}
+                "ascend": "drivers.ascend.driver:AscendDriver", "hygon-dcu": "drivers.hygon_dcu.driver:HygonDcuDriver",
+                "cambricon-mlu": "drivers.cambricon_mlu.driver:CambriconMluDriver"}
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

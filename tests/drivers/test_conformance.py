@@ -1,7 +1,8 @@
 """Every driver passes the driver conformance suite (dra.testing.conformance), each on its fake
 devices in the configurations that change what it writes: the example driver (counted devices,
 a fake profile), hami-core-gpu on fake H200s (toolkit and self-contained CDI), ascend on fake
-910B3s and Atlas A3 modules, and hygon-dcu on fake K100_AIs and Z100s."""
+910B3s and Atlas A3 modules, hygon-dcu on fake K100_AIs and Z100s, and cambricon-mlu on fake MLU370-X8s
+(sMLU: no hook, the vendor's instances hold the shares) and MLU590s (whole)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dra.testing.conformance import DriverConformance
 from drivers.ascend.config import NpuConfig
 from drivers.ascend.driver import AscendDriver
 from drivers.ascend.edits import hook_key
+from drivers.cambricon_mlu.config import MluConfig
+from drivers.cambricon_mlu.driver import CambriconMluDriver
 from drivers.example.driver import ExampleConfig, ExampleDriver
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
@@ -96,3 +99,21 @@ class TestHygonDcuConformanceWithHealth(DcuKeys):
     fake = "z100x2"
     settings = {"healthInterval": "0.5"}
     fault_points = ("prepare.after_hooks", "unprepare.after_hooks")
+
+
+class TestCambriconMluConformance(DriverConformance):
+    """sMLU: each share an instance of the vendor's driver, made at prepare; no hook."""
+
+    driver_class = CambriconMluDriver
+    fake = "mlu370-x8x2"
+    settings = {"health": "off"}
+    sample_configs = [MluConfig(), MluConfig(compute_limit=False)]
+
+
+class TestCambriconMluWholeConformance(DriverConformance):
+    """Whole MLUs (``sharing: whole``), health polling on."""
+
+    driver_class = CambriconMluDriver
+    fake = "mlu590x2"
+    settings = {"sharing": "whole", "healthInterval": "0.5"}
+    fault_points = ("prepare.after_driver", "unprepare.after_driver")

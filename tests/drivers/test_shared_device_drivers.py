@@ -1,9 +1,10 @@
 """What every driver built on `dra.SharedDeviceDriver` must do, written once and run for each
-(hami-core-gpu on fake H200s, ascend on fake 910B3s, hygon-dcu on fake K100_AIs): the driver class on its fake backend
+(hami-core-gpu on fake H200s, ascend on fake 910B3s, hygon-dcu on fake K100_AIs, cambricon-mlu on fake
+MLU370-X8s, whose shares the vendor's sMLU holds instead of a hook): the driver class on its fake backend
 (setup, refusals, whole devices, the strongest preload, health through its stub, settings), its
 daemon on the real control plane (the published slice, a fault becoming a taint and kubelet
 health until it clears), and every driver's example manifests. What only one driver does stays
-in its own tests (tests/hami_core_gpu, tests/ascend, tests/hygon_dcu)."""
+in its own tests (tests/hami_core_gpu, tests/ascend, tests/hygon_dcu, tests/cambricon_mlu)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ from drivers.ascend import settings as npu_settings
 from drivers.ascend.config import NpuConfig
 from drivers.ascend.dcmi import DcmiError
 from drivers.ascend.driver import AscendDriver
+from drivers.cambricon_mlu import devices as mlu_devices
+from drivers.cambricon_mlu import settings as mlu_settings
+from drivers.cambricon_mlu.cndev import CndevError
+from drivers.cambricon_mlu.config import MluConfig
+from drivers.cambricon_mlu.driver import CambriconMluDriver
 from drivers.hami_core_gpu import devices as gpu_devices
 from drivers.hami_core_gpu import fake as gpu_fake
 from drivers.hami_core_gpu import nvml
@@ -149,7 +155,25 @@ DCU = Vendor(
     sample_memory="64Gi",
     fault_key="resource.kubernetes.io/pciBusID",  # the stub ROCm SMI's state file names a DCU by its bus ID
 )
-VENDORS = [GPU, NPU, DCU]
+MLU = Vendor(
+    id="cambricon-mlu", driver_class=CambriconMluDriver, command="cambricon-mlu", driver_name=mlu_devices.DRIVER_NAME,
+    request="mlu", fake="mlu370-x8x8", fake_pair="mlu370-x8x2", names=[f"mlu-{i}" for i in range(8)],
+    product="MLU370-X8", uuid_prefix="MLU-", whole=(48 * GiB, 100), config=MluConfig,
+    fault_env="HOOKCORE_STUB_CNDEV_STATE", interval="healthInterval",
+    steps=[
+        HealthStep("health {uuid} 0", False, r"^the MLU is in problem", frozenset({("health", "in-problem")})),
+        HealthStep("health {uuid} 1", True, "^$", frozenset()),
+        HealthStep("driver {uuid} 6", False, "the MLU driver is not running: reset", frozenset({("health", "driver-reset")})),
+    ],
+    settings_error=mlu_settings.SettingsError,
+    missing_library=(lambda root: {"cndevLibrary": str(root / "libcndev.so")}, CndevError, r"libcndev\.so not found"),
+    node_libraries=lambda: None,
+    sample="mlu-5",
+    sample_wire={"type": {"string": "MLU"}, "productName": {"string": "MLU370-X8"}, "index": {"int": 5},
+                 "smlu": {"bool": True}, "numaNode": {"int": 1}, "resource.kubernetes.io/pcieRoot": {"string": "pci0000:85"}},
+    sample_memory="48Gi",
+)
+VENDORS = [GPU, NPU, DCU, MLU]
 
 BAD_SETTINGS = [
     (GPU, {"cdimode": "toolkit"}, "unknown setting 'cdimode'"),
@@ -173,6 +197,10 @@ BAD_SETTINGS = [
     (DCU, {"healthInterval": "0"}, "healthInterval must be seconds"),
     (DCU, {"driverRoot": "opt"}, "driverRoot must be an absolute path"),
     (DCU, {"health": "yes"}, "health must be on or off"),
+    (MLU, {"smlu": "on"}, "unknown setting 'smlu'"),
+    (MLU, {"sharing": "mig"}, "sharing must be one of"),
+    (MLU, {"devRoot": "dev"}, "devRoot must be an absolute path"),
+    (MLU, {"healthInterval": "0"}, "healthInterval must be seconds"),
 ]
 
 OFF = {"health": "off"}
@@ -224,11 +252,16 @@ def test_a_device_of_another_node_is_refused_with_the_known_ones(vendor: Vendor,
 
 
 def test_two_preload_modes_in_one_claim_give_the_strongest(vendor: Vendor, driver: MakeDriver) -> None:
-    """Review 2026-12-04 #10: claim-wide values are the strongest across requests (file over env)."""
+    """Review 2026-12-04 #10: claim-wide values are the strongest across requests (file over env).
+    A driver whose devices hold their shares loads no hook: a preload is refused, naming it."""
     d = driver(settings=OFF)
-    e = d.enforcement(CLAIM, d.prepare(CLAIM, [
-        alloc(vendor, vendor.names[0], "a", vendor.config(preload="env"), memory=GiB, cores=10),
-        alloc(vendor, vendor.names[1], "b", vendor.config(preload="file"), memory=GiB, cores=10)]))
+    devices = [alloc(vendor, vendor.names[0], "a", vendor.config(preload="env"), memory=GiB, cores=10),
+               alloc(vendor, vendor.names[1], "b", vendor.config(preload="file"), memory=GiB, cores=10)]
+    if vendor.driver_class.shares_held_by_device:
+        with pytest.raises(PrepareError, match="preload: file names how to load a hook"):
+            d.prepare(CLAIM, devices)
+        return
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, devices))
     assert e is not None and e.preload is dra.Preload.FILE
 
 
@@ -339,7 +372,7 @@ def test_a_fault_taints_the_device_and_reaches_kubelet_until_it_clears(vendor: V
 
 # --- every driver's examples ----------------------------------------------------------------------
 
-EXAMPLE_DIRS = ("hami-core-gpu", "ascend", "hygon-dcu", "gpu.example.com", "heterogeneous")
+EXAMPLE_DIRS = ("hami-core-gpu", "ascend", "hygon-dcu", "cambricon-mlu", "gpu.example.com", "heterogeneous")
 MANIFESTS = sorted(p for d in EXAMPLE_DIRS for p in (EXAMPLES / d).glob("*.yaml") if p.name != "demo.yaml")
 """demo.yaml: the demo's data, not a manifest; hami-compat's pods need the webhook (test_webhook.py)."""
 

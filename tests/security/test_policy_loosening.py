@@ -121,10 +121,12 @@ def test_every_field_that_loosens_is_marked_in_both_drivers_configs() -> None:
     """What the rule covers is the config types' declaration (`dra.strength`), one place per field."""
     from dra._runtime.loosening import marked_fields
     from drivers.ascend.config import NpuConfig
+    from drivers.cambricon_mlu.config import MluConfig
     from drivers.hami_core_gpu.config import GpuConfig
 
     shared = ["preload", "computeLimit", "watchdogAction"]
     assert marked_fields(NpuConfig) == shared
+    assert marked_fields(MluConfig) == shared
     assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz", "sharing", "priority"]
 
 

@@ -24,6 +24,7 @@ from dra import Device
 from dra._runtime import registry
 from dra.config import encode_config
 from drivers.ascend.driver import AscendDriver
+from drivers.cambricon_mlu.driver import CambriconMluDriver
 from drivers.example.driver import ExampleDriver
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
@@ -53,6 +54,8 @@ SHAPES = [
     Shape("gpu-mig", HamiCoreGpuDriver, "h200x2-mig", {**GPU, "mig": "static"}, None, _mig),
     Shape("ascend", AscendDriver, "910b3x2", GPU),
     Shape("hygon-dcu", HygonDcuDriver, "k100-aix2", GPU),
+    Shape("cambricon-mlu", CambriconMluDriver, "mlu370-x8x2", GPU),
+    Shape("cambricon-mlu-whole", CambriconMluDriver, "mlu370-x8x2", {**GPU, "sharing": "whole"}),
 ]
 
 
@@ -134,7 +137,7 @@ def config_fields() -> dict[str, set[str]]:
 def test_every_config_field_of_every_driver_is_listed_and_no_row_is_stale() -> None:
     t = table()
     fields = config_fields()
-    assert {"GpuConfig", "NpuConfig", "DcuConfig", "ExampleConfig"} <= set(fields)
+    assert {"GpuConfig", "NpuConfig", "DcuConfig", "MluConfig", "ExampleConfig"} <= set(fields)
     want = {f"config {kind}.{name}" for kind, names in fields.items() for name in names}
     have = {r.id for r in t if r.id.startswith("config ")}
     assert not want - have, f"config fields a claim can set without a row in {TABLE.relative_to(ROOT)}: {sorted(want - have)}"

@@ -147,7 +147,7 @@ def test_helm_values_name_the_node_image_and_paths(tmp_path: Path) -> None:
 
 
 def test_helm_values_refuse_an_unknown_chart_and_a_node_without_the_image(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="pick one of hami-core-gpu, ascend, hygon-dcu, dra-webhook"):
+    with pytest.raises(UserError, match="pick one of hami-core-gpu, ascend, hygon-dcu, cambricon-mlu, dra-webhook"):
         _node_with_state(tmp_path / "a", "localhost/dra-hami:0.1.0").helm_values("hami-core")
     with pytest.raises(UserError, match="run `make image`"):
         _node_with_state(tmp_path / "b", "").helm_values("hami-core-gpu")

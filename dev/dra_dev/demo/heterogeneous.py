@@ -129,7 +129,8 @@ def run_heterogeneous(cp: ControlPlane, parts: tuple[Part, ...] | None = None, k
         for entry, harness in harnesses.items():
             harness.unprepare([ref], driver=names[entry])
         say(f"[bold green]heterogeneous claim complete[/bold green]: one claim, allocated by kube-scheduler "
-            f"across {len(parts)} drivers, each share held by its own hook in one container.")
+            f"across {len(parts)} drivers, each share held by its own hook (or the device's own partitioning) in one"
+            " container.")
         return 0
     finally:
         for h in harnesses.values():

@@ -11,7 +11,7 @@ from dra.fakes import STUB_DIR_ENV
 from dra_dev.node import config as cfg
 from dra_dev.node.state import NodeState
 
-VALUES_CHARTS = ("hami-core-gpu", "ascend", "hygon-dcu", "dra-webhook")
+VALUES_CHARTS = ("hami-core-gpu", "ascend", "hygon-dcu", "cambricon-mlu", "dra-webhook")
 
 
 def helm_values(chart: str, name: str, directory: Path, state: NodeState, layout: cfg.NodeLayout) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def status_cmd(name: NameOpt = None, directory: DirOpt = None) -> None:
 
 @app.command("values")
 def values_cmd(
-    chart: Annotated[str, typer.Argument(help="The chart: hami-core-gpu, ascend, hygon-dcu or dra-webhook")] = "hami-core-gpu",
+    chart: Annotated[str, typer.Argument(
+        help="The chart: hami-core-gpu, ascend, hygon-dcu, cambricon-mlu or dra-webhook")] = "hami-core-gpu",
     name: NameOpt = None,
     directory: DirOpt = None,
 ) -> None:
