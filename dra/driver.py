@@ -326,6 +326,14 @@ class Quota:
     of `cores` once. Not the compute API's figure, which inside such a client answers its own part
     (None: the hook asks the compute API, which is right outside MPS and charges the full device
     time inside it)."""
+    priority: Literal["high", "normal"] | None = None
+    """The claim's priority on this device (HAMi's ``nvidia.com/priority``: 0 high, 1 normal): where a
+    ``high`` claim has work, ``normal`` claims on the device wait, and use the device as their
+    shares allow otherwise. The framework mounts the device's priority board into the claim's
+    containers (writable for high, read-only for normal; hookcore/core/priority.h). None: the
+    claim takes no part (no board: it neither waits nor makes others wait). Asking for high is a
+    loosening: a driver honours it from a DeviceClass's config, or a claim's own where the admin
+    allowed it."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -153,6 +153,8 @@ class QuotaLike(Protocol):
     def context_memory(self) -> int | None: ...
     @property
     def device_sms(self) -> int | None: ...
+    @property
+    def priority(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -168,13 +170,14 @@ class DeviceQuota:
     full_load_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
     context_memory: int | None = None  # bytes a context takes on this device, charged per context (None: 0)
     device_sms: int | None = None  # the device's SM count as the daemon read it (None: the hook asks CUDA)
+    priority: str | None = None  # "high" | "normal": the device's part in priorities (None: not set)
 
     @classmethod
     def of(cls, index: int, quota: QuotaLike) -> DeviceQuota:
         """`quota` at `index`, as the library's parser reads it back from what :func:`claim_env` writes
         (an empty UUID and a context charge of 0 are not written: None)."""
         return cls(index, quota.memory, quota.cores, quota.uuid or None, quota.strict, quota.full_load_mhz,
-                   quota.context_memory or None, quota.device_sms)
+                   quota.context_memory or None, quota.device_sms, quota.priority)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -206,6 +209,7 @@ class Config:
     uuid_keyed: bool
     ledger_path: str | None  # None: no limit set, no ledger needed
     origin: str = "env"  # "file", "env" or "none" (no key at all: the library stays dormant)
+    board_dir: str | None = None  # HOOKCORE_PRIORITY_BOARD: the devices' priority boards (None: no priorities)
     parsed: _ext.ParsedConfig | None = field(default=None, repr=False, compare=False)
     """The C parser's own result, from which :func:`create_ledger` makes a ledger without parsing again."""
 
@@ -231,7 +235,8 @@ def parse_config(
     parsed = _ext.parse_config(dict(os.environ if env is None else env), file_text, file_path, stem)
     raw = parsed.values()
     devices = tuple(DeviceQuota(**d) for d in raw["devices"])
-    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"], parsed)
+    return Config(devices, raw["device_count"], raw["uuid_keyed"], raw["ledger_path"], raw["origin"],
+                  raw["board_dir"], parsed)
 
 
 def parse_count() -> int:
@@ -249,22 +254,25 @@ class ClaimConfig:
 
 
 def claim_config(quotas: Sequence[QuotaLike], ledger_path: str, *, file_path: str | None = None,
-                 stem: str = "vgpu") -> ClaimConfig:
+                 stem: str = "vgpu", board_dir: str | None = None) -> ClaimConfig:
     """The configuration of a claim's devices (index = position in `quotas`) with one parse: the
     settings (:func:`claim_env`), the file (:func:`config_file_text`), parsed by library `stem`'s
     own parser as the file at `file_path` (the path the library reads it from, for messages), and
-    checked to enforce exactly `quotas`. Raises HookConfigError naming what the library rejects."""
-    settings = _settings(quotas, ledger_path)
+    checked to enforce exactly `quotas` (their priorities too; `board_dir` as for :func:`claim_env`).
+    Raises HookConfigError naming what the library rejects."""
+    settings = _settings(quotas, ledger_path, board_dir)
     text = _file_text(settings)
     config = parse_config({}, file_text=text, file_path=file_path, stem=stem)
     for i, q in enumerate(quotas):
         want, got = DeviceQuota.of(i, q), config.devices[i]
         if got != want:
             raise _ext.HookConfigError(f"quota {i} (device {q.uuid}) would be enforced as {got}, not {want}")
+    if config.board_dir != (settings.get("HOOKCORE_PRIORITY_BOARD") or None):
+        raise _ext.HookConfigError(f"the priority boards would be read from {config.board_dir!r}, not {board_dir!r}")
     return ClaimConfig(settings, text, config)
 
 
-def _settings(quotas: Sequence[QuotaLike], ledger_path: str) -> dict[str, str]:
+def _settings(quotas: Sequence[QuotaLike], ledger_path: str, board_dir: str | None = None) -> dict[str, str]:
     env: dict[str, str] = {"HOOKCORE_LEDGER": ledger_path}
     for i, q in enumerate(quotas):
         if q.memory is not None:
@@ -281,6 +289,12 @@ def _settings(quotas: Sequence[QuotaLike], ledger_path: str) -> dict[str, str]:
             env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(q.context_memory)
         if q.device_sms is not None:
             env[f"HOOKCORE_DEVICE_SMS_{i}"] = str(q.device_sms)
+        if q.priority is not None:
+            env[f"HOOKCORE_PRIORITY_{i}"] = q.priority
+    if any(q.priority is not None for q in quotas):
+        if not board_dir:
+            raise _ext.HookConfigError("claim_env: a device's priority needs the board directory (board_dir)")
+        env["HOOKCORE_PRIORITY_BOARD"] = board_dir
     if any(q.uuid for q in quotas) and not all(q.uuid for q in quotas):
         raise _ext.HookConfigError("claim_env: either every device has a UUID or none has")
     return env
@@ -295,7 +309,7 @@ def _file_text(env: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def claim_env(quotas: Sequence[QuotaLike], ledger_path: str) -> dict[str, str]:
+def claim_env(quotas: Sequence[QuotaLike], ledger_path: str, board_dir: str | None = None) -> dict[str, str]:
     """The configuration of a claim's devices (index = position in `quotas`), validated.
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
@@ -304,10 +318,12 @@ def claim_env(quotas: Sequence[QuotaLike], ledger_path: str) -> dict[str, str]:
     when the device's SM count is known (the whole the hook measures a context's SM fraction
     against; CUDA inside an MPS client answers the client's part), ``HOOKCORE_DEVICE_UUID_<i>``
     when given (then the claim is UUID-keyed and every device must have one), ``HOOKCORE_LEDGER`` =
-    `ledger_path` as the container sees it. Raises HookConfigError if the library would reject the
-    result. Write it with :func:`config_file_text` (:func:`claim_config` does both with one parse).
+    `ledger_path` as the container sees it; ``HOOKCORE_PRIORITY_<i>`` when a device's priority is
+    set and ``HOOKCORE_PRIORITY_BOARD`` = `board_dir` (where the daemon mounts the devices' priority
+    boards; required with a priority). Raises HookConfigError if the library would reject the result.
+    Write it with :func:`config_file_text` (:func:`claim_config` does both with one parse).
     """
-    env = _settings(quotas, ledger_path)
+    env = _settings(quotas, ledger_path, board_dir)
     parse_config(env)
     return env
 
@@ -369,7 +385,12 @@ class LimiterUsage:
     ``device_ns`` is the device time of the charged work before its SM fraction and clock ratio, and
     ``sm_ppm`` the fraction of the device's SMs (millionths) the last batch was charged at: a batch
     costs device time x the SM fraction its context may use (``charged_ns / device_ns`` on a claim
-    without a strict cap). Both read 0 in a ledger whose limiter was set up by an older library."""
+    without a strict cap). Both read 0 in a ledger whose limiter was set up by an older library.
+
+    Under a strict cap ``factor_milli`` is what the last batch was charged per ns of device time for
+    the clock (x1000), from the clock elasticity ``elastic_milli`` the hook learned from the claim's
+    own batches (``elastic_fit``; before any evidence the prior, 1000: compute-bound). ``yielded_ns``:
+    time its threads waited while a high-priority claim had work on the device (a normal claim)."""
 
     index: int
     active: bool  # a process of the claim has set up a compute limit on this device
@@ -380,6 +401,11 @@ class LimiterUsage:
     granted_ns: int  # credit given by the refills since the ledger was created
     device_ns: int = 0  # device time of the charged work, before its SM fraction and clock ratio
     sm_ppm: int = 0  # SM fraction (millionths of the device's SMs) of the last charged batch; 0 = none
+    factor_milli: int = 0  # strict cap: the clock factor the last batch was charged at, x1000; 0 = none
+    elastic_milli: int = 0  # strict cap: the clock elasticity in use (hookcore/core/elastic.h), x1000
+    elastic_fit: bool = False  # strict cap: the elasticity was learned from the claim's batches (else the prior)
+    yielded_ns: int = 0  # time the claim's threads waited for a higher-priority claim's work
+    elapsed_ns: int = 0  # the charged batches' windows as timed, before the contention estimate
 
 
 @dataclass(frozen=True)

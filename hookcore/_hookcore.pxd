@@ -52,6 +52,8 @@ cdef extern from "hookcore.h" nogil:
         uint64_t ctx_bytes[16]
         uint32_t device_sms[16]
         char ledger_path[4096]
+        uint32_t priority[16]
+        char board_dir[4096]
 
     ctypedef struct hk_ledger:
         pass
@@ -115,5 +117,10 @@ cdef extern from "limiter.h" nogil:
         int64_t granted_ns
         int64_t device_ns
         uint32_t sm_ppm
+        uint32_t factor_milli
+        uint32_t elastic_milli
+        uint32_t elastic_fit
+        int64_t yielded_ns
+        int64_t elapsed_ns
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

@@ -27,12 +27,14 @@ class DeviceValues(TypedDict):
     full_load_mhz: int | None
     context_memory: int | None
     device_sms: int | None
+    priority: str | None
 
 class ConfigValues(TypedDict):
     origin: str
     device_count: int
     uuid_keyed: bool
     ledger_path: str | None
+    board_dir: str | None
     devices: list[DeviceValues]
 
 class ParsedConfig:
@@ -56,6 +58,11 @@ class LimiterInfo(TypedDict):
     granted_ns: int
     device_ns: int
     sm_ppm: int
+    factor_milli: int
+    elastic_milli: int
+    elastic_fit: bool
+    yielded_ns: int
+    elapsed_ns: int
 
 class ProcessInfo(TypedDict):
     slot: int

@@ -122,6 +122,7 @@ cdef int _parse(_Source s, hk_config *cfg) except -1:
 
 
 _ORIGINS = {HK_ORIGIN_NONE: "none", HK_ORIGIN_ENV: "env", HK_ORIGIN_FILE: "file"}
+_PRIORITIES = {1: "normal", 2: "high"}  # HK_PRIORITY_NORMAL, HK_PRIORITY_HIGH (0, unset: None)
 
 
 cdef class ParsedConfig:
@@ -150,12 +151,14 @@ cdef class ParsedConfig:
                 "full_load_mhz": self.cfg.ref_mhz[i] or None,
                 "context_memory": self.cfg.ctx_bytes[i] or None,
                 "device_sms": self.cfg.device_sms[i] or None,
+                "priority": _PRIORITIES.get(self.cfg.priority[i]),
             })
         return {
             "origin": _ORIGINS.get(self.cfg.origin, "none"),
             "device_count": self.cfg.device_count,
             "uuid_keyed": bool(self.cfg.uuid_keyed),
             "ledger_path": self.cfg.ledger_path.decode("utf-8", "surrogateescape") or None,
+            "board_dir": self.cfg.board_dir.decode("utf-8", "surrogateescape") or None,
             "devices": devices,
         }
 
@@ -274,7 +277,9 @@ cdef class LedgerView:
         hk_limiter_read(hk_ledger_limiter_area(self._open(), index), &st)
         return {"active": bool(st.active), "share": st.share, "charged_ns": st.charged_ns,
                 "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns,
-                "device_ns": st.device_ns, "sm_ppm": st.sm_ppm}
+                "device_ns": st.device_ns, "sm_ppm": st.sm_ppm, "factor_milli": st.factor_milli,
+                "elastic_milli": st.elastic_milli, "elastic_fit": bool(st.elastic_fit), "yielded_ns": st.yielded_ns,
+                "elapsed_ns": st.elapsed_ns}
 
     def process(self, int slot):
         cdef hk_process_info p

@@ -18,7 +18,12 @@ one `Quota` per visible device). For that claim the framework then
 4. keeps an existing hook dir with the same config at a re-prepare (running containers charge
    its ledger); removes the claim's hook dir at unprepare, after the CDI spec; sweeps dirs of
    claims that have no checkpoint record at start; `LedgerGuard` cuts a ledger that a tenant
-   grew back to its size.
+   grew back to its size;
+5. for quotas with a priority (`dra.Quota.priority`): keeps one priority board per device,
+   ``<state-dir>/boards/<uuid>`` (a 4 KiB file, made once, kept), and mounts it into the claim's
+   containers at ``/run/hookcore/<stem>/priority/<uuid>``: read-write for a high claim (its hook
+   marks its work there), read-only for a normal one (its hook reads it and waits); `LedgerGuard`
+   cuts a board grown past its size back too.
 
 The config file is what makes every process of the container limited, also children started by
 ``su``, ``ssh`` or a shell with a clean environment (HAMi #2125): the preload file loads the
@@ -33,6 +38,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import select
 import shutil
@@ -54,6 +60,9 @@ log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config"
 LEDGER_FILE = "ledger"
+BOARD_DIR = "priority"  # in the container, beside config and ledger: the devices' priority boards
+BOARD_BYTES = 4096  # HK_BOARD_BYTES (hookcore/core/priority.h)
+_BOARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,62}")
 RO = ("ro", "nosuid", "nodev", "bind")
 RW = ("rw", "nosuid", "nodev", "noexec", "bind")
 MAX_CONFIG_BYTES = 64 << 10  # hookcore refuses larger config files
@@ -78,6 +87,7 @@ class ClaimHookPlan:
     config_text: str  # the config file, exactly as hookcore writes and parsed back by it
     config_dir: str  # where the library looks for it in the container: /run/hookcore/<stem>
     config: hookcore.Config = dataclasses.field(repr=False, compare=False)  # config_text parsed (the ledger's)
+    boards: tuple[tuple[str, bool], ...] = ()  # (device UUID, high) per device with a priority
 
     def to_json(self) -> dict[str, Any]:
         return {"library": str(self.library), "stem": self.stem, "preload": self.preload.value,
@@ -89,6 +99,7 @@ class ClaimHooks:
 
     def __init__(self, state_dir: Path, hook_dir: HookDir, default_preload: Preload = Preload.FILE) -> None:
         self.root = Path(state_dir) / "hooks"
+        self.boards_root = Path(state_dir) / "boards"
         self.hook_dir = hook_dir
         self.default_preload = default_preload
         self._plans: dict[tuple[Any, ...], ClaimHookPlan] = {}
@@ -139,18 +150,24 @@ class ClaimHooks:
             if q.full_load_mhz is not None and not (q.strict and q.full_load_mhz > 0):
                 raise EnforcementError(f"quota {i} (device {q.uuid}): full_load_mhz={q.full_load_mhz} needs a strict"
                                        " cap and a positive clock in MHz")
+            if q.priority is not None and (q.priority not in ("high", "normal") or not _BOARD_NAME.fullmatch(q.uuid)):
+                raise EnforcementError(f"quota {i} (device {q.uuid}): priority={q.priority!r} needs high or normal and a"
+                                       " device UUID of [A-Za-z0-9._:-] (its board is named by it)")
             if q.device_sms is not None and not 1 <= q.device_sms <= DEVICE_SMS_MAX:
                 raise EnforcementError(f"quota {i} (device {q.uuid}): device_sms must be the device's SM count,"
                                        f" 1..{DEVICE_SMS_MAX}, not {q.device_sms}; leave it None when unknown")
         try:
             config_path = str(hookcore.container_config_path(enforcement.library))
             config_dir = os.path.dirname(config_path)
+            boards = any(q.priority is not None for q in quotas)
             # The library's own parser, once, on exactly the file it will read.
-            claim = hookcore.claim_config(quotas, f"{config_dir}/{LEDGER_FILE}", file_path=config_path, stem=stem)
+            claim = hookcore.claim_config(quotas, f"{config_dir}/{LEDGER_FILE}", file_path=config_path, stem=stem,
+                                          board_dir=f"{config_dir}/{BOARD_DIR}" if boards else None)
         except hookcore.HookConfigError as e:
             raise EnforcementError(f"the hook library rejects these settings: {e}") from None
         return ClaimHookPlan(Path(enforcement.library), stem, enforcement.preload or self.default_preload,
-                             claim.settings, claim.text, config_dir, claim.config)
+                             claim.settings, claim.text, config_dir, claim.config,
+                             tuple((q.uuid, q.priority == "high") for q in quotas if q.priority))
 
     def create(self, uid: str, plan: ClaimHookPlan) -> Path:
         """The claim's hook dir with ``config`` and ``ledger``, built aside and renamed into place.
@@ -164,6 +181,8 @@ class ClaimHooks:
         if not self._root_made:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
             self._root_made = True
+        for uuid, _high in plan.boards:
+            self.board(uuid)
         if self._reusable(final, plan):
             log.info("claim hook dir kept (same config): its ledger stays the one running containers charge",
                      extra={"claim": uid, "path": str(final)})
@@ -192,6 +211,29 @@ class ClaimHooks:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return final
+
+    def board_path(self, uuid: str) -> str:
+        return f"{self.boards_root}/{uuid}"
+
+    def board(self, uuid: str) -> str:
+        """The device's priority board, made if missing: a regular file of BOARD_BYTES zero bytes (no
+        high claim at work), writable by any user of a high claim's containers (the mount decides who
+        may write: read-only for normal claims). One per device, shared by its claims, kept."""
+        self.boards_root.mkdir(parents=True, exist_ok=True, mode=0o755)
+        path = self.board_path(uuid)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise EnforcementError(f"the priority board {path} is not a regular file: remove it") from None
+            return path
+        try:
+            os.ftruncate(fd, BOARD_BYTES)
+            os.fchmod(fd, 0o666)  # whatever the umask
+        finally:
+            os.close(fd)
+        return path
 
     @staticmethod
     def _reusable(final: Path, plan: ClaimHookPlan) -> bool:
@@ -236,6 +278,9 @@ class ClaimHooks:
         claim_dir = self.claim_dir(uid)
         mounts.append(Mount(f"{claim_dir}/{CONFIG_FILE}", f"{plan.config_dir}/{CONFIG_FILE}", RO))
         mounts.append(Mount(f"{claim_dir}/{LEDGER_FILE}", f"{plan.config_dir}/{LEDGER_FILE}", RW))
+        # The devices' priority boards: a high claim marks its work (writable), a normal claim only reads.
+        mounts += [Mount(self.board_path(uuid), f"{plan.config_dir}/{BOARD_DIR}/{uuid}", RW if high else RO)
+                   for uuid, high in plan.boards]
         return ContainerEdits(env=env, mounts=tuple(mounts))
 
     # -- unprepare and repair --------------------------------------------------------------------
@@ -306,15 +351,23 @@ class LedgerGuard:
                 self._size = os.stat(path).st_size
         return self._size
 
+    def boards(self) -> list[str]:
+        """The devices' priority boards (high claims' containers write them)."""
+        root = self.hooks.boards_root
+        return [f"{root}/{p.name}" for p in root.iterdir() if _BOARD_NAME.fullmatch(p.name)] if root.is_dir() else []
+
     def check(self) -> list[str]:
-        """One pass; returns the UIDs of the claims whose ledger was cut back."""
+        """One pass; returns the UIDs of the claims whose ledger was cut back, and ``board:<uuid>`` for
+        each priority board cut back."""
         uids = sorted(self.hooks.uids())
-        if not uids:
+        boards = self.boards()
+        if not uids and not boards:
             return []
-        size = self.ledger_bytes()
+        ledger = self.ledger_bytes() if uids else 0
         cut = []
-        for uid in uids:
-            path = f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}"
+        items = [(uid, f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}", ledger) for uid in uids]
+        items += [(f"board:{os.path.basename(b)}", b, BOARD_BYTES) for b in boards]
+        for uid, path, size in items:
             try:
                 st = os.lstat(path)
             except OSError:
@@ -358,7 +411,8 @@ class LedgerGuard:
             while not self._stop.is_set():
                 try:
                     if notify is not None:
-                        notify.watch(f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}" for uid in self.hooks.uids())
+                        notify.watch([*(f"{self.hooks.claim_dir(uid)}/{LEDGER_FILE}" for uid in self.hooks.uids()),
+                                      *self.boards()])
                     self.check()
                 except Exception:
                     log.exception("ledger size check failed; retrying")

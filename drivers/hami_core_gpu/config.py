@@ -8,6 +8,8 @@
     fullLoadClockMhz: 1500  # strict: the GPU's sustained SM clock under full load (default: the daemon's)
     sharing: mps          # the claim's processes are clients of the GPU's MPS server (`mps.py`):
                           # SMs capped at `cores` percent by MPS, pinned memory at `memory`
+    priority: high        # HAMi's nvidia.com/priority 0: normal claims on the GPU wait while this
+                          # claim has work (default normal; high from a DeviceClass, or loosening)
 
 Decoded strictly by the framework (`dra.decode_config`): unknown fields, wrong types or a
 wrong apiVersion/kind fail the claim (and, with the webhook, the `kubectl apply`) with a message
@@ -19,7 +21,8 @@ an environment variable the tenant sets itself), so a claim's own config may do 
 the admin allowed it (`dra._runtime.loosening`, ``daemon.allowClaimLoosening``).
 
 A claim's requests are merged by the same order (`claim_config`, `dra.device_share_configs`):
-each GPU is held by the strictest mode and lowest full-load clock of the requests on it.
+each GPU is held by the strictest mode and lowest full-load clock of the requests on it, and
+normal priority unless every request on it is high.
 """
 
 from __future__ import annotations
@@ -60,8 +63,18 @@ class GpuConfig(dra.ShareConfig):
     which the tenant controls, and the MPS server is shared with other tenants; so it is
     honoured from a DeviceClass's config, and from a claim's own only with allowClaimLoosening."""
 
+    priority: Literal["high", "normal"] | None = dataclasses.field(
+        default=None, metadata=dra.strength("high", (None, "normal")))
+    """``high``: on a GPU where this claim has work, normal claims wait (they use the GPU when it has
+    none); ``normal`` (unset): the claim waits for high ones. HAMi's ``nvidia.com/priority`` (0 high, 1
+    low) maps to it. A loosening (it takes time from other tenants): honoured from a DeviceClass's
+    config, from a claim's own only with allowClaimLoosening. Per GPU: normal unless every request on it
+    says high. The hook holds it through the GPU's priority board (hookcore/core/priority.h)."""
+
     def validate(self) -> None:
         super().validate()
+        if self.priority not in (None, "high", "normal"):
+            raise ValueError(f"priority must be high or normal, not {self.priority!r}")
         if self.sharing not in (None, "mps"):
             raise ValueError(f"sharing must be mps or unset, not {self.sharing!r}")
         if self.sharing == "mps" and self.compute_mode == "strict":

@@ -101,12 +101,13 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
         """Strict caps full-load throughput. Under MPS the hook keeps the claim's cores too: MPS's SM
         percentage is the client's own environment, the hook's config is the daemon's (a ceiling;
         review 2026-12-04 #5). The GPU's SM count from NVML goes with it: the hook charges a
-        client's device time x its part of that count, so an honest client is held once."""
+        client's device time x its part of that count, so an honest client is held once. Every claim
+        takes part in priorities: normal (the default) waits where a high claim has work."""
         capped = config.compute_mode == "strict" and cores < 100  # nothing to cap on a whole GPU
         mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if capped else None
         return dra.Quota(v.device.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz,
                          context_memory=self.settings.context_charge(fake=self.fake is not None) or None,
-                         device_sms=v.device.sms)
+                         device_sms=v.device.sms, priority=config.priority or "normal")
 
     def claim_edits(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.ContainerEdits:
         uuids = list(dict.fromkeys(str(p.state["uuid"]) for p in prepared))

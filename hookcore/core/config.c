@@ -18,7 +18,7 @@ extern char **environ;
 /* ---------------------------------------------------------------------------------------------
    Keys: the vendor-neutral names, and the sources they come from                              */
 
-enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_CTX, V_SMS };
+enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_CTX, V_SMS, V_PRIO, V_BOARD };
 
 typedef struct key_spec {
     const char *name; /* exact name, or the prefix before <i> when indexed */
@@ -34,6 +34,8 @@ static const key_spec g_keys[] = {
     {"HOOKCORE_COMPUTE_REF_MHZ_", V_MHZ, 1}, {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
     {"HOOKCORE_CONTEXT_MEMORY_", V_CTX, 1},  {"HOOKCORE_CONTEXT_MEMORY", V_CTX, 0},
     {"HOOKCORE_DEVICE_SMS_", V_SMS, 1},      {"HOOKCORE_LEDGER", V_PATH, 0},
+    {"HOOKCORE_PRIORITY_BOARD", V_BOARD, 0}, {"HOOKCORE_PRIORITY_", V_PRIO, 1},
+    {"HOOKCORE_PRIORITY", V_PRIO, 0},
 };
 #define NKEYS (sizeof g_keys / sizeof g_keys[0])
 
@@ -76,6 +78,10 @@ typedef struct parse_state {
     uint64_t ctx_default;
     char ctx_default_by[NAME_MAX_LEN];
     char ctx_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+    uint32_t prio_default;
+    char prio_default_by[NAME_MAX_LEN];
+    char prio_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+    char board_by[NAME_MAX_LEN];
 } parse_state;
 
 static void copy_name(char dst[NAME_MAX_LEN], const char *name, size_t n) {
@@ -166,6 +172,17 @@ static int parse_mhz_v(const char *name, const char *value, void *o, char *err, 
         v = v * 10 + (uint32_t)(value[i] - '0');
     }
     *out = v;
+    return HK_OK;
+}
+
+static int parse_prio_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+    if (strcmp(value, "high") == 0)
+        *(uint32_t *)o = HK_PRIORITY_HIGH;
+    else if (strcmp(value, "normal") == 0)
+        *(uint32_t *)o = HK_PRIORITY_NORMAL;
+    else
+        return hk__reject(name, value, err, errlen,
+                          "expected high (normal claims wait while it has work) or normal (the default)");
     return HK_OK;
 }
 
@@ -286,6 +303,21 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
                 rc = parse_sms_v(name, value, &out->device_sms[idx], err, errlen);
                 copy_name(st->sms_by[idx], name, strlen(name));
                 break;
+            case V_PRIO: {
+                char *by = idx < 0 ? st->prio_default_by : st->prio_by[idx];
+                uint32_t *dst = idx < 0 ? &st->prio_default : &out->priority[idx];
+                if (by[0]) return repeated(st, by, name, value, parse_prio_v, dst, sizeof *dst, err, errlen);
+                rc = parse_prio_v(name, value, dst, err, errlen);
+                copy_name(by, name, strlen(name));
+                break;
+            }
+            case V_BOARD:
+                if (st->board_by[0])
+                    return repeated(st, st->board_by, name, value, parse_path_v, out->board_dir, HK_PATH_MAX, err,
+                                    errlen);
+                rc = parse_path_v(name, value, out->board_dir, err, errlen);
+                copy_name(st->board_by, name, strlen(name));
+                break;
             case V_PATH:
                 if (st->path_by[0])
                     return repeated(st, st->path_by, name, value, parse_path_v, out->ledger_path, HK_PATH_MAX, err,
@@ -303,7 +335,8 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
         hk__errf(err, errlen,
                  "unknown key %s (expected HOOKCORE_MEMORY_LIMIT_<i>, HOOKCORE_COMPUTE_LIMIT_<i>, "
                  "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_DEVICE_UUID_<i>, "
-                 "HOOKCORE_CONTEXT_MEMORY_<i>, HOOKCORE_DEVICE_SMS_<i> or HOOKCORE_LEDGER)",
+                 "HOOKCORE_CONTEXT_MEMORY_<i>, HOOKCORE_DEVICE_SMS_<i>, HOOKCORE_PRIORITY_<i>, "
+                 "HOOKCORE_PRIORITY_BOARD or HOOKCORE_LEDGER)",
                  qn);
         return HK_EFAILCLOSED;
     }
@@ -378,6 +411,7 @@ static int finish(parse_state *st, const hk_config_source *src, char *err, size_
         if (!st->sm_by[i][0]) out->sm_limit[i] = st->sm_default;
         if (!st->mode_by[i][0]) out->compute_mode[i] = st->mode_default;
         if (!st->ctx_by[i][0]) out->ctx_bytes[i] = st->ctx_default;
+        if (!st->prio_by[i][0]) out->priority[i] = st->prio_default;
         if (out->mem_limit[i] != HK_MEM_UNLIMITED) out->flags[i] |= HK_CFG_MEM_SET;
         if (out->sm_limit[i] != HK_SM_UNLIMITED) out->flags[i] |= HK_CFG_SM_SET;
         if (st->uuid_by[i][0]) out->flags[i] |= HK_CFG_UUID_SET;

@@ -229,6 +229,15 @@ uint32_t hk_device_sms(int dev) {
     return g.cfg.device_sms[dev]; /* the process's own parsed config */
 }
 
+uint32_t hk_priority(int dev, char *path, size_t n) {
+    if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES || !g.cfg.board_dir[0])
+        return HK_PRIORITY_UNSET;
+    int w = g.cfg.uuid[dev][0] ? snprintf(path, n, "%s/%s", g.cfg.board_dir, g.cfg.uuid[dev])
+                               : snprintf(path, n, "%s/%d", g.cfg.board_dir, dev);
+    if (w < 0 || (size_t)w >= n) return HK_PRIORITY_UNSET;
+    return g.cfg.priority[dev] == HK_PRIORITY_HIGH ? HK_PRIORITY_HIGH : HK_PRIORITY_NORMAL; /* its own config */
+}
+
 uint64_t hk_context_bytes(int dev) {
     if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
     return g.cfg.ctx_bytes[dev];

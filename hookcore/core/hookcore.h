@@ -47,6 +47,12 @@
  *                                answers a sharing client's own part): the whole the compute limiter
  *                                measures a context's SM fraction against (default: the shim asks
  *                                the compute API; see the shim's README)
+ *   HOOKCORE_PRIORITY_<i>        high or normal (default normal): on a device where a high-priority
+ *   HOOKCORE_PRIORITY            claim has work, normal claims wait (priority.h); needs the board:
+ *   HOOKCORE_PRIORITY_BOARD      the directory of the devices' priority boards (one file per device,
+ *                                named by its UUID, else its index), which the daemon mounts: writable
+ *                                for a high claim, read-only for a normal one. Without it no device
+ *                                takes part in priorities.
  *   HOOKCORE_LEDGER              ledger path. Default: <config dir>/ledger for a file config;
  *                                /tmp/hookcore-<stem>.ledger for an environment config with a limit
  * Aliases map a legacy name onto a key, suffix and all: {"OLD_MEM_LIMIT", "HOOKCORE_MEMORY_LIMIT"}
@@ -163,6 +169,10 @@ const char *hk_strerror(int code);
 #define HK_CFG_SM_SET   0x2u /* an SM limit was given for index i */
 #define HK_CFG_UUID_SET 0x4u /* HOOKCORE_DEVICE_UUID_<i> was given */
 
+#define HK_PRIORITY_UNSET  0u /* hk_config.priority: not configured (normal where a board is) */
+#define HK_PRIORITY_NORMAL 1u
+#define HK_PRIORITY_HIGH   2u
+
 #define HK_COMPUTE_SHARE  0u /* hk_config.compute_mode: share of device time */
 #define HK_COMPUTE_STRICT 1u /* share of full-load throughput */
 
@@ -183,6 +193,8 @@ typedef struct hk_config {
     uint64_t ctx_bytes[HK_MAX_DEVICES];     /* device memory charged per context (0 = none) */
     uint32_t device_sms[HK_MAX_DEVICES];    /* the device's SM count as the daemon read it, 0 = not given */
     char ledger_path[HK_PATH_MAX];          /* "" when no ledger is needed (no limit set, no path) */
+    uint32_t priority[HK_MAX_DEVICES];      /* HK_PRIORITY_* */
+    char board_dir[HK_PATH_MAX];            /* HOOKCORE_PRIORITY_BOARD; "" = no priorities */
 } hk_config;
 
 /* A legacy environment name and the neutral key it stands for (prefix mapping, see above). */
@@ -284,6 +296,11 @@ uint32_t hk_compute_ref_mhz(int dev);
 /* The SM count the claim's config gives ledger index `dev` (HOOKCORE_DEVICE_SMS_<i>, the daemon's
    reading of the device); 0 when not given, dormant, failed closed or out of range. */
 uint32_t hk_device_sms(int dev);
+
+/* The priority of ledger index `dev` (HK_PRIORITY_HIGH or _NORMAL) when the claim takes part in
+   priorities (its config names the board directory), else HK_PRIORITY_UNSET; with it the path of the
+   device's board in `path` (`n` bytes): <board dir>/<UUID>, or <board dir>/<index> without UUIDs. */
+uint32_t hk_priority(int dev, char *path, size_t n);
 
 /* Device memory charged per context on ledger index `dev` (HOOKCORE_CONTEXT_MEMORY_<i>); 0 when
    none, dormant or failed closed. */

@@ -132,12 +132,27 @@ void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns) {
     if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xthrottled_ns, ns);
 }
 
+void hk_limiter_note_yield(hk_limiter *lim, int64_t ns) {
+    if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xyielded_ns, ns);
+}
+
+void hk_limiter_note_elapsed(hk_limiter *lim, int64_t ns) {
+    if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xelapsed_ns, ns);
+}
+
+void hk_limiter_note_clock(hk_limiter *lim, uint32_t factor_milli, uint32_t elastic_milli, int fitted) {
+    hk_atomic_store_relaxed(&lim->shared->xfactor_milli, factor_milli);
+    hk_atomic_store_relaxed(&lim->shared->xelastic_milli, elastic_milli);
+    hk_atomic_store_relaxed(&lim->shared->xelastic_fit, fitted ? 1u : 0u);
+}
+
 void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     const hk_limiter_shared *s = (const hk_limiter_shared *)area;
     out->active = 0;
     out->share = 0;
     out->tokens_ns = out->charged_ns = out->throttled_ns = out->granted_ns = out->device_ns = 0;
-    out->sm_ppm = 0;
+    out->sm_ppm = out->factor_milli = out->elastic_milli = out->elastic_fit = 0;
+    out->yielded_ns = out->elapsed_ns = 0;
     if (!s || hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;
     out->active = 1;
     out->share = hk_atomic_load_relaxed(&s->xshare);
@@ -147,4 +162,9 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     out->granted_ns = hk_atomic_load_relaxed(&s->xgranted_ns);
     out->device_ns = hk_atomic_load_relaxed(&s->xdevice_ns);
     out->sm_ppm = hk_atomic_load_relaxed(&s->xsm_ppm);
+    out->factor_milli = hk_atomic_load_relaxed(&s->xfactor_milli);
+    out->elastic_milli = hk_atomic_load_relaxed(&s->xelastic_milli);
+    out->elastic_fit = hk_atomic_load_relaxed(&s->xelastic_fit);
+    out->yielded_ns = hk_atomic_load_relaxed(&s->xyielded_ns);
+    out->elapsed_ns = hk_atomic_load_relaxed(&s->xelapsed_ns);
 }

@@ -15,8 +15,10 @@
  *
  * Strict cap (hk_limiter.strict, HOOKCORE_COMPUTE_MODE_<i>=strict): the meter charges each batch
  * its cost at the device's full-load clock rather than the time it took, so a claim alone on an
- * idle device, whose clock then boosts, gets s% of full-load throughput instead of s% of time.
- * Both factors multiply: device time x SM fraction x clock ratio.
+ * idle device, whose clock then boosts, gets s% of full-load throughput instead of s% of time. How
+ * a batch's cost follows the clock is learned from the claim's own batches (elastic.h): the clock
+ * factor is 1 / (1 - phi + phi x full-load clock / clock). Both factors multiply: device time x SM
+ * fraction x clock factor.
  *
  * The state lives in the ledger's per-device limiter area (hk_limiter_area), so every process of
  * a claim draws on one bucket. Lock free: a CAS elects the refiller of each quantum, charges are
@@ -52,6 +54,14 @@ typedef struct hk_limiter_shared {
                                    (after the contention estimate): charged / device = the mean factor */
     _Atomic uint32_t xsm_ppm;   /* SM fraction (millionths) the last charged batch was charged at; 0 = none */
     uint32_t xreserved;
+    /* Appended in 2026-12 (issue 26), same layout word: an area set up before reads 0. Statistics. */
+    _Atomic uint32_t xfactor_milli;  /* strict cap: what the last batch was charged per ns of device time
+                                        for the clock, x1000 (1000 = no boost); 0 = no strict charge yet */
+    _Atomic uint32_t xelastic_milli; /* strict cap: the clock elasticity phi in use (elastic.h), x1000 */
+    _Atomic uint32_t xelastic_fit;   /* 1 once phi moved from evidence (0: the prior) */
+    uint32_t xreserved2;
+    _Atomic int64_t xyielded_ns; /* time submitting threads waited for a higher-priority claim (priority) */
+    _Atomic int64_t xelapsed_ns; /* the charged batches' event windows, before the contention estimate */
 } hk_limiter_shared;
 
 /* A process-local handle on one device's bucket. The share comes from the process's own config
@@ -70,15 +80,20 @@ typedef struct hk_limiter {
 
 /* What a reader (the wrapper, metrics, bench) may show of a device's bucket. */
 typedef struct hk_limiter_stats {
-    uint32_t active;      /* 1 if a limiter has been set up in this area */
-    uint32_t share;       /* percent */
-    int64_t tokens_ns;    /* current balance (negative = in debt) */
-    int64_t charged_ns;   /* device time charged since the ledger was created */
-    int64_t throttled_ns; /* time submitting threads waited */
-    int64_t granted_ns;   /* credit the bucket was given: share x time, less what the burst cap dropped.
+    uint32_t active;        /* 1 if a limiter has been set up in this area */
+    uint32_t share;         /* percent */
+    int64_t tokens_ns;      /* current balance (negative = in debt) */
+    int64_t charged_ns;     /* device time charged since the ledger was created */
+    int64_t throttled_ns;   /* time submitting threads waited */
+    int64_t granted_ns;     /* credit the bucket was given: share x time, less what the burst cap dropped.
                              charged - granted = the debt (= -tokens_ns unless the area was written) */
-    int64_t device_ns;    /* device time of the charged work, before the SM fraction and clock ratio */
-    uint32_t sm_ppm;      /* SM fraction of the last charged batch, millionths (0 = none yet / older area) */
+    int64_t device_ns;      /* device time of the charged work, before the SM fraction and clock ratio */
+    uint32_t sm_ppm;        /* SM fraction of the last charged batch, millionths (0 = none yet / older area) */
+    uint32_t factor_milli;  /* strict: the clock factor of the last batch, x1000 (0 = none yet) */
+    uint32_t elastic_milli; /* strict: the clock elasticity in use, x1000 */
+    uint32_t elastic_fit;   /* 1: learned from the claim's own batches; 0: the prior */
+    int64_t yielded_ns;     /* time waited for a higher-priority claim */
+    int64_t elapsed_ns;     /* the charged batches' windows as timed (other tenants' work inside included) */
 } hk_limiter_stats;
 
 /* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when
@@ -108,6 +123,15 @@ int64_t hk_limiter_cost(int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli
 /* Charge a batch: its cost (hk_limiter_cost), recorded with its device time and SM fraction in
    the statistics. Returns the cost charged. */
 int64_t hk_limiter_charge_work(hk_limiter *lim, int64_t device_ns, uint32_t sm_ppm, uint32_t ratio_milli);
+
+/* Record time a thread waited for a higher-priority claim (statistics only). */
+void hk_limiter_note_yield(hk_limiter *lim, int64_t ns);
+
+/* Record a batch's window as timed, before the contention estimate (statistics only). */
+void hk_limiter_note_elapsed(hk_limiter *lim, int64_t ns);
+
+/* Record a strict charge's clock factor and the elasticity it came from (statistics only). */
+void hk_limiter_note_clock(hk_limiter *lim, uint32_t factor_milli, uint32_t elastic_milli, int fitted);
 
 /* How long to wait, given a negative balance, until the debt is repaid (ns, capped at 20 ms so
    the caller re-checks; 0 if not in debt). */

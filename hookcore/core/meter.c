@@ -13,12 +13,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "elastic.h"
 #include "internal.h"
 #include "limiter.h"
+#include "priority.h"
 
 #define HK_BATCH_MAX_SUBMITS 32
 #define HK_BATCH_MAX_AGE_NS  2000000LL
 #define HK_BATCH_GAP_NS      100000LL
+#define HK_BATCH_DEVICE_NS   500000LL /* a batch closes once its work is estimated at 0.5 ms of device time */
 #define HK_METER_MAX_PENDING 4
 #define HK_RING              64
 #define HK_POOL              64
@@ -35,6 +38,7 @@ struct hk_meter_batch {
     int work;         /* HK_WORK_SM or HK_WORK_COPY: what opened it */
     uint32_t ctx_ppm; /* its context's SM fraction (sm_share_ppm) */
     uint32_t sm_ppm;  /* the SM fraction it is charged at: ctx_ppm for SM work, HK_SM_PPM_FULL for copies */
+    uint32_t ratio;   /* strict cap: the clock ratio when it opened (0 = not strict or unknown) */
     uint64_t sig;     /* hash of what the batch submitted */
     void *stream;
     void *ctx;
@@ -54,6 +58,8 @@ static struct {
     hk_pair ev;
     int ldev;
     uint32_t sm_ppm;
+    uint32_t ratio; /* the clock ratio when the batch opened */
+    uint32_t count; /* its submissions */
     uint64_t sig;
 } g_pending[HK_RING];
 static unsigned g_head, g_npending;
@@ -71,7 +77,12 @@ static struct {
 static _Atomic int g_charge_elapsed = -1; /* HOOKCORE_LIMITER_CHARGE=elapsed */
 
 static hk_limiter g_lim[HK_MAX_DEVICES];
-static _Atomic int g_lim_state[HK_MAX_DEVICES]; /* 0 unknown, 1 attached, 2 unlimited */
+static hk_elastic g_elastic[HK_MAX_DEVICES];
+/* Estimated device time of one submission per device (EWMA of charged batches' estimate / count; 0 =
+   none yet): a batch closes at about HK_BATCH_DEVICE_NS of work, well inside a time slice, so that
+   under contention most batches run without another tenant's slice in their window. */
+static _Atomic int64_t g_unit_ns[HK_MAX_DEVICES]; /* strict cap: the clock elasticity of this process's work (g_lock) */
+static _Atomic int g_lim_state[HK_MAX_DEVICES];   /* 0 unknown, 1 attached, 2 unlimited */
 
 void hk_meter_setup(const hk_meter_ops *ops) {
     int expect = 0;
@@ -103,6 +114,25 @@ static int64_t charge_for(uint64_t sig, int64_t elapsed) {
     return c;
 }
 
+/* The device's priority board when the claim takes part in priorities (hk_priority), else NULL. */
+static hk_board g_board[HK_MAX_DEVICES];
+static _Atomic int g_board_state[HK_MAX_DEVICES]; /* 0 unknown, 1 open, 2 none */
+
+static hk_board *board_for(int ldev) {
+    if (ldev < 0 || ldev >= HK_MAX_DEVICES) return NULL;
+    int st = hk_atomic_load_acquire(&g_board_state[ldev]);
+    if (hk_likely(st != 0)) return st == 1 ? &g_board[ldev] : NULL;
+    pthread_mutex_lock(&g_lock);
+    if (hk_atomic_load_relaxed(&g_board_state[ldev]) == 0) {
+        char path[HK_PATH_MAX];
+        uint32_t p = hk_priority(ldev, path, sizeof path);
+        int ok = p != HK_PRIORITY_UNSET && hk_board_open(&g_board[ldev], path, p == HK_PRIORITY_HIGH) == 0;
+        hk_atomic_store_release(&g_board_state[ldev], ok ? 1 : 2);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return hk_atomic_load_acquire(&g_board_state[ldev]) == 1 ? &g_board[ldev] : NULL;
+}
+
 static hk_limiter *limiter_for(int ldev) {
     if (ldev < 0 || ldev >= HK_MAX_DEVICES) return NULL;
     int st = hk_atomic_load_acquire(&g_lim_state[ldev]);
@@ -112,6 +142,7 @@ static hk_limiter *limiter_for(int ldev) {
     if (hk_atomic_load_relaxed(&g_lim_state[ldev]) == 0) {
         hk_limiter_attach(&g_lim[ldev], hk_limiter_area(ldev), hk_sm_limit(ldev));
         g_lim[ldev].strict = hk_compute_strict(ldev);
+        hk_elastic_init(&g_elastic[ldev]);
         hk_atomic_store_release(&g_lim_state[ldev], g_lim[ldev].shared ? 1 : 2);
     }
     pthread_mutex_unlock(&g_lock);
@@ -153,12 +184,30 @@ static void put_pair(const hk_pair *p) {
     g_ops->event_destroy(p->end);
 }
 
-/* The charge of a finished batch: the estimate x its SM fraction, x the clock boost under a strict
-   cap (hk_limiter_cost). */
-static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, int64_t elapsed) {
-    int64_t est = charge_for(sig, elapsed);
+/* The charge of a finished batch: the estimate x its SM fraction, x the clock factor under a strict
+   cap (hk_limiter_cost). Under a strict cap the batch is first priced at the full-load clock (its
+   device time x the factor the claim's learned elasticity gives for the clock now, elastic.h), and
+   the contention estimate compares those prices, so batches seen at different clocks compare. */
+static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, uint32_t opened, int64_t elapsed,
+                            int64_t *work_ns) {
     uint32_t ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
-    return hk_limiter_charge_work(lim, est, sm_ppm, ratio);
+    if (!ratio) return hk_limiter_charge_work(lim, *work_ns = charge_for(sig, elapsed), sm_ppm, 0);
+    /* The clock when the batch opened and now: a batch that saw it move (by more than 2%) is charged
+       at the mean of the two and teaches nothing (which clock its time belongs to is unknown). */
+    int steady = opened && (opened > ratio ? opened - ratio : ratio - opened) * 50 <= ratio;
+    if (opened) ratio = (ratio + opened + 1) / 2;
+    uint32_t x = (uint32_t)(1000000u / ratio); /* f_full / f, x1000 */
+    pthread_mutex_lock(&g_lock);
+    hk_elastic *e = &g_elastic[ldev];
+    if (steady) hk_elastic_observe(e, sig, elapsed, x);
+    uint32_t factor = hk_elastic_factor_milli(e, x), phi = e->phi_milli;
+    int fitted = e->fitted;
+    pthread_mutex_unlock(&g_lock);
+    int64_t full = hk_limiter_cost(elapsed, HK_SM_PPM_FULL, factor); /* its price at the full-load clock */
+    int64_t est = charge_for(sig, full) * 1000 / factor;             /* as device time at this clock */
+    *work_ns = est;
+    hk_limiter_note_clock(lim, factor, phi, fitted);
+    return hk_limiter_charge_work(lim, est, sm_ppm, factor);
 }
 
 /* Charge the oldest closed batch if it is done (block = 0) or after waiting for it (block = 1).
@@ -176,7 +225,7 @@ static int collect_one(int block) {
     }
     hk_pair ev = g_pending[i].ev;
     int ldev = g_pending[i].ldev;
-    uint32_t sm_ppm = g_pending[i].sm_ppm;
+    uint32_t sm_ppm = g_pending[i].sm_ppm, opened = g_pending[i].ratio, count = g_pending[i].count;
     uint64_t sig = g_pending[i].sig;
     g_head = (g_head + 1) % HK_RING;
     g_npending--;
@@ -185,7 +234,12 @@ static int collect_one(int block) {
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
     if (lim && g_ops->event_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
-        int64_t c = charge_batch(lim, ldev, sig, sm_ppm, ns);
+        int64_t work = 0, c = charge_batch(lim, ldev, sig, sm_ppm, opened, ns, &work);
+        hk_limiter_note_elapsed(lim, ns);
+        if (count && ldev >= 0 && ldev < HK_MAX_DEVICES) {
+            int64_t unit = work / (int64_t)count, old = hk_atomic_load_relaxed(&g_unit_ns[ldev]);
+            hk_atomic_store_relaxed(&g_unit_ns[ldev], old ? old + (unit - old) / 8 : unit);
+        }
         hk_atomic_add_relaxed(&g_batches, 1);
         hk_atomic_add_relaxed(&g_charged, c);
     }
@@ -214,6 +268,8 @@ static void close_batch(hk_meter_batch *b) {
             g_pending[tail].ev = b->ev;
             g_pending[tail].ldev = b->ldev;
             g_pending[tail].sm_ppm = b->sm_ppm;
+            g_pending[tail].ratio = b->ratio;
+            g_pending[tail].count = b->count;
             g_pending[tail].sig = b->sig;
             g_npending++;
             pthread_mutex_unlock(&g_lock);
@@ -241,6 +297,24 @@ static void make_exit_key(void) { pthread_key_create(&g_exit_key, on_thread_exit
 
 hk_meter_batch *hk_meter_before(void *s) { return hk_meter_before_work(s, HK_WORK_SM); }
 
+/* Priorities (priority.h): a high claim marks its work on the device's board; a normal one waits
+   while a high one has work (its own open batch closed first: its time is charged as it was). */
+static void priority_gate(hk_board *bd, hk_limiter *lim, hk_meter_batch *b) {
+    int64_t now = hk_limiter_now_ns(), until;
+    if (bd->high) {
+        hk_board_mark(bd, now, 0, 1);
+        return;
+    }
+    if (hk_board_high_until(bd, now, 0) <= now) return;
+    close_batch(b);
+    int64_t t0 = now;
+    while ((until = hk_board_high_until(bd, now, 1)) > now) {
+        sleep_ns(until - now < HK_PRIORITY_WAIT_NS ? until - now : HK_PRIORITY_WAIT_NS);
+        now = hk_limiter_now_ns();
+    }
+    if (lim) hk_limiter_note_yield(lim, now - t0);
+}
+
 /* The SM fraction of work on `s` in `ctx` (fail safe: all SMs). */
 static uint32_t context_sm_ppm(void *ctx, void *s) {
     if (!g_ops->sm_share_ppm) return HK_SM_PPM_FULL;
@@ -257,6 +331,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
     hk_meter_batch *b = &t_batch;
     if (g_ops->current(&ctx, &ldev) != 0 || ctx == NULL) return NULL;
     hk_limiter *lim = limiter_for(ldev);
+    hk_board *bd = board_for(ldev);
+    if (bd) priority_gate(bd, lim, b);
     if (!lim) return NULL;
 
     int64_t now = hk_limiter_now_ns();
@@ -264,7 +340,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
        change of kind closes it (more batches only for clients on part of the SMs). */
     if (b->open && (b->stream != s || b->ctx != ctx || (b->work != work && b->ctx_ppm < HK_SM_PPM_FULL) ||
                     b->count >= HK_BATCH_MAX_SUBMITS || now - b->opened_ns > HK_BATCH_MAX_AGE_NS ||
-                    now - b->last_ns > HK_BATCH_GAP_NS))
+                    now - b->last_ns > HK_BATCH_GAP_NS ||
+                    (int64_t)b->count * hk_atomic_load_relaxed(&g_unit_ns[b->ldev]) >= HK_BATCH_DEVICE_NS))
         close_batch(b);
     while (collect_one(0)) {}
     int64_t bal = hk_limiter_balance(lim, now);
@@ -272,6 +349,8 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         close_batch(b);
         int64_t t0 = now;
         while (bal < 0) {
+            if (bd && bd->high) /* waiting for its own share is having work: normal claims stay off */
+                hk_board_mark(bd, now, hk_limiter_wait_ns(lim, bal), 0);
             if (!collect_one(1)) sleep_ns(hk_limiter_wait_ns(lim, bal));
             now = hk_limiter_now_ns();
             bal = hk_limiter_balance(lim, now);
@@ -296,6 +375,7 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         b->work = work;
         b->ctx_ppm = context_sm_ppm(ctx, s);
         b->sm_ppm = work == HK_WORK_SM ? b->ctx_ppm : HK_SM_PPM_FULL;
+        b->ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
         b->count = 0;
         b->sig = 0;
         b->opened_ns = now;
@@ -331,6 +411,10 @@ void hk_meter_atfork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
     g_head = g_npending = g_npool = 0;
     memset(g_est, 0, sizeof g_est);
+    for (int i = 0; i < HK_MAX_DEVICES; i++) { /* boards stay open: the descriptors are the child's too */
+        hk_elastic_init(&g_elastic[i]);
+        hk_atomic_store_relaxed(&g_unit_ns[i], 0);
+    }
     hk_atomic_store_relaxed(&g_captures, 0);
     memset(&t_batch, 0, sizeof t_batch);
 }

@@ -8,8 +8,11 @@
  * Measuring GPU time: a thread's submissions onto one stream form a "batch". Before the first one
  * a start event is recorded on the stream; after every one the batch's end event is re-recorded,
  * so elapsed(start, end) is the device time of exactly that work, without the idle time before or
- * after it. A batch closes after 32 submissions, 2 ms, a 100 us host pause, a change of stream or
- * context, or before the thread is throttled. Closed batches are charged to the claim's shared
+ * after it. A batch closes after 32 submissions, 2 ms, a 100 us host pause, about 0.5 ms of
+ * estimated device time (the process's device time per submission, learned from its charged
+ * batches: a batch then fits inside another tenant's time slice, so that under contention most
+ * windows hold only the claim's own work), a change of stream or context, or before the thread is
+ * throttled. Closed batches are charged to the claim's shared
  * bucket (limiter.h) by whichever submitting thread of the process sees them done.
  *
  * Throttling: before a submission, if the bucket is in debt the thread first waits for its own
@@ -31,9 +34,11 @@
  * with part of the SMs a batch holds one kind of work (a submission of the other kind closes it);
  * on one with every SM both cost the same and share batches, as before.
  *
- * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost
- * scaled by the clock boost the device got from running below full load (hk_meter_ops.clock_ratio),
- * so throughput, not device time, stays at the share on an idle device. The two factors multiply.
+ * Strict cap (HOOKCORE_COMPUTE_MODE_<i>=strict, see limiter.h): each batch is charged its cost at
+ * the full-load clock: its device time x the factor the claim's learned clock elasticity gives for
+ * the clock then (hk_meter_ops.clock_ratio_milli, asked when the batch opens and when it is charged;
+ * elastic.h), so throughput, not device time, stays at the share on an idle device. The contention
+ * estimate compares those full-load prices. The two factors multiply.
  *
  * Stream capture: while any capture is in progress the meter records no event at all (event
  * queries are illegal during a global-mode capture; recorded events would become graph nodes).

@@ -1,7 +1,8 @@
 /* clock.c - the SM clock boost a strict cap charges for (see core/limiter.h, "Strict cap").
  *
  * ratio = current SM clock / the device's clock under full load, x1000, sampled from NVML at most
- * every 20 ms per device by whichever charging thread gets there first. The full-load clock is
+ * every 2 ms per device by whichever charging thread gets there first (a strict cap learns how the
+ * claim's work follows the clock from these samples, core/elastic.h). The full-load clock is
  * HOOKCORE_COMPUTE_REF_MHZ_<i> when the claim gives it, else NVML's default application clock.
  * The device is found by the claim's UUID (nvmlDeviceGetHandleByUUID). 0 = unknown (no NVML, no
  * UUID, no clock): the meter then charges device time, as without a strict cap.
@@ -12,7 +13,7 @@
 #include "../core/limiter.h"
 #include "nvml.h"
 
-#define SAMPLE_NS 20000000LL
+#define SAMPLE_NS 2000000LL
 
 static struct {
     _Atomic int64_t xsampled_ns; /* last sample, 0 = never; -1 = device not found (final) */

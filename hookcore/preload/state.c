@@ -50,8 +50,11 @@ int hk_preload_init_slow(void) {
         } else if (hk_dormant()) {
             s = HK_STATE_DORMANT;
         } else {
-            for (int d = 0; d < HK_MAX_DEVICES; d++)
-                if (hk_sm_limit(d) < HK_SM_UNLIMITED) hk_atomic_store_relaxed(&hk_preload_xlimiter_on, 1);
+            char board[HK_PATH_MAX];
+            for (int d = 0; d < HK_MAX_DEVICES;
+                 d++) /* a limit, or a part in priorities: submissions go through the meter */
+                if (hk_sm_limit(d) < HK_SM_UNLIMITED || hk_priority(d, board, sizeof board) != HK_PRIORITY_UNSET)
+                    hk_atomic_store_relaxed(&hk_preload_xlimiter_on, 1);
             s = HK_STATE_READY;
             for (const hk_shim *const *sp = hk_preload_shims; *sp; sp++)
                 if ((*sp)->setup) (*sp)->setup();

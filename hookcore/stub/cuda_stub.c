@@ -460,7 +460,10 @@ STUB_API CUresult cuCtxGetDevice(CUdevice *dev) {
 STUB_API CUresult cuCtxSynchronize(void) {
     NEED_INIT();
     NEED_CTX(d);
-    stub_sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
+    if (se_on())
+        se_wait_all(g_dev[d].physical);
+    else
+        stub_sleep_until(hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns));
     return CUDA_SUCCESS;
 }
 

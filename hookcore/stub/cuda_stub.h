@@ -2,6 +2,7 @@
  *   cuda_stub.c              state, allocation bookkeeping, devices, contexts, the helpers below;
  *   cuda_stub_memory.c       allocations, VMM, pools, arrays;
  *   cuda_stub_engine.c       streams, events, the simulated engine, launches, copies;
+ *   cuda_engine.c            the engine shared by processes (HOOKCORE_STUB_ENGINE_FILE, cuda_engine.h);
  *   cuda_stub_procaddress.c  cuGetProcAddress.
  * Only the driver API is exported (STUB_API); everything declared here is hidden.
  */
@@ -18,6 +19,7 @@
 #include "../core/atomic.h"
 #include "../cuda/cuda_abi.h"
 #include "../cuda/copy.h"
+#include "cuda_engine.h"
 #include "stub_devices.h"
 
 #define STUB_API    __attribute__((visibility("default")))
@@ -36,6 +38,10 @@ typedef struct stub_device {
 
 typedef struct stub_event {
     int64_t t_ns; /* completion time on the simulated clock; -1 = never recorded */
+    /* shared engine (cuda_engine.h): the op it waits for on its stream, and when it was recorded */
+    int se, dev;
+    uint64_t key, op;
+    int64_t rec_ns;
 } stub_event;
 
 typedef struct stub_stream {

@@ -48,17 +48,30 @@ STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
     return CUDA_SUCCESS;
 }
 
+static uint64_t se_key(stub_stream *st) { return (uint64_t)(uintptr_t)st; }
+
 STUB_API CUresult cuStreamSynchronize(CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
-    stub_sleep_until(stream_of(s, d)->last_end_ns);
+    stub_stream *st = stream_of(s, d);
+    if (se_on())
+        se_wait(g_dev[d].physical, se_key(st), se_last(g_dev[d].physical, se_key(st)));
+    else
+        stub_sleep_until(st->last_end_ns);
     return CUDA_SUCCESS;
 }
 
 STUB_API CUresult cuStreamQuery(CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
-    return stub_now_ns() >= stream_of(s, d)->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    stub_stream *st = stream_of(s, d);
+    if (se_on()) {
+        int64_t t;
+        return se_done(g_dev[d].physical, se_key(st), se_last(g_dev[d].physical, se_key(st)), &t)
+                   ? CUDA_SUCCESS
+                   : CUDA_ERROR_NOT_READY;
+    }
+    return stub_now_ns() >= st->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 /* Capture: only the state is modelled (launches during capture still run in the stub). */
@@ -86,10 +99,14 @@ STUB_API CUresult cuStreamIsCapturing(CUstream s, int *status) {
 static _Atomic unsigned long long g_launches;
 
 /* Queue work of `dur_ns` on the stream: it starts when both the engine and the stream are free.
-   Returns when it ends (simulated clock). */
+   Returns when it ends (simulated clock), or with the shared engine the op's number. */
 static int64_t enqueue(CUstream s, int64_t dur_ns) {
     int d = stub_cur_dev();
     stub_stream *st = stream_of(s, d);
+    if (se_on()) {
+        hk_atomic_add_seq_cst(&g_launches, 1);
+        return (int64_t)se_submit(g_dev[d].physical, se_key(st), dur_ns);
+    }
     int64_t now = stub_now_ns();
     int64_t busy = hk_atomic_load_seq_cst(&g_dev[d].busy_until_ns);
     int64_t start, end;
@@ -108,6 +125,7 @@ STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     NEED_INIT();
     stub_event *ev = malloc(sizeof *ev);
     if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(ev, 0, sizeof *ev);
     ev->t_ns = -1;
     *e = (CUevent)ev;
     return CUDA_SUCCESS;
@@ -125,22 +143,45 @@ STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     stub_stream *st = stream_of(s, d);
     int64_t now = stub_now_ns();
-    ((stub_event *)e)->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
+    stub_event *ev = (stub_event *)e;
+    if (se_on()) {
+        ev->se = 1;
+        ev->dev = g_dev[d].physical;
+        ev->key = se_key(st);
+        ev->op = se_last(ev->dev, ev->key);
+        ev->rec_ns = now;
+        ev->t_ns = now;
+        return CUDA_SUCCESS;
+    }
+    ev->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
+
+/* Shared engine: is the event done, and when (its op's completion, or its record time). */
+static int se_event(stub_event *ev, int64_t *t) {
+    int64_t done_at;
+    if (!se_done(ev->dev, ev->key, ev->op, &done_at)) return 0;
+    *t = done_at > ev->rec_ns ? done_at : ev->rec_ns;
+    return 1;
+}
 
 STUB_API CUresult cuEventQuery(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     int64_t t = ((stub_event *)e)->t_ns;
+    if (((stub_event *)e)->se) return se_event((stub_event *)e, &t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     return (t < 0 || stub_now_ns() >= t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 STUB_API CUresult cuEventSynchronize(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    stub_sleep_until(((stub_event *)e)->t_ns);
+    stub_event *ev = (stub_event *)e;
+    if (ev->se)
+        se_wait(ev->dev, ev->key, ev->op);
+    else
+        stub_sleep_until(ev->t_ns);
     return CUDA_SUCCESS;
 }
 
@@ -148,6 +189,12 @@ STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     NEED_INIT();
     if (!ms || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
     int64_t ta = ((stub_event *)a)->t_ns, tb = ((stub_event *)b)->t_ns;
+    if (((stub_event *)a)->se || ((stub_event *)b)->se) {
+        if (!((stub_event *)a)->se || !((stub_event *)b)->se) return CUDA_ERROR_INVALID_HANDLE;
+        if (!se_event((stub_event *)a, &ta) || !se_event((stub_event *)b, &tb)) return CUDA_ERROR_NOT_READY;
+        *ms = (float)(tb - ta) / 1e6f;
+        return CUDA_SUCCESS;
+    }
     if (ta < 0 || tb < 0) return CUDA_ERROR_INVALID_HANDLE;
     if (stub_now_ns() < tb || stub_now_ns() < ta) return CUDA_ERROR_NOT_READY;
     *ms = (float)(tb - ta) / 1e6f;
@@ -159,13 +206,37 @@ STUB_API CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { retur
     CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, \
         CUstream s
 
-/* A compute-bound kernel's duration scales with the SM clock: with STUB_SM_MHZ and
-   STUB_FULL_LOAD_MHZ set, a kernel of F us (at the full-load clock) takes F * full / sm us, as on a
-   GPU that boosts when it is not fully loaded (for the strict cap tests). */
+/* The SM clock now: STUB_SM_MHZ is one clock in MHz, or a schedule "1800,1200,..." that moves to the
+   next value every STUB_SM_PERIOD_US (default 20000) on the monotonic clock (the virtual one in the
+   limiter's tests), as a GPU's clock moves with load. tests/hook/c/nvml_clocks.c reports the same. */
+static int64_t sm_mhz_now(void) {
+    const char *sm = getenv("STUB_SM_MHZ");
+    if (!sm) return 0;
+    int64_t vals[16];
+    int n = 0;
+    for (const char *p = sm; *p && n < 16;) {
+        vals[n++] = atoll(p);
+        const char *c = strchr(p, ',');
+        if (!c) break;
+        p = c + 1;
+    }
+    if (n <= 1) return n ? vals[0] : 0;
+    const char *per = getenv("STUB_SM_PERIOD_US");
+    int64_t period = per && atoll(per) > 0 ? atoll(per) * 1000 : 20000000;
+    return vals[(stub_now_ns() / period) % n];
+}
+
+/* A kernel's duration follows the SM clock: with STUB_SM_MHZ and STUB_FULL_LOAD_MHZ set, a kernel
+   of F us at the full-load clock takes F * (1 - e + e * full / sm) us at clock sm, where e is
+   STUB_ELASTICITY (default 1: compute-bound, F * full / sm; 0: memory-bound, F at any clock), as on
+   a GPU that boosts when it is not fully loaded (for the strict cap tests). */
 static int64_t kernel_ns(uintptr_t us, CUstream s) {
-    const char *sm = getenv("STUB_SM_MHZ"), *full = getenv("STUB_FULL_LOAD_MHZ");
-    int64_t ns = (int64_t)us * 1000;
-    if (sm && full && atoll(sm) > 0) ns = ns * atoll(full) / atoll(sm);
+    const char *full = getenv("STUB_FULL_LOAD_MHZ"), *el = getenv("STUB_ELASTICITY");
+    int64_t ns = (int64_t)us * 1000, sm = sm_mhz_now();
+    if (sm > 0 && full && atoll(full) > 0) {
+        double e = el ? atof(el) : 1.0;
+        ns = (int64_t)((double)ns * (1.0 - e + e * (double)atoll(full) / (double)sm));
+    }
     /* on a context with fewer SMs than the device (MPS, affinity): slower in proportion */
     CUcontext c = (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? NULL : ((stub_stream *)s)->ctx;
     if (!c) c = stub_cur_ctx();
@@ -238,14 +309,22 @@ static int64_t copy_ns(uint64_t bytes) {
 }
 static _Atomic unsigned long long g_copies;
 
-#define STUB_COPY_DEF(name, params, args, stream, bytes, kind)     \
-    STUB_API CUresult name params {                                \
-        NEED_INIT();                                               \
-        if (stub_cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT; \
-        int64_t end = enqueue((stream), copy_ns(bytes));           \
-        hk_atomic_add_seq_cst(&g_copies, 1);                       \
-        if (strstr(#name, "Async") == NULL) stub_sleep_until(end); \
-        return CUDA_SUCCESS;                                       \
+/* A synchronous call waits for what enqueue() returned: the end time, or the shared engine's op. */
+static void wait_end(CUstream s, int64_t end) {
+    if (se_on())
+        se_wait(g_dev[stub_cur_dev()].physical, se_key(stream_of(s, stub_cur_dev())), (uint64_t)end);
+    else
+        stub_sleep_until(end);
+}
+
+#define STUB_COPY_DEF(name, params, args, stream, bytes, kind)       \
+    STUB_API CUresult name params {                                  \
+        NEED_INIT();                                                 \
+        if (stub_cur_dev() < 0) return CUDA_ERROR_INVALID_CONTEXT;   \
+        int64_t end = enqueue((stream), copy_ns(bytes));             \
+        hk_atomic_add_seq_cst(&g_copies, 1);                         \
+        if (strstr(#name, "Async") == NULL) wait_end((stream), end); \
+        return CUDA_SUCCESS;                                         \
     }
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter" /* the stub does not move the bytes */

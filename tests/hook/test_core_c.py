@@ -3,8 +3,12 @@
 test_core covers the parser table, config files and aliases, reserve/release, 8 processes hammering
 one quota, kill -9 at random points, threads, a slot taken over mid-reservation, PID reuse, fork
 (own slot; orphaned child), ledger validation, the creation race and its bounded lock, dormancy
-and the config file's authority (see its header); it runs plain, under ASan + UBSan and under
-ThreadSanitizer (which fails on any data race it sees, e.g. the fail-closed state read torn).
+and the config file's authority (see its header); the limiter's arithmetic fed synthetic numbers:
+the clock elasticity a strict cap learns (hookcore/core/elastic.h) converges, holds its prior without
+evidence, ignores batches another tenant inflated, stays bounded and moves by damped steps, and the
+priority board's marks (forged, torn, far-ahead and truncated boards read as no high claim). It runs
+plain, under ASan + UBSan and under ThreadSanitizer (which fails on any data race it sees, e.g. the
+fail-closed state read torn).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ if TYPE_CHECKING:
     from tests.hook.conftest import CoreTests
 
 EXPECTED = ["parse_mem", "parse_sm", "config", "config_sources", "reserve_release", "two_handles",
-            "lost_slot_race", "track", "validation", "pid_reuse", "creation_race", "sigkill", "concurrent",
-            "threads", "global", "global_file", "orphan_child"]
+            "lost_slot_race", "track", "limiter_books", "limiter_cost", "elastic_converges", "elastic_prior",
+            "elastic_contention", "elastic_bounded", "elastic_damped", "board", "validation", "pid_reuse",
+            "creation_race", "sigkill", "concurrent", "threads", "global", "global_file", "orphan_child"]
 
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])

@@ -336,7 +336,7 @@ def test_an_mps_client_at_the_claims_share_is_not_throttled(run, tmp_path: Path)
     assert books.sm_ppm == 300_000 and books.throttled_ns == 0, books
     assert books.device_ns >= got.device_ns - got.batch_ns, books  # every batch charged, the last (open) aside
     assert abs(books.charged_ns - 0.3 * books.device_ns) <= got.count, books  # 1 ns of rounding a batch at most
-    assert books.charged_ns <= books.granted_ns, books  # the grant covers it
+    assert books.charged_ns <= books.granted_ns + 0.3 * got.batch_ns, books  # the grant covers it, but a batch in flight
 
 
 def test_without_mps_a_kernel_is_charged_its_device_time(run, tmp_path: Path) -> None:

@@ -128,3 +128,21 @@ def test_strict_config_errors_fail_closed(client: Path, hookcore_libs: HookLibs,
                    HOOKCORE_LEDGER=str(tmp_path / "l"), **env)
     proc = subprocess.run([str(client), "init"], env=e, capture_output=True, text=True, timeout=30)
     assert "INIT 3 ALLOC 3" in proc.stdout and needle in proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("elasticity", [0.0, 0.5, 1.0])
+def test_strict_learns_how_the_works_time_follows_the_clock(client: Path, hookcore_libs: HookLibs, nvml_clocks: Path,
+                                                            tmp_path: Path, elasticity: float) -> None:
+    """Issue 26, item 1. The clock moves between 1800 and 1200 MHz every 50 ms (as a GPU's does with
+    load), and a kernel of 1000 us at the full-load clock takes 1000 x (1 - e + e x 1200/1800) us at
+    1800 MHz: e = 1 compute-bound, 0 memory-bound, 0.5 a matmul's kind. The hook learns e from the
+    claim's own batches and charges each its cost at the full-load clock, so whatever the work, the
+    claim's books show the work's full-load cost and it gets 30% of full-load throughput (the old rule,
+    e = 1 assumed, charged memory-bound work 1.5x at 1800 MHz)."""
+    got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "4",
+                        HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict", HOOKCORE_COMPUTE_REF_MHZ_0="1200",
+                        STUB_SM_MHZ="1800,1200", STUB_SM_PERIOD_US="50000", STUB_ELASTICITY=str(elasticity))
+    assert books.elastic_fit and abs(books.elastic_milli - 1000 * elasticity) <= 100, books
+    full = got.count * FULL_LOAD_NS  # what the work costs at the full-load clock
+    assert abs(books.charged_ns - full) <= 0.08 * full, (books, got)
+    assert abs(100 * full / got.elapsed_ns - 30) <= 2.5, (100 * full / got.elapsed_ns, books, got)

@@ -127,7 +127,7 @@ def test_every_field_that_loosens_is_marked_in_both_drivers_configs() -> None:
     shared = ["preload", "computeLimit", "watchdogAction"]
     assert marked_fields(NpuConfig) == shared
     assert marked_fields(MluConfig) == shared
-    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz", "sharing"]
+    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz", "sharing", "priority"]
 
 
 def test_an_unknown_field_of_any_length_is_named_briefly() -> None:

@@ -5,7 +5,7 @@ hostile test. These tests keep the table true: a claim's containers cannot gain 
 environment variable, a writable mount cannot appear or a config type gain a field, without its
 row; a row naming a hostile test that does not exist (renamed, deleted) fails too. The mounts and
 variables are what a runtime gives the containers of real claims: every bundled driver on its
-fake, each claim shape (plain, LD_PRELOAD, strict, MPS, self-contained, MIG), prepared through the
+fake, each claim shape (plain, LD_PRELOAD, strict, MPS, high priority, self-contained, MIG), prepared through the
 framework and read back from the CDI spec (`claim_shapes.py`).
 """
 
@@ -49,6 +49,7 @@ SHAPES = [
     Shape("gpu-ld-preload", HamiCoreGpuDriver, "h200x2", GPU, GpuConfig(preload="env")),
     Shape("gpu-strict", HamiCoreGpuDriver, "h200x2", GPU, GpuConfig(compute_mode="strict", full_load_clock_mhz=1500)),
     Shape("gpu-mps", HamiCoreGpuDriver, "h200x2", GPU, GpuConfig(sharing="mps"), _one),
+    Shape("gpu-high", HamiCoreGpuDriver, "h200x2", GPU, GpuConfig(priority="high")),
     Shape("gpu-self-contained", HamiCoreGpuDriver, "a100-40gx4", {**GPU, "cdiMode": "self-contained"}),
     Shape("gpu-mig", HamiCoreGpuDriver, "h200x2-mig", {**GPU, "mig": "static"}, None, _mig),
     Shape("ascend", AscendDriver, "910b3x2", GPU),

@@ -1,6 +1,6 @@
 /* core_tests.h -- what the core's C test files share: test_core.c holds main (every test in one
    run), the helpers and the globals below; test_config.c, test_ledger.c, test_processes.c,
-   test_global.c and test_limiter.c the tests. */
+   test_global.c, test_limiter.c, test_elastic.c and test_priority.c the tests. */
 #ifndef HOOKCORE_CORE_TESTS_H
 #define HOOKCORE_CORE_TESTS_H
 
@@ -54,6 +54,12 @@ void test_lost_slot_race(void);
 void test_track(void);
 void test_limiter_books(void);
 void test_limiter_cost(void);
+void test_elastic_converges(void);
+void test_elastic_prior(void);
+void test_elastic_contention(void);
+void test_elastic_bounded(void);
+void test_elastic_damped(void);
+void test_board(void);
 void test_validation(void);
 void test_pid_reuse(void);
 void test_creation_race(void);

@@ -10,7 +10,9 @@
  * Exit status 0 when every CHECK passed. Each test prints one line. This file holds main, the
  * helpers and `populate`/`bench`; the tests are in test_config.c (the parser), test_ledger.c (one
  * ledger), test_processes.c (processes and threads on one quota), test_global.c (the process-wide
- * API) and test_limiter.c (the compute limiter's books); core_tests.h is what they share.
+ * API), test_limiter.c (the compute limiter's books), test_elastic.c (the clock elasticity a strict
+ * cap learns, from synthetic batches) and test_priority.c (a device's priority board); core_tests.h
+ * is what they share.
  */
 #include <sys/wait.h>
 #include <time.h>
@@ -170,6 +172,12 @@ int main(int argc, char **argv) {
     test_track();
     test_limiter_books();
     test_limiter_cost();
+    test_elastic_converges();
+    test_elastic_prior();
+    test_elastic_contention();
+    test_elastic_bounded();
+    test_elastic_damped();
+    test_board();
     test_validation();
     test_pid_reuse();
     test_creation_race();

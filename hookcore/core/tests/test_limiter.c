@@ -49,6 +49,7 @@ void test_limiter_cost(void) {
     CHECK(hk_limiter_cost(10000000, HK_SM_PPM_FULL + 1, 0) == 10000000); /* above the device: full */
     CHECK(hk_limiter_cost(10000000, 300000, 1500) == 4500000);           /* both factors multiply */
     CHECK(hk_limiter_cost(10000000, 300000, 800) == 3000000);            /* a slowdown is not refunded */
+    CHECK(hk_limiter_cost(1000000, HK_SM_PPM_FULL, 1320) == 1320000);    /* a strict cap's clock factor alone */
     CHECK(hk_limiter_cost(1, 1, 0) == 1);                                /* never rounds work to nothing */
     CHECK(hk_limiter_cost(0, 300000, 0) == 0 && hk_limiter_cost(-5, 300000, 0) == 0);
     CHECK(hk_limiter_cost(INT64_MAX, 500000, 0) == INT64_MAX / 2 + 1); /* no overflow on the way */
@@ -66,5 +67,18 @@ void test_limiter_cost(void) {
     CHECK(st.charged_ns == 13000000 && st.device_ns == 20000000 && st.sm_ppm == HK_SM_PPM_FULL);
     CHECK(offsetof(hk_limiter_shared, xgranted_ns) == 40 && offsetof(hk_limiter_shared, xdevice_ns) == 48 &&
           offsetof(hk_limiter_shared, xsm_ppm) == 56); /* appended: older readers keep their offsets */
+
+    /* the strict cap's clock statistics (issue 26), appended after them; an area set up before reads 0 */
+    CHECK(st.factor_milli == 0 && st.elastic_milli == 0 && st.elastic_fit == 0 && st.yielded_ns == 0 &&
+          st.elapsed_ns == 0);
+    hk_limiter_note_clock(&lim, 1320, 530, 1);
+    hk_limiter_note_yield(&lim, 7000);
+    hk_limiter_note_yield(&lim, -5); /* nothing negative is recorded */
+    hk_limiter_note_elapsed(&lim, 9000);
+    hk_limiter_read(area, &st);
+    CHECK(st.factor_milli == 1320 && st.elastic_milli == 530 && st.elastic_fit == 1 && st.yielded_ns == 7000 &&
+          st.elapsed_ns == 9000);
+    CHECK(offsetof(hk_limiter_shared, xfactor_milli) == 64 && offsetof(hk_limiter_shared, xyielded_ns) == 80 &&
+          offsetof(hk_limiter_shared, xelapsed_ns) == 88 && sizeof(hk_limiter_shared) <= HK_LIMITER_BYTES);
     printf("ok limiter_cost (SM fraction x clock ratio, fail safe, statistics)\n");
 }

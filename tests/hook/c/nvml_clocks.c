@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct dev {
     int index;
@@ -40,10 +41,28 @@ int nvmlDeviceGetIndex(dev *d, unsigned *i) {
     *i = (unsigned)d->index;
     return 0;
 }
+/* STUB_SM_MHZ: one clock, or a schedule "1800,1200,..." moving every STUB_SM_PERIOD_US (default
+   20000) on the monotonic clock: what the stub libcuda runs kernels at (hookcore/stub/cuda_stub.c). */
 int nvmlDeviceGetClockInfo(dev *d, int type, unsigned *mhz) {
     (void)d;
     if (type != 1) return 2; /* NVML_CLOCK_SM only */
-    *mhz = env_u("STUB_SM_MHZ", 1500);
+    const char *sm = getenv("STUB_SM_MHZ");
+    unsigned vals[16], n = 0;
+    for (const char *p = sm; p && *p && n < 16;) {
+        vals[n++] = (unsigned)strtoul(p, NULL, 10);
+        const char *c = strchr(p, ',');
+        if (!c) break;
+        p = c + 1;
+    }
+    if (n <= 1) {
+        *mhz = n ? vals[0] : 1500;
+        return 0;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long now = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    long long period = (long long)env_u("STUB_SM_PERIOD_US", 20000) * 1000;
+    *mhz = vals[(now / period) % n];
     return 0;
 }
 int nvmlDeviceGetClock(dev *d, int type, int id, unsigned *mhz) {
