@@ -110,3 +110,54 @@ def exported_names() -> set[str]:
         for name in re.findall(r'"(dra_[a-z_]+)"', path.read_text()):
             names |= {name, f"{name}_total", f"{name}_bucket", f"{name}_count", f"{name}_sum"}
     return names
+
+
+def _crd(plural: str, kind: str) -> dict[str, object]:
+    """A stand-in for the Prometheus Operator's CRD of `kind` (its schema left open): what makes the
+    API server serve monitoring.coreos.com/v1, which is all the charts look for."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+@pytest.mark.cluster
+def test_helm_install_renders_them_once_the_cluster_serves_the_crds(helm_bin: Path, cluster) -> None:  # type: ignore[no-untyped-def]
+    """`auto` against a real API server: `helm install --dry-run=server` reads the cluster's API
+    versions; without the CRDs nothing of monitoring, with them all three objects."""
+    import os
+
+    import yaml
+    from kube_helpers import unique, wait_for
+    from kubernetes import client
+
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HELM_CACHE_HOME": "/tmp/dra-helm-cache",
+           "HELM_CONFIG_HOME": "/tmp/dra-helm-config", "HELM_DATA_HOME": "/tmp/dra-helm-data"}
+    release = unique("mon")
+
+    def rendered() -> set[str]:
+        proc = subprocess.run([str(helm_bin), "install", release, str(ROOT / "helm" / "hami-core-gpu"), "-n", release,
+                               "--dry-run=server", "--set", "featureGates.check=false"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        docs = [d for d in yaml.safe_load_all(proc.stdout.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]) if d]
+        return {d["kind"] for d in docs if d["kind"] in MONITORING_KINDS} | {
+            "dashboard" for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"].get("labels", {})}
+
+    ext = client.ApiextensionsV1Api(cluster.api_client())
+    assert rendered() == set()
+    crds = [_crd("podmonitors", "PodMonitor"), _crd("prometheusrules", "PrometheusRule")]
+    for crd in crds:
+        ext.create_custom_resource_definition(crd)
+    try:
+        discovery = client.ApisApi(cluster.api_client())
+        wait_for(lambda: any(g.name == "monitoring.coreos.com" for g in discovery.get_api_versions().groups) or None,
+                 30, what="monitoring.coreos.com/v1 served")
+        assert rendered() == MONITORING_KINDS | {"dashboard"}
+    finally:
+        for crd in crds:
+            ext.delete_custom_resource_definition(crd["metadata"]["name"])  # type: ignore[index]
+    # Gone again (helm refreshes the API versions it cached): later installs on this cluster render none.
+    wait_for(lambda: rendered() == set() or None, 60, 1, what="the charts to stop rendering them")
