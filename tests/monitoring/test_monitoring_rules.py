@@ -139,7 +139,8 @@ def test_helm_install_renders_them_once_the_cluster_serves_the_crds(helm_bin: Pa
 
     def rendered() -> set[str]:
         proc = subprocess.run([str(helm_bin), "install", release, str(ROOT / "helm" / "hami-core-gpu"), "-n", release,
-                               "--dry-run=server", "--set", "featureGates.check=false"],
+                               "--dry-run=server", "--set", "featureGates.check=false",
+                               "--set-json", "deviceClasses=[]"],  # cluster-scoped: other tests' may exist
                               capture_output=True, text=True, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr
         docs = [d for d in yaml.safe_load_all(proc.stdout.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]) if d]
@@ -147,17 +148,22 @@ def test_helm_install_renders_them_once_the_cluster_serves_the_crds(helm_bin: Pa
             "dashboard" for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"].get("labels", {})}
 
     ext = client.ApiextensionsV1Api(cluster.api_client())
+    discovery = client.ApisApi(cluster.api_client())
+
+    def served() -> bool:
+        return any(g.name == "monitoring.coreos.com" for g in discovery.get_api_versions().groups)
+
+    assert not served(), "another test left the monitoring CRDs"
     assert rendered() == set()
     crds = [_crd("podmonitors", "PodMonitor"), _crd("prometheusrules", "PrometheusRule")]
     for crd in crds:
         ext.create_custom_resource_definition(crd)
     try:
-        discovery = client.ApisApi(cluster.api_client())
-        wait_for(lambda: any(g.name == "monitoring.coreos.com" for g in discovery.get_api_versions().groups) or None,
-                 30, what="monitoring.coreos.com/v1 served")
+        wait_for(lambda: served() or None, 30, what="monitoring.coreos.com/v1 served")
         assert rendered() == MONITORING_KINDS | {"dashboard"}
     finally:
         for crd in crds:
             ext.delete_custom_resource_definition(crd["metadata"]["name"])  # type: ignore[index]
-    # Gone again (helm refreshes the API versions it cached): later installs on this cluster render none.
-    wait_for(lambda: rendered() == set() or None, 60, 1, what="the charts to stop rendering them")
+        wait_for(lambda: not served() or None, 60, what="monitoring.coreos.com/v1 gone")
+    # helm refreshes the API versions it caches on disk: later installs on this cluster render none.
+    assert rendered() == set()
