@@ -11,6 +11,7 @@ A missing mount target is created inside an overlay of its nearest existing pare
 process ends, ``/etc/ld.so.preload``, ``/usr/lib/hookcore`` and ``/run/hookcore`` exist only if
 they existed before. No image, no cgroups, no PID namespace: this is the part of a runtime that
 decides what a process loads and reads, which is what quota enforcement depends on.
+`start_with_cdi` starts such a process and leaves it running (a workload the watchdog watches).
 """
 
 from __future__ import annotations
