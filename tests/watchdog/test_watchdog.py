@@ -107,6 +107,29 @@ def test_over_quota_counts_the_claims_processes_beyond_quota_and_tolerance(rig: 
     assert rig.alive(small) and rig.alive(neighbour)
 
 
+def test_a_claims_excess_reads_zero_once_its_processes_left_the_device(rig: Rig) -> None:
+    """The gauges an alert reads: a claim over quota (or share) whose processes all left the device
+    is over by nothing, not by its last excess, until the claim ends and its series go."""
+    c = rig.claim(memory=GiB, cores=30)
+    pid = rig.start(c, ["sleep", "300"])
+    rig.on_gpu(pid, c.device, 2 * GiB, 90)
+    wd = rig.watchdog(memory_tolerance=0, share_window=1, share_tolerance=0)
+    kinds = []
+    for _ in range(3):
+        kinds += [v.kind for v in wd.poll()]
+        rig.now += 1
+    assert kinds == ["over-quota", "over-share"]
+    assert metric(rig, f'dra_claim_memory_over_quota_bytes{{claim="{c.name}"') == GiB
+    assert metric(rig, f'dra_claim_compute_over_share_percent{{claim="{c.name}"') == 60
+    rig.off_gpu(pid)
+    assert wd.poll() == []
+    assert metric(rig, f'dra_claim_memory_over_quota_bytes{{claim="{c.name}"') == 0
+    assert metric(rig, f'dra_claim_compute_over_share_percent{{claim="{c.name}"') == 0
+    rig.end(c)
+    wd.poll()
+    assert f'claim="{c.name}"' not in generate_latest(rig.registry).decode()
+
+
 def test_over_share_needs_a_full_window_and_fires_again_after_it_cleared(rig: Rig) -> None:
     c = rig.claim(cores=30)
     pid = rig.start(c, ["sleep", "300"])
