@@ -238,21 +238,27 @@ def test_a_gone_pid_or_unreadable_proc_is_skipped_not_judged(rig: Rig, caplog: p
 
 
 def test_detection_time_of_the_running_thread(rig: Rig, static_sleeper: Path) -> None:
-    """With the poll thread at 1 s, an unheld process is judged within 2 s of appearing on the GPU."""
+    """The running thread judges an unheld process on its first or second poll after the process
+    appears on the GPU (with the poll at 1 s: within 2 s). Counted in polls, not timed: a busy
+    machine delays polls, never the count."""
     c = rig.claim()
     wd = rig.watchdog()
     wd._clock = time.monotonic
+    at_verdict: list[int] = []
+    emit = rig.events.emit
+    rig.events.emit = lambda v: (at_verdict.append(wd.polls), emit(v))[1]  # type: ignore[method-assign]
     wd.start()
     try:
         static = rig.start(c, [str(static_sleeper)])
-        t0 = time.monotonic()
+        before = wd.polls
         rig.on_gpu(static, c.device, GiB)
-        wait_for(lambda: rig.events.got, 5, 0.02, what="a verdict on the unheld process")
-        took = time.monotonic() - t0
+        wait_for(lambda: rig.events.got, 60, 0.02, what="a verdict on the unheld process")
     finally:
         wd.stop()
     assert [v.pid for v in rig.events.got] == [static]
-    assert took < 2.0, took
+    # polls completed when the verdict was reported (the judging poll counts itself after): at most
+    # one poll that may have read the GPU before the process appeared there, then the judging one
+    assert at_verdict and at_verdict[0] - before <= 1, (before, at_verdict)
 
 
 def test_a_claim_prepared_after_the_records_were_read_is_found(rig: Rig, static_sleeper: Path) -> None:
