@@ -24,7 +24,7 @@ static struct {
 
 static _Atomic int g_nvml_init; /* 0 not tried, 1 ok, 2 failed */
 
-static int nvml_ready(void) {
+int hk_nvml_ready(void) {
     int st = hk_atomic_load_acquire(&g_nvml_init);
     if (st) return st == 1;
     hk_preload_load(&hk_shim_nvml);
@@ -47,7 +47,7 @@ uint32_t hk_nvml_clock_ratio_milli(int ldev) {
         const char *uuid = hk_device_uuid(ldev);
         nvmlDevice_t h = NULL;
         unsigned ref = hk_compute_ref_mhz(ldev);
-        if (!nvml_ready() || !uuid[0] || hk_nvml.nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) {
+        if (!hk_nvml_ready() || !uuid[0] || hk_nvml.nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS) {
             hk_log("strict cap on device %d: cannot find it in NVML (%s); charging device time", ldev,
                    uuid[0] ? uuid : "the claim names no UUID");
             hk_atomic_store_release(&g_clk[ldev].xsampled_ns, -1);

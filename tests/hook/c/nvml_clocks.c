@@ -1,6 +1,6 @@
-/* nvml_clocks.c - a test double of libnvidia-ml.so.1 for the strict cap: the stub devices'
- * UUIDs (legacy form, STUB_CUDA_DEVICES) and an SM clock of STUB_SM_MHZ (default application clock
- * STUB_APP_MHZ). Only what libvgpu.so's NVML shim calls. (The project's NVML stub, owned by the GPU
+/* nvml_clocks.c - a test double of libnvidia-ml.so.1 for the strict cap and the contention
+ * estimate's gate: the stub devices' UUIDs (legacy form, STUB_CUDA_DEVICES), an SM clock of
+ * STUB_SM_MHZ (default application clock STUB_APP_MHZ) and a process count (STUB_NVML_PEERS). Only what libvgpu.so's NVML shim calls. (The project's NVML stub, owned by the GPU
  * driver, does not model clocks; this file is the tests' own.) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,4 +70,33 @@ int nvmlDeviceGetClock(dev *d, int type, int id, unsigned *mhz) {
     if (type != 1 || id != 2) return 2; /* SM, default application clock */
     *mhz = env_u("STUB_APP_MHZ", 0);
     return *mhz ? 0 : 3; /* NVML_ERROR_NOT_SUPPORTED */
+}
+/* STUB_NVML_PEERS=<n>: n processes ran kernels on every device lately (one utilization sample each,
+   at 40% SM; 0: none, NVML's NOT_FOUND); unset: per-process utilization is not supported. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} sample;
+int nvmlDeviceGetProcessUtilization(dev *d, sample *s, unsigned *count, unsigned long long since) {
+    (void)d;
+    (void)since;
+    const char *v = getenv("STUB_NVML_PEERS");
+    if (!v) return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    unsigned n = (unsigned)strtoul(v, NULL, 10);
+    if (!n) return 6; /* NVML_ERROR_NOT_FOUND */
+    if (!s || *count < n) {
+        *count = n;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    for (unsigned i = 0; i < n; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        s[i].pid = 1000 + i;
+        s[i].timeStamp = (unsigned long long)ts.tv_sec * 1000000ULL;
+        s[i].smUtil = 40;
+    }
+    *count = n;
+    return 0;
 }
