@@ -213,6 +213,16 @@ class FakeTree:
         self.state_file = Path(os.environ.setdefault(state_env, str(self.dir / state_name)))
         self.state_file.touch()
 
+    def shared_dir(self, name: str) -> Path:
+        """A directory `name` of the fake node that claims' containers may mount: under
+        ``$DRA_FAKE_STUB_DIR`` (a host directory at the same path, `stub_dir`) where it is set (a
+        daemon in a container: its own dirs are not the host's, and CDI specs name host paths),
+        which keeps it past `close` for a restarted daemon; else in the scratch dir."""
+        target = os.environ.get(STUB_DIR_ENV)
+        path = (Path(target) if target else self.dir) / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def append_state(self, *lines: str) -> None:
         """Lines for the stub to read at its next call (one change each)."""
         with self.state_file.open("a") as f:

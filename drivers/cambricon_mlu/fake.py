@@ -175,7 +175,8 @@ def stub_library() -> Path:
 class FakeBackend(fakes.FakeTree):
     """Activates a `FakeNode` in this process: the stub CNDev, its environment, its sMLU table and
     a sysfs. The table is the caller's when ``HOOKCORE_STUB_CNDEV_SMLU`` names one (every process
-    of one fake node shares it: the daemon, a restarted one, its workloads). Its state file takes
+    of one fake node shares it: the daemon, a restarted one, its workloads), else in the tree's
+    `shared_dir` (a host directory when the daemon runs in a pod). Its state file takes
     ``health``/``driver`` lines: health at run time."""
 
     def __init__(self, node: FakeNode, stub_cndev: Path) -> None:
@@ -185,8 +186,10 @@ class FakeBackend(fakes.FakeTree):
         self.node = node
         os.environ[STUB_ENV] = node.stub_devices()  # the stub reads its MLUs at cndevInit
         os.environ["HOOKCORE_STUB_CNDEV_DRIVER"] = node.driver_version
-        (self.dir / "smlu").mkdir()
-        self.table = Path(os.environ.setdefault(TABLE_ENV, str(self.dir / "smlu" / "table")))
+        # a directory of the node's own (its MLUs' UUIDs name it), which a claim's container mounts
+        digest = hashlib.sha256(",".join(m.uuid for m in node.mlus).encode()).hexdigest()[:16]
+        table_dir = self.shared_dir(f"cambricon-mlu-smlu-{digest}")
+        self.table = Path(os.environ.setdefault(TABLE_ENV, str(table_dir / "table")))
         self.cndev = cndev.Cndev(stub_cndev)
 
     def container_env(self, indices: Iterable[int]) -> dict[str, str]:

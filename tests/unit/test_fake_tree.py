@@ -45,7 +45,8 @@ def _tree(tmp_path: Path) -> fakes.FakeTree:
     stub.parent.mkdir(exist_ok=True)
     stub.write_bytes(b"\x7fELF")
     (stub.parent / "libtoyrt.so.1").write_bytes(b"\x7fELF")
-    (stub.parent / "libtoyrt.so").symlink_to("libtoyrt.so.1")
+    if not (stub.parent / "libtoyrt.so").is_symlink():
+        (stub.parent / "libtoyrt.so").symlink_to("libtoyrt.so.1")
     return fakes.FakeTree("toy-fake-", stub, "TOY", [("0000:3b:00.0", "pci0000:3a", 1)], "DRA_TEST_TOY_STATE", "toy-state")
 
 
@@ -82,3 +83,19 @@ def test_a_state_file_the_caller_names_is_shared_and_outlives_the_tree(tmp_path:
 def test_a_stub_that_is_not_built_is_refused_naming_the_build_step(tmp_path: Path) -> None:
     with pytest.raises(FakeDevicesError, match=r"^the stub TOY library .*/libtoy\.so is not built: run `make -C hookcore`"):
         fakes.FakeTree("toy-fake-", tmp_path / "libtoy.so", "TOY", [], "DRA_TEST_TOY_STATE", "toy-state")
+
+
+def test_a_shared_dir_is_on_the_host_dir_a_daemon_in_a_pod_names_and_outlives_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRA_TEST_TOY_STATE", str(tmp_path / "state"))
+    monkeypatch.delenv(fakes.STUB_DIR_ENV, raising=False)
+    local = _tree(tmp_path)
+    assert local.shared_dir("table") == local.dir / "table" and (local.dir / "table").is_dir()
+    local.close()
+    monkeypatch.setenv(fakes.STUB_DIR_ENV, str(tmp_path / "host"))
+    in_pod = _tree(tmp_path)
+    shared = in_pod.shared_dir("table")
+    assert shared == tmp_path / "host" / "table" and shared.is_dir()
+    in_pod.close()
+    assert shared.is_dir() and not in_pod.dir.exists()  # a CDI spec of a running claim may name it
