@@ -13,6 +13,9 @@ typedef struct {
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
 typedef struct {
+    unsigned int gpu, memory; /* percent of the last sample period with a kernel running / memory busy */
+} nvmlUtilization_t;
+typedef struct {
     unsigned int pid;                               /* in the host's PID namespace */
     unsigned long long timeStamp;                   /* CPU timestamp, us */
     unsigned int smUtil, memUtil, encUtil, decUtil; /* percent over the sample's period */

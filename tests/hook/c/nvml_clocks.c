@@ -1,7 +1,9 @@
 /* nvml_clocks.c - a test double of libnvidia-ml.so.1 for the strict cap and the contention
  * estimate's gate: the stub devices' UUIDs (legacy form, STUB_CUDA_DEVICES), an SM clock of
- * STUB_SM_MHZ (default application clock STUB_APP_MHZ) and a process count (STUB_NVML_PEERS). Only what libvgpu.so's NVML shim calls. (The project's NVML stub, owned by the GPU
- * driver, does not model clocks; this file is the tests' own.) */
+ * STUB_SM_MHZ (default application clock STUB_APP_MHZ), busy processes (STUB_NVML_PEERS) and
+ * power (STUB_POWER_MW, STUB_POWER_LIMIT_MW, STUB_UTIL_GPU). Only what libvgpu.so's NVML shim
+ * calls. (The project's NVML stub, owned by the GPU driver, does not model clocks; this file is the
+ * tests' own.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,5 +100,29 @@ int nvmlDeviceGetProcessUtilization(dev *d, sample *s, unsigned *count, unsigned
         s[i].smUtil = 40;
     }
     *count = n;
+    return 0;
+}
+/* STUB_POWER_MW, STUB_POWER_LIMIT_MW, STUB_UTIL_GPU: the device's power now, its enforced limit and
+   its busy percent (unset: not supported, as on a device without power readings). */
+int nvmlDeviceGetPowerUsage(dev *d, unsigned *mw) {
+    (void)d;
+    if (!getenv("STUB_POWER_MW")) return 3;
+    *mw = env_u("STUB_POWER_MW", 0);
+    return 0;
+}
+int nvmlDeviceGetEnforcedPowerLimit(dev *d, unsigned *mw) {
+    (void)d;
+    if (!getenv("STUB_POWER_LIMIT_MW")) return 3;
+    *mw = env_u("STUB_POWER_LIMIT_MW", 0);
+    return 0;
+}
+typedef struct {
+    unsigned gpu, memory;
+} utilization;
+int nvmlDeviceGetUtilizationRates(dev *d, utilization *u) {
+    (void)d;
+    if (!getenv("STUB_UTIL_GPU")) return 3;
+    u->gpu = env_u("STUB_UTIL_GPU", 0);
+    u->memory = 0;
     return 0;
 }
