@@ -2,7 +2,9 @@
 
 This module is the public face, everything a vendor driver uses: the `Driver` class (and
 `SharedDeviceDriver`, the skeleton of a driver of hook-shared devices, `dra/shared.py`), the value
-types it exchanges with the framework, its errors, `decode_config`, `share_capacity` (the
+types it exchanges with the framework, its errors, `PolledHealth` (a health monitor that polls each
+device, `dra/health.py`), `VendorLibrary` (a vendor's C library over ctypes, `dra/library.py`),
+`decode_config`, `share_capacity` (the
 ``cores``/``memory`` capacities of a shared device), `dra.topology` (PCIe root
 and NUMA node from sysfs), `dra.fakes` (the ``--fake PROFILE_OR_FILE`` grammar of fake-device
 backends and their stub libraries), `dra.settings` (checks for ``--set key=value`` values),
@@ -66,7 +68,9 @@ from dra.driver import (
     Version,
     quantity_to_int,
 )
-from dra.shared import ClaimView, HealthWatch, Processed, SharedDeviceDriver, Visible, shared_device
+from dra.health import DeviceHealth, HealthWatch, PolledHealth, Processed
+from dra.library import LibraryError, VendorLibrary
+from dra.shared import ClaimView, SharedDeviceDriver, Visible, shared_device
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -81,6 +85,7 @@ __all__ = [
     "CounterConsumption",
     "CounterSet",
     "Device",
+    "DeviceHealth",
     "DeviceKey",
     "DeviceNode",
     "DeviceProcess",
@@ -90,7 +95,9 @@ __all__ = [
     "Enforcement",
     "HealthEvent",
     "HealthWatch",
+    "LibraryError",
     "Mount",
+    "PolledHealth",
     "Preload",
     "PrepareError",
     "PreparedDevice",
@@ -101,6 +108,7 @@ __all__ = [
     "ShareConfig",
     "SharedDeviceDriver",
     "Taint",
+    "VendorLibrary",
     "Version",
     "Visible",
     "WaitTimeout",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
@@ -34,8 +33,9 @@ from dra.driver import (
     Quota,
     Taint,
 )
+from dra.health import HasUuid, HealthWatch
 
-D = TypeVar("D", bound="HasUuid")
+D = TypeVar("D", bound=HasUuid)
 Cfg = TypeVar("Cfg", bound=ShareConfig)
 
 
@@ -54,52 +54,8 @@ def shared_device(name: str, attributes: Mapping[str, Any], memory: int, pcie_ro
 C = TypeVar("C", bound="Closable")
 
 
-class HasUuid(Protocol):
-    """A discovered device: the health monitor and the hook know it by UUID."""
-
-    @property
-    def uuid(self) -> str: ...
-
-
 class Closable(Protocol):
     def close(self) -> None: ...
-
-
-class HealthWatch(Protocol):
-    """What the skeleton needs of a vendor's health monitor (keyed by device UUID)."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def taints(self) -> Mapping[str, tuple[Taint, ...]]: ...
-
-    def snapshot(self) -> list[tuple[str, bool | None, str]]: ...
-
-
-class Processed:
-    """A count of the work a health monitor's thread has finished (events consumed, polls or
-    probes done), so a test waits for evidence that what it injected was handled before it
-    asserts that nothing happened, instead of sleeping and hoping."""
-
-    def __init__(self) -> None:
-        self._count = 0
-        self._cond = threading.Condition()
-
-    @property
-    def count(self) -> int:
-        with self._cond:
-            return self._count
-
-    def add(self, n: int = 1) -> None:
-        with self._cond:
-            self._count += n
-            self._cond.notify_all()
-
-    def wait(self, count: int, timeout: float = 10.0) -> bool:
-        """Whether `count` were done within `timeout` seconds."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._count >= count, timeout)
 
 
 @dataclasses.dataclass(frozen=True)

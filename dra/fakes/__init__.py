@@ -3,9 +3,10 @@ bundled driver shares, so a profile or a YAML file is read, and its mistakes nam
 
 A driver keeps its own models, entry keys and stub format; these do the parts that are the
 same for every vendor: telling a profile (``<model>x<count>``) from a file, reading the file,
-the top level of the document (one list of devices), per-entry key checks, an HGX/Atlas-like
-PCIe layout and the PCI address grammar. Every error is a `FakeDevicesError` that names the
-file (or profile) and what to change.
+the top level of the document (one list of devices), per-entry key checks, an entry's model and
+the fields it sets over the model's, an HGX/Atlas-like PCIe layout and the PCI address grammar,
+and the files a fake backend keeps while it runs (`FakeTree`). Every error is a
+`FakeDevicesError` that names the file (or profile) and what to change.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dra.driver import quantity_to_int
+from dra.driver import Mount, quantity_to_int
+from dra.topology import build_fake_sysfs
 
 T = TypeVar("T")
 
@@ -127,6 +130,45 @@ def entry_mapping(entry: Any, where: str, known: Iterable[str]) -> dict[str, Any
     return entry
 
 
+def entry_model(entry: Mapping[str, Any], where: str, models: Iterable[str], default: str,
+                required: Sequence[str]) -> str:
+    """The model whose values an entry starts from: its ``model:`` (any case; one of `models`), or
+    `default` where the entry has none and gives at least the `required` keys (a name and the
+    memory) itself."""
+    known = sorted(models)
+    name = None if entry.get("model") is None else str(entry["model"]).lower()
+    if name is not None and name not in known:
+        raise FakeDevicesError(f"{where}: unknown model {name!r}; known: {known}")
+    if name is None and not set(required) <= set(entry):
+        raise FakeDevicesError(f"{where}: give `model:` or at least {' and '.join(f'`{k}:`' for k in required)}")
+    return name or default
+
+
+def int_field(entry: Mapping[str, Any], key: str, where: str, lo: int, hi: int) -> int | None:
+    """The entry's integer `key` in `lo`..`hi` (not a bool), None where it is absent."""
+    if key not in entry:
+        return None
+    value = entry[key]
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise FakeDevicesError(f"{where}: {key} must be an integer in {lo}..{hi}, got {value!r}")
+    return value
+
+
+def entry_changes(entry: Mapping[str, Any], where: str, strings: Mapping[str, str],
+                  ints: Mapping[str, tuple[str, int, int]], memory_example: str) -> dict[str, Any]:
+    """What an entry sets over its model's device, by attribute (``dataclasses.replace``'s
+    arguments): each key of `strings` as text, each key of `ints` as an integer in its range
+    (`int_field`), and ``memory`` as a quantity in bytes (`memory_quantity`)."""
+    changes: dict[str, Any] = {attr: str(entry[key]) for key, attr in strings.items() if key in entry}
+    for key, (attr, lo, hi) in ints.items():
+        value = int_field(entry, key, where, lo, hi)
+        if value is not None:
+            changes[attr] = value
+    if "memory" in entry:
+        changes["memory"] = memory_quantity(entry, where, example=memory_example)
+    return changes
+
+
 def check_unique(devices: Sequence[Any], attributes: Iterable[str], source: str, noun: str) -> None:
     """No two of `devices` share a value of any of `attributes` (a UUID, a bus id, an index)."""
     for what in attributes:
@@ -149,3 +191,49 @@ def check_pci_address(where: str, bus_id: str, pcie_root: str, bus_example: str,
         raise FakeDevicesError(f"{where}: pciBusID {bus_id!r} must look like {bus_example} (lower-case hex)")
     if not _PCIE_ROOT.fullmatch(pcie_root):
         raise FakeDevicesError(f"{where}: pcieRoot {pcie_root!r} must look like {root_example}")
+
+
+class FakeTree:
+    """The files a fake backend keeps while it runs in this process, in a scratch directory of its
+    own (`dir`, removed at `close`): a sysfs with the devices' PCIe roots and NUMA nodes
+    (`topology.build_fake_sysfs`; `sysfs`) and the state file the stub vendor library reads run-time
+    changes from (`state_file`: lines the backend appends, e.g. a device's health). A state file
+    the caller names in `state_env` wins, so every process of one fake node (a daemon, a restarted
+    one, its workloads) shares one. Refuses a stub library that is not built."""
+
+    def __init__(self, prefix: str, stub: Path, what: str, pci: Iterable[tuple[str, str, int | None]],
+                 state_env: str, state_name: str) -> None:
+        if not stub.exists():
+            raise FakeDevicesError(f"the stub {what} library {stub} is not built: run `make -C hookcore` "
+                                   "(or reinstall the package)")
+        self.stub = stub
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.sysfs = self.dir / "sys"
+        build_fake_sysfs(self.sysfs, list(pci))
+        self.state_file = Path(os.environ.setdefault(state_env, str(self.dir / state_name)))
+        self.state_file.touch()
+
+    def shared_dir(self, name: str) -> Path:
+        """A directory `name` of the fake node that claims' containers may mount: under
+        ``$DRA_FAKE_STUB_DIR`` (a host directory at the same path, `stub_dir`) where it is set (a
+        daemon in a container: its own dirs are not the host's, and CDI specs name host paths),
+        which keeps it past `close` for a restarted daemon; else in the scratch dir."""
+        target = os.environ.get(STUB_DIR_ENV)
+        path = (Path(target) if target else self.dir) / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def append_state(self, *lines: str) -> None:
+        """Lines for the stub to read at its next call (one change each)."""
+        with self.state_file.open("a") as f:
+            f.write("".join(f"{line}\n" for line in lines))
+
+    def stub_mounts(self, names: Iterable[str], directory: str = "/usr/lib") -> tuple[Mount, ...]:
+        """The stub libraries `names` (beside `stub`) for a claim's containers, mounted into
+        `directory` (where the loader looks by default: no ``LD_LIBRARY_PATH``, which another
+        driver's CDI device in the same container may set), each by its real path (a soname link
+        resolved)."""
+        return tuple(Mount(os.path.realpath(self.stub.parent / name), f"{directory}/{name}") for name in names)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)

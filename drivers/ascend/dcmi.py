@@ -23,11 +23,11 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import dra
 from dra import topology
 
 log = logging.getLogger(__name__)
@@ -66,16 +66,12 @@ CODES: dict[int, tuple[str, str]] = {
 DEFAULT_LIBRARIES = ("libdcmi.so", "/usr/local/Ascend/driver/lib64/driver/libdcmi.so", "/usr/local/dcmi/libdcmi.so")
 
 
-class DcmiError(RuntimeError):
+class DcmiError(dra.LibraryError):
     """A DCMI call failed; the message names the call, the NPU and what to check."""
 
-    def __init__(self, call: str, target: str, code: int, hint: str = "") -> None:
-        name, default_hint = CODES.get(code, (f"unknown DCMI error {code}", ""))
-        hint = hint or default_hint
-        where = f"{call}({target})" if target else f"{call}()"
-        super().__init__(f"DCMI {where} failed: {name} ({code}){'; ' + hint if hint else ''}")
-        self.call = call
-        self.code = code
+    library = "DCMI"
+    codes = CODES
+    unknown = "unknown DCMI error"
 
 
 # --- struct layouts (Huawei's DCMI API reference) -------------------------------------------------
@@ -165,50 +161,21 @@ def _text(raw: Any) -> str:
     return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace").strip()
 
 
-class Dcmi:
-    """One loaded ``libdcmi.so``, initialised once; calls are serialised (DCMI is not documented
-    as thread safe, and discovery and the health monitor share it)."""
+class Dcmi(dra.VendorLibrary):
+    """One loaded ``libdcmi.so``, initialised once; calls are serialised (`dra.VendorLibrary`:
+    DCMI is not documented as thread safe, and discovery and the health monitor share it)."""
+
+    soname = "libdcmi.so"
+    error = DcmiError
+    prototypes = PROTOTYPES
+    install_hint = ("is the Ascend driver installed on this node and /usr/local/Ascend (or /usr/local/dcmi) mounted"
+                    " into the driver's pod?")
+    setting = "dcmiLibrary"
+    too_old = "the Ascend driver is older than this driver supports"
 
     def __init__(self, library: str | Path | Sequence[str | Path] = DEFAULT_LIBRARIES) -> None:
-        candidates = [library] if isinstance(library, str | Path) else list(library)
-        errors = []
-        self._lib: Any = None
-        for candidate in candidates:
-            try:
-                self._lib = ctypes.CDLL(str(candidate))
-                self.path = str(candidate)
-                break
-            except OSError as exc:
-                errors.append(str(exc))
-        if self._lib is None:
-            raise DcmiError(
-                "dlopen", ", ".join(str(c) for c in candidates), -1,
-                "libdcmi.so not found: is the Ascend driver installed on this node and /usr/local/Ascend (or "
-                f"/usr/local/dcmi) mounted into the driver's pod? ({'; '.join(errors)})",
-            )
-        self._lock = threading.Lock()
-        self._fns: dict[str, Any] = {}
+        super().__init__(library)
         self.call("dcmi_init")
-
-    def _fn(self, name: str) -> Any:
-        fn = self._fns.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self._lib, name)
-            except AttributeError:
-                raise DcmiError(name, "", -1, f"{self.path} has no {name}: the Ascend driver is older than this driver supports") from None
-            fn.argtypes = PROTOTYPES[name]
-            fn.restype = ctypes.c_int
-            self._fns[name] = fn
-        return fn
-
-    def call(self, name: str, *args: Any, target: str = "") -> None:
-        """``name(*args)``; a non-zero return is a `DcmiError` naming `name` and `target`."""
-        fn = self._fn(name)
-        with self._lock:
-            rc = fn(*args)
-        if rc != OK:
-            raise DcmiError(name, target, int(rc))
 
     # --- queries -----------------------------------------------------------------------------
 

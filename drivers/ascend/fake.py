@@ -35,14 +35,12 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import dra
-from dra import fakes, topology
+from dra import fakes
 from dra.fakes import stub
 from drivers.ascend import dcmi
 
@@ -172,38 +170,15 @@ def from_document(doc: Any, node: str, source: str = "fake-device file") -> Fake
     return FakeNode(tuple(npus), driver)
 
 
-def _int(entry: dict[str, Any], key: str, where: str, lo: int, hi: int) -> int | None:
-    if key not in entry:
-        return None
-    value = entry[key]
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise FakeDevicesError(f"{where}: {key} must be an integer in {lo}..{hi}, got {value!r}")
-    return value
-
-
 def _npu_entry(entry: Any, node: str, position: int, where: str) -> FakeNpu:
     entry = fakes.entry_mapping(entry, where, _NPU_KEYS)
-    model_name = None if entry.get("model") is None else str(entry["model"]).lower()
-    if model_name is not None and model_name not in MODELS:
-        raise FakeDevicesError(f"{where}: unknown model {model_name!r}; known: {sorted(MODELS)}")
-    if model_name is None and not {"chipName", "memory"} <= set(entry):
-        raise FakeDevicesError(f"{where}: give `model:` or at least `chipName:` and `memory:`")
-    model = MODELS[model_name or "910b3"]
-    base = _from_model(model, node, position)
-    changes: dict[str, Any] = {}
-    for key, attr in (("uuid", "uuid"), ("chipName", "chip_name"), ("pciBusID", "pci_bus_id"), ("pcieRoot", "pcie_root"),
-                      ("serial", "serial")):
-        if key in entry:
-            changes[attr] = str(entry[key])
-    for key, attr, hi in (("logicID", "logic_id", 1023), ("physicalID", "phy_id", 1023), ("card", "card", 63),
-                          ("chip", "chip", 7), ("aiCores", "ai_cores", 1024), ("numaNode", "numa_node", 1023),
-                          ("health", "health", 3)):
-        value = _int(entry, key, where, 0, hi)
-        if value is not None:
-            changes[attr] = value
-    if "memory" in entry:
-        changes["memory"] = fakes.memory_quantity(entry, where, example="64Gi")
-    npu = dataclasses.replace(base, **changes)
+    base = _from_model(MODELS[fakes.entry_model(entry, where, MODELS, "910b3", ("chipName", "memory"))], node, position)
+    npu = dataclasses.replace(base, **fakes.entry_changes(
+        entry, where, {"uuid": "uuid", "chipName": "chip_name", "pciBusID": "pci_bus_id", "pcieRoot": "pcie_root",
+                       "serial": "serial"},
+        {"logicID": ("logic_id", 0, 1023), "physicalID": ("phy_id", 0, 1023), "card": ("card", 0, 63),
+         "chip": ("chip", 0, 7), "aiCores": ("ai_cores", 0, 1024), "numaNode": ("numa_node", 0, 1023),
+         "health": ("health", 0, 3)}, memory_example="64Gi"))
     if not re.fullmatch(r"NPU(-[0-9a-f]{8}){5}", npu.uuid):
         raise FakeDevicesError(f"{where}: uuid {npu.uuid!r} must look like NPU- and five groups of 8 lower-case hex digits")
     if not re.fullmatch(r"[0-9A-Za-z_]{1,31}", npu.chip_name):
@@ -226,22 +201,16 @@ def stub_library() -> Path:
     return stub.stub_library("libdcmi.so")
 
 
-class FakeBackend:
-    """Activates a `FakeNode` in this process: the stub DCMI, its environment and a sysfs."""
+class FakeBackend(fakes.FakeTree):
+    """Activates a `FakeNode` in this process: the stub DCMI, its environment and a sysfs. Its
+    state file takes ``health <uuid> <n>`` and ``errors`` lines: health at run time."""
 
     def __init__(self, node: FakeNode, stub: Path) -> None:
-        if not stub.exists():
-            raise FakeDevicesError(f"the stub DCMI library {stub} is not built: run `make -C hookcore` (or reinstall the package)")
+        super().__init__("ascend-fake-", stub, "DCMI", [(n.pci_bus_id, n.pcie_root, n.numa_node) for n in node.npus],
+                         "HOOKCORE_STUB_DCMI_STATE", "dcmi-state")
         self.node = node
-        self.stub = stub
-        self._dir = Path(tempfile.mkdtemp(prefix="ascend-fake-"))
-        self.sysfs = self._dir / "sys"
-        topology.build_fake_sysfs(self.sysfs, [(n.pci_bus_id, n.pcie_root, n.numa_node) for n in node.npus])
         os.environ[STUB_ENV] = node.stub_devices()  # the stub reads its NPUs at dcmi_init
         os.environ["HOOKCORE_STUB_DCMI_DRIVER"] = node.driver_version
-        # `health <uuid> <n>` lines change health at run time; a file given by the caller wins
-        self.state_file = Path(os.environ.setdefault("HOOKCORE_STUB_DCMI_STATE", str(self._dir / "dcmi-state")))
-        self.state_file.touch()
         self.dcmi = dcmi.Dcmi(stub)
 
     def container_env(self, uuids: Iterable[str]) -> dict[str, str]:
@@ -252,14 +221,8 @@ class FakeBackend:
         """The fake's "CANN": the stub libascendcl.so and libruntime.so, mounted where the loader
         looks by default (/usr/lib), so no LD_LIBRARY_PATH is needed (another driver's CDI device
         in the same container may set that one)."""
-        return tuple(dra.Mount(os.path.realpath(self.stub.parent / name), f"{CONTAINER_LIB_DIR}/{name}")
-                     for name in STUB_RUNTIME_LIBRARIES)
+        return self.stub_mounts(STUB_RUNTIME_LIBRARIES, CONTAINER_LIB_DIR)
 
     def set_health(self, uuid: str, health: int | str, errors: Sequence[int] = ()) -> None:
         """Change an NPU's health as DCMI will report it (0-3, or "lost")."""
-        with self.state_file.open("a") as f:
-            f.write(f"health {uuid} {health}\n")
-            f.write(f"errors {uuid} {' '.join(f'{c:x}' for c in errors)}\n")
-
-    def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self.append_state(f"health {uuid} {health}", f"errors {uuid} {' '.join(f'{c:x}' for c in errors)}")

@@ -21,15 +21,12 @@ Taints use NoSchedule: running pods stay, new claims are not allocated there. On
 from __future__ import annotations
 
 import dataclasses
-import logging
-import threading
 from collections.abc import Callable, Sequence
 
-from dra import Processed, Taint
+import dra
+from dra import Taint
 from drivers.ascend.dcmi import HEALTH_GONE, Dcmi, DcmiError, Npu
 from drivers.ascend.devices import DRIVER_NAME
-
-log = logging.getLogger(__name__)
 
 TAINT_HEALTH = f"{DRIVER_NAME}/health"
 TAINT_LOST = f"{DRIVER_NAME}/npu-lost"
@@ -62,55 +59,23 @@ class NpuHealth:
         return (self.level, self.lost, self.codes)
 
 
-class HealthMonitor:
+class HealthMonitor(dra.PolledHealth[Npu, NpuHealth]):
     """Polls DCMI health for `npus`; `on_change()` runs after every change of any NPU's state."""
+
+    noun = "NPU"
+    thread_name = "ascend-health"
 
     def __init__(self, dcmi: Dcmi, npus: Sequence[Npu], on_change: Callable[[], None], interval: float = 5.0) -> None:
         self._dcmi = dcmi
-        self._npus = list(npus)
-        self._on_change = on_change
-        self._interval = interval
-        self._lock = threading.Lock()
-        self._state = {n.uuid: NpuHealth(n.uuid) for n in npus}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.polls = Processed()  # polls done (tests wait on one after a change before asserting none)
+        super().__init__(npus, on_change, interval)
 
-    def start(self) -> None:
-        self.poll()  # the first answer is there before the first publish
-        self._thread = threading.Thread(target=self._run, name="ascend-health", daemon=True)
-        self._thread.start()
+    def unpolled(self, npu: Npu) -> NpuHealth:
+        return NpuHealth(npu.uuid)
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def log_fields(self, npu: Npu) -> dict[str, object]:
+        return {"logic_id": npu.logic_id}
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.poll()
-            except Exception:  # never let the monitor die silently; the next poll retries
-                log.exception("health poll failed")
-
-    def poll(self) -> bool:
-        """Ask every NPU once; True (and `on_change()`) when anything changed."""
-        changed = False
-        for npu in self._npus:
-            new = self._ask(npu)
-            with self._lock:
-                old = self._state[npu.uuid]
-                if new.state() != old.state():
-                    changed = True
-                    log.warning("NPU health changed", extra={
-                        "uuid": npu.uuid, "logic_id": npu.logic_id, "healthy": new.healthy, "health": new.message})
-                self._state[npu.uuid] = new
-        if changed:
-            self._on_change()
-        self.polls.add()
-        return changed
-
-    def _ask(self, npu: Npu) -> NpuHealth:
+    def ask(self, npu: Npu) -> NpuHealth:
         try:
             level, codes = self._dcmi.health(npu.card, npu.chip, target=npu.target)
         except DcmiError as exc:
@@ -123,10 +88,3 @@ class HealthMonitor:
         message = text if level == 0 else f"{text} alarm" + (f", error codes {', '.join(f'0x{c:x}' for c in codes)}" if codes else "")
         return NpuHealth(npu.uuid, level=level, codes=codes, message=message)
 
-    def taints(self) -> dict[str, tuple[Taint, ...]]:
-        with self._lock:
-            return {u: h.taints() for u, h in self._state.items() if h.taints()}
-
-    def snapshot(self) -> list[tuple[str, bool | None, str]]:
-        with self._lock:
-            return [(u, h.healthy, h.message) for u, h in self._state.items()]

@@ -22,11 +22,11 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import dra
 from dra import topology
 
 log = logging.getLogger(__name__)
@@ -67,16 +67,12 @@ DEFAULT_LIBRARIES = ("libcndev.so", "/usr/local/neuware/lib64/libcndev.so", "/us
                      "/usr/lib/aarch64-linux-gnu/libcndev.so", "/usr/lib64/libcndev.so")
 
 
-class CndevError(RuntimeError):
+class CndevError(dra.LibraryError):
     """A CNDev call failed; the message names the call, the MLU and what to check."""
 
-    def __init__(self, call: str, target: str, code: int, hint: str = "") -> None:
-        name, default_hint = CODES.get(code, (f"unknown CNDev error {code}", ""))
-        hint = hint or default_hint
-        where = f"{call}({target})" if target else f"{call}()"
-        super().__init__(f"CNDev {where} failed: {name} ({code}){'; ' + hint if hint else ''}")
-        self.call = call
-        self.code = code
+    library = "CNDev"
+    codes = CODES
+    unknown = "unknown CNDev error"
 
 
 # --- struct layouts (CNDev's public header) ------------------------------------------------------
@@ -149,26 +145,26 @@ class SmluProfileInfo(ctypes.Structure):
 
 _P = ctypes.POINTER
 _dev = _i32  # cndevDevice_t
-PROTOTYPES: dict[str, tuple[Any, tuple[Any, ...]]] = {
-    "cndevInit": (ctypes.c_int, (_i32,)),
-    "cndevGetDeviceCount": (ctypes.c_int, (_P(CardInfo),)),
-    "cndevGetDeviceHandleByIndex": (ctypes.c_int, (_i32, _P(_dev))),
-    "cndevGetUUID": (ctypes.c_int, (_P(Uuid), _dev)),
-    "cndevGetCardNameStringByDevId": (ctypes.c_char_p, (_dev,)),
-    "cndevGetCardSN": (ctypes.c_int, (_P(CardSN), _dev)),
-    "cndevGetMemoryUsageV2": (ctypes.c_int, (_P(MemoryInfoV2), _dev)),
-    "cndevGetCoreCount": (ctypes.c_int, (_P(CoreCount), _dev)),
-    "cndevGetPCIeInfoV2": (ctypes.c_int, (_P(PCIeInfoV2), _dev)),
-    "cndevGetVersionInfo": (ctypes.c_int, (_P(VersionInfo), _dev)),
-    "cndevGetCardHealthState": (ctypes.c_int, (_P(CardHealthState), _dev)),
-    "cndevGetSMLUMode": (ctypes.c_int, (_P(SmluMode), _dev)),
-    "cndevGetSMluProfileIdInfo": (ctypes.c_int, (_P(SmluProfileIdInfo), _dev)),
-    "cndevGetSMluProfileInfo": (ctypes.c_int, (_P(SmluProfileInfo), _i32, _dev)),
-    "cndevCreateSMluProfileInfo": (ctypes.c_int, (_P(SmluSet), _P(_i32), _dev)),
-    "cndevDestroySMluProfileInfo": (ctypes.c_int, (_i32, _dev)),
-    "cndevCreateSMluInstanceByProfileId": (ctypes.c_int, (_P(_i32), _u32, _dev, ctypes.c_char_p)),
-    "cndevDestroySMluInstanceByInstanceName": (ctypes.c_int, (_dev, ctypes.c_char_p)),
-    "cndevGetAllSMluInstanceInfo": (ctypes.c_int, (_P(_i32), _P(SmluInfo), _dev)),
+PROTOTYPES: dict[str, tuple[Any, ...]] = {
+    "cndevInit": (_i32,),
+    "cndevGetDeviceCount": (_P(CardInfo),),
+    "cndevGetDeviceHandleByIndex": (_i32, _P(_dev)),
+    "cndevGetUUID": (_P(Uuid), _dev),
+    "cndevGetCardNameStringByDevId": (_dev,),
+    "cndevGetCardSN": (_P(CardSN), _dev),
+    "cndevGetMemoryUsageV2": (_P(MemoryInfoV2), _dev),
+    "cndevGetCoreCount": (_P(CoreCount), _dev),
+    "cndevGetPCIeInfoV2": (_P(PCIeInfoV2), _dev),
+    "cndevGetVersionInfo": (_P(VersionInfo), _dev),
+    "cndevGetCardHealthState": (_P(CardHealthState), _dev),
+    "cndevGetSMLUMode": (_P(SmluMode), _dev),
+    "cndevGetSMluProfileIdInfo": (_P(SmluProfileIdInfo), _dev),
+    "cndevGetSMluProfileInfo": (_P(SmluProfileInfo), _i32, _dev),
+    "cndevCreateSMluProfileInfo": (_P(SmluSet), _P(_i32), _dev),
+    "cndevDestroySMluProfileInfo": (_i32, _dev),
+    "cndevCreateSMluInstanceByProfileId": (_P(_i32), _u32, _dev, ctypes.c_char_p),
+    "cndevDestroySMluInstanceByInstanceName": (_dev, ctypes.c_char_p),
+    "cndevGetAllSMluInstanceInfo": (_P(_i32), _P(SmluInfo), _dev),
 }
 
 
@@ -176,51 +172,23 @@ def _text(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
 
 
-class Cndev:
-    """One loaded ``libcndev.so``, initialised once; calls are serialised (CNDev is not documented
-    as thread safe, and prepare, the repair and the health monitor share it)."""
+class Cndev(dra.VendorLibrary):
+    """One loaded ``libcndev.so``, initialised once; calls are serialised (`dra.VendorLibrary`: CNDev
+    is not documented as thread safe, and prepare, the repair and the health monitor share it)."""
+
+    soname = "libcndev.so"
+    error = CndevError
+    prototypes = PROTOTYPES
+    restypes = {"cndevGetCardNameStringByDevId": ctypes.c_char_p}  # the others return a cndevRet_t
+    install_hint = ("is Cambricon's driver installed on this node and its library directory mounted into the driver's"
+                    " pod?")
+    setting = "cndevLibrary"
+    too_old = "the MLU driver is older than this driver supports (sMLU needs driver >= 5.10)"
 
     def __init__(self, library: str | Path | Sequence[str | Path] = DEFAULT_LIBRARIES) -> None:
-        candidates = [library] if isinstance(library, str | Path) else list(library)
-        errors = []
-        self._lib: Any = None
-        for candidate in candidates:
-            try:
-                self._lib = ctypes.CDLL(str(candidate))
-                self.path = str(candidate)
-                break
-            except OSError as exc:
-                errors.append(str(exc))
-        if self._lib is None:
-            raise CndevError(
-                "dlopen", ", ".join(str(c) for c in candidates), -1,
-                "libcndev.so not found: is Cambricon's driver installed on this node and its library directory mounted"
-                f" into the driver's pod? (--set cndevLibrary= names another path) ({'; '.join(errors)})",
-            )
-        self._lock = threading.RLock()
-        self._fns: dict[str, Any] = {}
+        super().__init__(library)
         self.call("cndevInit", 0)
         self._handles: dict[int, int] = {}
-
-    def _fn(self, name: str) -> Any:
-        fn = self._fns.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self._lib, name)
-            except AttributeError:
-                raise CndevError(name, "", -1, f"{self.path} has no {name}: the MLU driver is older than this driver"
-                                 " supports (sMLU needs driver >= 5.10)") from None
-            fn.restype, fn.argtypes = PROTOTYPES[name]
-            self._fns[name] = fn
-        return fn
-
-    def call(self, name: str, *args: Any, target: str = "") -> None:
-        """``name(*args)``; a non-zero return is a `CndevError` naming `name` and `target`."""
-        fn = self._fn(name)
-        with self._lock:
-            rc = fn(*args)
-        if rc != OK:
-            raise CndevError(name, target, int(rc))
 
     def handle(self, index: int) -> int:
         """The device handle of MLU `index` (asked once)."""
@@ -272,7 +240,7 @@ class Cndev:
     def profile(self, index: int, quota: int, memory: int, target: str = "") -> int:
         """The ID of MLU `index`'s sMLU profile of `quota` percent and `memory` bytes, made when it
         has none (profiles are templates that instances are made from)."""
-        with self._lock:
+        with self.lock:
             ids = self.versioned(SmluProfileIdInfo, "cndevGetSMluProfileIdInfo", index, target)
             for pid in list(ids.profileId)[: max(0, min(ids.count, 128))]:
                 info = SmluProfileInfo(version=VERSION)
@@ -287,7 +255,7 @@ class Cndev:
 
     def create_instance(self, index: int, name: str, quota: int, memory: int, target: str = "") -> SmluInstance:
         """An sMLU instance named `name` of `quota` percent and `memory` bytes on MLU `index`."""
-        with self._lock:
+        with self.lock:
             pid = self.profile(index, quota, memory, target)
             handle = _i32(0)
             self.call("cndevCreateSMluInstanceByProfileId", ctypes.byref(handle), pid, self.handle(index),
@@ -301,7 +269,7 @@ class Cndev:
     def destroy_instance(self, index: int, name: str, target: str = "") -> bool:
         """Destroy MLU `index`'s instance `name` and its profile when no instance uses it any more;
         False when there was no such instance (unprepare retried)."""
-        with self._lock:
+        with self.lock:
             gone = next((i for i in self.instances(index, target) if i.name == name), None)
             if gone is None:
                 return False
@@ -376,8 +344,8 @@ def _mlu(cndev: Cndev, index: int, sysfs: Path) -> Mlu:
         raise CndevError("cndevGetUUID", where, -1, "the MLU reports an empty UUID (nothing to publish)")
     uuid = f"MLU-{raw}"
     target = f"{where}, {uuid}"
-    name_fn = cndev._fn("cndevGetCardNameStringByDevId")
-    with cndev._lock:
+    name_fn = cndev.function("cndevGetCardNameStringByDevId")
+    with cndev.lock:
         name = (name_fn(cndev.handle(index)) or b"").decode("utf-8", "replace").strip()
     if not name or name == "Unknown":
         raise CndevError("cndevGetCardNameStringByDevId", target, -1, "the MLU reports no card name")

@@ -34,14 +34,12 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import dra
-from dra import fakes, topology
+from dra import fakes
 from dra.fakes import stub
 from drivers.cambricon_mlu import cndev
 
@@ -143,29 +141,14 @@ def from_document(doc: Any, node: str, source: str = "fake-device file") -> Fake
 
 def _mlu_entry(entry: Any, node: str, position: int, where: str) -> FakeMlu:
     entry = fakes.entry_mapping(entry, where, _MLU_KEYS)
-    model_name = None if entry.get("model") is None else str(entry["model"]).lower()
-    if model_name is not None and model_name not in MODELS:
-        raise FakeDevicesError(f"{where}: unknown model {model_name!r}; known: {sorted(MODELS)}")
-    if model_name is None and not {"name", "memory"} <= set(entry):
-        raise FakeDevicesError(f"{where}: give `model:` or at least `name:` and `memory:`")
-    base = _from_model(MODELS[model_name or "mlu370-x8"], node, position)
-    changes: dict[str, Any] = {}
-    for key, attr in (("uuid", "uuid"), ("name", "name"), ("pciBusID", "pci_bus_id"), ("pcieRoot", "pcie_root"),
-                      ("serial", "serial")):
-        if key in entry:
-            changes[attr] = str(entry[key])
-    for key, attr, lo, hi in (("cores", "cores", 1, 1024), ("numaNode", "numa_node", 0, 1023)):
-        value = entry.get(key)
-        if key in entry and (not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi):
-            raise FakeDevicesError(f"{where}: {key} must be an integer in {lo}..{hi}, got {value!r}")
-        if key in entry:
-            changes[attr] = value
+    base = _from_model(MODELS[fakes.entry_model(entry, where, MODELS, "mlu370-x8", ("name", "memory"))], node, position)
+    changes = fakes.entry_changes(
+        entry, where, {"uuid": "uuid", "name": "name", "pciBusID": "pci_bus_id", "pcieRoot": "pcie_root", "serial": "serial"},
+        {"cores": ("cores", 1, 1024), "numaNode": ("numa_node", 0, 1023)}, memory_example="48Gi")
     if "smlu" in entry:
         if not isinstance(entry["smlu"], bool):
             raise FakeDevicesError(f"{where}: smlu must be true or false, got {entry['smlu']!r}")
         changes["smlu"] = entry["smlu"]
-    if "memory" in entry:
-        changes["memory"] = fakes.memory_quantity(entry, where, example="48Gi")
     mlu = dataclasses.replace(base, **changes)
     if not re.fullmatch(r"MLU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", mlu.uuid):
         raise FakeDevicesError(f"{where}: uuid {mlu.uuid!r} must look like MLU- and a lower-case 8-4-4-4-12 hex UUID")
@@ -189,27 +172,24 @@ def stub_library() -> Path:
     return stub.stub_library("libcndev.so")
 
 
-class FakeBackend:
+class FakeBackend(fakes.FakeTree):
     """Activates a `FakeNode` in this process: the stub CNDev, its environment, its sMLU table and
     a sysfs. The table is the caller's when ``HOOKCORE_STUB_CNDEV_SMLU`` names one (every process
-    of one fake node shares it: the daemon, a restarted one, its workloads)."""
+    of one fake node shares it: the daemon, a restarted one, its workloads), else in the tree's
+    `shared_dir` (a host directory when the daemon runs in a pod). Its state file takes
+    ``health``/``driver`` lines: health at run time."""
 
     def __init__(self, node: FakeNode, stub_cndev: Path) -> None:
-        if not stub_cndev.exists():
-            raise FakeDevicesError(f"the stub CNDev library {stub_cndev} is not built: run `make -C hookcore` "
-                                   "(or reinstall the package)")
+        super().__init__("cambricon-mlu-fake-", stub_cndev, "CNDev",
+                         [(m.pci_bus_id, m.pcie_root, m.numa_node) for m in node.mlus], "HOOKCORE_STUB_CNDEV_STATE",
+                         "cndev-state")
         self.node = node
-        self.stub = stub_cndev
-        self._dir = Path(tempfile.mkdtemp(prefix="cambricon-mlu-fake-"))
-        self.sysfs = self._dir / "sys"
-        topology.build_fake_sysfs(self.sysfs, [(m.pci_bus_id, m.pcie_root, m.numa_node) for m in node.mlus])
         os.environ[STUB_ENV] = node.stub_devices()  # the stub reads its MLUs at cndevInit
         os.environ["HOOKCORE_STUB_CNDEV_DRIVER"] = node.driver_version
-        (self._dir / "smlu").mkdir()
-        self.table = Path(os.environ.setdefault(TABLE_ENV, str(self._dir / "smlu" / "table")))
-        # `health`/`driver` lines change health at run time; a file given by the caller wins
-        self.state_file = Path(os.environ.setdefault("HOOKCORE_STUB_CNDEV_STATE", str(self._dir / "cndev-state")))
-        self.state_file.touch()
+        # a directory of the node's own (its MLUs' UUIDs name it), which a claim's container mounts
+        digest = hashlib.sha256(",".join(m.uuid for m in node.mlus).encode()).hexdigest()[:16]
+        table_dir = self.shared_dir(f"cambricon-mlu-smlu-{digest}")
+        self.table = Path(os.environ.setdefault(TABLE_ENV, str(table_dir / "table")))
         self.cndev = cndev.Cndev(stub_cndev)
 
     def container_env(self, indices: Iterable[int]) -> dict[str, str]:
@@ -220,14 +200,8 @@ class FakeBackend:
     def container_mounts(self) -> tuple[dra.Mount, ...]:
         """The fake's "Neuware": the stub libcndev.so and libcnrt.so, where the loader looks by
         default (/usr/lib), and the sMLU table's directory, read-only."""
-        libs = tuple(dra.Mount(os.path.realpath(self.stub.parent / name), f"{CONTAINER_LIB_DIR}/{name}")
-                     for name in STUB_LIBRARIES)
-        return (*libs, dra.Mount(str(self.table.parent), CONTAINER_TABLE_DIR))
+        return (*self.stub_mounts(STUB_LIBRARIES, CONTAINER_LIB_DIR), dra.Mount(str(self.table.parent), CONTAINER_TABLE_DIR))
 
     def set_health(self, uuid: str, good: bool = True, driver_state: int = 4) -> None:
         """Change an MLU's health as CNDev will report it (device good or in problem, driver state)."""
-        with self.state_file.open("a") as f:
-            f.write(f"health {uuid} {int(good)}\ndriver {uuid} {driver_state}\n")
-
-    def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self.append_state(f"health {uuid} {int(good)}", f"driver {uuid} {driver_state}")

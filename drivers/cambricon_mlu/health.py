@@ -17,15 +17,12 @@ Taints use NoSchedule: running pods stay, new claims are not allocated there. On
 from __future__ import annotations
 
 import dataclasses
-import logging
-import threading
 from collections.abc import Callable, Sequence
 
-from dra import Processed, Taint
+import dra
+from dra import Taint
 from drivers.cambricon_mlu.cndev import DRIVER_RUNNING, Cndev, CndevError, Mlu
 from drivers.cambricon_mlu.devices import DRIVER_NAME
-
-log = logging.getLogger(__name__)
 
 TAINT_HEALTH = f"{DRIVER_NAME}/health"
 DRIVER_STATES = {0: "early-inited", 1: "bring-up", 2: "booting", 3: "late-init", 4: "running", 5: "boot-error",
@@ -46,55 +43,27 @@ class MluHealth:
     def taints(self) -> tuple[Taint, ...]:
         return (Taint(TAINT_HEALTH, self.problem, "NoSchedule"),) if self.problem else ()
 
+    def state(self) -> tuple[object, ...]:
+        return (self.problem, self.known, self.message)  # every field but the uuid: any difference is a change
 
-class HealthMonitor:
+
+class HealthMonitor(dra.PolledHealth[Mlu, MluHealth]):
     """Polls CNDev health for `mlus`; `on_change()` runs after every change of any MLU's state."""
+
+    noun = "MLU"
+    thread_name = "cambricon-mlu-health"
 
     def __init__(self, cndev: Cndev, mlus: Sequence[Mlu], on_change: Callable[[], None], interval: float = 5.0) -> None:
         self._cndev = cndev
-        self._mlus = list(mlus)
-        self._on_change = on_change
-        self._interval = interval
-        self._lock = threading.Lock()
-        self._state = {m.uuid: MluHealth(m.uuid) for m in mlus}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.polls = Processed()  # polls done (tests wait on one after a change before asserting none)
+        super().__init__(mlus, on_change, interval)
 
-    def start(self) -> None:
-        self.poll()  # the first answer is there before the first publish
-        self._thread = threading.Thread(target=self._run, name="cambricon-mlu-health", daemon=True)
-        self._thread.start()
+    def unpolled(self, mlu: Mlu) -> MluHealth:
+        return MluHealth(mlu.uuid)
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def log_fields(self, mlu: Mlu) -> dict[str, object]:
+        return {"index": mlu.index}
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.poll()
-            except Exception:  # never let the monitor die silently; the next poll retries
-                log.exception("health poll failed")
-
-    def poll(self) -> bool:
-        """Ask every MLU once; True (and `on_change()`) when anything changed."""
-        changed = False
-        for mlu in self._mlus:
-            new = self._ask(mlu)
-            with self._lock:
-                if new != self._state[mlu.uuid]:
-                    changed = True
-                    log.warning("MLU health changed", extra={"uuid": mlu.uuid, "index": mlu.index,
-                                                             "healthy": new.healthy, "health": new.message})
-                self._state[mlu.uuid] = new
-        if changed:
-            self._on_change()
-        self.polls.add()
-        return changed
-
-    def _ask(self, mlu: Mlu) -> MluHealth:
+    def ask(self, mlu: Mlu) -> MluHealth:
         try:
             h = self._cndev.health(mlu.index, mlu.target)
         except CndevError as exc:
@@ -107,10 +76,3 @@ class HealthMonitor:
             return MluHealth(mlu.uuid, f"driver-{driver}", True, f"the MLU driver is not running: {driver}")
         return MluHealth(mlu.uuid, None, True, "")
 
-    def taints(self) -> dict[str, tuple[Taint, ...]]:
-        with self._lock:
-            return {u: h.taints() for u, h in self._state.items() if h.taints()}
-
-    def snapshot(self) -> list[tuple[str, bool | None, str]]:
-        with self._lock:
-            return [(u, h.healthy, h.message) for u, h in self._state.items()]

@@ -34,14 +34,12 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import dra
-from dra import fakes, topology
+from dra import fakes
 from dra.fakes import stub
 from drivers.hygon_dcu import rsmi
 
@@ -143,36 +141,13 @@ def from_document(doc: Any, node: str, source: str = "fake-device file") -> Fake
     return FakeNode(tuple(dcus), driver)
 
 
-def _int(entry: dict[str, Any], key: str, where: str, lo: int, hi: int) -> int | None:
-    if key not in entry:
-        return None
-    value = entry[key]
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise FakeDevicesError(f"{where}: {key} must be an integer in {lo}..{hi}, got {value!r}")
-    return value
-
-
 def _dcu_entry(entry: Any, node: str, position: int, where: str) -> FakeDcu:
     entry = fakes.entry_mapping(entry, where, _DCU_KEYS)
-    model_name = None if entry.get("model") is None else str(entry["model"]).lower()
-    if model_name is not None and model_name not in MODELS:
-        raise FakeDevicesError(f"{where}: unknown model {model_name!r}; known: {sorted(MODELS)}")
-    if model_name is None and not {"name", "memory"} <= set(entry):
-        raise FakeDevicesError(f"{where}: give `model:` or at least `name:` and `memory:`")
-    base = _from_model(MODELS[model_name or "k100-ai"], node, position)
-    changes: dict[str, Any] = {}
-    for key, attr in (("uuid", "uuid"), ("name", "name"), ("pciBusID", "pci_bus_id"), ("pcieRoot", "pcie_root"),
-                      ("serial", "serial")):
-        if key in entry:
-            changes[attr] = str(entry[key])
-    for key, attr, lo, hi in (("computeUnits", "compute_units", 1, 4096), ("numaNode", "numa_node", 0, 1023),
-                              ("renderMinor", "render_minor", 128, 255)):
-        value = _int(entry, key, where, lo, hi)
-        if value is not None:
-            changes[attr] = value
-    if "memory" in entry:
-        changes["memory"] = fakes.memory_quantity(entry, where, example="64Gi")
-    dcu = dataclasses.replace(base, **changes)
+    base = _from_model(MODELS[fakes.entry_model(entry, where, MODELS, "k100-ai", ("name", "memory"))], node, position)
+    dcu = dataclasses.replace(base, **fakes.entry_changes(
+        entry, where, {"uuid": "uuid", "name": "name", "pciBusID": "pci_bus_id", "pcieRoot": "pcie_root", "serial": "serial"},
+        {"computeUnits": ("compute_units", 1, 4096), "numaNode": ("numa_node", 0, 1023),
+         "renderMinor": ("render_minor", 128, 255)}, memory_example="64Gi"))
     if not re.fullmatch(r"DCU-[0-9a-f]{16}", dcu.uuid):
         raise FakeDevicesError(f"{where}: uuid {dcu.uuid!r} must look like DCU- and 16 lower-case hex digits")
     if not re.fullmatch(r"[0-9A-Za-z_-]{1,31}", dcu.name):
@@ -211,24 +186,17 @@ def _kfd_topology(sysfs: Path, dcus: Sequence[FakeDcu]) -> None:
             f"drm_render_minor {d.render_minor}\nlocation_id {location}\ndomain {int(domain, 16)}\n")
 
 
-class FakeBackend:
-    """Activates a `FakeNode` in this process: the stub ROCm SMI, its environment and a sysfs."""
+class FakeBackend(fakes.FakeTree):
+    """Activates a `FakeNode` in this process: the stub ROCm SMI, its environment and a sysfs
+    (with the KFD topology). Its state file takes ``ecc``/``lost``/``back`` lines: health at run time."""
 
     def __init__(self, node: FakeNode, stub_smi: Path) -> None:
-        if not stub_smi.exists():
-            raise FakeDevicesError(f"the stub ROCm SMI library {stub_smi} is not built: run `make -C hookcore` "
-                                   "(or reinstall the package)")
+        super().__init__("hygon-dcu-fake-", stub_smi, "ROCm SMI", [(d.pci_bus_id, d.pcie_root, d.numa_node) for d in node.dcus],
+                         "HOOKCORE_STUB_RSMI_STATE", "rsmi-state")
         self.node = node
-        self.stub = stub_smi
-        self._dir = Path(tempfile.mkdtemp(prefix="hygon-dcu-fake-"))
-        self.sysfs = self._dir / "sys"
-        topology.build_fake_sysfs(self.sysfs, [(d.pci_bus_id, d.pcie_root, d.numa_node) for d in node.dcus])
         _kfd_topology(self.sysfs, node.dcus)
         os.environ[STUB_ENV] = node.stub_devices()  # the stub reads its devices at rsmi_init
         os.environ["HOOKCORE_STUB_RSMI_DRIVER"] = node.driver_version
-        # `ecc`/`lost`/`back` lines change health at run time; a file given by the caller wins
-        self.state_file = Path(os.environ.setdefault("HOOKCORE_STUB_RSMI_STATE", str(self._dir / "rsmi-state")))
-        self.state_file.touch()
         self.rsmi = rsmi.Rsmi(stub_smi)
 
     def container_env(self, pci_bus_ids: Iterable[str]) -> dict[str, str]:
@@ -242,12 +210,7 @@ class FakeBackend:
         return tuple(dra.Mount(real, f"{CONTAINER_LIB_DIR}/{name}") for name in (STUB_RUNTIME, "libamdhip64.so"))
 
     def set_ecc(self, pci_bus_id: str, uncorrectable: int, correctable: int = 0) -> None:
-        with self.state_file.open("a") as f:
-            f.write(f"ecc {pci_bus_id} {uncorrectable} {correctable}\n")
+        self.append_state(f"ecc {pci_bus_id} {uncorrectable} {correctable}")
 
     def set_lost(self, pci_bus_id: str, lost: bool = True) -> None:
-        with self.state_file.open("a") as f:
-            f.write(f"{'lost' if lost else 'back'} {pci_bus_id}\n")
-
-    def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self.append_state(f"{'lost' if lost else 'back'} {pci_bus_id}")

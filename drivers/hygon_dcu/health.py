@@ -22,15 +22,12 @@ Taints use NoSchedule: running pods stay, new claims are not allocated there. On
 from __future__ import annotations
 
 import dataclasses
-import logging
-import threading
 from collections.abc import Callable, Sequence
 
-from dra import Processed, Taint
+import dra
+from dra import Taint
 from drivers.hygon_dcu.devices import DRIVER_NAME
 from drivers.hygon_dcu.rsmi import FILE_ERROR, NOT_FOUND, Dcu, Rsmi, RsmiError
-
-log = logging.getLogger(__name__)
 
 TAINT_HEALTH = f"{DRIVER_NAME}/health"
 TAINT_LOST = f"{DRIVER_NAME}/dcu-lost"
@@ -62,54 +59,23 @@ class DcuHealth:
         return (self.ok, self.lost, self.uncorrectable, self.correctable)
 
 
-class HealthMonitor:
+class HealthMonitor(dra.PolledHealth[Dcu, DcuHealth]):
     """Polls ROCm SMI for `dcus`; `on_change()` runs after every change of any DCU's state."""
+
+    noun = "DCU"
+    thread_name = "hygon-dcu-health"
 
     def __init__(self, smi: Rsmi, dcus: Sequence[Dcu], on_change: Callable[[], None], interval: float = 5.0) -> None:
         self._smi = smi
-        self._dcus = list(dcus)
-        self._on_change = on_change
-        self._interval = interval
-        self._lock = threading.Lock()
-        self._state = {d.uuid: DcuHealth(d.uuid) for d in dcus}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.polls = Processed()  # polls done (tests wait on one after a change before asserting none)
+        super().__init__(dcus, on_change, interval)
 
-    def start(self) -> None:
-        self.poll()  # the first answer is there before the first publish
-        self._thread = threading.Thread(target=self._run, name="hygon-dcu-health", daemon=True)
-        self._thread.start()
+    def unpolled(self, dcu: Dcu) -> DcuHealth:
+        return DcuHealth(dcu.uuid)
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def log_fields(self, dcu: Dcu) -> dict[str, object]:
+        return {"index": dcu.index}
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.poll()
-            except Exception:  # never let the monitor die silently; the next poll retries
-                log.exception("health poll failed")
-
-    def poll(self) -> bool:
-        """Ask every DCU once; True (and `on_change()`) when anything changed."""
-        changed = False
-        for dcu in self._dcus:
-            new = self._ask(dcu)
-            with self._lock:
-                if new.state() != self._state[dcu.uuid].state():
-                    changed = True
-                    log.warning("DCU health changed", extra={
-                        "uuid": dcu.uuid, "index": dcu.index, "healthy": new.healthy, "health": new.message})
-                self._state[dcu.uuid] = new
-        if changed:
-            self._on_change()
-        self.polls.add()
-        return changed
-
-    def _ask(self, dcu: Dcu) -> DcuHealth:
+    def ask(self, dcu: Dcu) -> DcuHealth:
         try:
             self._smi.memory_used(dcu.index, dcu.target)
             ecc = self._smi.ecc(dcu.index, dcu.target)
@@ -125,10 +91,3 @@ class HealthMonitor:
                              message=f"{ue} uncorrectable ECC error(s) in VRAM ({ce} correctable)")
         return DcuHealth(dcu.uuid, ok=True, correctable=ce, message=f"ok, {ce} correctable ECC error(s)" if ce else "ok")
 
-    def taints(self) -> dict[str, tuple[Taint, ...]]:
-        with self._lock:
-            return {u: h.taints() for u, h in self._state.items() if h.taints()}
-
-    def snapshot(self) -> list[tuple[str, bool | None, str]]:
-        with self._lock:
-            return [(u, h.healthy, h.message) for u, h in self._state.items()]

@@ -22,11 +22,11 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import dra
 from dra import topology
 
 log = logging.getLogger(__name__)
@@ -63,16 +63,12 @@ STATUS: dict[int, tuple[str, str]] = {
 DEFAULT_LIBRARIES = ("librocm_smi64.so", "/opt/hyhal/lib/librocm_smi64.so", "/opt/rocm/lib/librocm_smi64.so")
 
 
-class RsmiError(RuntimeError):
+class RsmiError(dra.LibraryError):
     """A ROCm SMI call failed; the message names the call, the device and what to check."""
 
-    def __init__(self, call: str, target: str, code: int, hint: str = "") -> None:
-        name, default_hint = STATUS.get(code, (f"unknown ROCm SMI status {code}", ""))
-        hint = hint or default_hint
-        where = f"{call}({target})" if target else f"{call}()"
-        super().__init__(f"ROCm SMI {where} failed: {name} ({code}){'; ' + hint if hint else ''}")
-        self.call = call
-        self.code = code
+    library = "ROCm SMI"
+    codes = STATUS
+    unknown = "unknown ROCm SMI status"
 
 
 class ErrorCount(ctypes.Structure):
@@ -96,50 +92,21 @@ PROTOTYPES: dict[str, tuple[Any, ...]] = {
 }
 
 
-class Rsmi:
-    """One loaded ``librocm_smi64.so``, initialised once; calls are serialised (discovery and the
-    health monitor share it)."""
+class Rsmi(dra.VendorLibrary):
+    """One loaded ``librocm_smi64.so``, initialised once; calls are serialised (`dra.VendorLibrary`:
+    discovery and the health monitor share it)."""
+
+    soname = "librocm_smi64.so"
+    error = RsmiError
+    prototypes = PROTOTYPES
+    restype = ctypes.c_uint32  # rsmi_status_t
+    install_hint = ("is the DCU driver stack (HyHAL or ROCm) installed on this node and /opt/hyhal (or /opt/rocm)"
+                    " mounted into the driver's pod?")
+    setting = "smiLibrary"
 
     def __init__(self, library: str | Path | Sequence[str | Path] = DEFAULT_LIBRARIES) -> None:
-        candidates = [library] if isinstance(library, str | Path) else list(library)
-        errors = []
-        self._lib: Any = None
-        for candidate in candidates:
-            try:
-                self._lib = ctypes.CDLL(str(candidate))
-                self.path = str(candidate)
-                break
-            except OSError as exc:
-                errors.append(str(exc))
-        if self._lib is None:
-            raise RsmiError(
-                "dlopen", ", ".join(str(c) for c in candidates), -1,
-                "librocm_smi64.so not found: is the DCU driver stack (HyHAL or ROCm) installed on this node and "
-                f"/opt/hyhal (or /opt/rocm) mounted into the driver's pod? ({'; '.join(errors)})",
-            )
-        self._lock = threading.Lock()
-        self._fns: dict[str, Any] = {}
+        super().__init__(library)
         self.call("rsmi_init", 0)
-
-    def _fn(self, name: str) -> Any:
-        fn = self._fns.get(name)
-        if fn is None:
-            try:
-                fn = getattr(self._lib, name)
-            except AttributeError:
-                raise RsmiError(name, "", -1, f"{self.path} has no {name}: the library is older than this driver supports") from None
-            fn.argtypes = PROTOTYPES[name]
-            fn.restype = ctypes.c_uint32
-            self._fns[name] = fn
-        return fn
-
-    def call(self, name: str, *args: Any, target: str = "") -> None:
-        """``name(*args)``; a non-zero status is an `RsmiError` naming `name` and `target`."""
-        fn = self._fn(name)
-        with self._lock:
-            rc = int(fn(*args))
-        if rc != OK:
-            raise RsmiError(name, target, rc)
 
     # --- queries -----------------------------------------------------------------------------
 

@@ -5,11 +5,13 @@ What a user does first, end to end and in this order (one module, one node): the
 `-f <(dra node values)` and the fake profile, its daemon Ready on the node, registered with the
 real kubelet and publishing through its in-cluster config; the webhook chart, called by the API
 server through its Service, converting a pod written for HAMi that the daemon pod then
-prepares; `helm upgrade` under a running workload; `helm uninstall` of both leaving nothing.
+prepares; `helm upgrade` under a running workload; the DCU and MLU charts on their fakes, a
+claim's pod held by the HIP hook or by its sMLU instance; `helm uninstall` leaving nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ import yaml
 from kube_helpers import unique, wait_for
 from kubernetes import client
 
+import hookcore
+from dra._runtime import procinfo
 from dra.testing.claims import claim_manifest, pod_manifest
 from dra_dev.cluster.controlplane import ControlPlane
 from dra_dev.node.images import PAUSE_IMAGE, WORKLOAD_IMAGE
@@ -32,6 +36,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node]
 NS = "dra-system"
 GPU_CHART, NPU_CHART, WEBHOOK_CHART = "hami-core-gpu", "ascend", "dra-webhook"
 GPU_DRIVER, NPU_DRIVER = "hami-core-gpu.project-hami.io", "ascend.project-hami.io"
+DCU_CHART, MLU_CHART = "hygon-dcu", "cambricon-mlu"
+DCU_DRIVER, MLU_DRIVER = "hygon-dcu.project-hami.io", "cambricon-mlu.project-hami.io"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GI = 1 << 30
 
@@ -163,6 +169,78 @@ def cdi_specs_naming(node: RealNode, uid: str) -> list[Path]:
     return [p for p in node.layout.cdi_dir.iterdir() if uid in p.name] if node.layout.cdi_dir.exists() else []
 
 
+@contextlib.contextmanager
+def installed(helm: Tool, node: RealNode, api: client.ApiClient, values_dir: Path, chart: str,
+              fake: str) -> Iterator[tuple[Any, float]]:
+    """A driver chart installed as a user does on this node, its daemon on the named fake: its one
+    pod once Ready, and the seconds from `helm install` to then; uninstalled after."""
+    started = time.monotonic()
+    helm.run("install", chart, str(HELM_DIR / chart), "-n", NS, "--create-namespace",
+             "-f", values_file(node, values_dir, chart), "--set", f"daemon.fake={fake}", timeout=300)
+    (pod,) = wait_ready_pods(api, chart, 1)
+    try:
+        yield pod, time.monotonic() - started
+    finally:
+        helm.run("uninstall", chart, "-n", NS, "--ignore-not-found", "--wait", timeout=180, check=False)
+
+
+def assert_serves_the_node(pod: Any, chart: str, driver: str, node: RealNode, api: client.ApiClient, devices: int) -> None:
+    """The daemon pod runs on the node as the chart's ServiceAccount, publishes the node's `devices`
+    and registered with the real kubelet through the node's registry dir (its own socket)."""
+    assert pod.spec.node_name == node.name and pod.spec.service_account_name == chart
+    slices = wait_for(lambda: node_slices(api, node.name, driver), 30, 0.5, f"the {chart} daemon's ResourceSlices")
+    assert len([d for s in slices for d in s.spec.devices or []]) == devices
+    log = node.layout.log("kubelet").read_text(errors="replace")
+    registry = re.escape(str(node.layout.registry_dir))
+    assert re.search(rf'RegisterPlugin started.*"SocketPath":"{registry}/[^"]*{re.escape(driver)}', log), \
+        f"kubelet's plugin watcher did not pick up the {chart} daemon pod's registration socket"
+    assert re.search(rf'driverName="{re.escape(driver)}" endpoint="[^"]+" connected=true', log), \
+        f"kubelet's DRA manager did not connect to the {chart} daemon pod's DRA socket"
+
+
+def claim_pod(api: client.ApiClient, node: RealNode, ns: str, name: str, driver: str, command: list[str],
+              **capacity: str) -> tuple[str, str]:
+    """A claim of one share of `driver`'s device class and a pod of the workload image running
+    `command` with it, on the node: (claim UID, pod UID) once the pod runs."""
+    core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+    resource.create_namespaced_resource_claim(ns, claim_manifest(name, driver, request=name, **capacity))
+    pod = pod_manifest(name, [name], node.name, image=WORKLOAD_IMAGE)
+    pod["spec"]["containers"][0]["command"] = command
+    core.create_namespaced_pod(ns, pod)
+    wait_phase(api, ns, name, ("Running", "Succeeded", "Failed"))
+    claim = resource.read_namespaced_resource_claim(name, ns)
+    return str(claim.metadata.uid), str(core.read_namespaced_pod(name, ns).metadata.uid)
+
+
+def container_process(pod_uid: str, program: str) -> int:
+    """The host PID of the pod's process running `program` (its cgroup names the pod)."""
+    def find() -> int | None:
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and (entry / "comm").read_text().strip() == program and \
+                        procinfo.pod_of((entry / "cgroup").read_text())[0] == pod_uid:
+                    return int(entry.name)
+            except OSError:  # gone meanwhile
+                continue
+        return None
+
+    return wait_for(find, 30, 0.2, f"{program} of pod {pod_uid}")
+
+
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def report(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
+    """The key=value lines a workload program printed, once its pod succeeded (the quota held)."""
+    core = client.CoreV1Api(api)
+    phase = wait_phase(api, ns, name, ("Succeeded", "Failed"))
+    log = core.read_namespaced_pod_log(name, ns)
+    assert phase == "Succeeded", f"{name}: {phase}\n{log}"
+    return dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+
+
 # --- fixtures -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -176,26 +254,30 @@ def api(pod_cluster: ControlPlane) -> Iterator[client.ApiClient]:
 def gpu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The GPU chart as a user installs it on this node; how long until its daemon was Ready."""
-    started = time.monotonic()
-    node_helm.run("install", GPU_CHART, str(HELM_DIR / GPU_CHART), "-n", NS, "--create-namespace",
-                  "-f", values_file(chart_node, tmp_path_factory.mktemp("values"), GPU_CHART),
-                  "--set", "daemon.fake=h200x8", timeout=300)
-    (pod,) = wait_ready_pods(api, GPU_CHART, 1)
-    ready_s = time.monotonic() - started
-    print(f"helm install {GPU_CHART} to a Ready daemon pod: {ready_s:.1f} s")
-    yield {"pod": pod, "ready_seconds": ready_s}
-    node_helm.run("uninstall", GPU_CHART, "-n", NS, "--ignore-not-found", "--wait", timeout=180, check=False)
+    with installed(node_helm, chart_node, api, tmp_path_factory.mktemp("values"), GPU_CHART, "h200x8") as (pod, ready_s):
+        print(f"helm install {GPU_CHART} to a Ready daemon pod: {ready_s:.1f} s")
+        yield {"pod": pod, "ready_seconds": ready_s}
 
 
 @pytest.fixture(scope="module")
 def npu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    node_helm.run("install", NPU_CHART, str(HELM_DIR / NPU_CHART), "-n", NS, "--create-namespace",
-                  "-f", values_file(chart_node, tmp_path_factory.mktemp("values"), NPU_CHART),
-                  "--set", "daemon.fake=910b3x8", timeout=300)
-    (pod,) = wait_ready_pods(api, NPU_CHART, 1)
-    yield pod
-    node_helm.run("uninstall", NPU_CHART, "-n", NS, "--ignore-not-found", "--wait", timeout=180, check=False)
+    with installed(node_helm, chart_node, api, tmp_path_factory.mktemp("values"), NPU_CHART, "910b3x8") as (pod, _):
+        yield pod
+
+
+@pytest.fixture(scope="module")
+def dcu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with installed(node_helm, chart_node, api, tmp_path_factory.mktemp("values"), DCU_CHART, "k100-aix8") as (pod, _):
+        yield pod
+
+
+@pytest.fixture(scope="module")
+def mlu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with installed(node_helm, chart_node, api, tmp_path_factory.mktemp("values"), MLU_CHART, "mlu370-x8x8") as (pod, _):
+        yield pod
 
 
 @pytest.fixture(scope="module")
@@ -215,24 +297,15 @@ def test_gpu_daemon_pod_is_ready_registered_and_publishes_through_its_in_cluster
     gpu_release: dict[str, Any], chart_node: RealNode, api: client.ApiClient
 ) -> None:
     pod = gpu_release["pod"]
-    assert pod.spec.node_name == chart_node.name
     assert gpu_release["ready_seconds"] < 60, f"{gpu_release['ready_seconds']:.0f} s from helm install to a Ready daemon"
     # Its identity is the chart's ServiceAccount, through a token kubelet projected for it.
-    assert pod.spec.service_account_name == GPU_CHART
     assert any(v.projected and any(s.service_account_token for s in v.projected.sources) for v in pod.spec.volumes), \
         "ServiceAccount admission gave the daemon pod no token volume"
     daemon = next(c for c in pod.spec.containers if c.name == "daemon")
     assert not any("kubeconfig" in a for a in daemon.args), "the chart passes no kubeconfig: in-cluster config only"
-    # Published: the node's 8 fake GPUs, by the pod (the only client that could write them).
-    slices = wait_for(lambda: node_slices(api, chart_node.name, GPU_DRIVER), 30, 0.5, "the daemon's ResourceSlices")
-    assert len([d for s in slices for d in s.spec.devices or []]) == 8
-    # Registered with the real kubelet through the node's registry dir (the pod's own socket).
-    log = chart_node.layout.log("kubelet").read_text(errors="replace")
-    registry = re.escape(str(chart_node.layout.registry_dir))
-    assert re.search(rf'RegisterPlugin started.*"SocketPath":"{registry}/[^"]*{re.escape(GPU_DRIVER)}', log), \
-        "kubelet's plugin watcher did not pick up the daemon pod's registration socket"
-    assert re.search(rf'driverName="{re.escape(GPU_DRIVER)}" endpoint="[^"]+" connected=true', log), \
-        "kubelet's DRA manager did not connect to the daemon pod's DRA socket"
+    # Published: the node's 8 fake GPUs, by the pod (the only client that could write them), and
+    # registered with the real kubelet.
+    assert_serves_the_node(pod, GPU_CHART, GPU_DRIVER, chart_node, api, devices=8)
 
 
 def test_hami_pod_is_converted_by_the_webhook_pod_and_prepared_by_the_daemon_pod(
@@ -301,6 +374,65 @@ def test_helm_upgrade_replaces_the_daemon_while_a_workload_runs_and_the_new_one_
     wait_for(lambda: not cdi_specs_naming(chart_node, uid), 60, 0.3,
              "the new daemon pod to unprepare the claim (its CDI spec removed)")
     core.delete_namespace(ns)
+
+
+def test_dcu_chart_serves_the_node_and_a_claims_pod_runs_under_the_hip_hook(
+    dcu_release: Any, chart_node: RealNode, api: client.ApiClient
+) -> None:
+    """`helm install hygon-dcu --set daemon.fake=k100-aix8`: a 30 % + 16Gi claim's pod runs
+    hip_workload, which sees its DCU, its hook and the hook's config, and is held to 16Gi."""
+    assert_serves_the_node(dcu_release, DCU_CHART, DCU_DRIVER, chart_node, api, devices=8)
+    ns = make_namespace(api)
+    claim_uid, pod_uid = claim_pod(api, chart_node, ns, "dcu", DCU_DRIVER, ["/usr/local/bin/hip_workload", "--compute", "8"],
+                                   cores="30", memory="16Gi")
+    device = client.ResourceV1Api(api).read_namespaced_resource_claim("dcu", ns).status.allocation.devices.results[0].device
+    (bus,) = [d.attributes["resource.kubernetes.io/pciBusID"].string for s in node_slices(api, chart_node.name, DCU_DRIVER)
+              for d in s.spec.devices or [] if d.name == device]
+    # What the container sees, read from the host through its process while it computes.
+    pid = container_process(pod_uid, "hip_workload")
+    env = environ(pid)
+    root = Path(f"/proc/{pid}/root")
+    config = (root / str(hookcore.container_config_path("libvhip.so")).lstrip("/")).read_text()
+    assert env["HIP_VISIBLE_DEVICES"] == "0" and f"pci={bus}" in env["HOOKCORE_STUB_HIP_DEVICES"], env
+    assert "libvhip.so" in (root / "etc/ld.so.preload").read_text()
+    assert f"HOOKCORE_DEVICE_UUID_0=pci-{bus}\n" in config and "HOOKCORE_COMPUTE_LIMIT_0=30\n" in config, config
+    assert cdi_specs_naming(chart_node, claim_uid), "the claim's CDI spec, on the node's CDI dir"
+    kv = report(api, ns, "dcu")
+    assert (kv["devices"], kv["pci"]) == ("1", bus)
+    assert int(kv["quota_total_bytes"]) == 16 * GI and kv["over_quota_alloc"] == "refused", kv
+    client.CoreV1Api(api).delete_namespaced_pod("dcu", ns)
+    wait_for(lambda: not cdi_specs_naming(chart_node, claim_uid), 60, 0.3, "the DCU daemon pod to unprepare the claim")
+    client.CoreV1Api(api).delete_namespace(ns)
+
+
+def test_mlu_chart_serves_the_node_and_a_claims_pod_runs_in_its_smlu_instance(
+    mlu_release: Any, chart_node: RealNode, api: client.ApiClient
+) -> None:
+    """`helm install cambricon-mlu --set daemon.fake=mlu370-x8x8`: a 30 % + 16Gi claim becomes an
+    sMLU instance, whose settings the claim's pod gets (mlu_workload prints them) and is held to."""
+    assert_serves_the_node(mlu_release, MLU_CHART, MLU_DRIVER, chart_node, api, devices=8)
+    ns = make_namespace(api)
+    claim_uid, _ = claim_pod(api, chart_node, ns, "mlu", MLU_DRIVER, ["/usr/local/bin/mlu_workload"],
+                             cores="30", memory="16Gi")
+    kv = report(api, ns, "mlu")
+    assert kv["smlu_instance"].startswith("/dev/cambricon-caps/cap_dev"), kv  # from VIRTUAL_DEVICES
+    assert (kv["smlu_name"], kv["smlu_quota_percent"], kv["smlu_memory_bytes"]) == (f"dra-{claim_uid}", "30", str(16 * GI))
+    assert int(kv["quota_total_bytes"]) == 16 * GI and kv["over_quota_alloc"] == "refused", kv
+    client.CoreV1Api(api).delete_namespaced_pod("mlu", ns)
+    wait_for(lambda: not cdi_specs_naming(chart_node, claim_uid), 60, 0.3, "the MLU daemon pod to unprepare the claim")
+    client.CoreV1Api(api).delete_namespace(ns)
+
+
+def test_helm_uninstall_of_the_dcu_and_mlu_charts_leaves_nothing_of_theirs(
+    dcu_release: Any, mlu_release: Any, chart_node: RealNode, node_helm: Tool, api: client.ApiClient
+) -> None:
+    for release in (DCU_CHART, MLU_CHART):
+        node_helm.run("uninstall", release, "-n", NS, "--wait", timeout=180)
+    wait_for(lambda: not (leftovers(api, DCU_CHART, DCU_DRIVER) + leftovers(api, MLU_CHART, MLU_DRIVER)), 60, 0.5,
+             "nothing of the DCU and MLU releases left in the API")
+    lay = chart_node.layout
+    assert files_under(lay.plugin_dir / DCU_DRIVER, lay.plugin_dir / MLU_DRIVER) == []
+    assert [p for p in files_under(lay.registry_dir, lay.cdi_dir) if DCU_DRIVER in p or MLU_DRIVER in p] == []
 
 
 def test_helm_uninstall_of_all_three_leaves_nothing_of_ours_within_60_s(

@@ -81,6 +81,7 @@ def test_workload_image_carries_program_stub_driver_and_their_libraries(tmp_path
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
         names = set(tar.getnames())
     assert images.WORKLOAD_BINARY.lstrip("/") in names and images.STUB_LIBCUDA.lstrip("/") in names
+    assert {f"usr/local/bin/{n}" for n in images.OTHER_WORKLOADS} <= names  # the DCU's and MLU's programs
     needed = images.shared_libraries([tmp_path / "cuda_workload"])
     assert {p.lstrip("/") for p in needed} <= names  # the loader and libc the program links
     assert not any(n.endswith("libvgpu.so") for n in names)  # the hook comes from the claim's CDI mounts

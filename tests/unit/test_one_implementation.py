@@ -81,6 +81,17 @@ def test_only_the_stub_module_writes_the_stub_device_variables() -> None:
     assert c_readers, "the C stubs no longer read the stub-device variables: the scan above proves nothing"
 
 
+def test_a_driver_loads_and_polls_its_vendor_library_through_the_framework() -> None:
+    """Three drivers once each had their own ctypes loader and health poll loop; they are
+    `dra.VendorLibrary` and `dra.PolledHealth` now. NVML is the exception: nvidia-ml-py loads it,
+    and the driver only puts the stub first."""
+    loaders = _holding(r"ctypes\.CDLL\(", "drivers")
+    assert loaders == ["drivers/hami_core_gpu/nvml.py"], f"a vendor library loaded by hand in {loaders}: use dra.VendorLibrary"
+    polls = _holding(r"while not self\._stop\.wait\(self\._interval\)", "drivers")
+    assert polls == [], f"a health poll loop written again in {polls}: subclass dra.PolledHealth"
+    assert _holding(r"while not self\._stop\.wait\(self\._interval\)", "dra") == ["dra/health.py"], "the scan matches nothing"
+
+
 def test_the_entry_point_group_names_are_spelled_only_in_the_registry() -> None:
     groups = (registry.DRIVERS, registry.COMMANDS)
     found = sorted(_rel(p) for p in _python(*PRODUCT, "tests") if any(s in groups for s in _code_strings(p)))

@@ -4,9 +4,11 @@
   sandbox image so kubelet never pulls one.
 - `dra-workload:local` (`docker.io/library/dra-workload:local` once normalized): the CUDA
   workload program (`hookcore/workload/cuda_workload.c`, a dynamic ELF that dlopens
-  `libcuda.so.1`), the stub `libcuda.so.1` (no GPU here), and the shared libraries the program,
-  the stub and the hook library need (copied from this host, found with `ldd`). The hook library
-  itself is not in the image: the claim's CDI edits mount it, as on a real node.
+  `libcuda.so.1`), the stub `libcuda.so.1` (no GPU here), the HIP and MLU workload programs
+  (`hip_workload`, `mlu_workload`: their stub runtimes come with a claim, as the DCU and MLU fakes'
+  CDI mounts), and the shared libraries the programs, the stubs and the hook libraries need
+  (copied from this host, found with `ldd`). The hook libraries are not in the image: the claim's
+  CDI edits mount them, as on a real node.
 
 Pods name them with `imagePullPolicy: Never`.
 """
@@ -27,6 +29,10 @@ from dra_dev.node.oci import ImageSpec, normalize_reference, write_archive
 PAUSE_IMAGE = "localhost/dra-pause:local"
 WORKLOAD_IMAGE = "dra-workload:local"
 WORKLOAD_BINARY = "/usr/local/bin/cuda_workload"
+OTHER_WORKLOADS = ("hip_workload", "mlu_workload")
+"""Further programs of hookcore/workload in the image's /usr/local/bin (the DCU's and the MLU's)."""
+# The stub runtimes the DCU and MLU fakes mount into a claim's containers: their libraries come from the image.
+MOUNTED_STUBS = ("libamdhip64.so.6", "libcndev.so", "libcnrt.so")
 # Where the image's stub driver lives: a directory the dynamic loader searches by default.
 STUB_LIBCUDA = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 
@@ -88,9 +94,9 @@ def build_pause(out: Path) -> BuiltImage:
     return BuiltImage(normalize_reference(PAUSE_IMAGE), archive, digest)
 
 
-def workload_source() -> Path:
-    """hookcore's CUDA workload program (reaches the driver as the CUDA runtime does)."""
-    source = _hookcore_dir() / "workload" / "cuda_workload.c"
+def workload_source(name: str = "cuda_workload") -> Path:
+    """hookcore's workload program `name` (the CUDA one reaches the driver as the CUDA runtime does)."""
+    source = _hookcore_dir() / "workload" / f"{name}.c"
     if not source.is_file():
         raise UserError(f"the workload program {source} is missing from this checkout; it goes into dra-workload:local.")
     return source
@@ -105,10 +111,16 @@ def build_workload(out: Path) -> BuiltImage:
     source = workload_source()
     binary = out / "cuda_workload"
     _compile(["-O2", "-std=gnu11", "-Wall", "-o", str(binary), str(source), "-ldl"], f"workload program {source.name}")
-    # The hook library is mounted by CDI, but it runs in this image's libc: carry its libraries too.
-    hook_libs = sorted((hook / "build").glob("lib*.so"))
     files = {WORKLOAD_BINARY: binary, STUB_LIBCUDA: stub}
-    files.update(shared_libraries([binary, stub, *hook_libs]))
+    for name in OTHER_WORKLOADS:
+        other = workload_source(name)
+        files[f"/usr/local/bin/{name}"] = out / name
+        _compile(["-O2", "-std=gnu11", "-Wall", "-o", str(out / name), str(other), "-ldl"], f"workload program {other.name}")
+    # The hook libraries and the fakes' stub runtimes are mounted by CDI, but they run in this
+    # image's libc: carry their libraries too.
+    hook_libs = sorted((hook / "build").glob("lib*.so"))
+    mounted = [p for p in (hook / "build" / "stub" / n for n in MOUNTED_STUBS) if p.is_file()]
+    files.update(shared_libraries([*files.values(), *hook_libs, *mounted]))
     archive = out / "workload.oci.tar"
     labels = {"dev.dra.workload.source": source.name}
     digest = write_archive(ImageSpec(WORKLOAD_IMAGE, files, [WORKLOAD_BINARY], labels=labels), archive)
