@@ -50,7 +50,9 @@ def isolated(chart: str, values: dict[str, Any], tag: str) -> dict[str, Any]:
     """`values` with DeviceClass names of this test only (they are cluster-wide; other tests and
     the other charts' tests must not meet them)."""
     classes = values.get("deviceClasses") or default_classes(chart)
-    return {**values, "deviceClasses": [{**c, "name": f"{tag}.{c['name']}"} for c in classes]}
+    modes = yaml.safe_load((HELM_DIR / chart / "values.yaml").read_text()).get("modeClasses") or {}
+    return {**values, "deviceClasses": [{**c, "name": f"{tag}.{c['name']}"} for c in classes],
+            **{f"modeClasses.{key}.name": f"{tag}.{c['name']}" for key, c in modes.items()}}
 
 
 def make_node(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
