@@ -49,7 +49,7 @@ def top_once(api: Any, kubeconfig: Path, endpoints: Mapping[str, Sequence[str]],
     blank = sorted(c["name"] for c in ours if c["requested"]["memory"] is None or (used and c["used"]["memory"] is None))
     if missing or blank:
         raise UserError(f"dra top --once -o json: claims missing {missing}, without requested or used memory {blank}")
-    held = sum(1 for c in ours if c["used"]["memory"])
+    held = len({c["name"] for c in ours if c["used"]["memory"]})
     say(f"    dra top --once -o json: {len(listed)} claims, each with its device, requested and used memory and cores"
         f" ({held} holding memory now)")
     return doc

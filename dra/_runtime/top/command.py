@@ -118,7 +118,8 @@ def _once(t: Top, output: str, interval: float) -> None:
 
         from dra._runtime.top.view import render
 
-        Console().print(render(snap))
+        # piped (a file, a script): wide enough for claim names, not rich's 80 columns off a terminal
+        Console(width=None if sys.stdout.isatty() else 200).print(render(snap))
 
 
 def _live(t: Top, interval: float) -> None:

@@ -43,13 +43,15 @@ def _watchdog_device(d: Device) -> str:
     return text
 
 
-def _watchdog_share(s: Share) -> str:
+def _watchdog_share(s: Share, watching: bool) -> str:
+    """The claim's excess, or "ok" where the node's watchdog runs (its verdict series are there)
+    and the claim's ledger is read."""
     out = []
     if s.over_quota_bytes:
         out.append(f"[bold red]memory +{size(s.over_quota_bytes)} over quota[/bold red]")
     if s.over_share_percent:
         out.append(f"[bold red]compute +{cores(s.over_share_percent)} over share[/bold red]")
-    return ", ".join(out) or ("ok" if s.processes is not None else "")
+    return ", ".join(out) or ("ok" if watching and s.processes is not None else "")
 
 
 def node_table(n: Node) -> Table:
@@ -71,7 +73,8 @@ def node_table(n: Node) -> Table:
         for s in d.shares:
             t.add_row(Text(f"  {s.namespace}/{s.name}"), escape(", ".join(p.split("/", 1)[-1] for p in s.pods) or "-"),
                       size(s.requested_memory), size(s.used_memory), size(s.peak_memory), cores(s.requested_cores),
-                      cores(s.used_cores), "-" if s.processes is None else str(s.processes), _watchdog_share(s))
+                      cores(s.used_cores), "-" if s.processes is None else str(s.processes),
+                      _watchdog_share(s, bool(n.verdicts)))
     return t
 
 
