@@ -20,9 +20,10 @@ Run on the GPU machine from a checkout (python3 with torch, make and a C compile
 script itself may come from a newer checkout. A tree whose library lacks a feature (priority) gets
 those rows skipped (`--skip priority`). Each measurement runs in fresh processes that import torch
 and make their context before the previous measurement ends (one ahead), then warm up for
---warm seconds and count iterations for --secs seconds from a common start, so pairs overlap
-exactly. The driver samples NVML's SM clock and power every 10 ms for every run (median, spread and
-the trace). Results: OUT/shares-<label>.json (every number) and OUT/shares-<label>.md (the table).
+--warm seconds and count the iterations they complete in one wall-clock window of --secs seconds,
+the same for every process of a run, so pairs overlap exactly (a process held back counts less).
+The driver samples NVML's SM clock and power every 10 ms for every run (median, spread and the
+trace). Results: OUT/shares-<label>.json (every number) and OUT/shares-<label>.md (the table).
 """
 from __future__ import annotations
 
@@ -193,21 +194,23 @@ def worker(name: str, args: dict[str, Any]) -> None:
     while time.time() < start:
         time.sleep(min(0.005, max(0.0, start - time.time())))
     prep()
-    t_warm = time.perf_counter() + warm
-    while time.perf_counter() < t_warm:
+    # One counting window in wall time for every process of the run, [start + warm, + secs]: a process
+    # held back (a normal claim yielding to a high one) counts what it completed inside it, not a
+    # window of its own that opens when it is let go.
+    w0 = start + warm
+    w1 = w0 + secs
+    while time.time() < w0:
         step()
     tool, ledger = os.environ.get("HK_BENCH_TOOL"), os.environ.get("HOOKCORE_LEDGER")
     b0 = ledger_books(tool, ledger)
-    n, w0, t0 = 0, time.time(), time.perf_counter()
+    n = 0
     while True:
         step()
+        if time.time() > w1:
+            break  # a step that ends past the window is not counted (nor for the native runs)
         n += per
-        if time.perf_counter() - t0 >= secs:
-            break
-    dt = time.perf_counter() - t0
-    w1 = time.time()
     b1 = ledger_books(tool, ledger)
-    out: dict[str, Any] = {"rate": n / dt, "window": [w0, w1], "pid": os.getpid()}
+    out: dict[str, Any] = {"rate": n / secs, "window": [w0, w1], "pid": os.getpid()}
     if b0 and b1:
         out["books"] = {k: b1[k] - b0[k] for k in ("charged_ns", "throttled_ns", "granted_ns", "device_ns",
                                                      "yielded_ns", "elapsed_ns") if k in b0 and k in b1}

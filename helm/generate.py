@@ -11,6 +11,8 @@
   conditions from the shipped vendor mapping, selectors), with placeholders the chart fills in
   (``__NAME__``, ``__NAMESPACE__``, ``__SERVICE__``, ``__CA_BUNDLE__``). One builder, so the
   chart and `dra webhook up` register the same webhooks.
+- ``<driver chart>/files/dashboard.json``: the Grafana dashboard the chart ships in a ConfigMap
+  (`dashboard`; the queries are the ones tests/monitoring runs against a real Prometheus).
 """
 
 from __future__ import annotations
@@ -161,6 +163,7 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
                                    "distinctAttribute": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"}}),
             "networkPolicy": obj({"enabled": {"type": "boolean"}, "metricsFrom": PEERS}, ["enabled"]),
             "featureGates": FEATURE_GATES,
+            "monitoring": monitoring_schema(DRIVER_ALERTS, dashboard=True),
         }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
     }
 
@@ -251,6 +254,7 @@ def webhook_schema() -> dict[str, Any]:
             "podAnnotations": LABEL_MAP,
             "podDisruptionBudget": obj({"enabled": {"type": "boolean"}, "minAvailable": INT_OR_PERCENT}),
             "featureGates": FEATURE_GATES,
+            "monitoring": monitoring_schema(WEBHOOK_ALERTS, dashboard=False),
         }, ["image", "webhook", "service", "certificates", "serviceAccount"]),
     }
 
@@ -335,6 +339,119 @@ def render(schema: Any) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+# --- monitoring (docs/monitoring.md): the values of the PodMonitor, PrometheusRule and dashboard,
+# and the dashboard itself. The alert rules are templates (dra-common/templates/_monitoring.tpl).
+
+DRIVER_ALERTS = ["daemonDown", "notRegistered", "processUnheld", "memoryOverQuota", "computeOverShare",
+                 "deviceUnhealthy", "deviceTainted", "ledgerOversized"]
+WEBHOOK_ALERTS = ["webhookDown", "webhookFailing", "webhookRefusing"]
+DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$", "description": "a Prometheus duration"}
+AUTO_ON_OFF = {"enum": ["auto", True, False],
+               "description": "auto: on when the cluster serves monitoring.coreos.com/v1 (the Prometheus Operator's CRDs)"}
+
+
+def monitoring_schema(alerts: list[str], dashboard: bool) -> dict[str, Any]:
+    """`monitoring:` of a chart: PodMonitor, PrometheusRule (a `for:` per alert) and, for the
+    driver charts, the dashboard ConfigMap."""
+    rule: dict[str, Any] = {
+        "enabled": AUTO_ON_OFF, "labels": LABEL_MAP,
+        "for": obj({a: DURATION for a in alerts}, alerts),
+        "window": DURATION,
+    }
+    if "webhookRefusing" in alerts:
+        rule["refusedThreshold"] = {"type": "integer", "minimum": 0}
+    parts: dict[str, Any] = {
+        "podMonitor": obj({"enabled": AUTO_ON_OFF, "labels": LABEL_MAP, "interval": DURATION, "scrapeTimeout": DURATION},
+                          ["enabled", "interval", "scrapeTimeout"]),
+        "prometheusRule": obj(rule, ["enabled", "for", "window"]),
+    }
+    if dashboard:
+        parts["dashboard"] = obj({"enabled": AUTO_ON_OFF, "labels": LABEL_MAP, "annotations": LABEL_MAP}, ["enabled"])
+    return obj(parts, list(parts))
+
+
+DASHBOARD_DRIVERS = {"hami-core-gpu": "hami-core-gpu.project-hami.io", "ascend": "ascend.project-hami.io",
+                 "hygon-dcu": "hygon-dcu.project-hami.io", "cambricon-mlu": "cambricon-mlu.project-hami.io"}
+SEL = 'driver="$driver",node=~"$node"'
+"""The label matchers of every dashboard query (the dashboard's variables)."""
+
+
+def dashboard_panels() -> list[tuple[str, str, str, list[tuple[str, str]]]]:
+    """(title, unit, description, [(PromQL, legend)]) of each panel, in order. The first is the
+    per-device panel that `dra_dev.monitoring.picture` draws for the README."""
+    rate = "$__rate_interval"
+    return [
+        ("Memory per device: capacity, allocated to claims, used", "bytes",
+         "Allocated: the claims' memory quotas on the device, summed; used: what their processes hold (ledgers).",
+         [(f'sum by (node, device) (dra_device_capacity{{{SEL},capacity="memory"}})', "{{node}} {{device}} capacity"),
+          (f"sum by (node, device) (dra_claim_memory_limit_bytes{{{SEL}}})", "{{node}} {{device}} allocated"),
+          (f"sum by (node, device) (dra_claim_memory_used_bytes{{{SEL}}})", "{{node}} {{device}} used")]),
+        ("Compute per device: allocated shares vs. used", "percent",
+         "Allocated: the claims' compute shares, summed; used: device time the limiter charged them.",
+         [(f"sum by (node, device) (dra_claim_compute_limit_percent{{{SEL}}})", "{{node}} {{device}} allocated"),
+          (f"100 * sum by (node, device) (rate(dra_claim_compute_seconds_total{{{SEL}}}[{rate}]))",
+           "{{node}} {{device}} used")]),
+        ("Memory per claim: used vs. quota", "bytes", "Each claim's memory on each of its devices.",
+         [(f"dra_claim_memory_used_bytes{{{SEL}}}", "{{namespace}}/{{claim}} on {{device}} used"),
+          (f"dra_claim_memory_limit_bytes{{{SEL}}}", "{{namespace}}/{{claim}} on {{device}} quota")]),
+        ("Compute per claim: used vs. share", "percent", "Each claim's share and the device time charged to it.",
+         [(f"100 * rate(dra_claim_compute_seconds_total{{{SEL}}}[{rate}])", "{{namespace}}/{{claim}} on {{device}} used"),
+          (f"dra_claim_compute_limit_percent{{{SEL}}}", "{{namespace}}/{{claim}} on {{device}} share")]),
+        ("Throttling: time claims' threads waited for their share", "percentunit",
+         "Seconds waited per second: 0.5 = its threads spent half their time held back by the limiter.",
+         [(f"rate(dra_claim_compute_throttled_seconds_total{{{SEL}}}[{rate}])", "{{namespace}}/{{claim}} on {{device}}")]),
+        ("Watchdog verdicts", "short",
+         "Verdicts given (unheld process, memory over quota, compute over share); each is also an Event.",
+         [(f"sum by (verdict) (increase(dra_watchdog_verdicts_total{{{SEL}}}[{rate}]))", "{{verdict}}")]),
+        ("Processes per device: all vs. unheld", "short",
+         "Unheld: processes no claim's hook holds (their quota is not enforced).",
+         [(f"sum by (node, device) (dra_device_processes{{{SEL}}})", "{{node}} {{device}} processes"),
+          (f"sum by (node, device) (dra_device_processes_unheld{{{SEL}}})", "{{node}} {{device}} unheld")]),
+        ("Daemons: registered with kubelet, devices healthy", "short",
+         "1 = registered / healthy. A device's unhealthy state and its taints are in the alerts.",
+         [(f"dra_kubelet_registered{{{SEL}}}", "{{node}} registered"),
+          (f'dra_device_health{{{SEL},state="healthy"}}', "{{node}} {{device}} healthy")]),
+    ]
+
+
+def dashboard(chart: str, driver: str) -> dict[str, Any]:
+    """The Grafana dashboard of a driver chart (uid and default driver per chart, so several charts'
+    dashboards live side by side)."""
+    panels = []
+    for i, (title, unit, description, queries) in enumerate(dashboard_panels()):
+        panels.append({
+            "id": i + 1, "type": "timeseries", "title": title, "description": description,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "gridPos": {"h": 8, "w": 24 if i == 0 else 12, "x": 0 if i == 0 else 12 * ((i - 1) % 2), "y": 8 * ((i + 1) // 2)},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {"legend": {"displayMode": "table", "placement": "right", "showLegend": True},
+                        "tooltip": {"mode": "multi", "sort": "desc"}},
+            "targets": [{"refId": chr(ord("A") + j), "expr": expr, "legendFormat": legend,
+                         "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+                        for j, (expr, legend) in enumerate(queries)],
+        })
+    variable = {"type": "query", "datasource": {"type": "prometheus", "uid": "${datasource}"}, "refresh": 2,
+                "includeAll": False, "multi": False}
+    return {
+        "uid": f"dra-{chart}", "title": f"DRA {chart}: devices and claims", "tags": ["dra", "dra-hami", chart],
+        "timezone": "browser", "schemaVersion": 39, "version": 1, "editable": True, "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {"list": [
+            {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus"},
+            {**variable, "name": "driver", "label": "Driver", "query": "label_values(dra_published_devices, driver)",
+             "current": {"text": driver, "value": driver}},
+            {**variable, "name": "node", "label": "Node", "includeAll": True, "multi": True, "allValue": ".*",
+             "query": 'label_values(dra_published_devices{driver="$driver"}, node)'},
+        ]},
+        "panels": panels,
+    }
+
+
+def dashboards() -> dict[Path, str]:
+    """Each driver chart's files/dashboard.json."""
+    return {HELM_DIR / chart / "files" / "dashboard.json": render(dashboard(chart, driver)) for chart, driver in DASHBOARD_DRIVERS.items()}
+
+
 WEBHOOK_CONFIGURATIONS = HELM_DIR / "dra-webhook" / "files" / "webhook-configurations.json"
 PLACEHOLDERS = {"name": "__NAME__", "namespace": "__NAMESPACE__", "service": "__SERVICE__", "ca_bundle": "__CA_BUNDLE__"}
 
@@ -354,6 +471,7 @@ def generated() -> dict[Path, str]:
     """Every generated file and its content."""
     files = {HELM_DIR / chart / "values.schema.json": render(schema) for chart, schema in schemas().items()}
     files[WEBHOOK_CONFIGURATIONS] = render(webhook_configurations())
+    files.update(dashboards())
     return files
 
 

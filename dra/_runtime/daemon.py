@@ -35,7 +35,7 @@ import typer
 
 from dra._runtime import flags, registry
 from dra._runtime import logging as dra_logging
-from dra._runtime.metrics import HealthServer, MeteredHandler, Metrics
+from dra._runtime.metrics import DeviceStateCollector, HealthServer, MeteredHandler, Metrics
 from dra._runtime.publish import DeviceValidationError, Publisher, PublishSettings, SyncResult, needs_fence
 from dra._runtime.publish.fence import warn_if_unfenced
 from dra._runtime.publish.layout import SliceLayout, parse_layout
@@ -235,6 +235,8 @@ class Daemon:
             max_workers=settings.grpc_workers,
             pool_name=self.context.pool_name,
         )
+        self.metrics.registry.register(DeviceStateCollector(  # registration, capacities, taints, health
+            name, lambda: self.publisher.devices, self.plugin.health_snapshot, lambda: self.plugin.registered))
         watchdog = settings.watchdog_settings()
         if watchdog is not None and type(driver).processes is not Driver.processes:
             from dra._runtime.watchdog.events import ApiEvents

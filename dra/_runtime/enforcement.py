@@ -20,7 +20,8 @@ one `Quota` per visible device). For that claim the framework then
    claims that have no checkpoint record at start; `LedgerGuard` cuts a ledger that a tenant
    grew back to its size;
 5. for quotas with a priority (`dra.Quota.priority`): keeps one priority board per device,
-   ``<state-dir>/boards/<uuid>`` (a 4 KiB file, made once, kept), and mounts it into the claim's
+   ``<state-dir>/boards/<uuid>`` (a 4 KiB file, made by the first claim on the device that has a
+   priority, removed when the last such claim is unprepared), and mounts it into the claim's
    containers at ``/run/hookcore/<stem>/priority/<uuid>``: read-write for a high claim (its hook
    marks its work there), read-only for a normal one (its hook reads it and waits); `LedgerGuard`
    cuts a board grown past its size back too.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import logging
 import os
 import re
@@ -177,12 +179,21 @@ class ClaimHooks:
         containers a fresh ledger beside the one the running ones charge (the claim-wide quota
         would count twice). Any other existing dir (an interrupted earlier attempt, a changed
         config) is replaced."""
+        if not plan.boards:
+            return self._create(uid, plan)
+        # Boards and the dir that names them appear together, under the boards' lock: a concurrent
+        # unprepare (this daemon's pool or another instance's in a rolling update) that sweeps
+        # unused boards sees either neither or both.
+        with self.boards_lock():
+            for uuid, _high in plan.boards:
+                self.board(uuid)
+            return self._create(uid, plan)
+
+    def _create(self, uid: str, plan: ClaimHookPlan) -> Path:
         final = self.claim_dir(uid)
         if not self._root_made:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
             self._root_made = True
-        for uuid, _high in plan.boards:
-            self.board(uuid)
         if self._reusable(final, plan):
             log.info("claim hook dir kept (same config): its ledger stays the one running containers charge",
                      extra={"claim": uid, "path": str(final)})
@@ -212,13 +223,73 @@ class ClaimHooks:
             raise
         return final
 
+    @contextlib.contextmanager
+    def boards_lock(self) -> Iterator[None]:
+        """Exclusive hold on the boards (``flock`` on their directory: no lock file is left behind)."""
+        self.boards_root.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd = os.open(self.boards_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def boards_in_use(self) -> set[str] | None:
+        """The device UUIDs whose board some claim's hook dir names (its config, the daemon's own
+        file, parsed by the library's parser); None when a config cannot be read or parsed (then
+        no board may be judged unused)."""
+        used: set[str] = set()
+        for uid in self.uids():
+            path = f"{self.claim_dir(uid)}/{CONFIG_FILE}"
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # removed meanwhile (an unprepare outside the lock)
+            except OSError:
+                return None
+            try:
+                text = os.read(fd, MAX_CONFIG_BYTES + 1).decode()
+            except (OSError, UnicodeDecodeError):
+                return None
+            finally:
+                os.close(fd)
+            if "HOOKCORE_PRIORITY_BOARD" not in text:
+                continue  # a claim without priorities names no board
+            try:
+                config = hookcore.parse_config(file_text=text, file_path=path)
+            except hookcore.HookConfigError:
+                return None
+            used |= {d.uuid for d in config.devices if d.priority is not None and d.uuid}
+        return used
+
+    def sweep_boards(self) -> list[str]:
+        """Remove the boards no claim names any more (the last claim with a priority on the device
+        was unprepared); returns the paths removed. A board a claim names is kept, so a running
+        high claim's marks and a normal claim's reads stay on the same file."""
+        if not self.boards_root.is_dir():
+            return []
+        removed = []
+        with self.boards_lock():
+            used = self.boards_in_use()
+            if used is None:
+                log.warning("priority boards kept: a claim's hook config could not be read",
+                            extra={"path": str(self.boards_root)})
+                return []
+            for entry in os.scandir(self.boards_root):
+                if _BOARD_NAME.fullmatch(entry.name) and entry.name not in used and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed.append(entry.path)
+        return removed
+
     def board_path(self, uuid: str) -> str:
         return f"{self.boards_root}/{uuid}"
 
     def board(self, uuid: str) -> str:
         """The device's priority board, made if missing: a regular file of BOARD_BYTES zero bytes (no
         high claim at work), writable by any user of a high claim's containers (the mount decides who
-        may write: read-only for normal claims). One per device, shared by its claims, kept."""
+        may write: read-only for normal claims). One per device, shared by its claims, kept while a
+        claim names it (`sweep_boards`)."""
         self.boards_root.mkdir(parents=True, exist_ok=True, mode=0o755)
         path = self.board_path(uuid)
         try:
@@ -290,6 +361,7 @@ class ClaimHooks:
         if not path.exists():
             return False
         shutil.rmtree(path)
+        self.sweep_boards()
         return True
 
     def uids(self) -> set[str]:
@@ -317,7 +389,7 @@ class ClaimHooks:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
             log.warning("removed orphaned claim hook dir (no checkpoint record)", extra={"claim": uid, "path": str(path)})
-        return removed
+        return removed + [Path(p) for p in self.sweep_boards()]
 
 
 class LedgerGuard:

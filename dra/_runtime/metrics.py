@@ -15,6 +15,17 @@ Series (all labelled with `driver`):
   last published.
 - ``dra_ledger_oversized_total``: claim ledgers found grown past their size (written to from a
   claim's container) and cut back (`dra._runtime.enforcement.LedgerGuard`).
+
+Read at each scrape (`DeviceStateCollector`), so never stale:
+- ``dra_kubelet_registered``: 1 while kubelet's last word on the plugin's registration was
+  "registered", else 0 (not yet, or refused: /readyz says why).
+- ``dra_device_capacity{device, capacity}``: each published device's capacities (``memory`` in
+  bytes, ``cores`` in percent, ...), as published.
+- ``dra_device_health{device, state}``: 1 for the device's current health ``state``
+  (``healthy``, ``unhealthy``, ``unknown``) and 0 for the other two, as kubelet's health stream
+  last got it; no series when the driver reports no health.
+- ``dra_device_taint{device, key, value, effect}``: 1 per taint on a published device (the
+  driver's, e.g. an XID, and the watchdog's).
 """
 
 from __future__ import annotations
@@ -24,14 +35,16 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from dra._runtime.kubelet.handler import ClaimHandler, ClaimOutcome
-from dra.driver import ClaimRef
+from dra.driver import ClaimRef, Device, HealthEvent, quantity_to_int
 
 log = logging.getLogger("dra._runtime.metrics")
 _T = TypeVar("_T")
@@ -86,6 +99,58 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+HEALTH_STATES = ("healthy", "unhealthy", "unknown")
+
+
+class DeviceStateCollector(Collector):
+    """The daemon's state that other parts own, read at every scrape: kubelet registration, the
+    published devices' capacities and taints, and their health as last streamed to kubelet.
+
+    `devices`: the devices as last published (taints included); `health`: the latest full health
+    snapshot, None when the driver reports none; `registered`: whether kubelet registered the plugin.
+    """
+
+    def __init__(self, driver: str, devices: Callable[[], Sequence[Device]],
+                 health: Callable[[], Sequence[HealthEvent] | None], registered: Callable[[], bool]) -> None:
+        self.driver = driver
+        self._devices = devices
+        self._health = health
+        self._registered = registered
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return list(self._families())
+
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily("dra_kubelet_registered", "1 while kubelet has registered the plugin, else 0.",
+                              labels=["driver"]),
+            GaugeMetricFamily("dra_device_capacity", "Capacity of a published device (memory in bytes, cores in percent).",
+                              labels=["driver", "device", "capacity"]),
+            GaugeMetricFamily("dra_device_health", "1 for the device's health state as streamed to kubelet, 0 for the others.",
+                              labels=["driver", "device", "state"]),
+            GaugeMetricFamily("dra_device_taint", "1 per taint on a published device.",
+                              labels=["driver", "device", "key", "value", "effect"]),
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        registered, capacity, health, taint = families = self._families()
+        d = self.driver
+        registered.add_metric([d], 1.0 if self._registered() else 0.0)
+        for dev in self._devices():
+            for name, cap in sorted(dev.capacity.items()):
+                try:
+                    capacity.add_metric([d, dev.name, name], float(quantity_to_int(cap.value)))
+                except (ValueError, TypeError, ArithmeticError):
+                    continue  # a capacity the API would refuse is never published either
+            for t in dev.taints:
+                taint.add_metric([d, dev.name, t.key, t.value, t.effect], 1.0)
+        for event in self._health() or ():
+            now = "unknown" if event.healthy is None else ("healthy" if event.healthy else "unhealthy")
+            for state in HEALTH_STATES:
+                health.add_metric([d, event.device, state], 1.0 if state == now else 0.0)
+        yield from families
 
 
 class MeteredHandler:

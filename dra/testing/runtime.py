@@ -11,6 +11,7 @@ A missing mount target is created inside an overlay of its nearest existing pare
 process ends, ``/etc/ld.so.preload``, ``/usr/lib/hookcore`` and ``/run/hookcore`` exist only if
 they existed before. No image, no cgroups, no PID namespace: this is the part of a runtime that
 decides what a process loads and reads, which is what quota enforcement depends on.
+`start_with_cdi` starts such a process and leaves it running (a workload the watchdog watches).
 """
 
 from __future__ import annotations
@@ -84,6 +85,21 @@ def mount_script(mounts: Sequence[Mount], scratch: str) -> list[str]:
     return lines
 
 
+def _cdi_command(spec_dir: Path | str, device_ids: Sequence[str], argv: Sequence[str], scratch: str,
+                 base_env: Mapping[str, str], drop_capabilities: Sequence[str]) -> list[str]:
+    """The ``unshare ... sh -c`` command that applies the edits in a private mount namespace and
+    execs `argv` (`scratch`: an empty directory, kept while the process runs)."""
+    env, mounts = apply_cdi(spec_dir, device_ids)
+    lines = mount_script(mounts, scratch)
+    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {**base_env, **env}.items())
+    drop = ""
+    if drop_capabilities:
+        caps = ",".join(f"-{c.lower().removeprefix('cap_')}" for c in drop_capabilities)
+        drop = f"setpriv --bounding-set={caps} --inh-caps={caps} -- "
+    lines.append(f"exec {drop}env -i {assignments} {' '.join(shlex.quote(a) for a in argv)}")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)]
+
+
 def run_with_cdi(
     spec_dir: Path | str,
     device_ids: Sequence[str],
@@ -98,14 +114,22 @@ def run_with_cdi(
 
     `drop_capabilities` (e.g. ``["sys_admin"]``, as runc's default set lacks it): removed from the
     process's bounding and inheritable sets (``setpriv``), so root in it cannot undo a mount."""
-    env, mounts = apply_cdi(spec_dir, device_ids)
     with tempfile.TemporaryDirectory(prefix="dra-rt-") as scratch:
-        lines = mount_script(mounts, scratch)
-        assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in {**base_env, **env}.items())
-        drop = ""
-        if drop_capabilities:
-            caps = ",".join(f"-{c.lower().removeprefix('cap_')}" for c in drop_capabilities)
-            drop = f"setpriv --bounding-set={caps} --inh-caps={caps} -- "
-        lines.append(f"exec {drop}env -i {assignments} {' '.join(shlex.quote(a) for a in argv)}")
-        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)],
+        return subprocess.run(_cdi_command(spec_dir, device_ids, argv, scratch, base_env, drop_capabilities),
                               capture_output=True, text=True, timeout=timeout, env=dict(DEFAULT_BASE_ENV))
+
+
+def start_with_cdi(
+    spec_dir: Path | str,
+    device_ids: Sequence[str],
+    argv: Sequence[str],
+    scratch: Path | str,
+    *,
+    base_env: Mapping[str, str] = DEFAULT_BASE_ENV,
+    drop_capabilities: Sequence[str] = (),
+) -> subprocess.Popen[bytes]:
+    """`run_with_cdi` for a long-running process: started, not waited for (its output discarded).
+    `scratch`: an empty directory the caller keeps until the process has exited."""
+    return subprocess.Popen(_cdi_command(spec_dir, device_ids, argv, str(scratch), base_env, drop_capabilities),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            env=dict(DEFAULT_BASE_ENV))

@@ -5,6 +5,7 @@
     dra webhook run --cert /tls/tls.crt --key /tls/tls.key [--port 8443] [--health-port 8081]
                     [--config /etc/dra-webhook/vendors.yaml] [--kubeconfig FILE]
                     [--client-ca /client-ca/ca.crt] [--allow-claim-loosening] [--max-shapes-per-pod 32]
+                    [--unannotated-modes nvidia=hami-core,mig]
 
 Without --kubeconfig it uses the pod's service account (in-cluster config), else $KUBECONFIG or
 ~/.kube/config. It needs get/list/watch on resourceslices, get on deviceclasses, create/get on
@@ -68,6 +69,11 @@ def run(
     max_shapes_per_pod: Annotated[int, typer.Option(
         min=1, help="distinct device requests (one ResourceClaimTemplate each) one pod may ask for; past it the pod"
                     " is refused before any template is created")] = 32,
+    unannotated_modes: Annotated[list[str] | None, typer.Option(
+        help="VENDOR=MODE[,MODE...]: the modes a pod without the vendor's mode annotation may land on, in order"
+             " (each a firstAvailable alternative; replaces the mapping's mode.unannotated, VENDOR= turns it off),"
+             " e.g. nvidia=hami-core,mig for HAMi's one pool of shared and MIG GPUs; each mode's DeviceClass must"
+             " exist")] = None,
 ) -> None:
     """Serve the webhook until SIGTERM."""
     import logging
@@ -85,7 +91,7 @@ def run(
 
     setup(log_format, log_level)
     log = logging.getLogger("dra.webhook")
-    mapping = vendors.load(config)
+    mapping = vendors.with_unannotated(vendors.load(config), unannotated_modes or [])
     for p in (cert, key):
         if not p.is_file():
             raise UserError(f"{p} does not exist; pass the serving certificate and key with --cert and --key")
@@ -116,6 +122,8 @@ def run(
     server.start()
     log.info("webhook serving", extra={"port": server.port, "health_port": server.health_port,
                                        "vendors": [v.name for v in mapping.vendors], "config": mapping.source,
+                                       "unannotated_modes": {v.name: list(v.mode.unannotated) for v in mapping.vendors
+                                                             if v.mode is not None and v.mode.unannotated},
                                        "drivers_checked": sorted(admission.drivers)})
     stop.wait()
     log.info("webhook stopping")

@@ -19,8 +19,11 @@ table of examples/hami-compat/):
   without cores as HAMi's default does: the memory rounded up to the smallest template that holds
   it, the template's share of AI cores as cores; a model with `module` > 1 (910C) takes whole
   modules (one device is rounded up to one module);
-- without the mode annotation (or with a list of modes) a share may land on any of the modes
-  HAMi would use (a `firstAvailable` alternative per mode whose DeviceClass exists);
+- with a list of modes in the mode annotation, or without the annotation where the mapping lists
+  `mode.unannotated` (the admin's opt-in; shipped off), a share may land on any of those modes
+  (a `firstAvailable` alternative each). Which alternatives a pod gets depends on the pod and the
+  mapping only: a listed mode whose DeviceClass is known missing refuses the pod instead of
+  quietly changing its claims (and the template name, a hash of them);
 - an init container whose request an app container's claim covers uses that claim (HAMi counts
   the larger of the two, not their sum).
 """
@@ -284,7 +287,9 @@ def _share(where: str, v: Vendor, limits: Mapping[str, Any], requests: Mapping[s
     if len(plan.problems) > problems_before:
         return None
     alternatives = tuple(alt for mode in ask.alternatives
-                         if (alt := _alternative(v, mode, ask, ctx, plan, priority)) is not None)
+                         if (alt := _alternative(where, v, mode, ask, ctx, plan, priority)) is not None)
+    if len(plan.problems) > problems_before:
+        return None
     if ask.whole and ask.memory is not None:  # a device at least that large, taken whole
         selectors.append(_at_least_selector(v, ask.memory))
         ask.memory = None
@@ -429,25 +434,36 @@ def _priority(where: str, v: Vendor, priority: int, config: Items, plan: PodPlan
     return tuple(sorted({**dict(config), "priority": wanted}.items()))
 
 
-def _alternative(v: Vendor, mode: str, ask: _Ask, ctx: _Pod, plan: PodPlan, priority: int | None) -> Alternative | None:
-    """`mode` as a further `firstAvailable` alternative of the share, where it can say the same:
-    a whole device (MIG) needs the memory (a minimum size); left out while its class is unknown
-    for a pod without the annotation, or known missing."""
+def _alternative(where: str, v: Vendor, mode: str, ask: _Ask, ctx: _Pod, plan: PodPlan,
+                 priority: int | None) -> Alternative | None:
+    """`mode` as a further `firstAvailable` alternative of the share, where it can say the same (a
+    whole device (MIG) needs the memory, a minimum size; a percentage has no alternative). Offered
+    by the pod's annotation, it is left out while its class is known missing. Offered by the
+    mapping (`mode.unannotated`, the admin's choice), it is written whether or not the class is
+    known, and a known missing class refuses the pod: kube-scheduler cannot allocate a claim naming
+    a missing class, and quietly leaving it out would give the same pod other claims (and another
+    template) depending on which classes someone created, which a planted template and a user's
+    expectations both trip over."""
     assert v.mode is not None
     explicit = v.mode.annotation in ctx.annotations
     other = v.mode.other(mode)
+    if ask.percent is not None or (other is not None and other.whole and ask.memory is None):
+        return None
     device_class = other.device_class if other else (v.memory_only.device_class if v.memory_only and ask.cores is None
                                                       else v.device_class)
-    exists = ctx.classes(device_class)
-    if exists is False or (exists is None and not explicit) or ask.percent is not None:
+    if ctx.classes(device_class) is False:
+        if not explicit:
+            plan.problems.append(
+                f"{where}: without {v.mode.annotation} this share may also land in mode {mode!r} (the webhook's mapping,"
+                f" mode.unannotated), but DeviceClass {device_class} does not exist; set {v.mode.annotation}: {ask.mode}"
+                f" on the pod, or have the admin create the class or take {mode!r} out of mode.unannotated")
         return None
     quiet = PodPlan()  # the annotations' problems are the share's own, reported once
     selectors = _selectors("", v, ctx.annotations, quiet, _uuid_attribute(v, mode))
     class_config: Items = other.config if other else ()
     config = _priority("", v, priority, (), quiet) if priority is not None else ()
     if other is not None and other.whole:
-        if ask.memory is None:
-            return None
+        assert ask.memory is not None
         return Alternative(mode, device_class, True, tuple(selectors), config, class_config, ask.memory)
     return Alternative(mode, device_class, False, tuple(selectors), config, class_config)
 

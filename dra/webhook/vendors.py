@@ -78,7 +78,9 @@ class Mode:
     others: tuple[OtherMode, ...] = ()
     unannotated: tuple[str, ...] = ()
     """Modes a pod without the annotation may land on, in order (HAMi's one pool of hami-core and
-    MIG GPUs): each becomes a `firstAvailable` alternative. Empty: `value` only."""
+    MIG GPUs): each becomes a `firstAvailable` alternative. Empty: `value` only. The admin's
+    choice (the mapping, or ``dra webhook run --unannotated-modes``), never inferred from which
+    DeviceClasses exist: a pod's claims do not change when someone creates or deletes a class."""
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -222,6 +224,31 @@ class VendorMapping:
 
     def all_resources(self) -> tuple[str, ...]:
         return tuple(r for v in self.vendors for r in v.resources.known())
+
+
+def with_unannotated(mapping: VendorMapping, settings: Sequence[str]) -> VendorMapping:
+    """`mapping` with `mode.unannotated` replaced as ``VENDOR=MODE[,MODE...]`` settings say (the
+    flag ``dra webhook run --unannotated-modes``); ``VENDOR=`` turns the fallback off. VENDOR is
+    the name in the generated objects' names (``nvidia``). Errors name the setting and the fix."""
+    out = list(mapping.vendors)
+    for setting in settings:
+        name, sep, listed = setting.partition("=")
+        modes = tuple(dict.fromkeys(m.strip() for m in listed.split(",") if m.strip()))
+        hit = [i for i, v in enumerate(out) if v.name == name.strip()]
+        if not sep or not hit:
+            known = ", ".join(v.name for v in out if v.mode is not None and v.mode.others)
+            raise VendorConfigError(f"--unannotated-modes {setting!r}: write VENDOR=MODE[,MODE...] naming a vendor of"
+                                    f" {mapping.source} with more than one mode (here: {known or 'none'})")
+        for i in hit:
+            mode = out[i].mode
+            if mode is None or not mode.others:
+                raise VendorConfigError(f"--unannotated-modes {setting!r}: vendor {name!r} serves one mode only")
+            bad = [m for m in modes if m not in mode.served]
+            if bad:
+                raise VendorConfigError(f"--unannotated-modes {setting!r}: {bad[0]!r} is not a mode of {name!r}"
+                                        f" (served: {', '.join(mode.served)})")
+            out[i] = dataclasses.replace(out[i], mode=dataclasses.replace(mode, unannotated=modes))
+    return VendorMapping(tuple(out), mapping.source)
 
 
 def load(path: Path | str | None = None) -> VendorMapping:

@@ -66,6 +66,15 @@ int hk_elastic_observe(hk_elastic *e, uint64_t sig, int64_t t_ns, uint32_t x_mil
     return 1;
 }
 
+int hk_power_bound(uint32_t p_now_mw, uint32_t p_idle_mw, uint32_t p_limit_mw, uint32_t duty_pct, int prev) {
+    if (!p_now_mw || !p_limit_mw || duty_pct < HK_POWER_MIN_DUTY_PCT || duty_pct > 100) return prev;
+    double idle = p_idle_mw < p_now_mw ? (double)p_idle_mw : (double)p_now_mw;
+    double full = idle + ((double)p_now_mw - idle) * 100.0 / (double)duty_pct;
+    if (full >= (double)p_limit_mw * HK_POWER_BOUND_PCT / 100.0) return 1;
+    if (full < (double)p_limit_mw * HK_POWER_FREE_PCT / 100.0) return 0;
+    return prev;
+}
+
 uint32_t hk_elastic_factor_milli(const hk_elastic *e, uint32_t x_milli) {
     if (x_milli == 0 || x_milli >= 1000) return 1000;
     double phi = e->phi_milli / 1000.0, x = x_milli / 1000.0;

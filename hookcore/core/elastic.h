@@ -85,6 +85,26 @@ int hk_elastic_observe(hk_elastic *e, uint64_t sig, int64_t t_ns, uint32_t x_mil
    never below 1000 (x >= 1: no boost, no refund) and 1000 for x = 0 (clock unknown). */
 uint32_t hk_elastic_factor_milli(const hk_elastic *e, uint32_t x_milli);
 
+/* Whose full-load clock. The full-load clock a strict cap is given (HOOKCORE_COMPUTE_REF_MHZ, the
+ * clock a power-hungry matmul settles at) is the clock of work that, at full duty, holds the device
+ * at its power limit. Work that would not (a copy, an elementwise kernel, a launch-bound loop: on the
+ * H100, 2026-12-05, none of them moved the SM clock off its 1980 MHz top even at 100% duty, while a
+ * matmul fell to 1455) has no boost to give back: its full-load clock is the clock it runs at. The
+ * device's power at full duty of what runs now is extrapolated from the power now, the device's
+ * busy fraction (the management library's utilization) and its idle power:
+ *
+ *     p_full = p_idle + (p_now - p_idle) / duty
+ *
+ * (H100 at 30% duty: a matmul 335 W -> 918 W; a 1 GiB copy 205 W -> 485 W; limit 700 W). Power-bound
+ * from HK_POWER_BOUND_PCT of the limit, not any more below HK_POWER_FREE_PCT (between: as before).
+ * Returns 1 power-bound (the given full-load clock holds), 0 not (charge device time), or `prev`
+ * when the inputs cannot tell (no reading, a duty below HK_POWER_MIN_DUTY_PCT) or p_full lies
+ * between the two. Pure arithmetic, for the C tests. */
+#define HK_POWER_BOUND_PCT    90
+#define HK_POWER_FREE_PCT     80
+#define HK_POWER_MIN_DUTY_PCT 5
+int hk_power_bound(uint32_t p_now_mw, uint32_t p_idle_mw, uint32_t p_limit_mw, uint32_t duty_pct, int prev);
+
 #ifdef __cplusplus
 }
 #endif

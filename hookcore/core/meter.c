@@ -93,7 +93,9 @@ void hk_meter_setup(const hk_meter_ops *ops) {
     hk_atomic_store_release(&g_ops_state, ok ? 1 : 2);
 }
 
-static int64_t charge_for(uint64_t sig, int64_t elapsed) {
+/* The charge of a batch of signature `sig` that took `elapsed`: the contention estimate, or `elapsed`
+   itself when the process is alone on the device (`alone`; the estimate still learns). */
+static int64_t charge_for(uint64_t sig, int64_t elapsed, int alone) {
     int ce = hk_atomic_load_relaxed(&g_charge_elapsed);
     if (ce < 0) {
         const char *v = getenv("HOOKCORE_LIMITER_CHARGE");
@@ -111,7 +113,7 @@ static int64_t charge_for(uint64_t sig, int64_t elapsed) {
     g_est[i].sig = sig;
     g_est[i].ns = c;
     pthread_mutex_unlock(&g_lock);
-    return c;
+    return alone ? elapsed : c;
 }
 
 /* The device's priority board when the claim takes part in priorities (hk_priority), else NULL. */
@@ -190,8 +192,9 @@ static void put_pair(const hk_pair *p) {
    the contention estimate compares those prices, so batches seen at different clocks compare. */
 static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm_ppm, uint32_t opened, int64_t elapsed,
                             int64_t *work_ns) {
+    int alone = g_ops->device_alone ? g_ops->device_alone(ldev) == 1 : 0;
     uint32_t ratio = lim->strict && g_ops->clock_ratio_milli ? g_ops->clock_ratio_milli(ldev) : 0;
-    if (!ratio) return hk_limiter_charge_work(lim, *work_ns = charge_for(sig, elapsed), sm_ppm, 0);
+    if (!ratio) return hk_limiter_charge_work(lim, *work_ns = charge_for(sig, elapsed, alone), sm_ppm, 0);
     /* The clock when the batch opened and now: a batch that saw it move (by more than 2%) is charged
        at the mean of the two and teaches nothing (which clock its time belongs to is unknown). */
     int steady = opened && (opened > ratio ? opened - ratio : ratio - opened) * 50 <= ratio;
@@ -204,7 +207,7 @@ static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm
     int fitted = e->fitted;
     pthread_mutex_unlock(&g_lock);
     int64_t full = hk_limiter_cost(elapsed, HK_SM_PPM_FULL, factor); /* its price at the full-load clock */
-    int64_t est = charge_for(sig, full) * 1000 / factor;             /* as device time at this clock */
+    int64_t est = charge_for(sig, full, alone) * 1000 / factor;      /* as device time at this clock */
     *work_ns = est;
     hk_limiter_note_clock(lim, factor, phi, fitted);
     return hk_limiter_charge_work(lim, est, sm_ppm, factor);

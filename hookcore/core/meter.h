@@ -24,7 +24,10 @@
  * our [start, end] window. Each batch therefore carries a signature (a hash of what it submitted,
  * from the shim), and is charged min(elapsed, the lowest cost seen for that signature, grown by
  * 1/512 per use): repeated work is charged its uncontended cost, new work its elapsed time.
- * HOOKCORE_LIMITER_CHARGE=elapsed switches the estimate off.
+ * Only where another process may run inside the windows: when the shim can tell that this process
+ * is the device's only one (hk_meter_ops.device_alone), the windows hold nothing but its own work
+ * and host gaps between its submissions, and the batch is charged its elapsed time (the estimate
+ * still learns from it). HOOKCORE_LIMITER_CHARGE=elapsed switches the estimate off.
  *
  * SM fraction (limiter.h): a batch of kernels and graphs is charged its device time times the share
  * of the device's SMs its context may use (hk_meter_ops.sm_share_ppm, asked when the batch opens;
@@ -74,6 +77,10 @@ typedef struct hk_meter_ops {
        as the driver provisions it. 0 or above HK_SM_PPM_FULL = unknown: charged in full. Called once
        per batch, when it opens; the answer must be cheap (cached per context). */
     uint32_t (*sm_share_ppm)(void *ctx, void *stream);
+    /* Optional (NULL = unknown): 1 if this process is the only one with a context on ledger device
+       `ldev` (nothing else can run inside its batches' windows), 0 if others are there, -1 unknown.
+       Asked when a batch is charged; the answer must be cheap (sampled). */
+    int (*device_alone)(int ldev);
 } hk_meter_ops;
 
 /* What a submission is, for its charge. */

@@ -94,6 +94,7 @@ void hk_cuda_meter_setup(void) {
     }
     g_ops.event_create = op_event_create;
     g_ops.clock_ratio_milli = hk_preload_clock_ratio_milli; /* from whichever shim reads clocks */
+    g_ops.device_alone = hk_preload_device_alone;           /* from whichever shim lists processes */
     hk_meter_setup(&g_ops);
 }
 

@@ -19,4 +19,11 @@ extern const hk_shim hk_shim_nvml HK_HIDDEN;
 /* Strict cap: SM clock now / at full load of ledger device `ldev`, x1000 (0 = unknown). clock.c */
 uint32_t hk_nvml_clock_ratio_milli(int ldev) HK_HIDDEN;
 
+/* 1 if at most one process (this one) ran kernels on ledger device `ldev` in the last second and no
+   MPS client is there, 0 if more, -1 unknown (no NVML, no UUID, an error). Sampled every 100 ms. peers.c */
+int hk_nvml_device_alone(int ldev) HK_HIDDEN;
+
+/* NVML initialised (once); 0 when it cannot be. clock.c */
+int hk_nvml_ready(void) HK_HIDDEN;
+
 #endif

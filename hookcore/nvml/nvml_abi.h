@@ -12,6 +12,14 @@ typedef struct {
     unsigned int version;
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
+typedef struct {
+    unsigned int gpu, memory; /* percent of the last sample period with a kernel running / memory busy */
+} nvmlUtilization_t;
+typedef struct {
+    unsigned int pid;                               /* in the host's PID namespace */
+    unsigned long long timeStamp;                   /* CPU timestamp, us */
+    unsigned int smUtil, memUtil, encUtil, decUtil; /* percent over the sample's period */
+} nvmlProcessUtilizationSample_t;
 typedef enum { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2, NVML_CLOCK_VIDEO = 3 } nvmlClockType_t;
 typedef enum {
     NVML_CLOCK_ID_CURRENT = 0,
@@ -19,6 +27,12 @@ typedef enum {
     NVML_CLOCK_ID_APP_CLOCK_DEFAULT = 2,
     NVML_CLOCK_ID_CUSTOMER_BOOST_MAX = 3,
 } nvmlClockId_t;
-enum { NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2 };
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7
+};
 
 #endif

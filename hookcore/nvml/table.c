@@ -11,5 +11,6 @@ const hk_shim hk_shim_nvml = {
     .library = "libnvidia-ml.so.1",
     .prefix = "nvml",
     .clock_ratio_milli = hk_nvml_clock_ratio_milli,
+    .device_alone = hk_nvml_device_alone,
     HK_SHIM_FIELDS,
 };

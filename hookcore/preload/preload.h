@@ -60,6 +60,7 @@ typedef struct hk_shim {
     const hk_env_alias *aliases;              /* legacy environment names (env_aliases.def), NULL = none */
     int (*ordinal_of_uuid)(const char *uuid); /* optional: this API's device ordinal of a UUID */
     uint32_t (*clock_ratio_milli)(int ldev);  /* optional: clock now / clock at full load, x1000 */
+    int (*device_alone)(int ldev);            /* optional: 1 the only compute process on it, 0 not, -1 unknown */
     void (*setup)(void);                      /* optional: once configured (READY), e.g. install meter ops */
     void (*atfork_child)(void);               /* optional: reset process-local state in a forked child */
     hk_shim_rt *rt;
@@ -83,6 +84,10 @@ int hk_preload_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
 
 /* Clock boost of ledger device `ldev` from any shim that can read clocks, x1000; 0 = unknown. */
 uint32_t hk_preload_clock_ratio_milli(int ldev) HK_HIDDEN;
+
+/* Whether this process is the only one with work on ledger device `ldev` (1), is not (0), or
+   nobody can tell (-1), from any shim that can list a device's processes. */
+int hk_preload_device_alone(int ldev) HK_HIDDEN;
 
 /* ---------------------------------------------------------------------------------------------
  * Process state

@@ -92,6 +92,16 @@ int hk_preload_ordinal_of_uuid(const char *uuid) {
     return -1;
 }
 
+int hk_preload_device_alone(int ldev) {
+    for (const hk_shim *const *sp = hk_preload_shims; *sp; sp++) {
+        if ((*sp)->device_alone) {
+            int a = (*sp)->device_alone(ldev);
+            if (a >= 0) return a;
+        }
+    }
+    return -1;
+}
+
 uint32_t hk_preload_clock_ratio_milli(int ldev) {
     for (const hk_shim *const *sp = hk_preload_shims; *sp; sp++) {
         if ((*sp)->clock_ratio_milli) {

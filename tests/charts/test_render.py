@@ -467,7 +467,7 @@ def test_driver_charts_use_the_library_and_copy_no_template(chart: str) -> None:
     link = HELM_DIR / chart / "charts" / "dra-common"
     assert link.is_symlink() and link.resolve() == (HELM_DIR / "dra-common").resolve()
     templates = sorted(p.name for p in (HELM_DIR / chart / "templates").iterdir())
-    assert templates == ["NOTES.txt", "driver.yaml"]
+    assert templates == ["NOTES.txt", "driver.yaml", "monitoring.yaml"]
     for p in (HELM_DIR / chart / "templates").iterdir():
         body = "\n".join(line for line in p.read_text().splitlines() if not line.lstrip().startswith("{{- /*"))
         assert body.strip().startswith('{{ include "dra-common.'), f"{p}: only an include of the library"

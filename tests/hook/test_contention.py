@@ -28,11 +28,13 @@ import pytest
 
 import hookcore
 from tests.hook.clients import client_env
-from tests.limiter_books import fake_clock
+from tests.hook.conftest import ROOT, cc
+from tests.limiter_books import fake_clock, virtual_preload
 
 if TYPE_CHECKING:
     from tests.hook.conftest import HookLibs
 
+UUID0 = "GPU-57554201-0000-4000-8000-000000000000"  # the stub's device 0, as NVML names it
 KERNEL_US = 1000  # each submission: 1 ms of device time when it has the device to itself
 SECONDS = "2"
 
@@ -118,3 +120,42 @@ def test_one_claims_two_processes_hold_the_claims_share(client: Path, hookcore_l
     assert abs(total - 50) <= 3, (a, b)
     assert a.books is not None
     assert abs(a.books.charged_ns - (a.work_ns + b.work_ns)) <= 0.03 * (a.work_ns + b.work_ns) + 2_000_000, (a, b)
+
+
+@pytest.fixture(scope="module")
+def nvml_peers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' NVML double (tests/hook/c/nvml_clocks.c), which answers a process count."""
+    d = tmp_path_factory.mktemp("nvml")
+    cc(d / "libnvidia-ml.so.1", "-shared", "-fPIC", str(ROOT / "tests/hook/c/nvml_clocks.c"))
+    return d
+
+
+def gappy(client: Path, libs: HookLibs, nvml: Path, tmp: Path, peers: str | None) -> hookcore.LimiterUsage:
+    """A launch-bound loop alone on the stub device (20 us kernels, 0..90 us of host code after each,
+    varying: the device idles inside its batches by a different amount each time), at a 30% share,
+    with NVML's utilization samples naming `peers` busy processes (None: NVML cannot tell)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {"HOOKCORE_DEVICE_UUID_0": UUID0, "HOOKCORE_LEDGER": str(tmp / "l"), "HOOKCORE_MEMORY_LIMIT_0": "1Gi",
+           "HOOKCORE_COMPUTE_LIMIT_0": "30"}
+    if peers is not None:
+        env["STUB_NVML_PEERS"] = peers
+    e = client_env(libs, virtual_preload(libs.libvgpu), **env)
+    e["LD_LIBRARY_PATH"] = f"{nvml}:{libs.stub_dir}"
+    proc = subprocess.run([str(client), "launch", "20", "0", "0.5", "90"], env=e, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with hookcore.Ledger(tmp / "l") as ledger:
+        return ledger.limiter(0)
+
+
+def test_alone_on_the_device_a_batch_is_charged_its_window(client: Path, hookcore_libs: HookLibs, nvml_peers: Path,
+                                                           tmp_path: Path) -> None:
+    """Nothing else can run inside the windows of the device's only process: the host gaps in them are
+    its own, and the lowest window seen per signature would charge it less than it holds the device
+    (on the H100, a launch-bound loop at 30% got 37.5% of its native throughput so)."""
+    for peers in ("1", "0"):  # NVML saw only this process run kernels lately (or none yet)
+        alone = gappy(client, hookcore_libs, nvml_peers, tmp_path / f"alone-{peers}", peers)
+        assert alone.charged_ns == alone.elapsed_ns > 0, (peers, alone)
+    for peers in ("2", None):  # another process ran kernels, or nobody can tell: the estimate, as before
+        got = gappy(client, hookcore_libs, nvml_peers, tmp_path / f"peers-{peers}", peers)
+        assert 0 < got.charged_ns < 0.97 * got.elapsed_ns, (peers, got)

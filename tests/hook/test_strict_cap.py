@@ -146,3 +146,20 @@ def test_strict_learns_how_the_works_time_follows_the_clock(client: Path, hookco
     full = got.count * FULL_LOAD_NS  # what the work costs at the full-load clock
     assert abs(books.charged_ns - full) <= 0.08 * full, (books, got)
     assert abs(100 * full / got.elapsed_ns - 30) <= 2.5, (100 * full / got.elapsed_ns, books, got)
+
+
+@pytest.mark.parametrize(("power_w", "factor"), [(335, 1500), (205, 1000), (None, 1500)])
+def test_work_that_would_not_reach_the_power_limit_is_charged_its_time(
+        client: Path, hookcore_libs: HookLibs, nvml_clocks: Path, tmp_path: Path, power_w: int | None,
+        factor: int) -> None:
+    """The given full-load clock is a power-bound matmul's. At 30% busy and 85 W idle, 335 W
+    extrapolates to ~900 W at full duty (past the 700 W limit: the clock would fall, the boost is
+    charged), 205 W to ~480 W (the clock would stay: nothing to give back, charged device time). The
+    H100's readings (bench/results/h100-2026-12-05-shares). No power reading: the given clock, as before."""
+    power = {} if power_w is None else {"STUB_POWER_MW": str(power_w * 1000), "STUB_POWER_LIMIT_MW": "700000",
+                                        "STUB_UTIL_GPU": "30"}
+    got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "3",
+                        HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict",
+                        HOOKCORE_COMPUTE_REF_MHZ_0="1200", **power)
+    assert abs(books.factor_milli - factor) <= 5, books  # the last batch's charge per ns of device time
+    assert got.count > 0

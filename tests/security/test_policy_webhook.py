@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -30,9 +31,11 @@ from dra._runtime import registry
 from dra._runtime.publish.desired import desired_pool, slice_object
 from dra.driver import Capacity, Device, RequestPolicy
 from dra.webhook import translate, vendors
+from dra.webhook.classes import DeviceClassReader
 from dra.webhook.inventory import StaticInventory
 from dra.webhook.review import Admission
 from dra.webhook.server import BACKLOG, WORKERS, WebhookServer
+from dra.webhook.templates import TemplateStore
 from dra_dev import webhook_local as install
 from dra_dev.cluster.certs import new_ca, new_serving_cert, write_pair, write_pki
 from dra_dev.cluster.controlplane import ControlPlane
@@ -296,25 +299,118 @@ def test_the_api_server_refuses_a_claim_that_lifts_its_compute_limit(api_client:
     assert "computeLimit=false is weaker than the default true" in message and "allowClaimLoosening" in message
 
 
+def webhook_template(limits: Mapping[str, str], namespace: str, mapping: vendors.VendorMapping = MAPPING
+                     ) -> dict[str, Any]:
+    """The ResourceClaimTemplate the webhook writes for a pod asking `limits`: what a tenant copies."""
+    inventory = StaticInventory({GPU: (80 << 30,)})
+    plan = translate.plan_pod(hami_pod("x", limits), mapping, inventory, lambda name: True)
+    assert not plan.problems, plan.problems
+    (share,) = {cs.share for cs in plan.shares}
+    return translate.template_object(share, namespace, inventory)
+
+
+def tampered(body: Mapping[str, Any]) -> dict[str, Any]:
+    """`body` with the first request's memory cut to 1Mi: valid, and the victims would get 1Mi."""
+    planted: dict[str, Any] = json.loads(json.dumps(body))
+    request = planted["spec"]["spec"]["devices"]["requests"][0]
+    first = request["exactly"] if "exactly" in request else request["firstAvailable"][0]
+    first["capacity"]["requests"]["memory"] = "1Mi"
+    return planted
+
+
+def referenced(api: client.ApiClient, namespace: str, limits: Mapping[str, str]) -> list[str]:
+    """The templates the API server's webhook makes a pod asking `limits` reference (a dry run:
+    nothing is created)."""
+    core: Any = client.CoreV1Api(api)
+    resp = core.create_namespaced_pod(namespace, hami_pod("probe", limits), dry_run="All", _preload_content=False)
+    return [c["resourceClaimTemplateName"] for c in json.loads(resp.data)["spec"]["resourceClaims"]]
+
+
+def plant_then_victim(api: client.ApiClient, namespace: str, limits: Mapping[str, str]) -> None:
+    """A tenant plants the template the webhook would use for `limits`, with the webhook's name and
+    label and 1Mi of memory: the victim's pod is refused; the webhook's own template is adopted."""
+    body = webhook_template(limits, namespace)
+    # The test's assumption, checked: this is the template the running webhook would reference.
+    assert referenced(api, namespace, limits) == [body["metadata"]["name"]]
+    resource: Any = client.ResourceV1Api(api)
+    resource.create_namespaced_resource_claim_template(namespace, tampered(body))
+    core: Any = client.CoreV1Api(api)
+    victim = unique("victim")
+    message, _ = refusal(lambda: core.create_namespaced_pod(namespace, hami_pod(victim, limits)))
+    assert "another spec" in message and body["metadata"]["name"] in message, message
+    # The webhook's own template (same name, its spec) is adopted: delete the planted one, retry.
+    resource.delete_namespaced_resource_claim_template(body["metadata"]["name"], namespace)
+    resource.create_namespaced_resource_claim_template(namespace, body)
+    core.create_namespaced_pod(namespace, hami_pod(victim, limits))
+
+
 @pytest.mark.cluster
 def test_a_planted_template_with_the_webhooks_label_is_not_adopted(api_client: client.ApiClient, webhook: str) -> None:
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "20"}
-    plan = translate.plan_pod(hami_pod("x", limits), MAPPING, StaticInventory({GPU: (80 << 30,)}))
-    (share,) = {cs.share for cs in plan.shares}
-    body = translate.template_object(share, webhook, StaticInventory({GPU: (80 << 30,)}))
+    body = webhook_template(limits, webhook)
     resource: Any = client.ResourceV1Api(api_client)
     planted = json.loads(json.dumps(body))
     planted["spec"]["spec"]["devices"]["config"] = [{"requests": [], "opaque": {"driver": GPU, "parameters": {
         "apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig", "preload": "env"}}}]
     message, _ = refusal(lambda: resource.create_namespaced_resource_claim_template(webhook, planted))
     assert "preload=env is weaker" in message  # a loosening plant does not even get stored
-    planted = json.loads(json.dumps(body))  # a valid one: the victims' pods would get 1Mi instead of 2000Mi
-    planted["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = "1Mi"
-    resource.create_namespaced_resource_claim_template(webhook, planted)
-    core: Any = client.CoreV1Api(api_client)
-    message, _ = refusal(lambda: core.create_namespaced_pod(webhook, hami_pod("victim", limits)))
-    assert "another spec" in message and body["metadata"]["name"] in message, message
-    # The webhook's own template (same name, its spec) is adopted: delete the planted one, retry.
+    plant_then_victim(api_client, webhook, limits)
+
+
+MIG_CLASSES = Path(__file__).resolve().parents[2] / "examples" / "hami-core-gpu" / "mig-mps" / "deviceclasses.yaml"
+MIG_CLASS = f"mig.{GPU}"
+
+
+@pytest.fixture
+def mig_class(api_client: client.ApiClient) -> Iterator[str]:
+    """The MIG DeviceClass exists (as after tests/hami_core_gpu/test_mig_e2e.py, or on a MIG cluster)."""
+    resource: Any = client.ResourceV1Api(api_client)
+    (body,) = [d for d in yaml.safe_load_all(MIG_CLASSES.read_text()) if d["metadata"]["name"] == MIG_CLASS]
+    made = False
+    try:
+        resource.create_device_class(body)
+        made = True
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    yield MIG_CLASS
+    if made:
+        resource.delete_device_class(MIG_CLASS)
+
+
+@pytest.mark.cluster
+def test_a_planted_template_is_not_adopted_where_the_mig_class_exists(api_client: client.ApiClient, webhook: str,
+                                                                      mig_class: str) -> None:
+    # At 39eba50 the MIG class changed a plain pod's claims (a MIG fallback), so the template the
+    # tenant copied from the shipped mapping was not the one the webhook used: the victim got
+    # the webhook's own, and this check was never reached. Now the claims do not depend on it.
+    plant_then_victim(api_client, webhook, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500",
+                                            "nvidia.com/gpucores": "25"})
+
+
+@pytest.mark.cluster
+def test_with_the_mig_fallback_on_a_planted_template_is_not_adopted(api_client: client.ApiClient, webhook: str,
+                                                                    mig_class: str) -> None:
+    """The admin's opt-in (--unannotated-modes nvidia=hami-core,mig): the template is firstAvailable
+    [hami-core, mig]; a planted copy with 1Mi in its first alternative is refused the same way.
+    The admission logic runs in-process against the real API server (the registered webhook runs
+    the shipped mapping)."""
+    fallback = vendors.with_unannotated(MAPPING, ["nvidia=hami-core,mig"])
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3500", "nvidia.com/gpucores": "35"}
+    body = webhook_template(limits, webhook, fallback)
+    alternatives = body["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert [a["deviceClassName"] for a in alternatives] == [GPU, mig_class]
+    adm = Admission(fallback, StaticInventory({GPU: (80 << 30,)}), TemplateStore(api_client),
+                    registry.driver_classes(), DeviceClassReader(api_client))
+    resource: Any = client.ResourceV1Api(api_client)
+    resource.create_namespaced_resource_claim_template(webhook, tampered(body))
+    review = pod_review(limits, namespace=webhook)
+    answer = adm.mutate(review)["response"]
+    assert answer["allowed"] is False, "a planted template was adopted"
+    assert "another spec" in answer["status"]["message"] and body["metadata"]["name"] in answer["status"]["message"]
     resource.delete_namespaced_resource_claim_template(body["metadata"]["name"], webhook)
-    resource.create_namespaced_resource_claim_template(webhook, body)
-    core.create_namespaced_pod(webhook, hami_pod("victim", limits))
+    answer = adm.mutate(review)["response"]
+    assert answer["allowed"] is True, answer
+    made = resource.read_namespaced_resource_claim_template(body["metadata"]["name"], webhook, _preload_content=False)
+    stored = json.loads(made.data)["spec"]["spec"]["devices"]["requests"][0]["firstAvailable"]
+    assert stored[0]["capacity"]["requests"]["memory"] == "3500Mi"

@@ -113,3 +113,48 @@ def test_a_board_a_high_claim_grew_is_cut_back(node: Callable[..., Node]) -> Non
     assert guard.check() == [f"board:{board.name}"] and cut == [f"board:{board.name}"]
     assert board.stat().st_size == BOARD_BYTES
     assert guard.check() == []
+
+
+def boards(n: Node) -> list[str]:
+    root = n.root / "state" / "boards"
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def test_a_board_goes_with_the_last_claim_that_names_it(node: Callable[..., Node]) -> None:
+    n = node()
+    error, hi = n.prepare(opaque(GPU, cfg(priority="high"), "FromClass"))
+    assert error == "", error
+    error, lo = n.prepare()
+    assert error == "", error
+    (board,) = boards(n)
+    assert n.prep.unprepare_claims([hi])[hi.uid] == ""
+    assert boards(n) == [board]  # the normal claim still reads it: kept, the same file
+    assert n.prep.unprepare_claims([lo])[lo.uid] == ""
+    assert boards(n) == []  # nothing names it: gone (helm uninstall leaves no file of ours)
+    error, _ = n.prepare()
+    assert error == "" and boards(n) == [board]  # made again by the next claim
+    assert (n.root / "state" / "boards" / board).read_bytes() == bytes(BOARD_BYTES)
+
+
+def test_a_restart_sweeps_the_boards_no_claim_names(node: Callable[..., Node]) -> None:
+    n = node()
+    error, _ = n.prepare()
+    assert error == "", error
+    (kept,) = boards(n)
+    stale = n.root / "state" / "boards" / "GPU-00000000-0000-0000-0000-000000000000"  # a crash between remove and sweep
+    stale.write_bytes(bytes(BOARD_BYTES))
+    removed = n.prep.start()
+    assert str(stale) in removed and boards(n) == [kept]
+
+
+def test_an_unreadable_claim_config_keeps_every_board(node: Callable[..., Node]) -> None:
+    """Fail safe: a board is removed only when every claim's config says it is unused."""
+    n = node()
+    error, a = n.prepare()
+    assert error == "", error
+    error, b = n.prepare()
+    assert error == "", error
+    (board,) = boards(n)
+    (n.root / "state" / "hooks" / b.uid / "config").write_text("HOOKCORE_PRIORITY_BOARD=/x\nHOOKCORE_MEMORY_LIMIT=junk\n")
+    assert n.prep.unprepare_claims([a])[a.uid] == ""
+    assert boards(n) == [board]

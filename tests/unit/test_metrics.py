@@ -98,3 +98,29 @@ def test_health_server_answers_probes_and_metrics() -> None:
         assert get(server.port, "/nope")[0] == 404
     finally:
         server.stop()
+
+
+def test_device_state_is_read_at_each_scrape() -> None:
+    """Registration, capacities, taints and health come from their owners at every scrape."""
+    from dra._runtime.metrics import DeviceStateCollector
+    from dra.driver import Capacity, Device, HealthEvent, Taint
+
+    devices = [Device("gpu-0", capacity={"memory": Capacity("16Gi"), "cores": Capacity("100")}),
+               Device("gpu-1", capacity={"memory": Capacity("16Gi")}, taints=(Taint("gpu.example.com/xid", "48"),))]
+    health: list[HealthEvent] | None = None
+    registered = False
+    m = Metrics("gpu.example.com")
+    m.registry.register(DeviceStateCollector("gpu.example.com", lambda: devices, lambda: health, lambda: registered))
+    assert value(m, "dra_kubelet_registered") == 0
+    assert value(m, "dra_device_capacity", device="gpu-0", capacity="memory") == 16 << 30
+    assert value(m, "dra_device_capacity", device="gpu-0", capacity="cores") == 100
+    assert value(m, "dra_device_taint", device="gpu-1", key="gpu.example.com/xid", value="48", effect="NoSchedule") == 1
+    assert "dra_device_health{" not in m.exposition().decode()  # no health reported: no series
+    registered = True
+    health = [HealthEvent("gpu-0", True), HealthEvent("gpu-1", False, "XID 48"), HealthEvent("gpu-2", None)]
+    devices = devices[:1]
+    assert value(m, "dra_kubelet_registered") == 1
+    assert [value(m, "dra_device_health", device="gpu-1", state=s) for s in ("healthy", "unhealthy", "unknown")] == [0, 1, 0]
+    assert value(m, "dra_device_health", device="gpu-0", state="healthy") == 1
+    assert value(m, "dra_device_health", device="gpu-2", state="unknown") == 1
+    assert "dra_device_taint{" not in m.exposition().decode()  # the tainted device is gone: so is its series

@@ -143,7 +143,8 @@ def run(entry: Mapping[str, Any]) -> tuple[str, str]:
         return "not-sent", "not sent to the webhook" + (" (namespace kube-system)" if namespace in PROTECTED else
                                                         " (no resource of the mapping): HAMi's device plugin serves it")
     templates = Templates()
-    adm = Admission(MAPPING, INVENTORY, templates, registry.driver_classes(), Classes(),
+    mapping = vendors.with_unannotated(MAPPING, entry.get("unannotatedModes") or [])
+    adm = Admission(mapping, INVENTORY, templates, registry.driver_classes(), Classes(),
                     quotas=Quotas(entry.get("quota")))
     resp = adm.mutate(review(pod, "Pod", namespace))["response"]
     if not resp["allowed"]:
@@ -215,6 +216,8 @@ def asks(entry: Mapping[str, Any]) -> str:
         text += " | " + ", ".join(f"{k}={v}" for k, v in entry["annotations"].items())
     if entry.get("quota"):
         text += " | quota " + ", ".join(f"{k}={v}" for k, v in entry["quota"].items())
+    if entry.get("unannotatedModes"):
+        text += " | webhook --unannotated-modes " + " ".join(entry["unannotatedModes"])
     if entry.get("namespace"):
         text += f" (namespace {entry['namespace']})"
     return text

@@ -283,16 +283,67 @@ def test_uuid_pinning_in_mig_mode_matches_the_parent_gpu_as_hami_does() -> None:
                                                                       f'!({a}.parentUUID in ["GPU-b"])']
 
 
-def test_without_the_mode_a_share_may_also_land_on_a_mig_device_where_the_mig_class_exists() -> None:
-    """HAMi's one pool: a pod without vgpu-mode goes to a hami-core GPU or a MIG one."""
+FALLBACK = vendors.with_unannotated(MAPPING, ["nvidia=hami-core,mig"])  # dra webhook run --unannotated-modes
+
+
+def test_without_the_mode_a_share_may_also_land_on_a_mig_device_where_the_admin_turned_the_fallback_on() -> None:
+    """HAMi's one pool: a pod without vgpu-mode goes to a hami-core GPU or a MIG one, where the
+    admin's mapping says so (mode.unannotated)."""
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "20"}
-    subs = request(pod(limits), classes=lambda name: True)["requests"][0]["firstAvailable"]
-    assert [(s["name"], s["deviceClassName"]) for s in subs] == [("hami-core", GPU), ("mig", MIG)]
-    assert "capacity" not in subs[1]
-    assert subs[1]["selectors"][-1]["cel"]["expression"].endswith('compareTo(quantity("8000Mi")) >= 0')
-    # no MIG class: as before; a whole GPU: no MIG fallback either
-    assert "exactly" in request(pod(limits), classes=lambda name: name != MIG)["requests"][0]
-    assert "exactly" in request(pod({"nvidia.com/gpu": "1"}), classes=lambda name: True)["requests"][0]
+    for classes in (lambda name: True, None):  # the MIG class exists, or nobody knows: the same claims
+        got = plan_pod(pod(limits), FALLBACK, SIZES, classes)
+        assert not got.problems, got.problems
+        subs = template_spec(got.shares[0].share, SIZES)["spec"]["devices"]["requests"][0]["firstAvailable"]
+        assert [(s["name"], s["deviceClassName"]) for s in subs] == [("hami-core", GPU), ("mig", MIG)]
+        assert "capacity" not in subs[1]
+        assert subs[1]["selectors"][-1]["cel"]["expression"].endswith('compareTo(quantity("8000Mi")) >= 0')
+    # a whole GPU: no MIG fallback (nothing to size the MIG device by)
+    (cs,) = plan_pod(pod({"nvidia.com/gpu": "1"}), FALLBACK, SIZES, lambda name: True).shares
+    assert "exactly" in template_spec(cs.share, SIZES)["spec"]["devices"]["requests"][0]
+
+
+def test_with_the_fallback_on_a_missing_mig_class_refuses_the_pod_instead_of_changing_its_claims() -> None:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "20"}
+    got = plan_pod(pod(limits), FALLBACK, SIZES, lambda name: name != MIG)
+    assert not got.shares
+    (problem,) = got.problems
+    assert f"DeviceClass {MIG} does not exist" in problem and "nvidia.com/vgpu-mode: hami-core" in problem, problem
+    assert "mode.unannotated" in problem
+    # the pod's own word is the way out: its claims are the share's alone
+    annotated = plan_pod(pod(limits, {"nvidia.com/vgpu-mode": "hami-core"}), FALLBACK, SIZES, lambda name: name != MIG)
+    assert not annotated.problems and not annotated.shares[0].share.alternatives
+
+
+@pytest.mark.parametrize("mig_class", [True, False, None])
+def test_the_shipped_mapping_gives_a_pod_without_the_mode_the_same_claims_whatever_classes_exist(
+        mig_class: bool | None) -> None:
+    """Off unless the admin turns it on: the claims (and so the template's name, a hash of them)
+    never depend on whether someone created the MIG class."""
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "20"}
+    got = plan(pod(limits), classes=lambda name: mig_class if name == MIG else True)
+    (cs,) = got.shares
+    assert not got.problems and not cs.share.alternatives
+    body = translate.template_object(cs.share, "ns", SIZES)
+    assert body["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == GPU
+    assert body["metadata"]["name"] == translate.template_object(plan(pod(limits)).shares[0].share, "ns", SIZES)[
+        "metadata"]["name"]
+
+
+@pytest.mark.parametrize(("setting", "error"), [
+    ("nvidia", "write VENDOR=MODE"),
+    ("nvida=hami-core,mig", "write VENDOR=MODE"),
+    ("nvidia=hami-core,vfio", "'vfio' is not a mode of 'nvidia'"),
+    ("ascend910b3=hami-core", "serves one mode only"),
+])
+def test_a_bad_unannotated_modes_setting_is_refused_naming_it(setting: str, error: str) -> None:
+    with pytest.raises(vendors.VendorConfigError, match=error):
+        vendors.with_unannotated(MAPPING, [setting])
+
+
+def test_an_empty_unannotated_modes_setting_turns_the_fallback_off() -> None:
+    off = vendors.with_unannotated(FALLBACK, ["nvidia="])
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "20"}
+    assert not plan_pod(pod(limits), off, SIZES, lambda name: True).shares[0].share.alternatives
 
 
 def test_a_mode_list_offers_every_listed_mode() -> None:

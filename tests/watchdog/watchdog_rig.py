@@ -252,6 +252,11 @@ class Rig:
         self.lines[pid] = f"{index} {pid} {memory}" + (f" {utilization}" if utilization is not None else "")
         self.procs_file.write_text("".join(line + "\n" for line in self.lines.values()))
 
+    def off_gpu(self, pid: int) -> None:
+        """The stub NVML no longer lists `pid` (it left the device)."""
+        self.lines.pop(pid, None)
+        self.procs_file.write_text("".join(line + "\n" for line in self.lines.values()))
+
     def alive(self, pid: int) -> bool:
         child = next(c for c in self.children if c.pid == pid)
         return child.poll() is None

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, build, build_helm, parse_version, served_versions
 from dra_dev.cluster.controlplane import ControlPlane, Ports, default_dir
+from dra_dev.cluster.prometheus import build_prometheus, release
 
 app = typer.Typer(help="An embedded Kubernetes control plane (etcd, apiserver, scheduler, controller-manager).",
                   no_args_is_help=True)
@@ -27,11 +28,13 @@ def _say(msg: str) -> None:
 
 @app.command("build")
 def build_cmd(k8s_version: VersionOpt = DEFAULT_K8S_VERSION) -> None:
-    """Build (or reuse) the pinned Kubernetes and etcd binaries, and helm for the chart tests, in the cache."""
+    """Build (or reuse) the pinned Kubernetes and etcd binaries, helm for the chart tests and Prometheus
+    for the monitoring tests, in the cache."""
     parse_version(k8s_version)
     bins = build(k8s_version, progress=_say)
     typer.echo(f"binaries for Kubernetes {bins.k8s_version} (etcd {bins.etcd_version}) in {bins.directory}")
     typer.echo(f"helm in {build_helm(progress=_say)}")
+    typer.echo(f"prometheus {release()} and promtool in {build_prometheus(progress=_say)}")
 
 
 @app.command("versions")

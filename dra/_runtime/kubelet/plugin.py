@@ -33,7 +33,7 @@ from dra._runtime.kubelet.lock import SerializeLock
 from dra._runtime.kubelet.node import NodeV1beta1Servicer, NodeV1Servicer
 from dra._runtime.kubelet.paths import KubeletPaths, PluginPaths
 from dra._runtime.kubelet.registration import RegistrationServicer, supported_versions
-from dra.driver import ClaimRef
+from dra.driver import ClaimRef, HealthEvent
 from dra.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -145,6 +145,10 @@ class KubeletPlugin:
     @property
     def health_enabled(self) -> bool:
         return self._monitor is not None
+
+    def health_snapshot(self) -> list[HealthEvent] | None:
+        """The devices' health as last streamed to kubelet; None without health or before the first."""
+        return self._monitor.current()[1] if self._monitor is not None else None
 
     @property
     def supported_versions(self) -> list[str]:

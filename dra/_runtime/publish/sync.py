@@ -199,6 +199,11 @@ class Publisher:
         return self._published.is_set()
 
     @property
+    def devices(self) -> tuple[Device, ...]:
+        """The driver's devices as last read and validated for publishing (the metrics show them)."""
+        return self._device_list
+
+    @property
     def layout(self) -> SliceLayout | None:
         """The slice layout of the last sync (None before the first)."""
         return self._desired.layout if self._desired is not None and self.last_result is not None else None

@@ -42,6 +42,8 @@ class WatchdogMetrics:
             for r in ("done", "refused", "failed"):
                 self.actions.labels(d, a, r)
         self.poll.labels(d).set(0)
+        self._judged: dict[Gauge, set[tuple[str, ...]]] = {self.over_quota: set(), self.over_share: set()}
+        """Per gauge, the label sets it has a series for (set at 0 once not judged, removed by `forget`)."""
 
     def action(self, action: str, result: str) -> None:
         """One action taken: ``done``, ``refused`` or ``failed``."""
@@ -54,19 +56,30 @@ class WatchdogMetrics:
             self.unheld.labels(d, dev).set(counts.unheld)
             self.unverified.labels(d, dev).set(counts.unverified)
             self.processes.labels(d, dev).set(counts.processes)
+        judged: dict[Gauge, set[tuple[str, ...]]] = {self.over_quota: set(), self.over_share: set()}
         for load in judgement.loads:
             c = load.claim
-            labels = (d, c.namespace, c.name, c.uid, load.device)
+            labels: tuple[str, ...] = (d, c.namespace, c.name, c.uid, load.device)
             if load.over_quota is not None:
                 self.over_quota.labels(*labels).set(load.over_quota)
+                judged[self.over_quota].add(labels)
             if load.over_share is not None:
                 self.over_share.labels(*labels).set(load.over_share)
+                judged[self.over_share].add(labels)
+        # A claim whose processes left the device (exited, killed) is over by nothing now: its
+        # series reads 0 (not its last excess, which would keep an alert firing) until the claim ends.
+        for gauge, now in judged.items():
+            for labels in self._judged[gauge] - now:
+                gauge.labels(*labels).set(0)
+            self._judged[gauge] |= now
 
     def forget(self, claim: ClaimView) -> None:
         """An ended claim's series go with it."""
         for dev in claim.devices:
             for gauge in (self.over_quota, self.over_share):
+                labels: tuple[str, ...] = (self.driver, claim.namespace, claim.name, claim.uid, dev)
+                self._judged[gauge].discard(labels)
                 try:
-                    gauge.remove(self.driver, claim.namespace, claim.name, claim.uid, dev)
+                    gauge.remove(*labels)
                 except KeyError:
                     pass

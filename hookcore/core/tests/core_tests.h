@@ -59,6 +59,7 @@ void test_elastic_prior(void);
 void test_elastic_contention(void);
 void test_elastic_bounded(void);
 void test_elastic_damped(void);
+void test_power_bound(void);
 void test_board(void);
 void test_validation(void);
 void test_pid_reuse(void);

@@ -176,6 +176,7 @@ int main(int argc, char **argv) {
     test_elastic_prior();
     test_elastic_contention();
     test_elastic_bounded();
+    test_power_bound();
     test_elastic_damped();
     test_board();
     test_validation();

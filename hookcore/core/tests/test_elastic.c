@@ -147,3 +147,24 @@ void test_elastic_damped(void) {
     CHECK(batches < 5000);
     printf("ok elastic_damped: 1 -> 0.1 in %d batches, at most %u/1000 per batch\n", batches, max_step);
 }
+
+void test_power_bound(void) {
+    /* The H100's readings at 30% duty (bench/results/h100-2026-12-05-shares/clock-probe.json): idle
+       85 W, limit 700 W; a matmul at 335 W is power-bound, a 1 GiB copy at 205 W is not. */
+    CHECK(hk_power_bound(335000, 85000, 700000, 30, -1) == 1);
+    CHECK(hk_power_bound(205000, 85000, 700000, 30, -1) == 0);
+    CHECK(hk_power_bound(129000, 85000, 700000, 30, -1) == 0);  /* a launch-bound loop */
+    CHECK(hk_power_bound(685000, 85000, 700000, 100, -1) == 1); /* the matmul at full duty */
+    CHECK(hk_power_bound(381000, 85000, 700000, 100, 1) == 0);  /* the copy at full duty */
+    /* between 80% and 90% of the limit: whatever it was */
+    CHECK(hk_power_bound(595000, 85000, 700000, 100, 1) == 1);
+    CHECK(hk_power_bound(595000, 85000, 700000, 100, 0) == 0);
+    /* cannot tell: no power, no limit, a duty too small to extrapolate from, a bad duty */
+    CHECK(hk_power_bound(0, 85000, 700000, 30, -1) == -1);
+    CHECK(hk_power_bound(335000, 85000, 0, 30, 1) == 1);
+    CHECK(hk_power_bound(335000, 85000, 700000, 4, 0) == 0);
+    CHECK(hk_power_bound(335000, 85000, 700000, 101, -1) == -1);
+    /* an idle reading above the power now (a busy device when the process started): no negative part */
+    CHECK(hk_power_bound(200000, 400000, 700000, 30, -1) == 0);
+    printf("ok power_bound: 335 W at 30%% duty -> power-bound, 205 W -> not (idle 85 W, limit 700 W)\n");
+}

@@ -1,7 +1,9 @@
-/* nvml_clocks.c - a test double of libnvidia-ml.so.1 for the strict cap: the stub devices'
- * UUIDs (legacy form, STUB_CUDA_DEVICES) and an SM clock of STUB_SM_MHZ (default application clock
- * STUB_APP_MHZ). Only what libvgpu.so's NVML shim calls. (The project's NVML stub, owned by the GPU
- * driver, does not model clocks; this file is the tests' own.) */
+/* nvml_clocks.c - a test double of libnvidia-ml.so.1 for the strict cap and the contention
+ * estimate's gate: the stub devices' UUIDs (legacy form, STUB_CUDA_DEVICES), an SM clock of
+ * STUB_SM_MHZ (default application clock STUB_APP_MHZ), busy processes (STUB_NVML_PEERS) and
+ * power (STUB_POWER_MW, STUB_POWER_LIMIT_MW, STUB_UTIL_GPU). Only what libvgpu.so's NVML shim
+ * calls. (The project's NVML stub, owned by the GPU driver, does not model clocks; this file is the
+ * tests' own.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,4 +72,57 @@ int nvmlDeviceGetClock(dev *d, int type, int id, unsigned *mhz) {
     if (type != 1 || id != 2) return 2; /* SM, default application clock */
     *mhz = env_u("STUB_APP_MHZ", 0);
     return *mhz ? 0 : 3; /* NVML_ERROR_NOT_SUPPORTED */
+}
+/* STUB_NVML_PEERS=<n>: n processes ran kernels on every device lately (one utilization sample each,
+   at 40% SM; 0: none, NVML's NOT_FOUND); unset: per-process utilization is not supported. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} sample;
+int nvmlDeviceGetProcessUtilization(dev *d, sample *s, unsigned *count, unsigned long long since) {
+    (void)d;
+    (void)since;
+    const char *v = getenv("STUB_NVML_PEERS");
+    if (!v) return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    unsigned n = (unsigned)strtoul(v, NULL, 10);
+    if (!n) return 6; /* NVML_ERROR_NOT_FOUND */
+    if (!s || *count < n) {
+        *count = n;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    for (unsigned i = 0; i < n; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        s[i].pid = 1000 + i;
+        s[i].timeStamp = (unsigned long long)ts.tv_sec * 1000000ULL;
+        s[i].smUtil = 40;
+    }
+    *count = n;
+    return 0;
+}
+/* STUB_POWER_MW, STUB_POWER_LIMIT_MW, STUB_UTIL_GPU: the device's power now, its enforced limit and
+   its busy percent (unset: not supported, as on a device without power readings). */
+int nvmlDeviceGetPowerUsage(dev *d, unsigned *mw) {
+    (void)d;
+    if (!getenv("STUB_POWER_MW")) return 3;
+    *mw = env_u("STUB_POWER_MW", 0);
+    return 0;
+}
+int nvmlDeviceGetEnforcedPowerLimit(dev *d, unsigned *mw) {
+    (void)d;
+    if (!getenv("STUB_POWER_LIMIT_MW")) return 3;
+    *mw = env_u("STUB_POWER_LIMIT_MW", 0);
+    return 0;
+}
+typedef struct {
+    unsigned gpu, memory;
+} utilization;
+int nvmlDeviceGetUtilizationRates(dev *d, utilization *u) {
+    (void)d;
+    if (!getenv("STUB_UTIL_GPU")) return 3;
+    u->gpu = env_u("STUB_UTIL_GPU", 0);
+    u->memory = 0;
+    return 0;
 }

@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "fork"))
         cmd_fork(parse_size(argv[2]));
     else if (!strcmp(cmd, "launch"))
-        cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
+        cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argc > 5 ? (unsigned)atoi(argv[5]) : 0);
     else if (!strcmp(cmd, "capture"))
         cmd_capture();
     else if (!strcmp(cmd, "threads"))

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shim_client.h"
 
@@ -163,7 +164,9 @@ void cmd_threads(int n, int iters) {
     printf("THREADS ok\n");
 }
 
-void cmd_launch(unsigned us, int graph, double seconds) {
+/* `gap_us` > 0: a host pause of 0..gap_us (varying, deterministic) after each launch, as a
+   launch-bound loop's host code leaves the device idle inside its batches. */
+void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                        void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult (*glaunch)(CUgraphExec, CUstream) = sym("cuGraphLaunch", V, 0);
@@ -178,6 +181,7 @@ void cmd_launch(unsigned us, int graph, double seconds) {
             CUresult r = graph ? glaunch((CUgraphExec)(uintptr_t)us, s)
                                : launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
             if (r != CUDA_SUCCESS) fail("launch = %d", r);
+            if (gap_us) usleep((useconds_t)(((n + (unsigned long)i) * 37u) % (gap_us + 1)));
         }
         ssync(s);
         n += 10;
