@@ -24,6 +24,7 @@ _PARTS: dict[str, tuple[str, str, str]] = {
     "hook": ("hookcore.cli", "app", "group"),
     "hookdir": ("dra._runtime.hookdir_cli", "app", "group"),
     "run": ("dra._runtime.daemon", "register", "command"),
+    "top": ("dra._runtime.top.command", "register", "command"),
     "webhook": ("dra.webhook.cli", "app", "group"),
 }
 

@@ -148,7 +148,8 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
                           ["entryPoint", "name"]),
             **common(),
             "daemon": daemon,
-            "paths": obj({k: ABS_PATH for k in ("kubeletPluginsDir", "kubeletRegistrarDir", "cdiDir", "hookDir")},
+            "paths": obj({**{k: ABS_PATH for k in ("kubeletPluginsDir", "kubeletRegistrarDir", "cdiDir", "hookDir")},
+                          **shared_host_dirs()},
                          ["kubeletPluginsDir", "kubeletRegistrarDir", "cdiDir", "hookDir"]),
             "hook": obj({"install": {"type": "boolean"},
                          "libraries": {"type": "array", "uniqueItems": True,
@@ -156,6 +157,7 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
                                                  "description": "the stem of lib<stem>.so, e.g. vgpu"}}}),
             "kubeletPlugin": kubelet_plugin,
             "deviceClasses": {"type": "array", "items": device_class},
+            "modeClasses": mode_classes(device_class),
             "sliceNodePolicy": obj({"enabled": {"type": "boolean"}}),
             "schedulerFence": obj({"enabled": {"type": "boolean"},
                                    "distinctAttribute": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"}}),
@@ -164,6 +166,34 @@ def driver_schema(entry_point: str, driver_name: str, settings: dict[str, Any]) 
             "monitoring": monitoring_schema(DRIVER_ALERTS, dashboard=True),
         }, ["driver", "image", "daemon", "paths", "kubeletPlugin", "serviceAccount"]),
     }
+
+
+def mode_classes(device_class: dict[str, Any]) -> dict[str, Any]:
+    """`modeClasses`: the classes of the modes a driver's daemon serves (MIG, MPS, strict,
+    memory-only), by key, each a DeviceClass entry that `enabled` turns on or off and `fenced`
+    keeps out of the admission fence (dra-common's "dra-common.classes")."""
+    entry = {**device_class,
+             "properties": {**device_class["properties"],
+                            "enabled": {"type": "boolean"},
+                            "fenced": {"type": "boolean", "description": "covered by the kubernetes#133705 fence "
+                                                                         "(false: devices allocated whole, e.g. MIG)"},
+                            "offWhen": {"type": "object", "additionalProperties": {"type": "string"},
+                                        "description": "daemon.settings values with which the daemon serves none of "
+                                                       "the class's devices (the chart refuses them together)"},
+                            "hostDir": obj({"setting": {"type": "string", "minLength": 1}, "default": ABS_PATH},
+                                           ["setting", "default"],
+                                           description="the setting naming a host dir the class's claims mount: it "
+                                                       "must be in paths.sharedHostDirs")},
+             "required": ["enabled", "name", "selector"]}
+    return {"type": "object", "additionalProperties": entry,
+            "propertyNames": {"pattern": r"^[A-Za-z][A-Za-z0-9]{0,31}$"},
+            "description": "the classes of the modes the daemon serves, by key; enabled: false leaves one out"}
+
+
+def shared_host_dirs() -> dict[str, Any]:
+    """`paths.sharedHostDirs`: host dirs the daemon makes and claims' containers mount (the MPS root)."""
+    return {"sharedHostDirs": {"type": "array", "uniqueItems": True, "items": {**ABS_PATH, "pattern": "^/[^\\s]*$"},
+                               "description": "host dirs mounted at the same path in the daemon (CDI names host paths)"}}
 
 
 def webhook_schema() -> dict[str, Any]:

@@ -144,14 +144,14 @@ VALUE_FIELDS = {
     "daemon.grpcWorkers": "grpc_workers", "daemon.logFormat": "log_format", "daemon.logLevel": "log_level",
     "daemon.watchdog.action": "watchdog",
 }
-NOT_A_FIELD = {"daemon.metricsBind", "daemon.extraArgs"}
+NOT_A_FIELD = {"daemon.metricsBind", "daemon.extraArgs", "paths.sharedHostDirs"}  # sharedHostDirs: mounts, no flag
 # Every value above away from its default, so that every optional flag of the template is written.
 EVERY_FLAG = {
     "paths.kubeletPluginsDir": "/k/plugins", "paths.kubeletRegistrarDir": "/k/registry", "paths.cdiDir": "/k/cdi",
     "paths.hookDir": "/k/hooks", "daemon.settings": {"health": "off"}, "daemon.fake": "demo", "daemon.preload": "env",
     "daemon.metricsPort": 9464, "daemon.allowClaimLoosening": True, "daemon.grpcWorkers": 40, "daemon.logFormat": "text",
     "daemon.logLevel": "debug", "daemon.watchdog.action": "kill", "daemon.metricsBind": "podIP",
-    "daemon.extraArgs": ["--state-dir=/k/state", "--slice-layout=packed"],
+    "daemon.extraArgs": ["--state-dir=/k/state", "--slice-layout=packed"], "paths.sharedHostDirs": ["/k/mps"],
 }
 
 

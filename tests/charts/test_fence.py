@@ -59,9 +59,12 @@ def test_the_fence_covers_every_class_and_extended_resource_of_the_release(helm:
     objects = fence_objects(render(helm, "hami-core-gpu", values={"deviceClasses": classes}, extra=["--kube-version", "v1.34.4"]))
     claims, pods = (o for o in objects if o["kind"] == "ValidatingAdmissionPolicy")
     variables = {v["name"]: v["expression"] for p in (claims, pods) for v in p["spec"]["variables"]}
-    assert json.loads(variables["classes"]) == [GPU_CLASS, "strict.project-hami.io"]
+    # then the chart's mode classes of shared devices, by key (MIG devices are allocated whole: not fenced)
+    modes = [f"memory-only.{GPU_CLASS}", f"mps.{GPU_CLASS}", f"strict.{GPU_CLASS}"]
+    assert json.loads(variables["classes"]) == [GPU_CLASS, "strict.project-hami.io", *modes]
     assert json.loads(variables["names"]) == [f"deviceclass.resource.kubernetes.io/{GPU_CLASS}", "nvidia.com/gpu",
-                                              "deviceclass.resource.kubernetes.io/strict.project-hami.io"]
+                                              "deviceclass.resource.kubernetes.io/strict.project-hami.io",
+                                              *(f"deviceclass.resource.kubernetes.io/{m}" for m in modes)]
 
 
 @pytest.mark.parametrize("bad", ["uuid' + request.userInfo.username + '", "", "a" * 33, "x/uuid"])

@@ -46,11 +46,18 @@ def default_classes(chart: str) -> list[dict[str, Any]]:
     return classes
 
 
+def mode_classes(chart: str) -> dict[str, Any]:
+    modes: dict[str, Any] = yaml.safe_load((HELM_DIR / chart / "values.yaml").read_text()).get("modeClasses") or {}
+    return modes
+
+
 def isolated(chart: str, values: dict[str, Any], tag: str) -> dict[str, Any]:
     """`values` with DeviceClass names of this test only (they are cluster-wide; other tests and
     the other charts' tests must not meet them)."""
     classes = values.get("deviceClasses") or default_classes(chart)
-    return {**values, "deviceClasses": [{**c, "name": f"{tag}.{c['name']}"} for c in classes]}
+    modes = mode_classes(chart)
+    return {**values, "deviceClasses": [{**c, "name": f"{tag}.{c['name']}"} for c in classes],
+            **{f"modeClasses.{key}.name": f"{tag}.{c['name']}" for key, c in modes.items()}}
 
 
 def make_node(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
@@ -174,9 +181,11 @@ def test_install_upgrade_uninstall_leaves_nothing_behind(cluster_helm: Tool, kub
         kinds = sorted(n.split("/")[0] for n in labelled_objects(kubectl, release) if not derived(n))
         assert kinds == sorted([
             "clusterrole.rbac.authorization.k8s.io", "clusterrolebinding.rbac.authorization.k8s.io",
-            "daemonset.apps", "deviceclass.resource.k8s.io", "networkpolicy.networking.k8s.io", "serviceaccount",
+            "daemonset.apps", "networkpolicy.networking.k8s.io", "serviceaccount",
             "validatingadmissionpolicy.admissionregistration.k8s.io",
             "validatingadmissionpolicybinding.admissionregistration.k8s.io",
+            # its class and the classes of its modes (modeClasses, on by default)
+            *["deviceclass.resource.k8s.io"] * (1 + len(mode_classes(chart))),
             # Below 1.35: the two policies and bindings of the kubernetes#133705 fence (test_fence.py).
             *(["validatingadmissionpolicy.admissionregistration.k8s.io",
                "validatingadmissionpolicybinding.admissionregistration.k8s.io"] * 2 if _fenced(kubectl) else []),

@@ -9,6 +9,7 @@ fail with the schema's message before anything is created.
 from __future__ import annotations
 
 import importlib.util
+import json
 from typing import Any
 
 import pytest
@@ -193,14 +194,19 @@ def test_an_init_container_installs_the_hook_library_with_the_daemons_installer(
     assert ascend["args"] == ["--hook-dir=/var/lib/dra-hookcore", "vnpu"]
 
 
+def device_classes(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rendered DeviceClasses by name."""
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "DeviceClass"}
+
+
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
 def test_device_classes_with_an_optional_extended_resource(helm: Tool, chart: str) -> None:
-    cls = one(render(helm, chart), "DeviceClass")
-    assert cls["apiVersion"] == "resource.k8s.io/v1" and cls["metadata"]["name"] == DRIVER_NAME[chart]
+    cls = device_classes(render(helm, chart))[DRIVER_NAME[chart]]
+    assert cls["apiVersion"] == "resource.k8s.io/v1"
     assert f"device.driver == '{DRIVER_NAME[chart]}'" in cls["spec"]["selectors"][0]["cel"]["expression"]
     assert "extendedResourceName" not in cls["spec"]
-    ext = one(render(helm, chart, values={"deviceClasses": with_extended_resource(chart, "example.com/npu")}), "DeviceClass")
-    assert ext["spec"]["extendedResourceName"] == "example.com/npu"
+    ext = device_classes(render(helm, chart, values={"deviceClasses": with_extended_resource(chart, "example.com/npu")}))
+    assert ext[DRIVER_NAME[chart]]["spec"]["extendedResourceName"] == "example.com/npu"
 
 
 DRIVER_CLASS = {"hami-core-gpu": "drivers.hami_core_gpu.driver:HamiCoreGpuDriver",
@@ -217,8 +223,8 @@ def test_a_device_class_can_carry_the_drivers_config_for_its_claims(helm: Tool, 
 
     import dra
 
-    objects = render(helm, chart, values=chart_values(chart, "fake-devices-and-extended-resource"))
-    plain, configured = (o for o in objects if o["kind"] == "DeviceClass")
+    classes = device_classes(render(helm, chart, values=chart_values(chart, "fake-devices-and-extended-resource")))
+    plain, configured = classes[DRIVER_NAME[chart]], classes[f"configured.{DRIVER_NAME[chart]}"]
     assert "config" not in plain["spec"]
     (config,) = configured["spec"]["config"]
     assert config["opaque"] == {"driver": DRIVER_NAME[chart], "parameters": CONFIG_CLASS[chart]}
@@ -233,9 +239,109 @@ def test_the_chart_device_class_is_the_examples_one(helm: Tool, chart: str) -> N
     """Users who apply examples/<driver>/deviceclass.yaml and users of the chart get one class."""
     example = ROOT / "examples" / chart / "deviceclass.yaml"
     want = yaml.safe_load(example.read_text())
-    got = one(render(helm, chart), "DeviceClass")
-    assert got["metadata"]["name"] == want["metadata"]["name"]
+    got = device_classes(render(helm, chart))[want["metadata"]["name"]]
     assert got["spec"] == want["spec"]
+
+
+# The classes of the modes each daemon serves (modeClasses), on by default, and the example files
+# that give users without Helm the same classes.
+MODE_CLASSES = {
+    "hami-core-gpu": {"mig": "mig.hami-core-gpu.project-hami.io", "mps": "mps.hami-core-gpu.project-hami.io",
+                      "strict": "strict.hami-core-gpu.project-hami.io",
+                      "memoryOnly": "memory-only.hami-core-gpu.project-hami.io"},
+    "ascend": {"memoryOnly": "memory-only.ascend.project-hami.io"},
+    "hygon-dcu": {}, "cambricon-mlu": {},
+}
+MODE_CLASS_EXAMPLES = ("examples/hami-core-gpu/mig-mps/deviceclasses.yaml", "examples/hami-compat/deviceclasses.yaml")
+
+
+@pytest.mark.parametrize("chart", DRIVER_CHARTS)
+def test_the_chart_ships_the_classes_of_every_mode_its_daemon_serves(helm: Tool, chart: str) -> None:
+    """Each on by default, each its own value off; a class an example file also writes is that
+    class exactly (so `kubectl apply` of the file after `helm install` changes nothing); each
+    class's config is one the driver's own decoder takes, meaning what the class's name says."""
+    import importlib
+
+    import dra
+
+    rendered = device_classes(render(helm, chart))
+    assert set(rendered) == {DRIVER_NAME[chart], *MODE_CLASSES[chart].values()}
+    examples = {o["metadata"]["name"]: o for path in MODE_CLASS_EXAMPLES for o in yaml.safe_load_all((ROOT / path).read_text())}
+    module, cls = DRIVER_CLASS[chart].split(":")
+    driver = getattr(importlib.import_module(module), cls)
+    for key, name in MODE_CLASSES[chart].items():
+        got = rendered[name]
+        if name in examples:
+            assert got["spec"] == examples[name]["spec"], name
+        configs = [c["opaque"] for c in got["spec"].get("config", [])]
+        decoded = [dra.decode_config(driver, c["parameters"]) for c in configs if c["driver"] == DRIVER_NAME[chart]]
+        meaning = {"mig": [], "mps": [("sharing", "mps")], "strict": [("compute_mode", "strict")],
+                   "memoryOnly": [("compute_limit", False)]}[key]
+        assert [(f, getattr(d, f)) for d in decoded for f, _ in meaning] == meaning, name
+        off = device_classes(render(helm, chart, values={f"modeClasses.{key}.enabled": False}))
+        assert name not in off and set(off) == set(rendered) - {name}
+
+
+def test_every_class_the_webhook_sends_hami_pods_to_is_shipped_by_a_chart(helm: Tool) -> None:
+    """The mapping's memory-only classes, its modes' classes and its MIG profiles' class: after
+    `helm install` of the drivers' charts, no HAMi pod meets a missing class."""
+    from dra.webhook import vendors
+
+    named = set()
+    for v in vendors.load().vendors:
+        named.add(v.device_class)
+        if v.memory_only:
+            named.add(v.memory_only.device_class)
+        if v.mode:
+            named.update(m.device_class for m in v.mode.others)
+        if v.profiles:
+            named.add(v.profiles.device_class)
+    shipped = {n for chart in DRIVER_CHARTS for n in device_classes(render(helm, chart))}
+    assert named <= shipped, named - shipped
+
+
+def test_the_fence_covers_the_shared_mode_classes_not_the_whole_mig_devices(helm: Tool) -> None:
+    objects = render(helm, "hami-core-gpu", extra=["--kube-version", "v1.34.4"])
+    (claims,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and not o["metadata"]["name"].endswith("-pods")
+                 and "classes" in json.dumps(o)]
+    classes = json.loads(next(v["expression"] for v in claims["spec"]["variables"] if v["name"] == "classes"))
+    gpu = MODE_CLASSES["hami-core-gpu"]
+    assert classes == sorted([DRIVER_NAME["hami-core-gpu"], gpu["memoryOnly"], gpu["mps"], gpu["strict"]])
+    assert gpu["mig"] not in classes
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"daemon.settings.mig": "off"},
+     "modeClasses.mig.enabled is true but daemon.settings.mig is \"off\", with which the daemon serves no device of class"
+     " mig.hami-core-gpu.project-hami.io; set modeClasses.mig.enabled=false"),
+    ({"paths.sharedHostDirs": []},
+     "modeClasses.mps.enabled is true but /run/hami-core-gpu/mps (daemon.settings.mpsRoot) is not in paths.sharedHostDirs"),
+    ({"daemon.settings.mpsRoot": "/run/mps"}, "/run/mps (daemon.settings.mpsRoot) is not in paths.sharedHostDirs"),
+    ({"modeClasses.strict.name": "hami-core-gpu.project-hami.io"},
+     "DeviceClass hami-core-gpu.project-hami.io is named twice"),
+    ({"modeClasses.mig.enabled": "yes"}, "at '/modeClasses/mig/enabled': got string, want boolean"),
+    ({"modeClasses.mgi": {"enabled": False}}, "at '/modeClasses/mgi': missing properties 'name', 'selector'"),
+    ({"modeClasses.mps.name": "MPS_Class"}, "at '/modeClasses/mps/name'"),
+    ({"modeClasses.mig.offWhen": {"mig": False}}, "at '/modeClasses/mig/offWhen/mig': got boolean, want string"),
+    ({"paths.sharedHostDirs": ["run/mps"]}, "at '/paths/sharedHostDirs/0'"),
+])
+def test_a_mode_class_the_daemon_would_not_serve_or_a_bad_one_is_refused_naming_the_value(
+        helm: Tool, values: dict[str, Any], message: str) -> None:
+    error = render_error(helm, "hami-core-gpu", values=values)
+    assert message in error, error
+
+
+def test_mode_classes_the_daemon_serves_with_other_values_render(helm: Tool) -> None:
+    """mig "off" with its class off; another MPS root shared; under daemon.fake no host dir is needed."""
+    for values in ({"daemon.settings.mig": "off", "modeClasses.mig.enabled": False},
+                   {"daemon.settings.mpsRoot": "/run/mps", "paths.sharedHostDirs": ["/run/mps"]},
+                   {"daemon.fake": "h200x8", "paths.sharedHostDirs": []}):
+        objects = render(helm, "hami-core-gpu", values=values)
+        mounts = container(pod_spec(objects), "daemon")["volumeMounts"]
+        assert [m["mountPath"] for m in mounts if m["name"].startswith("shared-host-dir-")] == values.get(
+            "paths.sharedHostDirs", ["/run/hami-core-gpu/mps"])
+    volumes = pod_spec(render(helm, "hami-core-gpu"))["volumes"]
+    assert {"name": "shared-host-dir-0", "hostPath": {"path": "/run/hami-core-gpu/mps", "type": "DirectoryOrCreate"}} in volumes
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

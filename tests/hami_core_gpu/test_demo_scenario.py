@@ -43,6 +43,10 @@ def test_the_demo_runs_and_cleans_up(cluster: ControlPlane, api_client: client.A
     # Every example on every version; one workload per claim device, each refused past its quota.
     assert int(done[1]) == 12 and "left out" not in out and "allowed" not in out, out
     assert out.count("refused") >= int(done[1])
+    # `dra top --once` while every workload held half its quota: every claim listed, each holding memory
+    top = re.search(r"dra top --once -o json: (\d+) claims, each with its device, requested and used memory and cores"
+                    r" \((\d+) holding memory now\)", out)
+    assert top is not None and int(top[1]) == int(done[1]) == int(top[2]), out
     minor = int(cluster.k8s_version.split(".")[1])
     if minor < 35:  # the fenced request refused at admission, with the bug and the way out
         assert "refused two-gpus-one-request.yaml:" in out and "kubernetes#133705" in out, out

@@ -140,7 +140,7 @@ def test_helm_install_renders_them_once_the_cluster_serves_the_crds(helm_bin: Pa
     def rendered() -> set[str]:
         proc = subprocess.run([str(helm_bin), "install", release, str(ROOT / "helm" / "hami-core-gpu"), "-n", release,
                                "--dry-run=server", "--set", "featureGates.check=false",
-                               "--set-json", "deviceClasses=[]"],  # cluster-scoped: other tests' may exist
+                               "--set-json", "deviceClasses=[]", "--set", "modeClasses=null"],  # cluster-scoped: other tests' may exist
                               capture_output=True, text=True, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr
         docs = [d for d in yaml.safe_load_all(proc.stdout.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]) if d]

@@ -132,7 +132,7 @@ def test_helm_values_name_the_node_image_and_paths(tmp_path: Path) -> None:
     assert values["image"] == {"repository": "localhost/dra-hami", "tag": "0.1.0", "pullPolicy": "Never"}
     lay = node.layout
     assert values["paths"] == {"kubeletPluginsDir": str(lay.plugin_dir), "kubeletRegistrarDir": str(lay.registry_dir),
-                               "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
+                               "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir), "sharedHostDirs": []}
     plugin = values["kubeletPlugin"]
     assert plugin["nodeSelector"] == {"kubernetes.io/hostname": "n1"}, "merged into the chart's gpu=on (up labels the node)"
     env = {e["name"]: e["value"] for e in plugin["env"]}

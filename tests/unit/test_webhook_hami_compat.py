@@ -193,6 +193,8 @@ def describe(made: Sequence[Mapping[str, Any]]) -> str:
 
 
 def cell(text: str, limit: int = 400) -> str:
+    # a hostile value's control characters are shown escaped, never written into the README raw
+    text = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
     text = " ".join(text.split()).replace("|", "\\|")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

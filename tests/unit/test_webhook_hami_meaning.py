@@ -354,7 +354,7 @@ def test_a_mode_list_offers_every_listed_mode() -> None:
 
 @pytest.mark.parametrize(("annotations", "warning"), [
     ({"hami.io/node-scheduler-policy": "spread"}, "LeastAllocated (spread), named in spec.schedulerName"),
-    ({"hami.io/gpu-scheduler-policy": "topology-aware"}, "write a claim with matchAttribute"),
+    ({"hami.io/gpu-scheduler-policy": "topology-aware"}, "or a claim with matchAttribute"),
     ({"hami.io/device-scoring-weights": "slot=1,core=2"}, "kube-scheduler's allocator has no device scores"),
     ({"hami.io/some-new-knob": "1"}, "annotation hami.io/some-new-knob is not a HAMi input this webhook reads"),
     ({"hami.io/node-scheduler-policy": "\n" * 300}, "is not honoured under DRA"),
@@ -368,3 +368,39 @@ def test_annotations_nothing_under_dra_honours_are_warned_with_the_dra_way(annot
 def test_many_unknown_annotations_are_counted_not_listed() -> None:
     got = plan(pod({"nvidia.com/gpu": "1"}, {f"hami.io/x{i}": "1" for i in range(50)}))
     assert len(got.warnings) == 5 and "46 more annotations" in got.warnings[-1]
+
+
+# HAMi's scheduler reads these for every vendor's devices; under DRA nothing does.
+SCHEDULER_WIDE = ("hami.io/node-scheduler-policy", "hami.io/gpu-scheduler-policy", "hami.io/device-scoring-weights")
+ONE_DEVICE = {"nvidia": {"nvidia.com/gpu": "1"}, "ascend": {"huawei.com/Ascend910B3": "1"},
+              "hygon-dcu": {"hygon.com/dcunum": "1"}, "cambricon-mlu": {"cambricon.com/vmlu": "1"}}
+
+
+def test_every_vendor_of_the_mapping_warns_on_every_scheduler_wide_annotation() -> None:
+    """Each vendor (an Ascend model each) carries a DRA way for all three, so a pod of any vendor
+    with one of them is warned, never converted in silence (they were, on Ascend, DCU and MLU pods)."""
+    for v in MAPPING.vendors:
+        missing = [a for a in SCHEDULER_WIDE if v.dra_way(a) is None]
+        assert not missing, f"vendor {v.name} would drop {missing} without a word"
+    # and the pods below reach every vendor (the Ascend models are one vendor of the file)
+    assert {"ascend" if v.model else v.name for v in MAPPING.vendors} == set(ONE_DEVICE)
+
+
+@pytest.mark.parametrize("vendor", sorted(ONE_DEVICE))
+@pytest.mark.parametrize("annotation", SCHEDULER_WIDE)
+@pytest.mark.parametrize("value", ["spread", "binpack,numa", "\x1b[31m" + "spread" * 60 + "\n"])
+def test_a_scheduler_policy_on_any_vendors_pod_is_warned_naming_it_and_the_dra_way(vendor: str, annotation: str,
+                                                                                   value: str) -> None:
+    """Hostile values too: an escape sequence and a newline are quoted, 300 characters cut; the pod
+    keeps its meaning (its devices are what it asked for), it only learns what DRA does instead."""
+    got = plan(pod(ONE_DEVICE[vendor], {annotation: value}))
+    assert not got.problems and len(got.shares) == 1, got.problems
+    (w,) = [w for w in got.warnings if annotation in w]
+    assert "is not honoured under DRA: " in w and ("kube-scheduler" in w)
+    assert "\x1b" not in w and "\n" not in w and len(w) <= MAX_WARNING, w
+
+
+@pytest.mark.parametrize("vendor", sorted(ONE_DEVICE))
+def test_binpack_is_what_the_allocator_does_for_every_vendor_and_is_not_warned(vendor: str) -> None:
+    got = plan(pod(ONE_DEVICE[vendor], {"hami.io/gpu-scheduler-policy": " binpack"}))
+    assert not got.problems and not got.warnings, got.warnings

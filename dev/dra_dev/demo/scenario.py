@@ -19,7 +19,10 @@ by the real part:
    starts one workload process per device of each claim with the claim's CDI edits (a private
    mount namespace, the stub driver, the real hook): it reports the memory it sees and whether an
    allocation past it is refused; the daemon's /metrics then shows the claim's ledger;
-5. unprepares, deletes what it created and stops the daemons.
+5. `dra top --once` over the demo's nodes (`dra_dev.demo.top`): each device, the claims on it,
+   requested vs used memory and cores; with cuda_workload while every workload holds half its
+   quota, its JSON document checked to list every claim;
+6. unprepares, deletes what it created and stops the daemons.
 
 The scenario is data: nothing here knows a vendor.
 """
@@ -32,6 +35,7 @@ import re
 import subprocess
 import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +48,13 @@ from dra_dev.checkout import ROOT
 from dra_dev.cluster.controlplane import ControlPlane
 from dra_dev.demo.console import say, show, step, wait
 from dra_dev.demo.housekeeping import clean_up, create_fake_node, left_running, workload_report
+from dra_dev.demo.top import top_once
 
 EXAMPLES = ROOT / "examples"
 CHARTS = ROOT / "helm"
 FENCE_LABEL = "dra.project-hami.io/fence"  # the label of helm/dra-common/templates/_fence.tpl
+HOLDING_WORKLOAD = "cuda_workload"  # the workload program with --hold S (keeps half its quota S seconds)
+HOLD_SECONDS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +290,7 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
                                else workload_program())
         runs = Table("claim", "device", "consumed memory", "memory it sees", "allocation past it", "ledger peak (/metrics)")
         prepared: list[tuple[FakeNode, ClaimRef]] = []
+        jobs: list[tuple[str, dict[str, Any], FakeNode, ClaimRef, int, list[str]]] = []
         for name, c in sorted(claims.items()):
             where = users.get(name, ("", c["status"]["allocation"]["devices"]["results"][0]["pool"]))[1]
             if where not in by_name:
@@ -296,11 +304,25 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
                 raise UserError(f"prepare of claim {ns}/{name} failed: {answer.error}")
             prepared.append((node, ref))
             ids = list(dict.fromkeys(i for d in answer.devices for i in d.cdi_device_ids))
-            results = c["status"]["allocation"]["devices"]["results"]
-            if why or not program.is_file():
-                continue
-            for index, r in enumerate(results):
-                proc = run_with_cdi(node.daemon.cdi_dir, ids, [str(program), "--device", str(index)])
+            jobs += [(name, r, node, ref, index, ids) for index, r in enumerate(c["status"]["allocation"]["devices"]["results"])]
+        runnable = not why and program.is_file()
+        # cuda_workload can hold its memory (--hold): then every workload runs at once and `dra top`
+        # looks while they hold; the others run one after another, and `dra top` shows their peaks.
+        hold = runnable and program.name == HOLDING_WORKLOAD
+        with ThreadPoolExecutor(max(1, len(jobs) if hold else 1)) as pool:
+            futures = [pool.submit(run_with_cdi, node.daemon.cdi_dir, ids,
+                                   [str(program), "--device", str(index), *(("--hold", str(HOLD_SECONDS)) if hold else ())],
+                                   timeout=HOLD_SECONDS + 60) for _n, _r, node, _ref, index, ids in jobs] if runnable else []
+            if hold:
+                wait("every workload to hold its memory (the daemons' /metrics)",
+                     lambda: all(_used(node.daemon, ref.uid, index) for _n, _r, node, ref, index, _i in jobs)
+                     or any(f.done() for f in futures) or None, 60)
+            if runnable:
+                step("dra top --once: each node's devices, the claims on them, requested vs used memory and cores")
+                top_once(api, cp.kubeconfig, {n.name: [f"http://127.0.0.1:{n.daemon.metrics_port}/metrics"] for n in nodes},
+                         ns, work, used=hold)
+            for (name, r, node, ref, index, _ids), future in zip(jobs if runnable else [], futures, strict=True):
+                proc = future.result()
                 got = workload_report(proc.stdout)
                 if "quota_total_bytes" not in got:
                     raise UserError(f"the workload of claim {name} failed (exit {proc.returncode}):"
@@ -338,6 +360,14 @@ def run_scenario(cp: ControlPlane, scenario: Scenario, workload: Path | None = N
 def _gib(n: int) -> str:
     """Bytes as the claims spell them: whole GiB as Gi, else MiB."""
     return f"{n >> 30}Gi" if n % (1 << 30) == 0 else f"{n / (1 << 20):g}Mi"
+
+
+def _used(daemon: Any, uid: str, index: int) -> bool:
+    """Whether the daemon's /metrics shows the claim's device `index` holding memory now."""
+    status, body = daemon.get("/metrics")
+    return status == 200 and any(
+        line.startswith("dra_claim_memory_used_bytes{") and f'claim_uid="{uid}"' in line and f'index="{index}"' in line
+        and float(line.rsplit(" ", 1)[1]) > 0 for line in body.splitlines())
 
 
 def _peak(daemon: Any, uid: str, index: int) -> str:

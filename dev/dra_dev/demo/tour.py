@@ -7,7 +7,7 @@ real part:
    fake nodes, one node daemon each with the driver's fake backend, its examples applied with
    kubectl and allocated by kube-scheduler, every claim prepared over the daemon's socket by a
    played kubelet and one workload per device started with the claim's CDI edits, held to its
-   share by the real hook;
+   share by the real hook, and `dra top --once` showing them from the slices, claims and /metrics;
 3. one heterogeneous claim (`dra_dev.demo.heterogeneous`): a request per driver of
    examples/heterogeneous/demo.yaml on one node running each driver's daemon, every workload
    held to its own share in the one container;

@@ -35,7 +35,9 @@ def helm_values(chart: str, name: str, directory: Path, state: NodeState, layout
         return values
     lay = layout
     values["paths"] = {"kubeletPluginsDir": str(lay.plugin_dir), "kubeletRegistrarDir": str(lay.registry_dir),
-                       "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir)}
+                       "cdiDir": str(lay.cdi_dir), "hookDir": str(lay.hook_dir),
+                       # the rig's daemons run on fakes, which keep their own dirs (the MPS root): no host dir
+                       "sharedHostDirs": []}
     stubs = str(lay.fake_stub_dir)
     values["kubeletPlugin"] = {
         # Helm merges maps: the chart's own selector (gpu: "on") stays, and `up` labels the node so.

@@ -23,7 +23,7 @@ DRAPartitionableDevices: 36
 DeviceClass names an extended resource. */}}
 {{- define "dra-common.requiredGates" -}}
 {{- $gates := .Values.featureGates.required | default list -}}
-{{- range .Values.deviceClasses | default list -}}
+{{- range include "dra-common.classes" . | fromYamlArray -}}
 {{- if .extendedResourceName -}}
 {{- $gates = append $gates "DRAExtendedResource" -}}
 {{- end -}}

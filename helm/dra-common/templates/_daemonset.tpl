@@ -6,7 +6,8 @@ The node daemon: one `dra run <driver>` pod per selected node.
   new one is ready (published and registered with kubelet), so a node never lacks its driver.
 - Host paths at the same path inside and outside the container (kubelet, the container runtime
   and the CDI specs name them): the registration dir, only this driver's own plugin dir (the
-  DRA socket and the checkpoint), the CDI dir and the hook dir shared by every driver.
+  DRA socket and the checkpoint), the CDI dir, the hook dir shared by every driver, and the
+  driver's own `paths.sharedHostDirs` (dirs the daemon makes that claims' containers mount).
 - An init container installs the hook libraries into the hook dir with the daemon's own
   installer (content-addressed, never overwritten, `current` switched atomically), so the new
   version is in place before the new daemon serves a claim.
@@ -197,6 +198,10 @@ spec:
               mountPath: {{ $v.paths.hookDir }}
             - name: tmp
               mountPath: /tmp
+            {{- range $i, $dir := $v.paths.sharedHostDirs | default list }}
+            - name: {{ printf "shared-host-dir-%d" $i }}
+              mountPath: {{ $dir }}
+            {{- end }}
             {{- with $kp.extraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -221,6 +226,12 @@ spec:
           emptyDir:
             medium: Memory
             sizeLimit: 16Mi
+        {{- range $i, $dir := $v.paths.sharedHostDirs | default list }}
+        - name: {{ printf "shared-host-dir-%d" $i }}
+          hostPath:
+            path: {{ $dir }}
+            type: DirectoryOrCreate
+        {{- end }}
         {{- with $kp.extraVolumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}

@@ -29,11 +29,13 @@ true
 {{- $name := printf "%s-k8s-133705-fence" (include "dra-common.fullname" . | trunc 40 | trimSuffix "-") -}}
 {{- $classes := list -}}
 {{- $extended := list -}}
-{{- range .Values.deviceClasses | default list -}}
+{{- range include "dra-common.classes" . | fromYamlArray -}}
+{{- if .fenced -}}
 {{- $classes = append $classes .name -}}
 {{- $extended = append $extended (printf "deviceclass.resource.kubernetes.io/%s" .name) -}}
 {{- with .extendedResourceName -}}
 {{- $extended = append $extended . -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- $distinct := printf "%s/%s" .Values.driver.name .Values.schedulerFence.distinctAttribute -}}

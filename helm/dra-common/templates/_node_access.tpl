@@ -112,8 +112,70 @@ spec:
 {{- end }}
 {{- end -}}
 
+{{/*
+Every DeviceClass of the release: `deviceClasses` (the admin's list) and then each `modeClasses`
+entry with enabled: true, by key (the classes of the sharing and enforcement modes the daemon
+serves, which a chart lists by name so one value turns each off). An entry's `fenced` (default
+true) says whether the admission fence of kubernetes#133705 covers the class: false for classes
+of devices that are allocated whole (MIG devices), which that scheduler bug cannot reach.
+A list of dicts as YAML (fromYamlArray).
+*/}}
+{{- define "dra-common.classes" -}}
+{{- $all := list -}}
+{{- range .Values.deviceClasses | default list -}}
+{{- $all = append $all (set (deepCopy .) "fenced" true) -}}
+{{- end -}}
+{{- $modes := .Values.modeClasses | default dict -}}
+{{- range $key := keys $modes | sortAlpha -}}
+{{- $c := get $modes $key -}}
+{{- if $c.enabled -}}
+{{- include "dra-common.checkModeClass" (dict "root" $ "key" $key "class" $c) -}}
+{{- $fenced := true -}}
+{{- if hasKey $c "fenced" -}}
+{{- $fenced = $c.fenced -}}
+{{- end -}}
+{{- $all = append $all (set (omit $c "enabled" "fenced" "offWhen" "hostDir") "fenced" $fenced) -}}
+{{- end -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $all -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "DeviceClass %s is named twice (deviceClasses and modeClasses give every class one entry): remove one, or turn the modeClasses entry off (enabled: false)" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- end -}}
+{{- toYaml $all -}}
+{{- end -}}
+
+{{/*
+A mode class the daemon would not serve is refused, naming the value to change (context: dict
+root, key, class):
+- `offWhen` {setting: value}: the daemon serves no device of the class while daemon.settings
+  has that value (hami-core-gpu's MIG class and mig: "off");
+- `hostDir` {setting, default}: the class's claims mount a dir the daemon makes on the host (the
+  MPS root), so the setting's value (or default) must be in paths.sharedHostDirs; not checked
+  under daemon.fake, whose backend keeps its own dirs.
+*/}}
+{{- define "dra-common.checkModeClass" -}}
+{{- $v := .root.Values -}}
+{{- $settings := $v.daemon.settings | default dict -}}
+{{- range $setting, $value := .class.offWhen | default dict -}}
+{{- if eq (toString (get $settings $setting)) (toString $value) -}}
+{{- fail (printf "modeClasses.%s.enabled is true but daemon.settings.%s is %q, with which the daemon serves no device of class %s; set modeClasses.%s.enabled=false, or change daemon.settings.%s" $.key $setting (toString $value) $.class.name $.key $setting) -}}
+{{- end -}}
+{{- end -}}
+{{- with .class.hostDir -}}
+{{- if not $v.daemon.fake -}}
+{{- $dir := get $settings .setting | default .default -}}
+{{- if not (has $dir ($v.paths.sharedHostDirs | default list)) -}}
+{{- fail (printf "modeClasses.%s.enabled is true but %s (daemon.settings.%s) is not in paths.sharedHostDirs: the class's claims mount what the daemon makes there from the host; add it to paths.sharedHostDirs, or set modeClasses.%s.enabled=false" $.key $dir .setting $.key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "dra-common.deviceClasses" -}}
-{{- range $i, $class := .Values.deviceClasses }}
+{{- range $i, $class := include "dra-common.classes" . | fromYamlArray }}
 {{- if $i }}
 ---
 {{- end }}

@@ -16,7 +16,7 @@ Check the daemons and the devices they publish:
 
   kubectl -n {{ .Release.Namespace }} rollout status daemonset/{{ include "dra-common.fullname" . }}
   kubectl get resourceslices --field-selector spec.driver={{ $v.driver.name }}
-{{- range $v.deviceClasses }}
+{{- range include "dra-common.classes" . | fromYamlArray }}
 
 Claims name the DeviceClass {{ .name }}{{ if .extendedResourceName }}; pods may also ask for
 `{{ .extendedResourceName }}` in resources.limits (needs the DRAExtendedResource feature gate){{ end }}.
