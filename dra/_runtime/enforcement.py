@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import fcntl
 import logging
 import os
 import re
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import hookcore
-from dra._runtime.fsutil import UID_RE
+from dra._runtime.fsutil import UID_RE, flocked
 from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, checked_stem
 from dra.driver import ContainerEdits, Enforcement, Mount, Preload
 from dra.errors import DRAError
@@ -227,12 +226,8 @@ class ClaimHooks:
     def boards_lock(self) -> Iterator[None]:
         """Exclusive hold on the boards (``flock`` on their directory: no lock file is left behind)."""
         self.boards_root.mkdir(parents=True, exist_ok=True, mode=0o755)
-        fd = os.open(self.boards_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with flocked(self.boards_root):
             yield
-        finally:
-            os.close(fd)
 
     def boards_in_use(self) -> set[str] | None:
         """The device UUIDs whose board some claim's hook dir names (its config, the daemon's own

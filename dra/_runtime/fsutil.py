@@ -147,8 +147,12 @@ def lock_file(path: Path | str, *, shared: bool = False, timeout: float | None =
 
     Each call locks its own open file description, so the lock excludes other processes AND
     other threads of this process; it is not reentrant. The kernel drops it when the holder dies
-    (SIGKILL included). `timeout` None waits forever (without the GIL); else LockTimeout."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+    (SIGKILL included). `timeout` None waits forever (without the GIL); else LockTimeout. A
+    directory is locked as it is (opened read-only): no lock file is left behind in it."""
+    if os.path.isdir(path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    else:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
     op = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
         if timeout is None:
