@@ -84,6 +84,21 @@ def api_client(kubeconfig: Path | None, pool_size: int = 8) -> Any:
     return _client.ApiClient(cfg)
 
 
+def cli_client(kubeconfig: Path | None) -> Any:
+    """A command's client: `kubeconfig` when given, else the pod's service account, else the
+    default kubeconfig ($KUBECONFIG or ~/.kube/config); UserError when none works."""
+    if kubeconfig is not None:
+        return api_client(kubeconfig)
+    try:
+        load_incluster_config()
+        return _client.ApiClient()
+    except _config.ConfigException:
+        try:
+            return new_client_from_config()
+        except (_config.ConfigException, OSError) as e:
+            raise UserError(f"no cluster to talk to: not in a pod and no kubeconfig ({e}); pass --kubeconfig") from None
+
+
 def get_raw(api: Any, path: str, path_params: dict[str, str], timeout: float,
             query: list[tuple[str, str]] | None = None, method: str = "GET", body: Any = None) -> Any:
     """GET `path` (e.g. ``/api/v1/nodes/{name}``) through the client's generic call; the read

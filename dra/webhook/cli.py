@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -33,20 +33,6 @@ app = typer.Typer(help="The admission webhook: HAMi-style pod limits become DRA 
 
 _ConfigOpt = Annotated[Path | None, typer.Option("--config", help="vendor mapping file (default: the shipped one)")]
 
-
-def _client(kubeconfig: Path | None) -> Any:
-    from dra._runtime import client
-
-    if kubeconfig is not None:
-        return client.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        client.load_incluster_config()
-        return client.ApiClient()
-    except client.ConfigException:
-        try:
-            return client.new_client_from_config()
-        except (client.ConfigException, OSError) as e:
-            raise UserError(f"no cluster to talk to: not in a pod and no kubeconfig ({e}); pass --kubeconfig") from None
 
 
 @app.command()
@@ -98,7 +84,7 @@ def run(
     if client_ca is not None and not client_ca.is_file():
         raise UserError(f"--client-ca {client_ca} does not exist; pass the CA that signs the API server's client"
                         " certificate for webhooks")
-    api = _client(kubeconfig)
+    api = client.cli_client(kubeconfig)
     inventory = SliceInventory(api)
     own = os.environ.get("POD_NAMESPACE", "")
     events = OwnerEvents(lambda path, params: client.get_json(api, path, params, 5),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from ci_gate import skip_or_fail
+from kubernetes import client
 
 from dra_dev.cluster.binaries import DEFAULT_K8S_VERSION, binary_set, build, build_helm
 from dra_dev.cluster.controlplane import ControlPlane, running
@@ -83,3 +84,11 @@ def node_helm(pod_cluster: ControlPlane) -> Tool:
 @pytest.fixture(scope="session")
 def node_kubectl(pod_cluster: ControlPlane) -> Tool:
     return Tool(binary_set(K8S_VERSION).path("kubectl"), pod_cluster.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def api(pod_cluster: ControlPlane) -> Iterator[client.ApiClient]:
+    """A client of the pods' control plane, one per test module."""
+    c = pod_cluster.api_client()
+    yield c
+    c.close()

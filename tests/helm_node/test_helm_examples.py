@@ -118,13 +118,6 @@ def class_specs(api: client.ApiClient, names: list[str]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def api(pod_cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    c = pod_cluster.api_client()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def gpu_chart(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The GPU chart installed as a user does, on the fake H200s; its values file for upgrades."""

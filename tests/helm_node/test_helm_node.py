@@ -26,7 +26,6 @@ from kubernetes import client
 import hookcore
 from dra._runtime import procinfo
 from dra.testing.claims import claim_manifest, pod_manifest
-from dra_dev.cluster.controlplane import ControlPlane
 from dra_dev.node.images import PAUSE_IMAGE, WORKLOAD_IMAGE
 from dra_dev.node.node import RealNode
 from tests.charts.chart_helpers import HELM_DIR, Tool
@@ -242,13 +241,6 @@ def report(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
 
 
 # --- fixtures -----------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def api(pod_cluster: ControlPlane) -> Iterator[client.ApiClient]:
-    c = pod_cluster.api_client()
-    yield c
-    c.close()
-
 
 @pytest.fixture(scope="module")
 def gpu_release(chart_node: RealNode, node_helm: Tool, api: client.ApiClient,

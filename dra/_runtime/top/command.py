@@ -68,9 +68,10 @@ def register(app: typer.Typer) -> None:
             raise UserError("-o json prints one document: add --once")
         if metrics_via not in METRICS_VIAS:
             raise UserError(f"--metrics-via {metrics_via!r}: expected {', '.join(METRICS_VIAS)}")
+        from dra._runtime.client import cli_client
         from dra._runtime.top import sources
 
-        api = _client(kubeconfig)
+        api = cli_client(kubeconfig)
         given = sources.named(metrics or [], node)
 
         def endpoints() -> Sequence[Any]:
@@ -89,20 +90,6 @@ def register(app: typer.Typer) -> None:
             if close is not None:
                 close()
 
-
-def _client(kubeconfig: Path | None) -> Any:
-    from dra._runtime import client
-
-    if kubeconfig is not None:
-        return client.api_client(kubeconfig)
-    try:
-        client.load_incluster_config()
-        return client.ApiClient()
-    except client.ConfigException:
-        try:
-            return client.new_client_from_config()
-        except (client.ConfigException, OSError) as e:
-            raise UserError(f"no cluster to talk to: not in a pod and no kubeconfig ({e}); pass --kubeconfig") from None
 
 
 def _once(t: Top, output: str, interval: float) -> None:
