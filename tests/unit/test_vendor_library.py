@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,10 +84,28 @@ def test_a_function_the_library_lacks_is_an_error_at_its_first_call_not_at_load(
 def test_calls_are_serialised_and_a_query_may_hold_the_lock_across_calls() -> None:
     toy = Toy(LIBC)
     entered = threading.Event()
-    with toy.lock:
+    main = threading.current_thread()
+
+    class Watched:
+        """The library's lock, telling when another thread reaches it."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.reached = inner, threading.Event()
+
+        def __enter__(self) -> None:
+            if threading.current_thread() is not main:
+                self.reached.set()
+            self.inner.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.release()
+
+    toy.lock = watched = Watched(toy.lock)  # type: ignore[assignment]
+    with watched:
         toy.call("abs", 0)  # re-entrant: a query holding the lock still calls
         t = threading.Thread(target=lambda: (toy.call("abs", 0), entered.set()))
         t.start()
-        assert not entered.wait(0.05), "another thread called while the lock was held"
+        assert watched.reached.wait(5), "the other thread never reached the lock"
+        assert not entered.is_set(), "another thread called while the lock was held"
     t.join(5)
     assert entered.is_set()
