@@ -28,6 +28,7 @@ cdef extern from "hookcore.h" nogil:
         HK_CFG_MEM_SET
         HK_CFG_SM_SET
         HK_CFG_UUID_SET
+        HK_CFG_ELASTICITY_SET
         HK_COMPUTE_SHARE
         HK_COMPUTE_STRICT
         HK_ORIGIN_NONE
@@ -48,6 +49,7 @@ cdef extern from "hookcore.h" nogil:
         uint32_t flags[16]
         uint32_t compute_mode[16]
         uint32_t ref_mhz[16]
+        uint32_t elasticity_milli[16]
         char uuid[16][64]
         uint64_t ctx_bytes[16]
         uint32_t device_sms[16]

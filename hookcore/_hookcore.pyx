@@ -139,7 +139,8 @@ cdef class ParsedConfig:
 
     def values(self):
         """The parsed values, in `dra.Quota`'s names (the struct's `mem_limit` is `memory`, its
-        `sm_limit` `cores`, `ref_mhz` `full_load_mhz`, `ctx_bytes` `context_memory`)."""
+        `sm_limit` `cores`, `ref_mhz` `full_load_mhz`, `elasticity_milli` `clock_elasticity`, `ctx_bytes`
+        `context_memory`)."""
         devices = []
         for i in range(HK_MAX_DEVICES):
             devices.append({
@@ -149,6 +150,8 @@ cdef class ParsedConfig:
                 "uuid": self.cfg.uuid[i].decode("utf-8", "replace") or None,
                 "strict": self.cfg.compute_mode[i] == HK_COMPUTE_STRICT,
                 "full_load_mhz": self.cfg.ref_mhz[i] or None,
+                "clock_elasticity": self.cfg.elasticity_milli[i] / 1000
+                if self.cfg.flags[i] & HK_CFG_ELASTICITY_SET else None,
                 "context_memory": self.cfg.ctx_bytes[i] or None,
                 "device_sms": self.cfg.device_sms[i] or None,
                 "priority": _PRIORITIES.get(self.cfg.priority[i]),

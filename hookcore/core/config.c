@@ -18,7 +18,7 @@ extern char **environ;
 /* ---------------------------------------------------------------------------------------------
    Keys: the vendor-neutral names, and the sources they come from                              */
 
-enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_CTX, V_SMS, V_PRIO, V_BOARD };
+enum { V_MEM, V_SM, V_UUID, V_PATH, V_MODE, V_MHZ, V_ELAST, V_CTX, V_SMS, V_PRIO, V_BOARD };
 
 typedef struct key_spec {
     const char *name; /* exact name, or the prefix before <i> when indexed */
@@ -31,7 +31,8 @@ static const key_spec g_keys[] = {
     {"HOOKCORE_MEMORY_LIMIT_", V_MEM, 1},    {"HOOKCORE_MEMORY_LIMIT", V_MEM, 0},
     {"HOOKCORE_COMPUTE_LIMIT_", V_SM, 1},    {"HOOKCORE_COMPUTE_LIMIT", V_SM, 0},
     {"HOOKCORE_COMPUTE_MODE_", V_MODE, 1},   {"HOOKCORE_COMPUTE_MODE", V_MODE, 0},
-    {"HOOKCORE_COMPUTE_REF_MHZ_", V_MHZ, 1}, {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
+    {"HOOKCORE_COMPUTE_REF_MHZ_", V_MHZ, 1}, {"HOOKCORE_COMPUTE_ELASTICITY_", V_ELAST, 1},
+    {"HOOKCORE_DEVICE_UUID_", V_UUID, 1},
     {"HOOKCORE_CONTEXT_MEMORY_", V_CTX, 1},  {"HOOKCORE_CONTEXT_MEMORY", V_CTX, 0},
     {"HOOKCORE_DEVICE_SMS_", V_SMS, 1},      {"HOOKCORE_LEDGER", V_PATH, 0},
     {"HOOKCORE_PRIORITY_BOARD", V_BOARD, 0}, {"HOOKCORE_PRIORITY_", V_PRIO, 1},
@@ -68,6 +69,7 @@ typedef struct parse_state {
     char mode_default_by[NAME_MAX_LEN];
     char mode_by[HK_MAX_DEVICES][NAME_MAX_LEN];
     char mhz_by[HK_MAX_DEVICES][NAME_MAX_LEN];
+    char elast_by[HK_MAX_DEVICES][NAME_MAX_LEN];
     char sms_by[HK_MAX_DEVICES][NAME_MAX_LEN];
     char mem_default_by[NAME_MAX_LEN]; /* the name that set it, for messages ("" = unset) */
     char sm_default_by[NAME_MAX_LEN];
@@ -172,6 +174,25 @@ static int parse_mhz_v(const char *name, const char *value, void *o, char *err, 
         v = v * 10 + (uint32_t)(value[i] - '0');
     }
     *out = v;
+    return HK_OK;
+}
+
+/* A clock elasticity: a decimal fraction 0..1 with at most three decimals ("0.45", "1", "0"), x1000. */
+static int parse_elasticity_v(const char *name, const char *value, void *o, char *err, size_t errlen) {
+    static const char *why = "expected a clock elasticity, a decimal from 0 to 1 with at most 3 decimals (0.45)";
+    uint32_t *out = (uint32_t *)o, whole, milli = 0, scale = 100;
+    size_t n = strlen(value), i = 1;
+    if (n == 0 || n > 5 || (value[0] != '0' && value[0] != '1')) return hk__reject(name, value, err, errlen, why);
+    whole = (uint32_t)(value[0] - '0');
+    if (n > 1) {
+        if (value[1] != '.' || n == 2) return hk__reject(name, value, err, errlen, why);
+        for (i = 2; i < n; i++, scale /= 10) {
+            if (!hk__is_digit(value[i])) return hk__reject(name, value, err, errlen, why);
+            milli += (uint32_t)(value[i] - '0') * scale;
+        }
+    }
+    if (whole == 1 && milli != 0) return hk__reject(name, value, err, errlen, why);
+    *out = whole * 1000 + milli;
     return HK_OK;
 }
 
@@ -296,6 +317,13 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
                 rc = parse_mhz_v(name, value, &out->ref_mhz[idx], err, errlen);
                 copy_name(st->mhz_by[idx], name, strlen(name));
                 break;
+            case V_ELAST:
+                if (st->elast_by[idx][0])
+                    return repeated(st, st->elast_by[idx], name, value, parse_elasticity_v, &out->elasticity_milli[idx],
+                                    sizeof(uint32_t), err, errlen);
+                rc = parse_elasticity_v(name, value, &out->elasticity_milli[idx], err, errlen);
+                copy_name(st->elast_by[idx], name, strlen(name));
+                break;
             case V_SMS:
                 if (st->sms_by[idx][0])
                     return repeated(st, st->sms_by[idx], name, value, parse_sms_v, &out->device_sms[idx],
@@ -334,7 +362,8 @@ static int apply(parse_state *st, const char *name, const char *canon, const cha
         hk__quote(qn, sizeof qn, name);
         hk__errf(err, errlen,
                  "unknown key %s (expected HOOKCORE_MEMORY_LIMIT_<i>, HOOKCORE_COMPUTE_LIMIT_<i>, "
-                 "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_DEVICE_UUID_<i>, "
+                 "HOOKCORE_COMPUTE_MODE_<i>, HOOKCORE_COMPUTE_REF_MHZ_<i>, HOOKCORE_COMPUTE_ELASTICITY_<i>, "
+                 "HOOKCORE_DEVICE_UUID_<i>, "
                  "HOOKCORE_CONTEXT_MEMORY_<i>, HOOKCORE_DEVICE_SMS_<i>, HOOKCORE_PRIORITY_<i>, "
                  "HOOKCORE_PRIORITY_BOARD or HOOKCORE_LEDGER)",
                  qn);
@@ -415,6 +444,7 @@ static int finish(parse_state *st, const hk_config_source *src, char *err, size_
         if (out->mem_limit[i] != HK_MEM_UNLIMITED) out->flags[i] |= HK_CFG_MEM_SET;
         if (out->sm_limit[i] != HK_SM_UNLIMITED) out->flags[i] |= HK_CFG_SM_SET;
         if (st->uuid_by[i][0]) out->flags[i] |= HK_CFG_UUID_SET;
+        if (st->elast_by[i][0]) out->flags[i] |= HK_CFG_ELASTICITY_SET;
         any_limit |= (out->flags[i] & (HK_CFG_MEM_SET | HK_CFG_SM_SET)) != 0;
         if (st->mode_by[i][0] && out->compute_mode[i] == HK_COMPUTE_STRICT && out->sm_limit[i] == HK_SM_UNLIMITED) {
             hk__errf(err, errlen,

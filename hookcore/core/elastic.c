@@ -3,9 +3,9 @@
 
 #include <string.h>
 
-void hk_elastic_init(hk_elastic *e) {
+void hk_elastic_init(hk_elastic *e, uint32_t prior_milli) {
     memset(e, 0, sizeof *e);
-    e->phi_milli = HK_ELASTIC_PRIOR_MILLI;
+    e->phi_milli = prior_milli > 1000 ? 1000 : prior_milli;
     e->xbar = 1.0;
 }
 

@@ -28,8 +28,12 @@
  *     shorter than HK_ELASTIC_MIN_NS (timer noise) are not used;
  *   - evidence: the fit is used only once the decayed sum of u^2 reaches HK_ELASTIC_MIN_SXX
  *     (e.g. 100 batches with the clock 1% off their mean, or 4 with it 5% off); until then phi stays
- *     where it is, starting at the prior HK_ELASTIC_PRIOR_MILLI (1000: compute-bound, the old strict
- *     rule: an unproven claim is never charged less than its boost);
+ *     where it is, starting at the prior: the claim's config's (HOOKCORE_COMPUTE_ELASTICITY_<i>, the
+ *     value measured for the GPU model's power-bound matmul by the bench, set by the admin) or
+ *     HK_ELASTIC_PRIOR_MILLI (1000: compute-bound, the old strict rule: an unproven claim is never
+ *     charged less than its boost). The prior matters most where the clock never moves under the
+ *     claim's load (an idle H100 at a share below ~70% stays at its top clock): there nothing is
+ *     learned and the prior is what is charged;
  *   - damped: the sums decay by 1/HK_ELASTIC_MEMORY per accepted batch (the fit follows a change of
  *     work), and phi moves towards the fit by at most HK_ELASTIC_STEP_MILLI per accepted batch.
  *
@@ -74,8 +78,9 @@ typedef struct hk_elastic {
     hk_elastic_ref ref[HK_ELASTIC_REFS];
 } hk_elastic;
 
-/* Start at the prior. */
-void hk_elastic_init(hk_elastic *e);
+/* Start at the prior, x1000 (clamped to 0..1000): HK_ELASTIC_PRIOR_MILLI unless the claim's config
+   gives the GPU model's measured value (HOOKCORE_COMPUTE_ELASTICITY_<i>). */
+void hk_elastic_init(hk_elastic *e, uint32_t prior_milli);
 
 /* One batch: its signature (0 = none: not used), device time (ns) and x = f_full / f when it ran
    (x1000; 0 = clock unknown: not used). Returns 1 if it was used for the fit, 0 if not. */

@@ -224,6 +224,12 @@ uint32_t hk_compute_ref_mhz(int dev) {
     return g.cfg.ref_mhz[dev];
 }
 
+uint32_t hk_compute_elasticity_milli(int dev) {
+    if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 1000;
+    if (!(g.cfg.flags[dev] & HK_CFG_ELASTICITY_SET) || g.cfg.elasticity_milli[dev] > 1000) return 1000;
+    return g.cfg.elasticity_milli[dev];
+}
+
 uint32_t hk_device_sms(int dev) {
     if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
     return g.cfg.device_sms[dev]; /* the process's own parsed config */

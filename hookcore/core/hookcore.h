@@ -37,6 +37,10 @@
  *   HOOKCORE_COMPUTE_MODE        limit is a share of full-load throughput (limiter.h, meter.h)
  *   HOOKCORE_COMPUTE_REF_MHZ_<i> strict only: the device's clock under full load, MHz (default: the
  *                                shim's own estimate, see the shim's README)
+ *   HOOKCORE_COMPUTE_ELASTICITY_<i> strict only: how a batch's time follows the SM clock before the
+ *                                claim's own batches show it (elastic.h), a decimal 0..1 with at most 3
+ *                                decimals; measured per GPU model for a power-bound matmul (the bench);
+ *                                default 1: the whole boost is charged
  *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("KIND-xxxxxxxx-..."): the claim is UUID-keyed
  *   HOOKCORE_CONTEXT_MEMORY_<i>  device memory a context takes on index i (a quantity, 0 allowed);
  *   HOOKCORE_CONTEXT_MEMORY      charged to the quota once per process and device when the process
@@ -168,6 +172,7 @@ const char *hk_strerror(int code);
 #define HK_CFG_MEM_SET  0x1u /* hk_config.flags[i]: a memory limit was given for index i */
 #define HK_CFG_SM_SET   0x2u /* an SM limit was given for index i */
 #define HK_CFG_UUID_SET 0x4u /* HOOKCORE_DEVICE_UUID_<i> was given */
+#define HK_CFG_ELASTICITY_SET 0x8u /* HOOKCORE_COMPUTE_ELASTICITY_<i> was given (elasticity_milli[i] holds it) */
 
 #define HK_PRIORITY_UNSET  0u /* hk_config.priority: not configured (normal where a board is) */
 #define HK_PRIORITY_NORMAL 1u
@@ -189,6 +194,8 @@ typedef struct hk_config {
     uint32_t flags[HK_MAX_DEVICES];         /* HK_CFG_* */
     uint32_t compute_mode[HK_MAX_DEVICES];  /* HK_COMPUTE_* */
     uint32_t ref_mhz[HK_MAX_DEVICES];       /* strict: full-load clock in MHz, 0 = not given */
+    uint32_t elasticity_milli[HK_MAX_DEVICES]; /* strict: the clock elasticity before any evidence, x1000
+                                                  (0..1000), read only where flags has HK_CFG_ELASTICITY_SET */
     char uuid[HK_MAX_DEVICES][HK_UUID_MAX]; /* "" when not given */
     uint64_t ctx_bytes[HK_MAX_DEVICES];     /* device memory charged per context (0 = none) */
     uint32_t device_sms[HK_MAX_DEVICES];    /* the device's SM count as the daemon read it, 0 = not given */
@@ -292,6 +299,11 @@ uint32_t hk_sm_limit(int dev);
    not configured). 0 when dormant, failed closed or out of range. */
 int hk_compute_strict(int dev);
 uint32_t hk_compute_ref_mhz(int dev);
+
+/* The clock elasticity a strict cap assumes for ledger index `dev` before the claim's own batches
+   show it (HOOKCORE_COMPUTE_ELASTICITY_<i>, x1000, core/elastic.h): the given value, else 1000 (the
+   whole boost is charged: never less than without it). 1000 when dormant, failed closed or out of range. */
+uint32_t hk_compute_elasticity_milli(int dev);
 
 /* The SM count the claim's config gives ledger index `dev` (HOOKCORE_DEVICE_SMS_<i>, the daemon's
    reading of the device); 0 when not given, dormant, failed closed or out of range. */

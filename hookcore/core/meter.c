@@ -144,7 +144,7 @@ static hk_limiter *limiter_for(int ldev) {
     if (hk_atomic_load_relaxed(&g_lim_state[ldev]) == 0) {
         hk_limiter_attach(&g_lim[ldev], hk_limiter_area(ldev), hk_sm_limit(ldev));
         g_lim[ldev].strict = hk_compute_strict(ldev);
-        hk_elastic_init(&g_elastic[ldev]);
+        hk_elastic_init(&g_elastic[ldev], hk_compute_elasticity_milli(ldev));
         hk_atomic_store_release(&g_lim_state[ldev], g_lim[ldev].shared ? 1 : 2);
     }
     pthread_mutex_unlock(&g_lock);
@@ -415,7 +415,7 @@ void hk_meter_atfork_child(void) {
     g_head = g_npending = g_npool = 0;
     memset(g_est, 0, sizeof g_est);
     for (int i = 0; i < HK_MAX_DEVICES; i++) { /* boards stay open: the descriptors are the child's too */
-        hk_elastic_init(&g_elastic[i]);
+        hk_elastic_init(&g_elastic[i], hk_compute_elasticity_milli(i));
         hk_atomic_store_relaxed(&g_unit_ns[i], 0);
     }
     hk_atomic_store_relaxed(&g_captures, 0);

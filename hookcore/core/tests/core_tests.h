@@ -56,6 +56,7 @@ void test_limiter_books(void);
 void test_limiter_cost(void);
 void test_elastic_converges(void);
 void test_elastic_prior(void);
+void test_elastic_given_prior(void);
 void test_elastic_contention(void);
 void test_elastic_bounded(void);
 void test_elastic_damped(void);

@@ -174,6 +174,7 @@ int main(int argc, char **argv) {
     test_limiter_cost();
     test_elastic_converges();
     test_elastic_prior();
+    test_elastic_given_prior();
     test_elastic_contention();
     test_elastic_bounded();
     test_power_bound();
