@@ -431,6 +431,8 @@ class Bench:
         self.tmp = Path(tempfile.mkdtemp(prefix="hkshares-"))
         self.results: dict[str, Any] = {"env": {}, "runs": {}}
         self.ref_mhz: int | None = None
+        self.elasticity: float | None = None  # strict's prior (HOOKCORE_COMPUTE_ELASTICITY_0)
+        self.calibrate = True  # derive it from the native and default matmul runs (--elasticity auto)
         self.uuid = ""
         self.nvml: Nvml | None = None
         self.clock: ClockLog | None = None
@@ -462,6 +464,8 @@ class Bench:
             e["HOOKCORE_COMPUTE_MODE_0"] = "strict"
             if self.ref_mhz:
                 e["HOOKCORE_COMPUTE_REF_MHZ_0"] = str(self.ref_mhz)
+            if self.elasticity is not None:
+                e["HOOKCORE_COMPUTE_ELASTICITY_0"] = f"{self.elasticity:.3f}".rstrip("0").rstrip(".") or "0"
         if proc.priority:  # the GPU's board, made as the daemon makes it (a normal claim only reads it)
             boards = self.tmp / f"{self.label}-boards"
             boards.mkdir(exist_ok=True)
@@ -506,6 +510,11 @@ class Bench:
                 mhz = rec.get("clock", {}).get("sm_mhz")
                 self.ref_mhz = int(mhz) if mhz else None
                 self.results["env"]["ref_mhz"] = self.ref_mhz
+            if job.key.startswith("default/matmul/") and self.calibrate and self.elasticity is None:
+                self.elasticity = calibrated_elasticity(self.results["runs"], self.ref_mhz)
+                if self.elasticity is not None:
+                    self.results["env"]["elasticity"] = {"value": self.elasticity, "from": job.key}
+                    self.say(f"strict's clock elasticity prior: {self.elasticity:.3f} (from {job.key})")
         if ahead:
             for r in ahead:
                 r.p.kill()
@@ -554,6 +563,27 @@ def _rate(run: dict[str, Any] | None, i: int = 0) -> float | None:
     return float(r) if r is not None else None
 
 
+def calibrated_elasticity(runs: dict[str, Any], ref_mhz: int | None) -> float | None:
+    """The clock elasticity of the GPU's power-bound matmul, as an admin measures it once per GPU
+    model for strict's prior (`clockElasticity`): a default share charges device time, so a capped
+    matmul on the idle, boosted GPU does pct/cap times the native (full-load) work per device-second;
+    the model (hookcore/core/elastic.h) says that speedup is 1 - phi + phi f/f_full. From the first
+    default matmul run at a cap of 50 or less whose clock held steady (within 3%: the boost); None if
+    there is none or the clock did not boost."""
+    native = _rate(runs.get("native/matmul"))
+    if not native or not ref_mhz:
+        return None
+    for cap in (30, 10, 50):
+        run = runs.get(f"default/matmul/{cap}")
+        rate, clock = _rate(run), (run or {}).get("clock", {})
+        f, lo, hi = clock.get("sm_mhz"), clock.get("sm_mhz_p10"), clock.get("sm_mhz_p90")
+        if not rate or not f or lo is None or hi is None or hi - lo > 0.03 * f or f <= ref_mhz * 1.05:
+            continue
+        speedup = rate / native * 100 / cap
+        return round(min(1.0, max(0.0, (speedup - 1) / (f / ref_mhz - 1))), 3)
+    return None
+
+
 def derive(results: dict[str, Any]) -> None:
     """Each run's processes as a percentage of the same workload's native process."""
     runs = results["runs"]
@@ -577,7 +607,8 @@ def _f(v: float | None) -> str:
 def table(results: dict[str, Any]) -> str:
     runs, env = results["runs"], results["env"]
     lines = [f"GPU: {env.get('gpu')}; hookcore {env.get('hookcore')} ({env.get('label')}); {env.get('date')}; "
-             f"full-load clock for strict {env.get('ref_mhz')} MHz (the native matmul's median); warm-up "
+             f"full-load clock for strict {env.get('ref_mhz')} MHz (the native matmul's median), clock elasticity "
+             f"prior {(env.get('elasticity') or {}).get('value', 'none: 1')}; warm-up "
              f"{env.get('warm_s')} s, {env.get('secs')} s counted per run; {results.get('total_s', '?')} s in all",
              "", "Share of one native process's throughput of the same workload, % (SM clock median, MHz).", "",
              "| case | 10 | 30 | 50 | 70 |", "|---|---|---|---|---|"]
@@ -640,6 +671,9 @@ def main() -> None:
     ap.add_argument("--warm", type=float, default=0.8)
     ap.add_argument("--secs", type=float, default=1.5)
     ap.add_argument("--budget", type=float, default=540.0, help="seconds after which runs left are skipped")
+    ap.add_argument("--elasticity", default="auto",
+                    help="strict's clock elasticity prior: auto (measured from the default matmul runs), a value 0..1,"
+                         " or none (the hook's default, 1)")
     ap.add_argument("--plan", action="store_true", help="print the jobs and exit")
     ap.add_argument("--probe", default="", help="first run the clock probe on these workloads (no hook), e.g. matmul,memcpy")
     a = ap.parse_args()
@@ -671,7 +705,12 @@ def main() -> None:
         line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
         (out / "clock-probe.json").write_text(line[7:] if line else json.dumps({"error": r.stderr[-3000:]}))
         print(f"clock probe: {'ok' if line else r.stderr[-2000:]}", flush=True)
-    Bench(out, Path(a.tree).resolve(), build, a.label, a.warm, a.secs).main(workloads, caps, skip, a.budget)
+    bench = Bench(out, Path(a.tree).resolve(), build, a.label, a.warm, a.secs)
+    if a.elasticity != "auto":
+        bench.calibrate = False
+        bench.elasticity = None if a.elasticity == "none" else float(a.elasticity)
+        bench.results["env"]["elasticity"] = {"value": bench.elasticity, "from": "--elasticity"}
+    bench.main(workloads, caps, skip, a.budget)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,26 @@ def test_claim_settings(bench: ModuleType, tmp_path: Path) -> None:
     board = Path(e["HOOKCORE_PRIORITY_BOARD"]) / b.uuid
     assert board.read_bytes() == bytes(4096)
     assert "LD_PRELOAD" not in b.env(bench.Proc("matmul", None))
+    assert "HOOKCORE_COMPUTE_ELASTICITY_0" not in b.env(bench.Proc("matmul", "c", 30, True))  # not measured yet
+    b.elasticity = 0.45
+    assert b.env(bench.Proc("matmul", "c", 30, True))["HOOKCORE_COMPUTE_ELASTICITY_0"] == "0.45"
+    b.elasticity = 1.0
+    assert b.env(bench.Proc("matmul", "c", 30, True))["HOOKCORE_COMPUTE_ELASTICITY_0"] == "1"
+
+
+def test_the_elasticity_prior_is_measured_from_the_default_runs(bench: ModuleType) -> None:
+    """The H100's numbers of 2026-12-05 (bench/results/h100-2026-12-05-shares): a native matmul at
+    1410 MHz, the default 30% share 35.5% of it at a steady 1980 MHz: speedup 1.183 over a clock
+    ratio of 1.404, phi 0.455. A boost that did not hold steady, or no boost, teaches nothing."""
+    def runs(pct: float, mhz: tuple[int, int, int]) -> dict[str, Any]:
+        return {"native/matmul": {"results": [{"rate": 1000.0}]},
+                "default/matmul/30": {"results": [{"rate": pct * 10}],
+                                      "clock": dict(zip(("sm_mhz", "sm_mhz_p10", "sm_mhz_p90"), mhz, strict=True))}}
+    assert bench.calibrated_elasticity(runs(35.5, (1980, 1980, 1980)), 1410) == pytest.approx(0.455, abs=0.002)
+    assert bench.calibrated_elasticity(runs(29.0, (1980, 1980, 1980)), 1410) == 0.0   # slower than native: clamped
+    assert bench.calibrated_elasticity(runs(35.5, (1800, 1500, 1980)), 1410) is None  # the clock moved
+    assert bench.calibrated_elasticity(runs(35.5, (1420, 1420, 1420)), 1410) is None  # no boost
+    assert bench.calibrated_elasticity(runs(35.5, (1980, 1980, 1980)), None) is None
 
 
 def synthetic() -> dict[str, Any]:
