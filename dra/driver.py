@@ -314,6 +314,12 @@ class Quota:
     full_load_mhz: int | None = None
     """Strict only: the device's sustained clock under full load, MHz (None: the hook library's
     default, which may not know it and then charges device time)."""
+    clock_elasticity: float | None = None
+    """Strict only: how a batch's time follows the SM clock before the claim's own batches show it
+    (0: memory-bound, 1: compute-bound; at most 3 decimals), the value measured for the GPU model's
+    power-bound matmul (bench/shares_h200.py; H100 ~0.45). It is what the hook charges where the
+    clock never moves under the claim's load, so nothing can be learned (None: the hook's prior 1,
+    the whole boost is charged, which holds such a claim below its share)."""
     context_memory: int | None = None
     """Bytes of device memory one context of a process takes on this device, charged to `memory`
     once per process and once per extra context (None: contexts are not charged). The driver

@@ -277,6 +277,10 @@ def gpu_settings() -> dict[str, Any]:
         "sysfs": ABS_PATH,
         "fullLoadClockMhz": string_setting(pattern=r"^[1-9][0-9]{0,4}$",
                                            description="strict-cap claims' full-load SM clock in MHz, quoted"),
+        "clockElasticity": {"anyOf": [string_setting(pattern=r"^(0(\.[0-9]{1,3})?|1(\.0{1,3})?)$"),
+                                      {"type": "number", "minimum": 0, "maximum": 1}],
+                            "description": "strict-cap claims' clock elasticity of the GPU model, 0..1 with at most"
+                                           " 3 decimals (H100: 0.45)"},
         "mig": {"enum": ["off", "static", "dynamic"], "description": "what GPUs in MIG mode are published as"},
         "mpsRoot": ABS_PATH,
         "mpsControl": string_setting(minLength=1),

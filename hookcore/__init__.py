@@ -68,6 +68,8 @@ __all__ = [
     "config_file_text",
     "container_config_path",
     "create_ledger",
+    "elasticity_text",
+    "is_elasticity",
     "library_path",
     "library_stem",
     "parse_config",
@@ -135,6 +137,25 @@ def parse_sm(value: str, name: str = "HOOKCORE_COMPUTE_LIMIT") -> int:
     return int(_ext.parse_sm(value, name))
 
 
+def is_elasticity(value: object) -> bool:
+    """Whether `value` is a clock elasticity the hook's parser takes: a number from 0 to 1 with at
+    most 3 decimals (``HOOKCORE_COMPUTE_ELASTICITY_<i>`` is written x1000 exactly, never rounded)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        return False  # NaN fails the comparison too
+    return abs(value * 1000 - round(value * 1000)) < 1e-9
+
+
+def elasticity_text(value: float) -> str:
+    """`value` as ``HOOKCORE_COMPUTE_ELASTICITY_<i>`` spells it: ``0.45``, ``1``, ``0``, ``0.005`` (the
+    parser takes a leading 0 or 1, a point and up to 3 digits; no exponent). Raises HookConfigError
+    for a value it would not take (`is_elasticity`)."""
+    if not is_elasticity(value):
+        raise _ext.HookConfigError(f"clock elasticity {value!r}: expected a number from 0 to 1 with at most 3"
+                                   " decimals (0.45)")
+    whole, milli = divmod(round(value * 1000), 1000)
+    return f"{whole}.{milli:03d}".rstrip("0") if milli else str(whole)
+
+
 class QuotaLike(Protocol):
     """The quota of one device as a claim asks for it, in `dra.Quota`'s names (`dra.Quota` is one,
     so is `DeviceQuota`): what :func:`claim_config` and :func:`claim_env` take."""
@@ -150,6 +171,8 @@ class QuotaLike(Protocol):
     @property
     def full_load_mhz(self) -> int | None: ...
     @property
+    def clock_elasticity(self) -> float | None: ...
+    @property
     def context_memory(self) -> int | None: ...
     @property
     def device_sms(self) -> int | None: ...
@@ -160,7 +183,8 @@ class QuotaLike(Protocol):
 @dataclass(frozen=True)
 class DeviceQuota:
     """The quota of one device index of a claim, in `dra.Quota`'s names (see there; the C struct
-    calls them ``mem_limit``, ``sm_limit``, ``compute_mode``, ``ref_mhz``, ``ctx_bytes``)."""
+    calls them ``mem_limit``, ``sm_limit``, ``compute_mode``, ``ref_mhz``, ``elasticity_milli``,
+    ``ctx_bytes``)."""
 
     index: int
     memory: int | None = None  # bytes; None = no memory quota
@@ -168,6 +192,7 @@ class DeviceQuota:
     uuid: str | None = None  # the physical device's key when the claim is UUID-keyed
     strict: bool = False  # cores of full-load throughput (a strict cap), not of device time
     full_load_mhz: int | None = None  # strict: the device's SM clock under full load (None: the library's default)
+    clock_elasticity: float | None = None  # strict: the elasticity charged before evidence (None: the prior, 1)
     context_memory: int | None = None  # bytes a context takes on this device, charged per context (None: 0)
     device_sms: int | None = None  # the device's SM count as the daemon read it (None: the hook asks CUDA)
     priority: str | None = None  # "high" | "normal": the device's part in priorities (None: not set)
@@ -175,9 +200,11 @@ class DeviceQuota:
     @classmethod
     def of(cls, index: int, quota: QuotaLike) -> DeviceQuota:
         """`quota` at `index`, as the library's parser reads it back from what :func:`claim_env` writes
-        (an empty UUID and a context charge of 0 are not written: None)."""
+        (an empty UUID and a context charge of 0 are not written: None; an elasticity is read back
+        x1000 / 1000)."""
+        elasticity = None if quota.clock_elasticity is None else round(quota.clock_elasticity * 1000) / 1000
         return cls(index, quota.memory, quota.cores, quota.uuid or None, quota.strict, quota.full_load_mhz,
-                   quota.context_memory or None, quota.device_sms, quota.priority)
+                   elasticity, quota.context_memory or None, quota.device_sms, quota.priority)
 
 
 def library_stem(library: str | os.PathLike[str]) -> str:
@@ -285,6 +312,8 @@ def _settings(quotas: Sequence[QuotaLike], ledger_path: str, board_dir: str | No
             env[f"HOOKCORE_COMPUTE_MODE_{i}"] = "strict"
         if q.full_load_mhz is not None:
             env[f"HOOKCORE_COMPUTE_REF_MHZ_{i}"] = str(q.full_load_mhz)
+        if q.clock_elasticity is not None:
+            env[f"HOOKCORE_COMPUTE_ELASTICITY_{i}"] = elasticity_text(q.clock_elasticity)
         if q.context_memory:
             env[f"HOOKCORE_CONTEXT_MEMORY_{i}"] = str(q.context_memory)
         if q.device_sms is not None:
@@ -313,10 +342,11 @@ def claim_env(quotas: Sequence[QuotaLike], ledger_path: str, board_dir: str | No
     """The configuration of a claim's devices (index = position in `quotas`), validated.
 
     Vendor-neutral keys: ``HOOKCORE_MEMORY_LIMIT_<i>`` in plain bytes, ``HOOKCORE_COMPUTE_LIMIT_<i>``
-    only below 100, ``HOOKCORE_COMPUTE_MODE_<i>`` / ``HOOKCORE_COMPUTE_REF_MHZ_<i>`` for a strict
-    cap, ``HOOKCORE_CONTEXT_MEMORY_<i>`` when a context size is given, ``HOOKCORE_DEVICE_SMS_<i>``
-    when the device's SM count is known (the whole the hook measures a context's SM fraction
-    against; CUDA inside an MPS client answers the client's part), ``HOOKCORE_DEVICE_UUID_<i>``
+    only below 100, ``HOOKCORE_COMPUTE_MODE_<i>`` / ``HOOKCORE_COMPUTE_REF_MHZ_<i>`` /
+    ``HOOKCORE_COMPUTE_ELASTICITY_<i>`` (:func:`elasticity_text`) for a strict cap,
+    ``HOOKCORE_CONTEXT_MEMORY_<i>`` when a context size is given, ``HOOKCORE_DEVICE_SMS_<i>`` when
+    the device's SM count is known (the whole the hook measures a context's SM fraction against;
+    CUDA inside an MPS client answers the client's part), ``HOOKCORE_DEVICE_UUID_<i>``
     when given (then the claim is UUID-keyed and every device must have one), ``HOOKCORE_LEDGER`` =
     `ledger_path` as the container sees it; ``HOOKCORE_PRIORITY_<i>`` when a device's priority is
     set and ``HOOKCORE_PRIORITY_BOARD`` = `board_dir` (where the daemon mounts the devices' priority

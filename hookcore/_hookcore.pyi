@@ -25,6 +25,7 @@ class DeviceValues(TypedDict):
     uuid: str | None
     strict: bool
     full_load_mhz: int | None
+    clock_elasticity: float | None
     context_memory: int | None
     device_sms: int | None
     priority: str | None

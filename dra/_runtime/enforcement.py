@@ -151,6 +151,10 @@ class ClaimHooks:
             if q.full_load_mhz is not None and not (q.strict and q.full_load_mhz > 0):
                 raise EnforcementError(f"quota {i} (device {q.uuid}): full_load_mhz={q.full_load_mhz} needs a strict"
                                        " cap and a positive clock in MHz")
+            if q.clock_elasticity is not None and not (q.strict and hookcore.is_elasticity(q.clock_elasticity)):
+                raise EnforcementError(f"quota {i} (device {q.uuid}): clock_elasticity={q.clock_elasticity} needs a"
+                                       " strict cap and a number from 0 to 1 with at most 3 decimals (0.45); leave it"
+                                       " None for the hook's prior (1)")
             if q.priority is not None and (q.priority not in ("high", "normal") or not _BOARD_NAME.fullmatch(q.uuid)):
                 raise EnforcementError(f"quota {i} (device {q.uuid}): priority={q.priority!r} needs high or normal and a"
                                        " device UUID of [A-Za-z0-9._:-] (its board is named by it)")

@@ -98,14 +98,19 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
         return None if self.migs.is_mig([p.device for p in prepared]) else super().enforcement(claim, prepared)
 
     def quota(self, v: dra.Visible[nvml.Gpu], cores: int, config: GpuConfig) -> dra.Quota:
-        """Strict caps full-load throughput. Under MPS the hook keeps the claim's cores too: MPS's SM
+        """Strict caps full-load throughput, at the full-load clock and clock elasticity of the claim's
+        config, else the daemon's settings. Under MPS the hook keeps the claim's cores too: MPS's SM
         percentage is the client's own environment, the hook's config is the daemon's (a ceiling;
         review 2026-12-04 #5). The GPU's SM count from NVML goes with it: the hook charges a
         client's device time x its part of that count, so an honest client is held once. Every claim
         takes part in priorities: normal (the default) waits where a high claim has work."""
         capped = config.compute_mode == "strict" and cores < 100  # nothing to cap on a whole GPU
         mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if capped else None
-        return dra.Quota(v.device.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz,
+        elasticity = None
+        if capped:  # 0 is a value (memory-bound), not unset
+            elasticity = config.clock_elasticity if config.clock_elasticity is not None \
+                else self.settings.clock_elasticity
+        return dra.Quota(v.device.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz, clock_elasticity=elasticity,
                          context_memory=self.settings.context_charge(fake=self.fake is not None) or None,
                          device_sms=v.device.sms, priority=config.priority or "normal")
 

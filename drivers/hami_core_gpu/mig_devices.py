@@ -125,10 +125,11 @@ class MigDevices:
         prepared once that claim's unprepare has run (it destroys its instance, this one makes a new)."""
         for dev in devices_:
             c = dev.config
-            if isinstance(c, GpuConfig) and (c.preload or c.compute_mode or c.full_load_clock_mhz):
+            if isinstance(c, GpuConfig) and (c.preload or c.compute_mode or c.full_load_clock_mhz
+                                             or c.clock_elasticity is not None):
                 raise PrepareError(f"device {dev.device} is a MIG device: the hardware isolates it and no hook runs"
-                                   " there, so preload/computeMode/fullLoadClockMhz do not apply; drop them from"
-                                   " the claim's (or DeviceClass's) GpuConfig")
+                                   " there, so preload/computeMode/fullLoadClockMhz/clockElasticity do not apply; drop"
+                                   " them from the claim's (or DeviceClass's) GpuConfig")
         others = self._others(claim)
         for dev in devices_:
             holder = self._holder(dev, others or ())

@@ -13,6 +13,10 @@
 - ``sysfs`` (``/sys``): where sysfs is mounted (PCIe root, NUMA node).
 - ``fullLoadClockMhz`` (unset): the sustained SM clock under full load of this node's GPUs, for
   claims with ``computeMode: strict`` that give none (H200: ~1500; ``bench/hookcore_gpu.py`` measures it).
+- ``clockElasticity`` (unset): the clock elasticity of this node's GPU model (0..1, at most 3
+  decimals), for claims with ``computeMode: strict`` that give none: what the hook charges a
+  boosted batch where the claim's own batches cannot show it (H100: ~0.45, 2026-12-05;
+  ``bench/shares_h200.py``'s strict runs print it). Unset: the hook's 1, the whole boost charged.
 
 - ``contextMemory`` (``692Mi`` on real GPUs, ``0`` on the fake): device memory charged to a
   claim's memory quota for each CUDA context of its processes (one per process, plus each extra
@@ -42,12 +46,13 @@ Unknown keys and bad values stop the daemon at start with a message naming the k
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import dra.settings
 from dra import quantity_to_int
-from drivers.hami_core_gpu.config import MAX_MHZ
+from drivers.hami_core_gpu.config import ELASTICITY_RULE, MAX_MHZ, is_elasticity
 
 CDI_MODES = ("toolkit", "self-contained")
 DEFAULT_CONTEXT_MEMORY = 692 * 2**20
@@ -66,6 +71,7 @@ class Settings:
     health_probe_interval: float = 5.0
     sysfs: Path = Path("/sys")
     full_load_clock_mhz: int | None = None
+    clock_elasticity: float | None = None
     mig: str = "static"
     mps_root: Path = Path("/run/hami-core-gpu/mps")
     mps_control: str | None = None  # None: nvidia-cuda-mps-control (the fake's under --fake)
@@ -76,8 +82,8 @@ class Settings:
     def parse(cls, raw: Mapping[str, str]) -> Settings:
         known = {
             "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "mig", "mpsRoot", "mpsControl", "mpsSharing",
-            "contextMemory",
+            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "clockElasticity", "mig", "mpsRoot", "mpsControl",
+            "mpsSharing", "contextMemory",
         }
         dra.settings.check_known(raw, known, "hami-core-gpu")
         out: dict[str, object] = {}
@@ -126,6 +132,12 @@ class Settings:
             if not (value.isdigit() and 1 <= int(value) <= MAX_MHZ):
                 raise SettingsError(f"fullLoadClockMhz must be a clock in MHz, 1..{MAX_MHZ}, not {value!r}")
             out["full_load_clock_mhz"] = int(value)
+        if "clockElasticity" in raw:
+            value = raw["clockElasticity"]
+            elasticity = float(value) if re.fullmatch(r"[01](\.[0-9]{1,3})?", value) else None
+            if elasticity is None or not is_elasticity(elasticity):
+                raise SettingsError(f"clockElasticity must be {ELASTICITY_RULE}, not {value!r}")
+            out["clock_elasticity"] = elasticity
         return cls(**out)  # type: ignore[arg-type]
 
     def context_charge(self, fake: bool) -> int:

@@ -232,6 +232,7 @@ def _camel(field: str) -> str:
 
 SAMPLES = {"driverRoot": "/run/nvidia/driver", "devRoot": "/", "sysfs": "/sys", "dcmiLibrary": "/usr/local/dcmi/libdcmi.so",
            "deviceMemory": "96Gi", "healthProbeInterval": "5", "healthInterval": "5", "fullLoadClockMhz": "1500",
+           "clockElasticity": "0.45",
            "mpsRoot": "/run/hami-core-gpu/mps", "mpsControl": "nvidia-cuda-mps-control", "contextMemory": "692Mi",
            "smiLibrary": "/opt/hyhal/lib/librocm_smi64.so",
            "sharing": "whole", "cndevLibrary": "/usr/lib64/libcndev.so"}
@@ -250,6 +251,18 @@ def test_the_schema_allows_exactly_the_drivers_settings(chart: str) -> None:
     for key, rule in allowed.items():
         sample = rule["enum"][-1] if "enum" in rule else SAMPLES.get(key, "nvidia.com/gpu")
         settings_module.Settings.parse({key: sample})  # the driver accepts what the schema lets through
+
+
+@pytest.mark.parametrize(("given", "want"), [("0.45", 0.45), (0.45, 0.45), (1, 1.0), ("0", 0.0), (0.005, 0.005)])
+def test_the_gpu_models_clock_elasticity_reaches_the_daemon_quoted_or_not(
+        helm: Tool, monkeypatch: pytest.MonkeyPatch, given: Any, want: float) -> None:
+    """daemon.settings.clockElasticity, a number or its quoted spelling: the schema lets both through
+    and `--set=clockElasticity=...` is what the driver parses to the same value."""
+    from drivers.hami_core_gpu.settings import Settings
+
+    _objects, spec = pod("hami-core-gpu", helm, {"daemon.settings": {"clockElasticity": given}})
+    _cli, params = parse(container(spec, "daemon"), monkeypatch)
+    assert Settings.parse(flags.build(DaemonSettings, params).driver_settings).clock_elasticity == want
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)

@@ -52,9 +52,9 @@ DRIVER_NAME = {"hami-core-gpu": "hami-core-gpu.project-hami.io", "ascend": "asce
 
 
 # A second DeviceClass carrying the driver's config for its claims, per chart.
-CONFIG_CLASS = {
+CONFIG_CLASS: dict[str, dict[str, Any]] = {
     "hami-core-gpu": {"apiVersion": "hami-core-gpu.project-hami.io/v1alpha1", "kind": "GpuConfig",
-                      "computeMode": "strict", "fullLoadClockMhz": 1500},
+                      "computeMode": "strict", "fullLoadClockMhz": 1500, "clockElasticity": 0.45},
     "ascend": {"apiVersion": "ascend.project-hami.io/v1alpha1", "kind": "NpuConfig", "preload": "env"},
     "hygon-dcu": {"apiVersion": "hygon-dcu.project-hami.io/v1alpha1", "kind": "DcuConfig", "preload": "env"},
     "cambricon-mlu": {"apiVersion": "cambricon-mlu.project-hami.io/v1alpha1", "kind": "MluConfig", "computeLimit": False},
@@ -232,6 +232,7 @@ def test_a_device_class_can_carry_the_drivers_config_for_its_claims(helm: Tool, 
     decoded = dra.decode_config(getattr(importlib.import_module(module), cls), config["opaque"]["parameters"])
     assert decoded.preload == CONFIG_CLASS[chart].get("preload")
     assert getattr(decoded, "compute_mode", None) == CONFIG_CLASS[chart].get("computeMode")
+    assert getattr(decoded, "clock_elasticity", None) == CONFIG_CLASS[chart].get("clockElasticity")
 
 
 @pytest.mark.parametrize("chart", DRIVER_CHARTS)
@@ -400,6 +401,9 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
     ({"daemon.settings.cdiMode": "legacy"}, "at '/daemon/settings/cdiMode': value must be one of 'toolkit', 'self-contained'"),
     ({"daemon.settings.health": False}, "at '/daemon/settings/health': value must be one of 'on', 'off'"),
     ({"daemon.settings.cdi_mode": "toolkit"}, "at '/daemon/settings': additional properties 'cdi_mode' not allowed"),
+    ({"daemon.settings.clockElasticity": "0.4567"}, "at '/daemon/settings/clockElasticity': '0.4567' does not match"),
+    ({"daemon.settings.clockElasticity": 1.5}, "at '/daemon/settings/clockElasticity': maximum: got 1.5, want 1"),
+    ({"daemon.settings.clockElasticity": "lots"}, "at '/daemon/settings/clockElasticity': 'lots' does not match"),
     ({"image.pullPolicy": "Sometimes"}, "at '/image/pullPolicy'"),
 ]
 

@@ -7,6 +7,7 @@ import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from driver_helpers import fake_drivers
@@ -62,9 +63,12 @@ def test_self_contained_mode_mounts_the_stub_driver_for_fake_gpus(driver) -> Non
 def test_settings_parse() -> None:
     s = Settings.parse({"cdiMode": "self-contained", "deviceMemory": "96Gi", "healthProbeInterval": "2.5"})
     assert (s.cdi_mode, s.device_memory, s.health_probe_interval) == ("self-contained", 96 * GiB, 2.5)
+    assert Settings.parse({}).clock_elasticity is None  # the hook's prior, 1
+    for raw, want in (("0.45", 0.45), ("1", 1.0), ("0", 0.0), ("1.000", 1.0), ("0.005", 0.005)):
+        assert Settings.parse({"clockElasticity": raw}).clock_elasticity == want
 
 
-def as_gpu_node(d: HamiCoreGpuDriver, **settings: str) -> HamiCoreGpuDriver:
+def as_gpu_node(d: HamiCoreGpuDriver, **settings: Any) -> HamiCoreGpuDriver:
     """The driver as on a GPU node: the same inventory, but no fake backend (toolkit IDs, device nodes)."""
     d.fake = None
     d.settings = dataclasses.replace(d.settings, **settings)
@@ -120,6 +124,49 @@ def test_a_strict_claim_is_capped_at_the_full_load_clock_of_its_config_or_the_da
     assert (q.strict, q.full_load_mhz) == (True, 1410)
     (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", memory=GiB, cores=50)])).quotas
     assert (q.strict, q.full_load_mhz) == (False, None)  # the default: a share of GPU time
+
+
+def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_daemon(driver: Callable[..., HamiCoreGpuDriver]) -> None:
+    """The claim's (or its class's) clockElasticity, else the daemon's setting, else None (the hook's
+    prior, 1); 0 is a value, not unset; only a strict cap carries it; the hook's parser reads it back."""
+    from dra._runtime.enforcement import ClaimHooks
+    from dra._runtime.hookdir import HookDir
+
+    def quota(d: HamiCoreGpuDriver, config: GpuConfig | None, cores: int = 30) -> tuple[bool, float | None]:
+        e = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", config=config, memory=GiB, cores=cores)]))
+        assert e is not None
+        (q,) = e.quotas
+        return q.strict, q.clock_elasticity
+
+    strict = GpuConfig(compute_mode="strict")
+    daemon = driver(settings={"health": "off", "clockElasticity": "0.45"})
+    assert quota(daemon, strict) == (True, 0.45)
+    assert quota(daemon, GpuConfig(compute_mode="strict", clock_elasticity=0.6)) == (True, 0.6)
+    assert quota(daemon, GpuConfig(compute_mode="strict", clock_elasticity=0.0)) == (True, 0.0)
+    assert quota(daemon, None) == (False, None)  # a share of GPU time: no boost to charge
+    assert quota(daemon, strict, cores=100) == (False, None)  # nothing to cap on a whole GPU
+    assert quota(driver(settings={"health": "off"}), strict) == (True, None)
+    e = daemon.enforcement(CLAIM, daemon.prepare(CLAIM, [alloc("hami-gpu-0", config=strict, memory=GiB, cores=30)]))
+    assert e is not None
+    plan = ClaimHooks(Path(tempfile.mkdtemp()), HookDir(Path(tempfile.mkdtemp()))).plan(e)
+    assert "HOOKCORE_COMPUTE_ELASTICITY_0=0.45\n" in plan.config_text
+    assert plan.config.devices[0].clock_elasticity == 0.45
+
+
+def test_each_gpu_is_charged_the_highest_clock_elasticity_of_its_requests(driver: Callable[..., HamiCoreGpuDriver]) -> None:
+    """A lower elasticity charges a boosted batch less: the merge takes the highest; set against unset
+    (the daemon's, which it cannot compare) is refused, naming both."""
+    d = driver(settings={"health": "off"})
+    e = d.enforcement(CLAIM, d.prepare(CLAIM, [
+        alloc("hami-gpu-0", "a", GpuConfig(compute_mode="strict", clock_elasticity=0.45), memory=GiB, cores=10),
+        alloc("hami-gpu-0", "b", GpuConfig(compute_mode="strict", clock_elasticity=0.8), memory=GiB, cores=10)]))
+    assert e is not None
+    assert [(q.strict, q.clock_elasticity) for q in e.quotas] == [(True, 0.8)]
+    with pytest.raises(PrepareError, match=r"no strictest clockElasticity \(request 'gpu' on hami-gpu-0: 0.45; "
+                                           r"request 'gpu' on hami-gpu-0: unset\)"):
+        d.prepare(CLAIM, [alloc("hami-gpu-0", "a", GpuConfig(compute_mode="strict", clock_elasticity=0.45), memory=GiB,
+                                cores=10),
+                          alloc("hami-gpu-0", "b", GpuConfig(compute_mode="strict"), memory=GiB, cores=10)])
 
 
 def test_the_quota_carries_the_gpus_sm_count_from_nvml_to_the_hook_config(driver) -> None:

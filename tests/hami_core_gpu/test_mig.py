@@ -100,6 +100,8 @@ def test_a_hook_setting_on_a_mig_device_is_refused_naming_it(driver: MakeDriver)
     d = driver("static")
     with pytest.raises(PrepareError, match=r"hami-gpu-0-mig-3g71gb-0 is a MIG device.*computeMode"):
         d.prepare(CLAIM, [alloc("hami-gpu-0-mig-3g71gb-0", GpuConfig(compute_mode="strict"))])
+    with pytest.raises(PrepareError, match=r"MIG device.*clockElasticity do not apply"):
+        d.prepare(CLAIM, [alloc("hami-gpu-0-mig-3g71gb-0", GpuConfig(compute_mode="strict", clock_elasticity=0.0))])
 
 
 def test_dynamic_mig_devices_draw_on_each_gpus_counters(driver: MakeDriver) -> None:

@@ -77,6 +77,36 @@ def test_the_device_sm_count_round_trips_and_the_file_ignores_the_environments(h
         hc.parse_config(file_text="HOOKCORE_DEVICE_SMS_0=132\nHOOKCORE_DEVICE_SMS_0=132\n")
 
 
+def test_the_clock_elasticity_round_trips_and_the_file_ignores_the_environments(hookcore_ext: ModuleType) -> None:
+    """DeviceQuota.clock_elasticity -> HOOKCORE_COMPUTE_ELASTICITY_<i> (as the parser spells it: no
+    exponent, at most 3 decimals) -> the library's parser -> the same value; with the file there, a
+    tenant's lower HOOKCORE_COMPUTE_ELASTICITY_0 in the environment is not read."""
+    hc = hookcore_ext
+    uuids = [f"GPU-{i}1111111-2222-3333-4444-555555555555" for i in range(5)]
+    values = [0.45, 1.0, 0.0, 0.005, 0.1 + 0.2]  # the last: a computed 0.30000000000000004, written 0.3
+    devices = [hc.DeviceQuota(i, None, 30, u, strict=True, full_load_mhz=1500, clock_elasticity=v)
+               for i, (u, v) in enumerate(zip(uuids, values, strict=True))]
+    env = hc.claim_env(devices, "/run/hookcore/vgpu/ledger")
+    assert [env[f"HOOKCORE_COMPUTE_ELASTICITY_{i}"] for i in range(5)] == ["0.45", "1", "0", "0.005", "0.3"]
+    got = hc.claim_config(devices, "/run/hookcore/vgpu/ledger")  # its own check: parsed back as asked
+    assert [d.clock_elasticity for d in got.config.configured()] == [0.45, 1.0, 0.0, 0.005, 0.3]
+    assert [d.clock_elasticity for d in got.config.configured()] == \
+        [hc.DeviceQuota.of(i, d).clock_elasticity for i, d in enumerate(devices)]
+    cfg = hc.parse_config({"HOOKCORE_COMPUTE_ELASTICITY_0": "0", "HOOKCORE_COMPUTE_ELASTICITY_1": "0"},
+                          file_text=got.text)
+    assert [d.clock_elasticity for d in cfg.configured()][:2] == [0.45, 1.0]
+    env0 = {"HOOKCORE_COMPUTE_LIMIT_0": "30", "HOOKCORE_COMPUTE_MODE_0": "strict", "HOOKCORE_COMPUTE_ELASTICITY_0": "0.2"}
+    assert hc.parse_config(env0).devices[0].clock_elasticity == 0.2  # no file: the environment's
+    assert hc.parse_config(file_text="HOOKCORE_COMPUTE_LIMIT_0=30\n").devices[0].clock_elasticity is None
+    for garbage in ("0.4567", "1.5", "1.001", "2", ".5", "0.", "-0", "+0.5", "4.5e-1", "0,45", " 0.45", "nan", ""):
+        with pytest.raises(hc.HookConfigError, match=f'HOOKCORE_COMPUTE_ELASTICITY_0="{re.escape(garbage)}": expected a'
+                                                     " clock elasticity"):
+            hc.parse_config(file_text=f"HOOKCORE_COMPUTE_LIMIT_0=30\nHOOKCORE_COMPUTE_ELASTICITY_0={garbage}\n")
+    for bad in (1.5, -0.1, 0.4567, float("nan"), float("inf")):
+        with pytest.raises(hc.HookConfigError, match=r"clock elasticity .*: expected a number from 0 to 1 with at most 3"):
+            hc.claim_env([hc.DeviceQuota(0, None, 30, None, strict=True, clock_elasticity=bad)], "/x/ledger")
+
+
 def test_config_file_text_refuses_what_the_library_would(hookcore_ext: ModuleType) -> None:
     hc = hookcore_ext
     with pytest.raises(hc.HookConfigError, match="unknown key CUDA_DEVICE_MEMORY_LIMIT_0"):

@@ -5,7 +5,8 @@ of the claim counts its usage there). These tests write what a hostile tenant wo
 the real libvgpu.so in the processes of the claim, against the stub libcuda:
 
 - a claim directory whose config is gone fails closed (it was dormant, i.e. unlimited);
-- quota variables in the environment do not raise a config file's quota;
+- quota variables in the environment do not raise a config file's quota, nor lower the clock
+  elasticity its strict cap charges;
   (these two for every hook library: libvgpu.so and libvhip.so, tests/security/hook_tenants.py)
 - the ledger's limits raised and the process's own usage zeroed: the process is still refused past
   its quota (limits come from its own config; it counts its own usage and rewrites its slot);
@@ -29,7 +30,7 @@ import pytest
 
 import hookcore
 from tests.hook.clients import client_env
-from tests.hook.conftest import HookLibs, cc, hookcore_libs, testing_lib  # noqa: F401  (fixtures)
+from tests.hook.conftest import HookLibs, cc, client, hookcore_libs, testing_lib  # noqa: F401  (fixtures)
 from tests.limiter_books import assert_at_most, assert_share, ran, virtual_preload
 from tests.security.hook_tenants import REFUSED, Tenant, tenant  # noqa: F401  (fixture)
 
@@ -78,6 +79,45 @@ def test_environment_cannot_raise_the_claims_quota(tenant: Tenant, tmp_path: Pat
                           timeout=30)
     assert f"HELD {OOM}" in proc.stdout, proc.stdout + proc.stderr
     assert not (tmp_path / "mine").exists()
+
+
+@pytest.fixture(scope="module")
+def nvml_clocks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' NVML double: it reports the stub's SM clock (STUB_SM_MHZ)."""
+    d = tmp_path_factory.mktemp("nvml")
+    cc(d / "libnvidia-ml.so.1", "-shared", "-fPIC", str(ROOT / "tests/hook/c/nvml_clocks.c"))
+    return d
+
+
+@pytest.mark.parametrize("file", [True, False], ids=["config-file", "environment-only"])
+def test_environment_cannot_lower_the_strict_caps_clock_elasticity(
+        client: Path, testing_lib: Path, hookcore_libs: HookLibs, nvml_clocks: Path,  # noqa: F811
+        tmp_path: Path, file: bool) -> None:
+    """A strict cap on a GPU whose clock never moves (1800 MHz, full load at 1200) charges the prior
+    elasticity: the config file's 0.5 (factor 1 / (0.5 + 0.5 x 1200/1800) = 1.2). A tenant's
+    HOOKCORE_COMPUTE_ELASTICITY_0=0 (charged its device time: the whole boost for free) is not read
+    while the file exists; without a file the environment is the config, and its 0 is what is charged."""
+    uuid = "GPU-57554201-0000-4000-8000-000000000000"
+    quota = {"HOOKCORE_COMPUTE_LIMIT_0": "30", "HOOKCORE_COMPUTE_MODE_0": "strict", "HOOKCORE_COMPUTE_REF_MHZ_0": "1200",
+             "HOOKCORE_DEVICE_UUID_0": uuid}
+    if file:
+        write_config(tmp_path, "".join(f"{k}={v}\n" for k, v in quota.items()) +
+                     f"HOOKCORE_COMPUTE_ELASTICITY_0=0.5\nHOOKCORE_LEDGER={tmp_path / 'vgpu' / 'ledger'}\n")
+        ledger = tmp_path / "vgpu" / "ledger"
+    else:
+        ledger = tmp_path / "mine"
+    env = client_env(hookcore_libs, virtual_preload(testing_lib), HOOKCORE_TESTING_CONFIG_ROOT=str(tmp_path),
+                     **quota, HOOKCORE_COMPUTE_ELASTICITY_0="0", HOOKCORE_LEDGER=str(tmp_path / "mine"),
+                     STUB_SM_MHZ="1800", STUB_FULL_LOAD_MHZ="1200")
+    env["LD_LIBRARY_PATH"] = f"{nvml_clocks}:{hookcore_libs.stub_dir}"
+    proc = subprocess.run([str(client), "launch", "1000", "0", "0.5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert file != (tmp_path / "mine").exists()  # the file's ledger, not the environment's
+    with hookcore.Ledger(ledger) as led:
+        books = led.limiter(0)
+    assert not books.elastic_fit, books  # the clock never moved: nothing learned, the prior is charged
+    assert (books.elastic_milli, books.factor_milli) == ((500, 1200) if file else (0, 1000)), books
 
 
 def slot_of(ledger: Path, pid: int) -> int:

@@ -43,6 +43,12 @@ CLAIM_LOOSENS = [
     ("fullLoadClockMhz", [opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=1500), "FromClass"),
                           opaque(GPU, cfg(computeMode="strict", fullLoadClockMhz=3000))],
      "fullLoadClockMhz=3000 is weaker than the DeviceClass's 1500"),
+    ("clockElasticity", [opaque(GPU, cfg(computeMode="strict", clockElasticity=0.45), "FromClass"),
+                         opaque(GPU, cfg(computeMode="strict", clockElasticity=0.0))],
+     "clockElasticity=0.0 is weaker than the DeviceClass's 0.45"),
+    ("clockElasticity unset", [opaque(GPU, cfg(computeMode="strict", clockElasticity=0.45), "FromClass"),
+                               opaque(GPU, cfg(computeMode="strict"))],
+     "clockElasticity=unset is weaker than the DeviceClass's 0.45"),
 ]
 
 
@@ -83,6 +89,21 @@ def test_a_strict_class_holds_a_claim_without_config_and_a_claim_may_tighten(nod
     assert error == ""
 
 
+def test_a_claim_may_raise_its_classs_clock_elasticity_and_lower_it_only_with_permission(
+        node: Callable[..., Node]) -> None:
+    """A lower elasticity charges a boosted batch less (the claim gets more than its share on a GPU whose
+    clock never moves under it): below the class's only with allowClaimLoosening; above it, stricter, freely."""
+    klass = opaque(GPU, cfg(computeMode="strict", clockElasticity=0.45), "FromClass")
+    n = node()
+    error, ref = n.prepare(klass)
+    assert error == "" and n.hook_config(ref)["HOOKCORE_COMPUTE_ELASTICITY_0"] == "0.45"
+    error, ref = n.prepare(klass, opaque(GPU, cfg(computeMode="strict", clockElasticity=1)))
+    assert error == "" and n.hook_config(ref)["HOOKCORE_COMPUTE_ELASTICITY_0"] == "1"
+    allowed = node(allow=True)
+    error, ref = allowed.prepare(klass, opaque(GPU, cfg(computeMode="strict", clockElasticity=0.2)))
+    assert error == "" and allowed.hook_config(ref)["HOOKCORE_COMPUTE_ELASTICITY_0"] == "0.2"
+
+
 def test_with_the_admins_permission_a_claim_may_loosen(node: Callable[..., Node]) -> None:
     n = node(allow=True)
     error, ref = n.prepare(opaque(GPU, cfg(computeLimit=False, preload="env")))
@@ -96,6 +117,8 @@ def test_with_the_admins_permission_a_claim_may_loosen(node: Callable[..., Node]
     ([cfg(computeLimit=False)], [], "computeLimit=false is weaker than the default true"),
     ([cfg(preload="env")], [], "preload=env is weaker than the default file"),
     ([cfg(computeMode="share")], [cfg(computeMode="strict")], "computeMode=share is weaker than the DeviceClass's strict"),
+    ([cfg(computeMode="strict", clockElasticity=0.3)], [cfg(computeMode="strict", clockElasticity=0.45)],
+     "clockElasticity=0.3 is weaker than the DeviceClass's 0.45"),
 ])
 def test_validation_refuses_the_same_claims_with_the_same_words(claim: list[dict[str, Any]], cls: list[dict[str, Any]],
                                                                words: str) -> None:
@@ -127,7 +150,8 @@ def test_every_field_that_loosens_is_marked_in_both_drivers_configs() -> None:
     shared = ["preload", "computeLimit", "watchdogAction"]
     assert marked_fields(NpuConfig) == shared
     assert marked_fields(MluConfig) == shared
-    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz", "sharing", "priority"]
+    assert marked_fields(GpuConfig) == [*shared, "computeMode", "fullLoadClockMhz", "clockElasticity", "sharing",
+                                        "priority"]
 
 
 def test_an_unknown_field_of_any_length_is_named_briefly() -> None:

@@ -125,6 +125,12 @@ def test_the_daemon_default_preload_applies_when_the_driver_does_not_say(tmp_pat
     ([dra.Quota(UUID0, memory=GiB, strict=True)], "a strict cap needs cores below 100, not 100"),
     ([dra.Quota(UUID0, cores=30, full_load_mhz=1500)], "full_load_mhz=1500 needs a strict cap"),
     ([dra.Quota(UUID0, cores=30, strict=True, full_load_mhz=100000)], "hook library rejects"),  # the hook's parser
+    ([dra.Quota(UUID0, cores=30, clock_elasticity=0.45)], "clock_elasticity=0.45 needs a strict cap and a number"
+                                                          " from 0 to 1 with at most 3 decimals (0.45); leave it None"),
+    ([dra.Quota(UUID0, cores=30, strict=True, clock_elasticity=1.5)], "clock_elasticity=1.5 needs a strict cap"),
+    ([dra.Quota(UUID0, cores=30, strict=True, clock_elasticity=-0.001)], "clock_elasticity=-0.001 needs a strict"),
+    ([dra.Quota(UUID0, cores=30, strict=True, clock_elasticity=0.4567)], "clock_elasticity=0.4567 needs a strict"),
+    ([dra.Quota(UUID0, cores=30, strict=True, clock_elasticity=float("nan"))], "clock_elasticity=nan needs a strict"),
     ([dra.Quota(UUID0, cores=30, device_sms=0)], "device_sms must be the device's SM count, 1..4096, not 0"),
     ([dra.Quota(UUID0, cores=30, device_sms=4097)], "device_sms must be the device's SM count, 1..4096, not 4097"),
 ])
@@ -240,6 +246,20 @@ def test_a_strict_cap_reaches_the_hook_config_with_its_full_load_clock(tmp_path:
     parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
     assert [(d.uuid, d.cores, d.strict, d.full_load_mhz) for d in parsed.configured()] == [
         (UUID0, 30, True, 1500), (UUID1, 50, True, None)]
+    assert [d.clock_elasticity for d in parsed.configured()] == [None, None]  # unset: the hook's prior, 1
+
+
+def test_a_strict_cap_reaches_the_hook_config_with_its_clock_elasticity(tmp_path: Path) -> None:
+    prep, claims = rig(tmp_path, Quotas([dra.Quota(UUID0, memory=GiB, cores=30, strict=True, clock_elasticity=0.45),
+                                         dra.Quota(UUID1, memory=GiB, cores=50, strict=True, clock_elasticity=0.0)]))
+    ref = add(claims, "a", result("gpu-0", request="x", share_id="s1", memory="1Gi"),
+              result("gpu-1", request="y", share_id="s2", memory="1Gi"))
+    (out,) = prep.prepare_claims([ref]).values()
+    assert out.error == ""
+    text = (tmp_path / "state" / "hooks" / ref.uid / "config").read_text()
+    assert "HOOKCORE_COMPUTE_ELASTICITY_0=0.45\n" in text and "HOOKCORE_COMPUTE_ELASTICITY_1=0\n" in text
+    parsed = parse_file(tmp_path / "state" / "hooks" / ref.uid / "config")
+    assert [(d.uuid, d.clock_elasticity) for d in parsed.configured()] == [(UUID0, 0.45), (UUID1, 0.0)]
 
 
 def test_a_prepared_claim_s_config_is_parsed_by_the_c_parser_once(tmp_path: Path) -> None:
