@@ -3,9 +3,10 @@
 
 #include <string.h>
 
-void hk_elastic_init(hk_elastic *e, uint32_t prior_milli) {
+void hk_elastic_init(hk_elastic *e, uint32_t prior_milli, int learn) {
     memset(e, 0, sizeof *e);
     e->phi_milli = prior_milli > 1000 ? 1000 : prior_milli;
+    e->learn = learn != 0;
     e->xbar = 1.0;
 }
 
@@ -21,7 +22,7 @@ static double phi_of(double k, double xbar) {
 }
 
 int hk_elastic_observe(hk_elastic *e, uint64_t sig, int64_t t_ns, uint32_t x_milli) {
-    if (sig == 0 || x_milli == 0 || t_ns < HK_ELASTIC_MIN_NS) return 0;
+    if (!e->learn || sig == 0 || x_milli == 0 || t_ns < HK_ELASTIC_MIN_NS) return 0;
     double x = x_milli / 1000.0, t = (double)t_ns;
     hk_elastic_ref *r = &e->ref[(sig ^ (sig >> 31)) % HK_ELASTIC_REFS];
     if (r->sig != sig || r->rejected >= HK_ELASTIC_REF_RESET) { /* a new signature, or one that moved */

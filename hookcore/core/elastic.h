@@ -28,12 +28,16 @@
  *     shorter than HK_ELASTIC_MIN_NS (timer noise) are not used;
  *   - evidence: the fit is used only once the decayed sum of u^2 reaches HK_ELASTIC_MIN_SXX
  *     (e.g. 100 batches with the clock 1% off their mean, or 4 with it 5% off); until then phi stays
- *     where it is, starting at the prior: the claim's config's (HOOKCORE_COMPUTE_ELASTICITY_<i>, the
- *     value measured for the GPU model's power-bound matmul by the bench, set by the admin) or
- *     HK_ELASTIC_PRIOR_MILLI (1000: compute-bound, the old strict rule: an unproven claim is never
- *     charged less than its boost). The prior matters most where the clock never moves under the
- *     claim's load (an idle H100 at a share below ~70% stays at its top clock): there nothing is
- *     learned and the prior is what is charged;
+ *     where it is, starting at the prior HK_ELASTIC_PRIOR_MILLI (1000: compute-bound, the old strict
+ *     rule: an unproven claim is never charged less than its boost). The prior matters most where
+ *     the clock never moves under the claim's load (an idle H100 at a share below ~70% stays at its
+ *     top clock): there nothing is learned and the prior is what is charged;
+ *   - a measured value wins: when the claim's config gives one (HOOKCORE_COMPUTE_ELASTICITY_<i>, the
+ *     GPU model's power-bound matmul measured by the bench between its top and full-load clocks,
+ *     set by the admin) phi is held there and nothing is learned. The fit sees only the clock's
+ *     jitter around where the claim runs, and a matmul's time hardly follows that jitter: on an
+ *     H100 at a 70% cap (clock 1755..1905 MHz) it fitted phi = 0.003 and gave 78.5% for 70, where
+ *     the bench's value (0.374, from the same card's 1980 vs 1395 MHz throughput) gives ~71;
  *   - damped: the sums decay by 1/HK_ELASTIC_MEMORY per accepted batch (the fit follows a change of
  *     work), and phi moves towards the fit by at most HK_ELASTIC_STEP_MILLI per accepted batch.
  *
@@ -74,16 +78,18 @@ typedef struct hk_elastic {
     double xbar;     /* running mean of x over accepted batches */
     uint32_t phi_milli;
     int fitted; /* phi has moved from evidence at least once */
+    int learn;  /* 0: phi is held at the given value (a measured one), evidence is not used */
     uint64_t accepted, rejected;
     hk_elastic_ref ref[HK_ELASTIC_REFS];
 } hk_elastic;
 
 /* Start at the prior, x1000 (clamped to 0..1000): HK_ELASTIC_PRIOR_MILLI unless the claim's config
-   gives the GPU model's measured value (HOOKCORE_COMPUTE_ELASTICITY_<i>). */
-void hk_elastic_init(hk_elastic *e, uint32_t prior_milli);
+   gives the GPU model's measured value (HOOKCORE_COMPUTE_ELASTICITY_<i>), which is held (learn 0). */
+void hk_elastic_init(hk_elastic *e, uint32_t prior_milli, int learn);
 
 /* One batch: its signature (0 = none: not used), device time (ns) and x = f_full / f when it ran
-   (x1000; 0 = clock unknown: not used). Returns 1 if it was used for the fit, 0 if not. */
+   (x1000; 0 = clock unknown: not used). Returns 1 if it was used for the fit, 0 if not (always 0
+   when phi is held). */
 int hk_elastic_observe(hk_elastic *e, uint64_t sig, int64_t t_ns, uint32_t x_milli);
 
 /* What a batch at x (x1000) is charged per ns of device time, x1000: 1000 / (1 - phi + phi x),

@@ -230,6 +230,11 @@ uint32_t hk_compute_elasticity_milli(int dev) {
     return g.cfg.elasticity_milli[dev];
 }
 
+int hk_compute_elasticity_given(int dev) {
+    if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
+    return (g.cfg.flags[dev] & HK_CFG_ELASTICITY_SET) && g.cfg.elasticity_milli[dev] <= 1000;
+}
+
 uint32_t hk_device_sms(int dev) {
     if (ready() != HK_OK || g.dormant || dev < 0 || dev >= HK_MAX_DEVICES) return 0;
     return g.cfg.device_sms[dev]; /* the process's own parsed config */

@@ -40,7 +40,8 @@
  *   HOOKCORE_COMPUTE_ELASTICITY_<i> strict only: how a batch's time follows the SM clock before the
  *                                claim's own batches show it (elastic.h), a decimal 0..1 with at most 3
  *                                decimals; measured per GPU model for a power-bound matmul (the bench);
- *                                default 1: the whole boost is charged
+ *                                held as given (not learned over); default 1: the whole boost is
+ *                                charged, then learned
  *   HOOKCORE_DEVICE_UUID_<i>     device UUID of index i ("KIND-xxxxxxxx-..."): the claim is UUID-keyed
  *   HOOKCORE_CONTEXT_MEMORY_<i>  device memory a context takes on index i (a quantity, 0 allowed);
  *   HOOKCORE_CONTEXT_MEMORY      charged to the quota once per process and device when the process
@@ -169,9 +170,9 @@ const char *hk_strerror(int code);
 /* ------------------------------------------------------------------------------------------- */
 /* Configuration                                                                                */
 
-#define HK_CFG_MEM_SET  0x1u /* hk_config.flags[i]: a memory limit was given for index i */
-#define HK_CFG_SM_SET   0x2u /* an SM limit was given for index i */
-#define HK_CFG_UUID_SET 0x4u /* HOOKCORE_DEVICE_UUID_<i> was given */
+#define HK_CFG_MEM_SET        0x1u /* hk_config.flags[i]: a memory limit was given for index i */
+#define HK_CFG_SM_SET         0x2u /* an SM limit was given for index i */
+#define HK_CFG_UUID_SET       0x4u /* HOOKCORE_DEVICE_UUID_<i> was given */
 #define HK_CFG_ELASTICITY_SET 0x8u /* HOOKCORE_COMPUTE_ELASTICITY_<i> was given (elasticity_milli[i] holds it) */
 
 #define HK_PRIORITY_UNSET  0u /* hk_config.priority: not configured (normal where a board is) */
@@ -186,22 +187,22 @@ const char *hk_strerror(int code);
 #define HK_ORIGIN_FILE 2u /* from the config file */
 
 typedef struct hk_config {
-    uint32_t origin;                        /* HK_ORIGIN_* */
-    uint32_t device_count;                  /* 1 + highest index named by a _<i> variable; 0 = defaults only */
-    uint32_t uuid_keyed;                    /* 1 if any HOOKCORE_DEVICE_UUID_<i> is set */
-    uint64_t mem_limit[HK_MAX_DEVICES];     /* bytes, or HK_MEM_UNLIMITED */
-    uint32_t sm_limit[HK_MAX_DEVICES];      /* percent 1..100 (100 = unlimited) */
-    uint32_t flags[HK_MAX_DEVICES];         /* HK_CFG_* */
-    uint32_t compute_mode[HK_MAX_DEVICES];  /* HK_COMPUTE_* */
-    uint32_t ref_mhz[HK_MAX_DEVICES];       /* strict: full-load clock in MHz, 0 = not given */
-    uint32_t elasticity_milli[HK_MAX_DEVICES]; /* strict: the clock elasticity before any evidence, x1000
+    uint32_t origin;                           /* HK_ORIGIN_* */
+    uint32_t device_count;                     /* 1 + highest index named by a _<i> variable; 0 = defaults only */
+    uint32_t uuid_keyed;                       /* 1 if any HOOKCORE_DEVICE_UUID_<i> is set */
+    uint64_t mem_limit[HK_MAX_DEVICES];        /* bytes, or HK_MEM_UNLIMITED */
+    uint32_t sm_limit[HK_MAX_DEVICES];         /* percent 1..100 (100 = unlimited) */
+    uint32_t flags[HK_MAX_DEVICES];            /* HK_CFG_* */
+    uint32_t compute_mode[HK_MAX_DEVICES];     /* HK_COMPUTE_* */
+    uint32_t ref_mhz[HK_MAX_DEVICES];          /* strict: full-load clock in MHz, 0 = not given */
+    uint32_t elasticity_milli[HK_MAX_DEVICES]; /* strict: the clock elasticity charged (held), x1000
                                                   (0..1000), read only where flags has HK_CFG_ELASTICITY_SET */
-    char uuid[HK_MAX_DEVICES][HK_UUID_MAX]; /* "" when not given */
-    uint64_t ctx_bytes[HK_MAX_DEVICES];     /* device memory charged per context (0 = none) */
-    uint32_t device_sms[HK_MAX_DEVICES];    /* the device's SM count as the daemon read it, 0 = not given */
-    char ledger_path[HK_PATH_MAX];          /* "" when no ledger is needed (no limit set, no path) */
-    uint32_t priority[HK_MAX_DEVICES];      /* HK_PRIORITY_* */
-    char board_dir[HK_PATH_MAX];            /* HOOKCORE_PRIORITY_BOARD; "" = no priorities */
+    char uuid[HK_MAX_DEVICES][HK_UUID_MAX];    /* "" when not given */
+    uint64_t ctx_bytes[HK_MAX_DEVICES];        /* device memory charged per context (0 = none) */
+    uint32_t device_sms[HK_MAX_DEVICES];       /* the device's SM count as the daemon read it, 0 = not given */
+    char ledger_path[HK_PATH_MAX];             /* "" when no ledger is needed (no limit set, no path) */
+    uint32_t priority[HK_MAX_DEVICES];         /* HK_PRIORITY_* */
+    char board_dir[HK_PATH_MAX];               /* HOOKCORE_PRIORITY_BOARD; "" = no priorities */
 } hk_config;
 
 /* A legacy environment name and the neutral key it stands for (prefix mapping, see above). */
@@ -300,10 +301,12 @@ uint32_t hk_sm_limit(int dev);
 int hk_compute_strict(int dev);
 uint32_t hk_compute_ref_mhz(int dev);
 
-/* The clock elasticity a strict cap assumes for ledger index `dev` before the claim's own batches
-   show it (HOOKCORE_COMPUTE_ELASTICITY_<i>, x1000, core/elastic.h): the given value, else 1000 (the
-   whole boost is charged: never less than without it). 1000 when dormant, failed closed or out of range. */
+/* The clock elasticity a strict cap charges for ledger index `dev` (HOOKCORE_COMPUTE_ELASTICITY_<i>,
+   x1000, core/elastic.h): the given value, held as given; else 1000 (the whole boost is charged:
+   never less than without it) until the claim's own batches show another. 1000 when dormant, failed
+   closed or out of range. hk_compute_elasticity_given says whether a value was given. */
 uint32_t hk_compute_elasticity_milli(int dev);
+int hk_compute_elasticity_given(int dev);
 
 /* The SM count the claim's config gives ledger index `dev` (HOOKCORE_DEVICE_SMS_<i>, the daemon's
    reading of the device); 0 when not given, dormant, failed closed or out of range. */

@@ -23,9 +23,12 @@
 #define HK_BATCH_GAP_NS      100000LL
 #define HK_BATCH_DEVICE_NS   500000LL /* a batch closes once its work is estimated at 0.5 ms of device time */
 #define HK_METER_MAX_PENDING 4
-#define HK_RING              64
-#define HK_POOL              64
-#define HK_EST               512
+/* finished batches are looked for at most every 20 us per thread (one event query each: a
+ * launch-bound loop paid one per launch) */
+#define HK_POLL_NS 20000LL
+#define HK_RING    64
+#define HK_POOL    64
+#define HK_EST     512
 
 typedef struct hk_pair {
     void *start, *end;
@@ -50,7 +53,8 @@ struct hk_meter_batch {
 static const hk_meter_ops *g_ops;
 static _Atomic int g_ops_state; /* 0 not set up, 1 usable, 2 unusable (logged) */
 static __thread hk_meter_batch t_batch;
-static pthread_key_t g_exit_key; /* closes a thread's open batch when the thread exits */
+static __thread int64_t t_poll_ns; /* when this thread last looked for finished batches */
+static pthread_key_t g_exit_key;   /* closes a thread's open batch when the thread exits */
 static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -144,7 +148,7 @@ static hk_limiter *limiter_for(int ldev) {
     if (hk_atomic_load_relaxed(&g_lim_state[ldev]) == 0) {
         hk_limiter_attach(&g_lim[ldev], hk_limiter_area(ldev), hk_sm_limit(ldev));
         g_lim[ldev].strict = hk_compute_strict(ldev);
-        hk_elastic_init(&g_elastic[ldev], hk_compute_elasticity_milli(ldev));
+        hk_elastic_init(&g_elastic[ldev], hk_compute_elasticity_milli(ldev), !hk_compute_elasticity_given(ldev));
         hk_atomic_store_release(&g_lim_state[ldev], g_lim[ldev].shared ? 1 : 2);
     }
     pthread_mutex_unlock(&g_lock);
@@ -346,7 +350,10 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
                     now - b->last_ns > HK_BATCH_GAP_NS ||
                     (int64_t)b->count * hk_atomic_load_relaxed(&g_unit_ns[b->ldev]) >= HK_BATCH_DEVICE_NS))
         close_batch(b);
-    while (collect_one(0)) {}
+    if (now - t_poll_ns >= HK_POLL_NS || pending_count() >= HK_METER_MAX_PENDING) {
+        while (collect_one(0)) {}
+        t_poll_ns = now;
+    }
     int64_t bal = hk_limiter_balance(lim, now);
     if (bal < 0) {
         close_batch(b);
@@ -415,11 +422,12 @@ void hk_meter_atfork_child(void) {
     g_head = g_npending = g_npool = 0;
     memset(g_est, 0, sizeof g_est);
     for (int i = 0; i < HK_MAX_DEVICES; i++) { /* boards stay open: the descriptors are the child's too */
-        hk_elastic_init(&g_elastic[i], hk_compute_elasticity_milli(i));
+        hk_elastic_init(&g_elastic[i], hk_compute_elasticity_milli(i), !hk_compute_elasticity_given(i));
         hk_atomic_store_relaxed(&g_unit_ns[i], 0);
     }
     hk_atomic_store_relaxed(&g_captures, 0);
     memset(&t_batch, 0, sizeof t_batch);
+    t_poll_ns = 0;
 }
 
 void hk_meter_stats(uint64_t *batches, int64_t *charged_ns) {

@@ -18,7 +18,8 @@
  * Throttling: before a submission, if the bucket is in debt the thread first waits for its own
  * in-flight batches (their time is owed too), then sleeps until the debt is repaid. At most
  * HK_METER_MAX_PENDING closed batches may be in flight per process, which bounds how far work runs
- * ahead of its charge.
+ * ahead of its charge. Finished batches are looked for (one event query) at most every 20 us per
+ * thread, or once that many are in flight: a launch-bound loop paid a query on every launch.
  *
  * Contention: with time slicing another claim's work that runs while ours is queued lands inside
  * our [start, end] window. Each batch therefore carries a signature (a hash of what it submitted,
