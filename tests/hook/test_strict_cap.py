@@ -148,6 +148,22 @@ def test_strict_learns_how_the_works_time_follows_the_clock(client: Path, hookco
     assert abs(100 * full / got.elapsed_ns - 30) <= 2.5, (100 * full / got.elapsed_ns, books, got)
 
 
+def test_a_given_elasticity_is_held_not_learned_over(client: Path, hookcore_libs: HookLibs, nvml_clocks: Path,
+                                                    tmp_path: Path) -> None:
+    """The GPU model's measured elasticity, given by the config, is what strict charges even where the
+    clock moves and the claim's own batches would teach another (on an H100 a throttling matmul's
+    times barely follow the clock's jitter: the fit learned ~0 and a 70% cap gave 78.5%). Here the
+    work is compute-bound (e = 1) under a clock moving 1800 <-> 1200 MHz, the given 0.5 holds: never
+    fitted, and each batch charged 1 / (1 - 0.5 + 0.5 x 1200 / f) of its time (1.2 at 1800 MHz)."""
+    got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "3",
+                        HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict", HOOKCORE_COMPUTE_REF_MHZ_0="1200",
+                        HOOKCORE_COMPUTE_ELASTICITY_0="0.5", STUB_SM_MHZ="1800,1200", STUB_SM_PERIOD_US="50000",
+                        STUB_ELASTICITY="1.0")
+    assert not books.elastic_fit and books.elastic_milli == 500, books
+    assert min(abs(books.factor_milli - 1200), abs(books.factor_milli - 1000)) <= 5, books
+    assert got.count > 0 and books.charged_ns > 0, (books, got)
+
+
 @pytest.mark.parametrize(("power_w", "factor"), [(335, 1500), (205, 1000), (None, 1500)])
 def test_work_that_would_not_reach_the_power_limit_is_charged_its_time(
         client: Path, hookcore_libs: HookLibs, nvml_clocks: Path, tmp_path: Path, power_w: int | None,
