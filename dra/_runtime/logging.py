@@ -44,9 +44,23 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is at each record, not as it was at set-up: a caller that swaps
+    stderr (a test capturing it, a supervisor redirecting it) and closes the old one does not turn
+    every later log line into a "Logging error" traceback."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup(fmt: str = "text", level: str = "info") -> None:
     """Configure the root logger once: `fmt` is "json" or "text"."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
