@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import dra
-from drivers.hami_core_gpu import devices, edits, fake, health, mps, nvml
+from drivers.hami_core_gpu import devices, edits, fake, health, mps, nvml, strict_defaults
 from drivers.hami_core_gpu.config import API_VERSION, GpuConfig, claim_config
 from drivers.hami_core_gpu.fake import FakeBackend
 from drivers.hami_core_gpu.mig_devices import MigDevices
@@ -99,17 +99,20 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
 
     def quota(self, v: dra.Visible[nvml.Gpu], cores: int, config: GpuConfig) -> dra.Quota:
         """Strict caps full-load throughput, at the full-load clock and clock elasticity of the claim's
-        config, else the daemon's settings. Under MPS the hook keeps the claim's cores too: MPS's SM
-        percentage is the client's own environment, the hook's config is the daemon's (a ceiling;
-        review 2026-12-04 #5). The GPU's SM count from NVML goes with it: the hook charges a
-        client's device time x its part of that count, so an honest client is held once. Every claim
+        config, else the daemon's settings, else the GPU model's measured ones (`strict_defaults`).
+        Under MPS the hook keeps the claim's cores too: MPS's SM percentage is the client's own
+        environment, the hook's config is the daemon's (a ceiling; review 2026-12-04 #5). The GPU's SM
+        count from NVML goes with it: the hook charges a client's device time x its part of that
+        count, so an honest client is held once. Every claim
         takes part in priorities: normal (the default) waits where a high claim has work."""
         capped = config.compute_mode == "strict" and cores < 100  # nothing to cap on a whole GPU
-        mhz = (config.full_load_clock_mhz or self.settings.full_load_clock_mhz) if capped else None
-        elasticity = None
-        if capped:  # 0 is a value (memory-bound), not unset
-            elasticity = config.clock_elasticity if config.clock_elasticity is not None \
-                else self.settings.clock_elasticity
+        mhz, elasticity = None, None
+        if capped:  # the claim's config, else the daemon's settings, else the GPU model's measured values
+            measured = strict_defaults.for_gpu(v.device)
+            mhz = config.full_load_clock_mhz or self.settings.full_load_clock_mhz or (
+                measured.full_load_mhz if measured else None)
+            elasticity = next((e for e in (config.clock_elasticity, self.settings.clock_elasticity,
+                                           measured.clock_elasticity if measured else None) if e is not None), None)
         return dra.Quota(v.device.uuid, v.memory, cores, strict=capped, full_load_mhz=mhz, clock_elasticity=elasticity,
                          context_memory=self.settings.context_charge(fake=self.fake is not None) or None,
                          device_sms=v.device.sms, priority=config.priority or "normal")

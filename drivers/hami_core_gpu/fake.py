@@ -24,6 +24,8 @@ a YAML document:
       architecture: Ada Lovelace    # names as published (see nvml.ARCHITECTURES / BRANDS)
       computeCapability: "8.9"
       multiprocessorCount: 58       # SMs, as NVML's nvmlDeviceGetAttributes reports them
+      powerLimit: 60                # W in force (default: the model's default limit; none without a model)
+      defaultPowerLimit: 72         # W, the board's default (default: powerLimit)
       brand: Nvidia
       migMode: unsupported          # on, off or unsupported
       uuid: GPU-...                 # default: derived from the node name and position
@@ -66,15 +68,16 @@ class Model:
     pci_device_id: int
     mig: str  # "off" (MIG-capable, disabled) or "unsupported"
     sms: int  # SM count (NVML's multiprocessorCount of the whole GPU)
+    power_limit_w: int  # the board's default power limit (also the one in force unless a file says)
 
 
 MODELS: dict[str, Model] = {
-    "h200": Model("NVIDIA H200", 143771, "Hopper", "9.0", "Nvidia", 0x233510DE, "off", 132),
-    "h100": Model("NVIDIA H100 80GB HBM3", 81559, "Hopper", "9.0", "Nvidia", 0x233010DE, "off", 132),
-    "a100-80g": Model("NVIDIA A100-SXM4-80GB", 81920, "Ampere", "8.0", "Nvidia", 0x20B210DE, "off", 108),
-    "a100-40g": Model("NVIDIA A100-SXM4-40GB", 40960, "Ampere", "8.0", "Nvidia", 0x20B010DE, "off", 108),
-    "l4": Model("NVIDIA L4", 23034, "Ada Lovelace", "8.9", "Nvidia", 0x27B810DE, "unsupported", 58),
-    "t4": Model("Tesla T4", 15360, "Turing", "7.5", "Tesla", 0x1EB810DE, "unsupported", 40),
+    "h200": Model("NVIDIA H200", 143771, "Hopper", "9.0", "Nvidia", 0x233510DE, "off", 132, 700),
+    "h100": Model("NVIDIA H100 80GB HBM3", 81559, "Hopper", "9.0", "Nvidia", 0x233010DE, "off", 132, 700),
+    "a100-80g": Model("NVIDIA A100-SXM4-80GB", 81920, "Ampere", "8.0", "Nvidia", 0x20B210DE, "off", 108, 400),
+    "a100-40g": Model("NVIDIA A100-SXM4-40GB", 40960, "Ampere", "8.0", "Nvidia", 0x20B010DE, "off", 108, 400),
+    "l4": Model("NVIDIA L4", 23034, "Ada Lovelace", "8.9", "Nvidia", 0x27B810DE, "unsupported", 58, 72),
+    "t4": Model("Tesla T4", 15360, "Turing", "7.5", "Tesla", 0x1EB810DE, "unsupported", 40, 70),
 }
 MAX_GPUS = 16
 DEFAULT_DRIVER = "580.159.04"
@@ -103,6 +106,8 @@ class FakeGpu:
     numa_node: int | None
     pci_device_id: int = 0x233510DE
     sms: int = 132  # the stub's `sms` key: NVML's multiprocessorCount and libcuda's MULTIPROCESSOR_COUNT
+    power_limit_w: int | None = None  # the stub's `power` key (W); None: NOT_SUPPORTED
+    default_power_limit_w: int | None = None  # the stub's `powerdefault` key (W); None: as power_limit_w
 
     def stub_fields(self, index: int | None = None) -> dict[str, str]:
         """This GPU's ``HOOKCORE_STUB_DEVICES`` fields (NVML's numeric enums)."""
@@ -114,6 +119,10 @@ class FakeGpu:
             "pci": self.pci_bus_id, "pciid": hex(self.pci_device_id), "arch": str(arch), "brand": str(brand),
             "cc": self.compute_capability, "mig": self.mig, "sms": str(self.sms),
         }
+        if self.power_limit_w is not None:
+            fields["power"] = str(self.power_limit_w)
+        if self.default_power_limit_w is not None:
+            fields["powerdefault"] = str(self.default_power_limit_w)
         return fields
 
 
@@ -159,7 +168,8 @@ def _from_model(model: Model, node: str, position: int) -> FakeGpu:
         uuid=fake_uuid(node, position), index=position, minor=position, product_name=model.product_name,
         memory=model.memory_mib * MiB, architecture=model.architecture, compute_capability=model.compute_capability,
         brand=model.brand, mig=model.mig, pci_bus_id=bus, pcie_root=root, numa_node=numa,
-        pci_device_id=model.pci_device_id, sms=model.sms,
+        pci_device_id=model.pci_device_id, sms=model.sms, power_limit_w=model.power_limit_w,
+        default_power_limit_w=model.power_limit_w,
     )
 
 
@@ -183,7 +193,7 @@ def profile(name: str, node: str) -> FakeNode:
 
 _GPU_KEYS = {
     "model", "uuid", "index", "minor", "productName", "memory", "architecture", "computeCapability", "brand",
-    "migMode", "pciBusID", "pcieRoot", "numaNode", "multiprocessorCount",
+    "migMode", "pciBusID", "pcieRoot", "numaNode", "multiprocessorCount", "powerLimit", "defaultPowerLimit",
 }
 
 
@@ -210,13 +220,14 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
     if model_name is None and not {"productName", "memory"} <= set(entry):
         raise FakeDevicesError(f"{where}: give `model:` or at least `productName:` and `memory:`")
     base = _from_model(MODELS[model_name or "h200"], node, position)
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {} if model_name else {"power_limit_w": None, "default_power_limit_w": None}
     simple = {"uuid": "uuid", "productName": "product_name", "architecture": "architecture", "brand": "brand",
               "pciBusID": "pci_bus_id", "pcieRoot": "pcie_root"}
     for key, attr in simple.items():
         if key in entry:
             changes[attr] = str(entry[key])
-    for key, attr in (("index", "index"), ("minor", "minor"), ("numaNode", "numa_node"), ("multiprocessorCount", "sms")):
+    for key, attr in (("index", "index"), ("minor", "minor"), ("numaNode", "numa_node"), ("multiprocessorCount", "sms"),
+                      ("powerLimit", "power_limit_w"), ("defaultPowerLimit", "default_power_limit_w")):
         if key in entry:
             if not isinstance(entry[key], int) or isinstance(entry[key], bool):
                 raise FakeDevicesError(f"{where}: {key} must be an integer, got {entry[key]!r}")
@@ -245,6 +256,9 @@ def _gpu_entry(entry: Any, node: str, position: int, where: str) -> FakeGpu:
         raise FakeDevicesError(f"{where}: memory must be positive")
     if not 1 <= gpu.sms <= 4096:
         raise FakeDevicesError(f"{where}: multiprocessorCount must be an SM count, 1..4096, got {gpu.sms}")
+    for key, watts in (("powerLimit", gpu.power_limit_w), ("defaultPowerLimit", gpu.default_power_limit_w)):
+        if watts is not None and not 1 <= watts <= 10000:
+            raise FakeDevicesError(f"{where}: {key} must be a power limit in W, 1..10000, got {watts}")
     return gpu
 
 

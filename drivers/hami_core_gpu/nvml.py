@@ -169,6 +169,8 @@ class Gpu:
     numa_node: int | None  # None: no NUMA affinity known
     mig_enabled: bool | None  # None: the GPU has no MIG
     sms: int | None = None  # SM count (nvmlDeviceGetAttributes); None: NVML did not say (see `_sms`)
+    power_limit_w: int | None = None  # the power limit in force; None: NVML did not say
+    default_power_limit_w: int | None = None  # the board's default power limit; None: NVML did not say
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +251,17 @@ def _sms(handle: Any, target: str, cc: tuple[int, int]) -> int | None:
     return None
 
 
+def _watts(fn: Callable[..., int], handle: Any, target: str) -> int | None:
+    """A power limit in whole watts, or None where the GPU has no power management (or the driver
+    lacks the query): what needs it (the strict cap's measured model defaults) then does without."""
+    try:
+        return round(int(call(fn, handle, target=target)) / 1000)
+    except NvmlError as exc:
+        if exc.code == pynvml.NVML_ERROR_GPU_IS_LOST:
+            raise
+        return None
+
+
 def _gpu(handle: Any, where: str, sysfs: Path, memory_override: int | None) -> Gpu:
     uuid = call(pynvml.nvmlDeviceGetUUID, handle, target=where)
     target = f"{where}, {uuid}"
@@ -288,4 +301,6 @@ def _gpu(handle: Any, where: str, sysfs: Path, memory_override: int | None) -> G
         numa_node=topology.numa_node(sysfs, bus),
         mig_enabled=mig,
         sms=_sms(handle, target, (int(major), int(minor_cc))),
+        power_limit_w=_watts(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle, target),
+        default_power_limit_w=_watts(pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle, target),
     )

@@ -13,10 +13,12 @@
 - ``sysfs`` (``/sys``): where sysfs is mounted (PCIe root, NUMA node).
 - ``fullLoadClockMhz`` (unset): the sustained SM clock under full load of this node's GPUs, for
   claims with ``computeMode: strict`` that give none (H200: ~1500; ``bench/hookcore_gpu.py`` measures it).
+  Unset: the GPU model's measured value (``strict_defaults``), else NVML's default application clock.
 - ``clockElasticity`` (unset): the clock elasticity of this node's GPU model (0..1, at most 3
   decimals), for claims with ``computeMode: strict`` that give none: what the hook charges a
   boosted batch where the claim's own batches cannot show it (H100: ~0.45, 2026-12-05;
-  ``bench/shares_h200.py``'s strict runs print it). Unset: the hook's 1, the whole boost charged.
+  ``bench/shares_h200.py``'s strict runs print it). Unset: the GPU model's measured value
+  (``strict_defaults``), else the hook's 1, the whole boost charged.
 
 - ``contextMemory`` (``692Mi`` on real GPUs, ``0`` on the fake): device memory charged to a
   claim's memory quota for each CUDA context of its processes (one per process, plus each extra

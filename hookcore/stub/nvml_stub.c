@@ -122,6 +122,9 @@ static void device_from(struct nvmlDevice_st *d, unsigned i, const stub_device_d
     if ((v = stub_device_get(desc, "serial"))) set_str(d->serial, sizeof d->serial, v);
     if ((v = stub_device_get(desc, "cc"))) sscanf(v, "%d.%d", &d->cc_major, &d->cc_minor);
     if ((v = stub_device_get(desc, "mig"))) d->mig = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+    if ((v = stub_device_get(desc, "power"))) d->power_mw = (unsigned)strtoul(v, NULL, 10) * 1000u;
+    d->power_default_mw = d->power_mw;
+    if ((v = stub_device_get(desc, "powerdefault"))) d->power_default_mw = (unsigned)strtoul(v, NULL, 10) * 1000u;
 }
 
 static void load_devices(void) {
@@ -379,6 +382,24 @@ STUB_API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t d, unsigned int *cor
     int cc = d->cc_major * 10 + d->cc_minor;
     unsigned per_sm = (cc >= 86 || cc == 61 || cc == 62) ? 128 : 64;
     *cores = d->sms * per_sm;
+    return NVML_SUCCESS;
+}
+
+/* The power limit in force and the board's default one, in mW (keys `power` and `powerdefault`, W;
+   a device described without them answers NOT_SUPPORTED, as GPUs without power management do). */
+STUB_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) {
+    ENTER(d);
+    if (!mw) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->power_mw) return NVML_ERROR_NOT_SUPPORTED;
+    *mw = d->power_mw;
+    return NVML_SUCCESS;
+}
+
+STUB_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t d, unsigned int *mw) {
+    ENTER(d);
+    if (!mw) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->power_default_mw) return NVML_ERROR_NOT_SUPPORTED;
+    *mw = d->power_default_mw;
     return NVML_SUCCESS;
 }
 

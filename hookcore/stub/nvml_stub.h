@@ -43,7 +43,8 @@ struct nvmlDevice_st {
     int mig; /* -1 unsupported, 0 off, 1 on */
     int lost;
     unsigned recovery;
-    unsigned sms; /* the description's `sms` */
+    unsigned sms;                        /* the description's `sms` */
+    unsigned power_mw, power_default_mw; /* keys `power`, `powerdefault` (W); 0: NOT_SUPPORTED */
 };
 
 #pragma GCC visibility push(hidden)

@@ -79,6 +79,8 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
     assert (l4.pci_bus_id, l4.pcie_root, l4.memory) == ("0000:3b:00.0", "pci0000:3a", 23034 * MiB)
     assert a100.mig_enabled is True
     assert (h100.sms, l4.sms, a100.sms) == (132, 58, 108)  # the model's, the file's, the model's
+    # power limits: the model's default (in force unless the file says); none where NVML has none
+    assert (h100.power_limit_w, h100.default_power_limit_w, l4.power_limit_w, a100.power_limit_w) == (700, 700, None, 400)
     # a GPU in MIG mode runs no CUDA work outside its MIG instances: not shared, not published
     assert [d.attributes["uuid"] for d in devices.to_devices(inv)] == [h100.uuid, l4.uuid]
 
@@ -97,6 +99,8 @@ def test_yaml_file_mixes_models_and_overrides(fake_node, tmp_path: Path) -> None
     ("gpus:\n- model: h200\n  productName: 'a,b'\n", "no ',', ';' or '='"),
     ("gpus:\n- model: h200\n  multiprocessorCount: 0\n", "multiprocessorCount must be an SM count, 1..4096"),
     ("gpus:\n- model: h200\n  multiprocessorCount: '132'\n", "multiprocessorCount must be an integer"),
+    ("gpus:\n- model: h200\n  powerLimit: 0\n", "powerLimit must be a power limit in W, 1..10000"),
+    ("gpus:\n- model: h200\n  defaultPowerLimit: '700'\n", "defaultPowerLimit must be an integer"),
 ])
 def test_bad_fake_files_say_what_to_change(tmp_path: Path, text: str, error: str) -> None:
     path = tmp_path / "gpus.yaml"

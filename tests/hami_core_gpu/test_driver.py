@@ -127,8 +127,8 @@ def test_a_strict_claim_is_capped_at_the_full_load_clock_of_its_config_or_the_da
 
 
 def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_daemon(driver: Callable[..., HamiCoreGpuDriver]) -> None:
-    """The claim's (or its class's) clockElasticity, else the daemon's setting, else None (the hook's
-    prior, 1); 0 is a value, not unset; only a strict cap carries it; the hook's parser reads it back."""
+    """The claim's (or its class's) clockElasticity, else the daemon's setting, else the GPU model's
+    (strict_defaults); 0 is a value, not unset; only a strict cap carries it; the hook's parser reads it back."""
     from dra._runtime.enforcement import ClaimHooks
     from dra._runtime.hookdir import HookDir
 
@@ -145,12 +145,41 @@ def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_dae
     assert quota(daemon, GpuConfig(compute_mode="strict", clock_elasticity=0.0)) == (True, 0.0)
     assert quota(daemon, None) == (False, None)  # a share of GPU time: no boost to charge
     assert quota(daemon, strict, cores=100) == (False, None)  # nothing to cap on a whole GPU
-    assert quota(driver(settings={"health": "off"}), strict) == (True, None)
+    assert quota(driver(settings={"health": "off"}), strict) == (True, 0.47)  # the H200's measured value
     e = daemon.enforcement(CLAIM, daemon.prepare(CLAIM, [alloc("hami-gpu-0", config=strict, memory=GiB, cores=30)]))
     assert e is not None
     plan = ClaimHooks(Path(tempfile.mkdtemp()), HookDir(Path(tempfile.mkdtemp()))).plan(e)
     assert "HOOKCORE_COMPUTE_ELASTICITY_0=0.45\n" in plan.config_text
     assert plan.config.devices[0].clock_elasticity == 0.45
+
+
+@pytest.mark.parametrize(("gpu", "want"), [
+    ("model: h100", (1400, 0.4)),  # at its default 700 W: measured (bench/results/h100-2026-12-05-shares*)
+    ("model: h200", (1500, 0.47)),
+    ("model: h100\n  powerLimit: 500", (None, None)),  # capped lower by the admin: not the table's clock
+    ("model: h100\n  powerLimit: 700\n  defaultPowerLimit: 700", (1400, 0.4)),
+    ("model: a100-80g", (None, None)),  # not measured: the hook's own defaults
+    ("productName: NVIDIA H100 80GB HBM3\n  memory: 80Gi", (None, None)),  # NVML says no power limit
+])
+def test_a_strict_claim_without_settings_gets_its_gpu_models_measured_clock_and_elasticity(
+        driver: Callable[..., HamiCoreGpuDriver], tmp_path: Path, caplog: pytest.LogCaptureFixture, gpu: str,
+        want: tuple[int | None, float | None]) -> None:
+    """Only where the GPU runs at the power limit the model was measured at; the daemon's settings and
+    the claim's config win over it; a GPU left out says why, once, with the fix."""
+    path = tmp_path / "gpus.yaml"
+    path.write_text(f"gpus:\n- {gpu}\n")
+    d = driver(fake=str(path), settings={"health": "off"})
+    strict = GpuConfig(compute_mode="strict")
+    (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", config=strict, memory=GiB, cores=30)])).quotas
+    assert (q.strict, q.full_load_mhz, q.clock_elasticity) == (True, *want)
+    assert ("measured at another power limit" in caplog.text) == ("powerLimit: 500" in gpu), caplog.text
+    own = GpuConfig(compute_mode="strict", full_load_clock_mhz=1300, clock_elasticity=0.9)
+    (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", config=own, memory=GiB, cores=30)])).quotas
+    assert (q.full_load_mhz, q.clock_elasticity) == (1300, 0.9)
+    daemon = driver(fake=str(path), settings={"health": "off", "fullLoadClockMhz": "1200", "clockElasticity": "0.2"})
+    (q,) = daemon.enforcement(CLAIM, daemon.prepare(CLAIM, [alloc("hami-gpu-0", config=strict, memory=GiB,
+                                                                  cores=30)])).quotas
+    assert (q.full_load_mhz, q.clock_elasticity) == (1200, 0.2)
 
 
 def test_each_gpu_is_charged_the_highest_clock_elasticity_of_its_requests(driver: Callable[..., HamiCoreGpuDriver]) -> None:
