@@ -315,11 +315,12 @@ class Quota:
     """Strict only: the device's sustained clock under full load, MHz (None: the hook library's
     default, which may not know it and then charges device time)."""
     clock_elasticity: float | None = None
-    """Strict only: how a batch's time follows the SM clock before the claim's own batches show it
-    (0: memory-bound, 1: compute-bound; at most 3 decimals), the value measured for the GPU model's
-    power-bound matmul (bench/shares_h200.py; H100 ~0.45). It is what the hook charges where the
-    clock never moves under the claim's load, so nothing can be learned (None: the hook's prior 1,
-    the whole boost is charged, which holds such a claim below its share)."""
+    """Strict only: how a batch's time follows the SM clock (0: memory-bound, 1: compute-bound; at
+    most 3 decimals), the value measured for the GPU model's power-bound matmul
+    (bench/shares_h200.py; H100 0.4, H200 0.47). Given, the hook charges it and learns nothing over
+    it (a throttling GPU's clock jitter taught an H100 ~0 and let a 70% cap reach 78.5%). None: the
+    hook learns it from the claim's own batches where the clock moves, starting from 1 (the whole
+    boost charged, which holds a claim whose clock never moves below its share)."""
     context_memory: int | None = None
     """Bytes of device memory one context of a process takes on this device, charged to `memory`
     once per process and once per extra context (None: contexts are not charged). The driver
