@@ -78,6 +78,7 @@ def mig_rig(cluster: ControlPlane, api: client.ApiClient, args: list[str]) -> It
         r = MigRig(api, cluster, node, ns, None, harness)  # type: ignore[arg-type]
         r.work, r.record = Path(work), Path(work) / "mig.state"
         r.args = ["--set", "health=off", *args]
+        present = set(r.kubectl("get", "deviceclass", "-o", "name").split())
         r.start()
         try:
             r.daemon.wait_http("/readyz", timeout=60)
@@ -87,6 +88,10 @@ def mig_rig(cluster: ControlPlane, api: client.ApiClient, args: list[str]) -> It
             harness.close()
             if r.daemon.alive():
                 r.daemon.stop()
+            # the classes this rig made go with it: a later test sees the cluster as it found it
+            made = set(r.kubectl("get", "deviceclass", "-o", "name").split()) - present
+            if made:
+                r.kubectl("delete", "--ignore-not-found", "--wait=false", *sorted(made))
             client.CoreV1Api(api).delete_namespace(ns)
             client.CoreV1Api(api).delete_node(node)
 
