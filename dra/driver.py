@@ -317,8 +317,8 @@ class Quota:
     clock_elasticity: float | None = None
     """Strict only: how a batch's time follows the SM clock (0: memory-bound, 1: compute-bound; at
     most 3 decimals), the value measured for the GPU model's power-bound matmul
-    (bench/shares_h200.py; H100 0.4, H200 0.47). Given, the hook charges it and learns nothing over
-    it (a throttling GPU's clock jitter taught an H100 ~0 and let a 70% cap reach 78.5%). None: the
+    (measured per model by the vendor driver's bench). Given, the hook charges it and learns nothing
+    over it (a throttling GPU's clock jitter taught one model ~0 and let a 70% cap reach 78.5%). None: the
     hook learns it from the claim's own batches where the clock moves, starting from 1 (the whole
     boost charged, which holds a claim whose clock never moves below its share)."""
     context_memory: int | None = None

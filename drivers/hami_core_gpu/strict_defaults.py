@@ -49,7 +49,8 @@ def for_gpu(gpu: nvml.Gpu) -> Measured | None:
         return measured
     if gpu.uuid not in _logged:
         _logged.add(gpu.uuid)
-        log.warning("strict-cap defaults of this GPU model not used: measured at another power limit", extra={
+        log.warning("strict-cap defaults of this GPU model not used: its power limit is unknown or not the one"
+                    " measured at", extra={
             "gpu": gpu.uuid, "model": gpu.product_name, "power_limit_w": gpu.power_limit_w,
             "measured_at_w": measured.power_limit_w,
             "fix": "measure with bench/shares_h200.py and set daemon.settings.fullLoadClockMhz and clockElasticity"})

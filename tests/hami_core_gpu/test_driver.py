@@ -14,6 +14,7 @@ from driver_helpers import fake_drivers
 
 import hookcore
 from dra import AllocatedDevice, ClaimRef, PrepareError
+from drivers.hami_core_gpu import strict_defaults
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 from drivers.hami_core_gpu.settings import Settings
@@ -162,17 +163,20 @@ def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_dae
     ("productName: NVIDIA H100 80GB HBM3\n  memory: 80Gi", (None, None)),  # NVML says no power limit
 ])
 def test_a_strict_claim_without_settings_gets_its_gpu_models_measured_clock_and_elasticity(
-        driver: Callable[..., HamiCoreGpuDriver], tmp_path: Path, caplog: pytest.LogCaptureFixture, gpu: str,
+        driver: Callable[..., HamiCoreGpuDriver], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch, gpu: str,
         want: tuple[int | None, float | None]) -> None:
     """Only where the GPU runs at the power limit the model was measured at; the daemon's settings and
     the claim's config win over it; a GPU left out says why, once, with the fix."""
+    monkeypatch.setattr(strict_defaults, "_logged", set())  # said once per GPU: once per case here
     path = tmp_path / "gpus.yaml"
     path.write_text(f"gpus:\n- {gpu}\n")
     d = driver(fake=str(path), settings={"health": "off"})
     strict = GpuConfig(compute_mode="strict")
     (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", config=strict, memory=GiB, cores=30)])).quotas
     assert (q.strict, q.full_load_mhz, q.clock_elasticity) == (True, *want)
-    assert ("measured at another power limit" in caplog.text) == ("powerLimit: 500" in gpu), caplog.text
+    # a listed model left out (a lowered or unknown limit) says so; an unlisted one has nothing to say
+    assert ("not the one measured at" in caplog.text) == ("powerLimit: 500" in gpu or "productName" in gpu), caplog.text
     own = GpuConfig(compute_mode="strict", full_load_clock_mhz=1300, clock_elasticity=0.9)
     (q,) = d.enforcement(CLAIM, d.prepare(CLAIM, [alloc("hami-gpu-0", config=own, memory=GiB, cores=30)])).quotas
     assert (q.full_load_mhz, q.clock_elasticity) == (1300, 0.9)
