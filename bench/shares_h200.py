@@ -433,6 +433,7 @@ class Bench:
         self.ref_mhz: int | None = None
         self.elasticity: float | None = None  # strict's prior (HOOKCORE_COMPUTE_ELASTICITY_0)
         self.calibrate = True  # derive it from the native and default matmul runs (--elasticity auto)
+        self.model_defaults = False  # take both from the driver's table for this GPU model (--elasticity model)
         self.uuid = ""
         self.nvml: Nvml | None = None
         self.clock: ClockLog | None = None
@@ -506,10 +507,12 @@ class Bench:
             self.results["runs"][job.key] = rec
             self.say(f"{job.key}: " + ", ".join(f"{g.get('rate', 0):.1f}/s" if "rate" in g else str(g.get("error"))
                                                  for g in got) + f" {rec.get('clock', {}).get('sm_mhz', '?')} MHz")
-            if job.key == "native/matmul" and not self.ref_mhz:
+            if job.key == "native/matmul":
                 mhz = rec.get("clock", {}).get("sm_mhz")
-                self.ref_mhz = int(mhz) if mhz else None
-                self.results["env"]["ref_mhz"] = self.ref_mhz
+                self.results["env"]["native_matmul_mhz"] = int(mhz) if mhz else None
+                if not self.ref_mhz:
+                    self.ref_mhz = int(mhz) if mhz else None
+                    self.results["env"]["ref_mhz"] = self.ref_mhz
             if job.key.startswith("default/matmul/") and self.calibrate and self.elasticity is None:
                 self.elasticity = calibrated_elasticity(self.results["runs"], self.ref_mhz)
                 if self.elasticity is not None:
@@ -518,6 +521,28 @@ class Bench:
         if ahead:
             for r in ahead:
                 r.p.kill()
+
+    def use_model_defaults(self, smi: str) -> None:
+        """Strict's full-load clock and elasticity as the driver ships them for this GPU model at its
+        power limit (drivers/hami_core_gpu/strict_defaults.py), so strict runs measure what a claim
+        with no settings gets; a model or power limit not in the table falls back to calibration."""
+        sys.path.insert(0, str(ROOT))
+        from drivers.hami_core_gpu.strict_defaults import MEASURED
+
+        name, _, rest = smi.partition(",")
+        power = rest.rsplit(",", 1)[-1].strip().split(" ")[0] if rest else ""
+        m = MEASURED.get(name.strip())
+        try:
+            watts = round(float(power))
+        except ValueError:
+            watts = None
+        if m is None or watts != m.power_limit_w:
+            self.say(f"no model defaults for {name.strip()!r} at {power} W: calibrating instead")
+            return
+        self.ref_mhz, self.elasticity, self.calibrate = m.full_load_mhz, m.clock_elasticity, False
+        self.results["env"]["ref_mhz"] = m.full_load_mhz
+        self.results["env"]["elasticity"] = {"value": m.clock_elasticity, "from": f"model table ({m.source})"}
+        self.say(f"strict from the model table: {m.full_load_mhz} MHz, elasticity {m.clock_elasticity}")
 
     def main(self, workloads: Sequence[str], caps: Sequence[int], skip: Sequence[str], budget: float) -> None:
         t0 = time.time()
@@ -537,6 +562,8 @@ class Bench:
         self.results["env"].update({"gpu": smi, "label": self.label, "hookcore": os.environ.get("HK_BENCH_REV") or rev,
                                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                     "warm_s": self.warm, "secs": self.secs})
+        if self.model_defaults:
+            self.use_model_defaults(smi)
         self.clock = ClockLog(self.nvml)
         time.sleep(1.0)
         if self.clock.samples:
@@ -607,7 +634,8 @@ def _f(v: float | None) -> str:
 def table(results: dict[str, Any]) -> str:
     runs, env = results["runs"], results["env"]
     lines = [f"GPU: {env.get('gpu')}; hookcore {env.get('hookcore')} ({env.get('label')}); {env.get('date')}; "
-             f"full-load clock for strict {env.get('ref_mhz')} MHz (the native matmul's median), clock elasticity "
+             f"full-load clock for strict {env.get('ref_mhz')} MHz (native matmul median "
+             f"{env.get('native_matmul_mhz')} MHz), clock elasticity "
              f"prior {(env.get('elasticity') or {}).get('value', 'none: 1')}; warm-up "
              f"{env.get('warm_s')} s, {env.get('secs')} s counted per run; {results.get('total_s', '?')} s in all",
              "", "Share of one native process's throughput of the same workload, % (SM clock median, MHz).", "",
@@ -672,8 +700,9 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=1.5)
     ap.add_argument("--budget", type=float, default=540.0, help="seconds after which runs left are skipped")
     ap.add_argument("--elasticity", default="auto",
-                    help="strict's clock elasticity prior: auto (measured from the default matmul runs), a value 0..1,"
-                         " or none (the hook's default, 1)")
+                    help="strict's clock elasticity prior: auto (measured from the default matmul runs), model (the"
+                         " driver's table for this GPU model, full-load clock too), a value 0..1, or none (the hook's"
+                         " default, 1)")
     ap.add_argument("--plan", action="store_true", help="print the jobs and exit")
     ap.add_argument("--probe", default="", help="first run the clock probe on these workloads (no hook), e.g. matmul,memcpy")
     a = ap.parse_args()
@@ -706,7 +735,9 @@ def main() -> None:
         (out / "clock-probe.json").write_text(line[7:] if line else json.dumps({"error": r.stderr[-3000:]}))
         print(f"clock probe: {'ok' if line else r.stderr[-2000:]}", flush=True)
     bench = Bench(out, Path(a.tree).resolve(), build, a.label, a.warm, a.secs)
-    if a.elasticity != "auto":
+    if a.elasticity == "model":
+        bench.model_defaults = True
+    elif a.elasticity != "auto":
         bench.calibrate = False
         bench.elasticity = None if a.elasticity == "none" else float(a.elasticity)
         bench.results["env"]["elasticity"] = {"value": bench.elasticity, "from": "--elasticity"}

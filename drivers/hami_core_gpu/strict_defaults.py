@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
-from drivers.hami_core_gpu import nvml
+if TYPE_CHECKING:  # the table itself needs no NVML: bench/shares_h200.py reads it on the GPU machine
+    from drivers.hami_core_gpu import nvml
 
 log = logging.getLogger(__name__)
 
