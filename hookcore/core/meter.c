@@ -331,11 +331,16 @@ static uint32_t context_sm_ppm(void *ctx, void *s) {
 
 hk_meter_batch *hk_meter_before_work(void *s, int work) {
     if (hk_unlikely(hk_atomic_load_acquire(&g_ops_state) != 1)) return NULL;
-    if (hk_atomic_load_acquire(&g_captures) > 0) return NULL;
-    if (g_ops->capturing(s)) return NULL;
+    /* Work on a stream being captured is not run now (it is charged when its graph is launched) and
+       takes no events. While a capture that began through the shim is in progress every submission
+       asks; otherwise only one that would open a batch (a capture begun some way the shim does not
+       see), so a launch that extends its thread's batch makes no such call. A capture elsewhere
+       leaves this stream metered: one held open on a side stream is no way around the share. */
+    hk_meter_batch *b = &t_batch;
+    if (hk_unlikely(hk_atomic_load_acquire(&g_captures) > 0) || !b->open || b->stream != s)
+        if (g_ops->capturing(s)) return NULL;
     void *ctx = NULL;
     int ldev = -1;
-    hk_meter_batch *b = &t_batch;
     if (g_ops->current(&ctx, &ldev) != 0 || ctx == NULL) return NULL;
     hk_limiter *lim = limiter_for(ldev);
     hk_board *bd = board_for(ldev);
@@ -409,6 +414,8 @@ void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
 void hk_meter_capture_begun(int ok) {
     if (ok) hk_atomic_add_acq_rel(&g_captures, 1);
 }
+
+int hk_meter_captures_in_progress(void) { return hk_atomic_load_relaxed(&g_captures) > 0; }
 
 void hk_meter_capture_ended(int was_capturing) {
     if (!was_capturing) return;

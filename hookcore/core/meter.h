@@ -44,8 +44,13 @@
  * elastic.h), so throughput, not device time, stays at the share on an idle device. The contention
  * estimate compares those full-load prices. The two factors multiply.
  *
- * Stream capture: while any capture is in progress the meter records no event at all (event
- * queries are illegal during a global-mode capture; recorded events would become graph nodes).
+ * Stream capture: work submitted to a stream that is being captured is not run (it becomes a graph,
+ * charged when launched) and takes no events (they would become graph nodes). Every other stream
+ * stays metered while a capture is in progress: the shim runs the meter's event calls so that they
+ * do not break the application's capture (the API's relaxed capture interaction mode, where it has
+ * one). Whether a stream is being captured is asked on every submission only while some capture is
+ * in progress (the shim reports each begin and end: hk_meter_capture_begun / _ended), else once per
+ * batch.
  *
  * One metered API per library: hk_meter_setup() is called once with the shim's operations.
  */
@@ -108,6 +113,9 @@ void hk_meter_after(hk_meter_batch *b, void *stream, int ok, uint64_t sig);
    was capturing before the end call). */
 void hk_meter_capture_begun(int ok);
 void hk_meter_capture_ended(int was_capturing);
+/* 1 while a capture that began through the shim has not ended (the shim's event calls then take care
+   not to break it). */
+int hk_meter_captures_in_progress(void);
 
 /* In a forked child: forget the parent's events, batches and estimates. */
 void hk_meter_atfork_child(void);

@@ -54,20 +54,52 @@ static int op_capturing(void *s) {
     return hk_real.cuStreamIsCapturing && hk_real.cuStreamIsCapturing((CUstream)s, &c) == CUDA_SUCCESS && c;
 }
 
+/* While a stream capture is in progress anywhere in the process, the meter keeps metering every
+   stream that is not being captured, and its own event calls run in the relaxed capture interaction
+   mode: a global-mode capture (the default) prohibits event queries and synchronization in every
+   other thread of its process, and such a call would invalidate the application's capture. Relaxed
+   for the duration of the call, then the thread's own mode again. */
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
+static int relax(void) {
+    int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (HK_LIKELY(!hk_meter_captures_in_progress()) || !hk_real.cuThreadExchangeStreamCaptureMode ||
+        hk_real.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return -1;
+    return mode;
+}
+static void unrelax(int mode) {
+    if (mode >= 0) hk_real.cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 static int op_event_create(void **ev) {
     return hk_real.cuEventCreate((CUevent *)ev, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? 0 : -1;
 }
 static void op_event_destroy(void *ev) { hk_real.cuEventDestroy_v2((CUevent)ev); }
 static int op_event_record(void *ev, void *s) {
-    return hk_real.cuEventRecord((CUevent)ev, (CUstream)s) == CUDA_SUCCESS ? 0 : -1;
+    int m = relax();
+    CUresult r = hk_real.cuEventRecord((CUevent)ev, (CUstream)s);
+    unrelax(m);
+    return r == CUDA_SUCCESS ? 0 : -1;
 }
-static int op_event_done(void *ev) { return hk_real.cuEventQuery((CUevent)ev) != CUDA_ERROR_NOT_READY; }
-static void op_event_wait(void *ev) { hk_real.cuEventSynchronize((CUevent)ev); }
+static int op_event_done(void *ev) {
+    int m = relax();
+    CUresult r = hk_real.cuEventQuery((CUevent)ev);
+    unrelax(m);
+    return r != CUDA_ERROR_NOT_READY;
+}
+static void op_event_wait(void *ev) {
+    int m = relax();
+    hk_real.cuEventSynchronize((CUevent)ev);
+    unrelax(m);
+}
 
 static CUresult (*g_elapsed)(float *, CUevent, CUevent);
 static int op_event_elapsed_ns(void *a, void *b, int64_t *ns) {
     float ms = 0;
-    if (g_elapsed(&ms, (CUevent)a, (CUevent)b) != CUDA_SUCCESS) return -1;
+    int m = relax();
+    CUresult r = g_elapsed(&ms, (CUevent)a, (CUevent)b);
+    unrelax(m);
+    if (r != CUDA_SUCCESS) return -1;
     *ns = (int64_t)((double)ms * 1e6);
     return 0;
 }
@@ -159,6 +191,14 @@ static CUresult begun(CUresult r) {
     return r;
 }
 
+HK_EXPORT CUresult cuStreamBeginCapture(CUstream s) { /* the v1 ABI: global mode */
+    if (!hk_real.cuStreamBeginCapture) return CUDA_ERROR_NOT_INITIALIZED;
+    return begun(hk_real.cuStreamBeginCapture(s));
+}
+HK_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+    if (!hk_real.cuStreamBeginCapture_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    return begun(hk_real.cuStreamBeginCapture_ptsz(s));
+}
 HK_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     if (!hk_real.cuStreamBeginCapture_v2) return CUDA_ERROR_NOT_INITIALIZED;
     return begun(hk_real.cuStreamBeginCapture_v2(s, mode));

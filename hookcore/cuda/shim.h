@@ -87,6 +87,8 @@ CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuGreenCtxCreate(CUgreenCtx *ctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
 CUresult cuGreenCtxDestroy(CUgreenCtx ctx);
 CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult cuStreamBeginCapture(CUstream s);
+CUresult cuStreamBeginCapture_ptsz(CUstream s);
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode);
 CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata, size_t n, int mode);

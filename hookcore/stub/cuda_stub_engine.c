@@ -50,9 +50,13 @@ STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
 
 static uint64_t se_key(stub_stream *st) { return (uint64_t)(uintptr_t)st; }
 
+static CUresult capture_unsafe_call(void);
+
 STUB_API CUresult cuStreamSynchronize(CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
+    CUresult u = capture_unsafe_call();
+    if (u != CUDA_SUCCESS) return u;
     stub_stream *st = stream_of(s, d);
     if (se_on())
         se_wait(g_dev[d].physical, se_key(st), se_last(g_dev[d].physical, se_key(st)));
@@ -74,18 +78,61 @@ STUB_API CUresult cuStreamQuery(CUstream s) {
     return stub_now_ns() >= st->last_end_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-/* Capture: only the state is modelled (launches during capture still run in the stub). */
+/* Capture: the state and the rule it puts on other calls are modelled; launches during capture
+ * still run in the stub. One capture per thread, of mode 0 global, 1 thread-local or 2 relaxed.
+ * Event queries and synchronization, and stream synchronization, are "potentially unsafe" calls:
+ * prohibited (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) for a thread whose interaction mode
+ * (cuThreadExchangeStreamCaptureMode) is not relaxed while it holds a capture of its own that is not
+ * relaxed, or, in the global interaction mode, while another thread holds a global-mode capture. A
+ * prohibited call invalidates those captures: their end returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. */
+#define STUB_CAPTURE_UNSUPPORTED 900
+#define STUB_CAPTURE_INVALIDATED 901
 static __thread CUstream t_capturing;
-STUB_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
-    (void)mode;
+static __thread int t_capture_mode, t_interaction, t_capture_broken;
+static __thread unsigned t_capture_epoch;
+static _Atomic int g_global_captures;
+static _Atomic unsigned g_capture_breaks; /* global-mode captures begun before a break are invalid */
+
+static CUresult capture_unsafe_call(void) {
+    if (t_interaction == 2) return CUDA_SUCCESS;
+    int own = t_capturing != NULL && t_capture_mode != 2;
+    int others = hk_atomic_load_acquire(&g_global_captures) - (t_capturing != NULL && t_capture_mode == 0);
+    if (t_interaction == 0 && others > 0)
+        hk_atomic_add_acq_rel(&g_capture_breaks, 1);
+    else if (!own)
+        return CUDA_SUCCESS;
+    if (own) t_capture_broken = 1;
+    return (CUresult)STUB_CAPTURE_UNSUPPORTED;
+}
+
+STUB_API CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
     NEED_INIT();
-    t_capturing = s ? s : CU_STREAM_LEGACY;
+    if (!mode || *mode < 0 || *mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    int old = t_interaction;
+    t_interaction = *mode;
+    *mode = old;
     return CUDA_SUCCESS;
 }
+STUB_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    NEED_INIT();
+    if (mode < 0 || mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    if (t_capturing) return 401; /* CUDA_ERROR_ILLEGAL_STATE: one capture per thread here */
+    t_capturing = s ? s : CU_STREAM_LEGACY;
+    t_capture_mode = mode;
+    t_capture_broken = 0;
+    t_capture_epoch = hk_atomic_load_acquire(&g_capture_breaks);
+    if (mode == 0) hk_atomic_add_acq_rel(&g_global_captures, 1);
+    return CUDA_SUCCESS;
+}
+STUB_API CUresult cuStreamBeginCapture(CUstream s) { return cuStreamBeginCapture_v2(s, 0); }
 STUB_API CUresult cuStreamEndCapture(CUstream s, void **graph) {
     NEED_INIT();
     if (t_capturing != (s ? s : CU_STREAM_LEGACY)) return 401; /* CUDA_ERROR_ILLEGAL_STATE */
+    int broken =
+        t_capture_broken || (t_capture_mode == 0 && hk_atomic_load_acquire(&g_capture_breaks) != t_capture_epoch);
+    if (t_capture_mode == 0) hk_atomic_add_acq_rel(&g_global_captures, -1);
     t_capturing = NULL;
+    if (broken) return (CUresult)STUB_CAPTURE_INVALIDATED;
     if (graph) *graph = (void *)0x1;
     return CUDA_SUCCESS;
 }
@@ -169,6 +216,8 @@ static int se_event(stub_event *ev, int64_t *t) {
 STUB_API CUresult cuEventQuery(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult u = capture_unsafe_call();
+    if (u != CUDA_SUCCESS) return u;
     int64_t t = ((stub_event *)e)->t_ns;
     if (((stub_event *)e)->se) return se_event((stub_event *)e, &t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     return (t < 0 || stub_now_ns() >= t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -177,6 +226,8 @@ STUB_API CUresult cuEventQuery(CUevent e) {
 STUB_API CUresult cuEventSynchronize(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult u = capture_unsafe_call();
+    if (u != CUDA_SUCCESS) return u;
     stub_event *ev = (stub_event *)e;
     if (ev->se)
         se_wait(ev->dev, ev->key, ev->op);
@@ -337,33 +388,35 @@ STUB_API unsigned long long stubCudaLaunchCount(void) { return hk_atomic_load_se
 STUB_API unsigned long long stubCudaCopyCount(void) { return hk_atomic_load_seq_cst(&g_copies); }
 
 /* This file's part of cuGetProcAddress's table (cuda_stub.h). */
-#define SYMS(X)                       \
-    X(cuStreamGetCtx)                 \
-    X(cuLaunch)                       \
-    X(cuLaunchGrid)                   \
-    X(cuLaunchGridAsync)              \
-    X(cuStreamCreate)                 \
-    X(cuStreamDestroy_v2)             \
-    X(cuStreamSynchronize)            \
-    X(cuStreamQuery)                  \
-    X(cuStreamIsCapturing)            \
-    X(cuStreamBeginCapture_v2)        \
-    X(cuStreamEndCapture)             \
-    X(cuEventCreate)                  \
-    X(cuEventDestroy_v2)              \
-    X(cuEventRecord)                  \
-    X(cuEventRecord_ptsz)             \
-    X(cuEventQuery)                   \
-    X(cuEventSynchronize)             \
-    X(cuEventElapsedTime)             \
-    X(cuEventElapsedTime_v2)          \
-    X(cuLaunchKernel)                 \
-    X(cuLaunchKernel_ptsz)            \
-    X(cuLaunchCooperativeKernel)      \
-    X(cuLaunchCooperativeKernel_ptsz) \
-    X(cuLaunchKernelEx)               \
-    X(cuLaunchKernelEx_ptsz)          \
-    X(cuGraphLaunch)                  \
+#define SYMS(X)                          \
+    X(cuStreamGetCtx)                    \
+    X(cuLaunch)                          \
+    X(cuLaunchGrid)                      \
+    X(cuLaunchGridAsync)                 \
+    X(cuStreamCreate)                    \
+    X(cuStreamDestroy_v2)                \
+    X(cuStreamSynchronize)               \
+    X(cuStreamQuery)                     \
+    X(cuStreamIsCapturing)               \
+    X(cuStreamBeginCapture)              \
+    X(cuStreamBeginCapture_v2)           \
+    X(cuThreadExchangeStreamCaptureMode) \
+    X(cuStreamEndCapture)                \
+    X(cuEventCreate)                     \
+    X(cuEventDestroy_v2)                 \
+    X(cuEventRecord)                     \
+    X(cuEventRecord_ptsz)                \
+    X(cuEventQuery)                      \
+    X(cuEventSynchronize)                \
+    X(cuEventElapsedTime)                \
+    X(cuEventElapsedTime_v2)             \
+    X(cuLaunchKernel)                    \
+    X(cuLaunchKernel_ptsz)               \
+    X(cuLaunchCooperativeKernel)         \
+    X(cuLaunchCooperativeKernel_ptsz)    \
+    X(cuLaunchKernelEx)                  \
+    X(cuLaunchKernelEx_ptsz)             \
+    X(cuGraphLaunch)                     \
     X(cuGraphLaunch_ptsz)
 SYMS(STUB_ALIAS)
 #define COPY_ALIAS(name, params, args, stream, bytes, kind) STUB_ALIAS(name)

@@ -22,6 +22,11 @@
  *   launch US GRAPH SECONDS  launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
  *                            syncs; print "RATE <completed per second>" and "RAN <completed> <ns>"
  *   capture                  launches during stream capture pass through without events
+ *   holdcapture MODE US SECONDS [same|query]
+ *                            a capture of MODE held open on a side stream (by another thread, or
+ *                            this one) while this thread launches US-microsecond kernels for
+ *                            SECONDS unsynchronized: "CAPTURE <end's CUresult>", "RAN <n> <ns>";
+ *                            query: first an event query of its own, "QUERY <CUresult>"
  *   cuinit                   time dlopen + cuGetProcAddress + cuInit (microseconds)
  *   nvml [IDX]               NVML memory info (v1 and v2) of NVML device IDX
  *   devices                  every visible device: "DEV <ordinal> <uuid> <total bytes> <name>"
@@ -312,6 +317,9 @@ int main(int argc, char **argv) {
         cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argc > 5 ? (unsigned)atoi(argv[5]) : 0);
     else if (!strcmp(cmd, "capture"))
         cmd_capture();
+    else if (!strcmp(cmd, "holdcapture"))
+        cmd_holdcapture(atoi(argv[2]), (unsigned)atoi(argv[3]), atof(argv[4]), argc > 5 && !strcmp(argv[5], "same"),
+                        argc > 5 && !strcmp(argv[5], "query"));
     else if (!strcmp(cmd, "threads"))
         cmd_threads(atoi(argv[2]), atoi(argv[3]));
     else if (!strcmp(cmd, "copy"))

@@ -52,5 +52,6 @@ void cmd_copynames(void);
 void cmd_threads(int n, int iters);
 void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us);
 void cmd_capture(void);
+void cmd_holdcapture(int mode, unsigned us, double seconds, int same, int query);
 
 #endif /* SHIM_CLIENT_H */

@@ -1,4 +1,5 @@
-/* shim_client_work.c - the shim client's work commands: copy, copynames, threads, launch, capture
+/* shim_client_work.c - the shim client's work commands: copy, copynames, threads, launch, capture,
+ * holdcapture
  * (shim_client.c lists them). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -206,4 +207,97 @@ void cmd_capture(void) {
     void *g;
     if (end(s, &g) != CUDA_SUCCESS) fail("end capture");
     printf("OK capture\n");
+}
+
+/* holdcapture: a stream capture (mode 0 global, 1 thread-local, 2 relaxed) held open on a side
+   stream -- by another thread, or by this one (`same`) -- while this thread launches US-microsecond
+   kernels on its own stream for SECONDS without waiting for them (a tenant that would have the
+   limiter stand aside for captures). Then the capture ends: "CAPTURE <its CUresult>" (0: the meter's
+   calls did not break it); then the stream is synchronized: "RAN <launched> <ns>". `query`: this
+   thread first makes a prohibited call itself (cuEventQuery in the global interaction mode, the
+   capture held by another thread): "QUERY <its CUresult>". */
+static struct {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int stage; /* 1 capture begun, 2 end it, 3 ended */
+    int mode;
+    CUresult begin_rc, end_rc;
+    CUcontext ctx;
+} g_hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL};
+
+static void hold_wait(int stage) {
+    pthread_mutex_lock(&g_hold.m);
+    while (g_hold.stage < stage) pthread_cond_wait(&g_hold.c, &g_hold.m);
+    pthread_mutex_unlock(&g_hold.m);
+}
+static void hold_set(int stage) {
+    pthread_mutex_lock(&g_hold.m);
+    g_hold.stage = stage;
+    pthread_cond_broadcast(&g_hold.c);
+    pthread_mutex_unlock(&g_hold.m);
+}
+
+static void *hold_body(void *arg) {
+    (void)arg;
+    CUresult (*begin)(CUstream, int) = sym("cuStreamBeginCapture", V, 0);
+    CUresult (*end)(CUstream, void **) = sym("cuStreamEndCapture", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    cuCtxSetCurrent_(g_hold.ctx);
+    CUstream side;
+    if (screate(&side, 0) != CUDA_SUCCESS) fail("side stream");
+    g_hold.begin_rc = begin(side, g_hold.mode);
+    hold_set(1);
+    hold_wait(2);
+    void *g = NULL;
+    g_hold.end_rc = end(side, &g);
+    hold_set(3);
+    return NULL;
+}
+
+void cmd_holdcapture(int mode, unsigned us, double seconds, int same, int query) {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    CUresult (*begin)(CUstream, int) = sym("cuStreamBeginCapture", V, 0);
+    CUresult (*end)(CUstream, void **) = sym("cuStreamEndCapture", V, 0);
+    cur(&g_hold.ctx);
+    g_hold.mode = mode;
+    CUstream s, side = NULL;
+    if (screate(&s, 0) != CUDA_SUCCESS) fail("stream");
+    pthread_t t;
+    if (same) {
+        if (screate(&side, 0) != CUDA_SUCCESS) fail("side stream");
+        g_hold.begin_rc = begin(side, mode);
+    } else {
+        if (pthread_create(&t, NULL, hold_body, NULL) != 0) fail("pthread_create");
+        hold_wait(1);
+    }
+    if (g_hold.begin_rc != CUDA_SUCCESS) fail("begin capture = %d", g_hold.begin_rc);
+    if (query) {
+        CUresult (*ecreate)(CUevent *, unsigned) = sym("cuEventCreate", V, 0);
+        CUresult (*erecord)(CUevent, CUstream) = sym("cuEventRecord", V, 0);
+        CUresult (*equery)(CUevent) = sym("cuEventQuery", V, 0);
+        CUevent ev;
+        if (ecreate(&ev, 0) != CUDA_SUCCESS || erecord(ev, s) != CUDA_SUCCESS) fail("event");
+        printf("QUERY %d\n", equery(ev));
+    }
+    double t0 = now_s();
+    unsigned long n = 0;
+    while (now_s() - t0 < seconds) {
+        CUresult r = launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+        if (r != CUDA_SUCCESS) fail("launch = %d", r);
+        n++;
+    }
+    if (same) {
+        void *g = NULL;
+        g_hold.end_rc = end(side, &g);
+    } else {
+        hold_set(2);
+        pthread_join(t, NULL);
+    }
+    printf("CAPTURE %d\n", g_hold.end_rc);
+    ssync(s);
+    printf("RAN %lu %.0f\n", n, (now_s() - t0) * 1e9);
 }
