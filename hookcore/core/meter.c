@@ -66,7 +66,8 @@ static struct {
     uint32_t count; /* its submissions */
     uint64_t sig;
 } g_pending[HK_RING];
-static unsigned g_head, g_npending;
+static unsigned g_head;
+static _Atomic unsigned g_npending; /* written under g_lock; read without it where a stale count does no harm */
 static hk_pair g_pool[HK_POOL];
 static unsigned g_npool;
 static _Atomic int g_captures;
@@ -221,7 +222,7 @@ static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm
    Returns 1 if one was charged, 0 if none was pending (or, non-blocking, not yet done). */
 static int collect_one(int block) {
     pthread_mutex_lock(&g_lock);
-    if (g_npending == 0) {
+    if (hk_atomic_load_relaxed(&g_npending) == 0) {
         pthread_mutex_unlock(&g_lock);
         return 0;
     }
@@ -235,7 +236,7 @@ static int collect_one(int block) {
     uint32_t sm_ppm = g_pending[i].sm_ppm, opened = g_pending[i].ratio, count = g_pending[i].count;
     uint64_t sig = g_pending[i].sig;
     g_head = (g_head + 1) % HK_RING;
-    g_npending--;
+    hk_atomic_store_relaxed(&g_npending, hk_atomic_load_relaxed(&g_npending) - 1);
     pthread_mutex_unlock(&g_lock);
     if (block) g_ops->event_wait(ev.end);
     int64_t ns = 0;
@@ -254,12 +255,8 @@ static int collect_one(int block) {
     return 1;
 }
 
-static unsigned pending_count(void) {
-    pthread_mutex_lock(&g_lock);
-    unsigned n = g_npending;
-    pthread_mutex_unlock(&g_lock);
-    return n;
-}
+/* Closed batches in flight: a hint for when to collect (no lock: a launch path asks it twice). */
+static unsigned pending_count(void) { return hk_atomic_load_relaxed(&g_npending); }
 
 static void close_batch(hk_meter_batch *b) {
     if (!b->open) return;
@@ -270,15 +267,16 @@ static void close_batch(hk_meter_batch *b) {
     }
     for (;;) {
         pthread_mutex_lock(&g_lock);
-        if (g_npending < HK_RING) {
-            unsigned tail = (g_head + g_npending) % HK_RING;
+        unsigned n = hk_atomic_load_relaxed(&g_npending);
+        if (n < HK_RING) {
+            unsigned tail = (g_head + n) % HK_RING;
             g_pending[tail].ev = b->ev;
             g_pending[tail].ldev = b->ldev;
             g_pending[tail].sm_ppm = b->sm_ppm;
             g_pending[tail].ratio = b->ratio;
             g_pending[tail].count = b->count;
             g_pending[tail].sig = b->sig;
-            g_npending++;
+            hk_atomic_store_relaxed(&g_npending, n + 1);
             pthread_mutex_unlock(&g_lock);
             return;
         }
@@ -426,7 +424,8 @@ void hk_meter_capture_ended(int was_capturing) {
 void hk_meter_atfork_child(void) {
     /* The parent's events and contexts are not usable here: forget them (leaked, by design). */
     pthread_mutex_init(&g_lock, NULL);
-    g_head = g_npending = g_npool = 0;
+    g_head = g_npool = 0;
+    hk_atomic_store_relaxed(&g_npending, 0);
     memset(g_est, 0, sizeof g_est);
     for (int i = 0; i < HK_MAX_DEVICES; i++) { /* boards stay open: the descriptors are the child's too */
         hk_elastic_init(&g_elastic[i], hk_compute_elasticity_milli(i), !hk_compute_elasticity_given(i));
