@@ -593,10 +593,14 @@ def _rate(run: dict[str, Any] | None, i: int = 0) -> float | None:
 def calibrated_elasticity(runs: dict[str, Any], ref_mhz: int | None) -> float | None:
     """The clock elasticity of the GPU's power-bound matmul, as an admin measures it once per GPU
     model for strict's prior (`clockElasticity`): a default share charges device time, so a capped
-    matmul on the idle, boosted GPU does pct/cap times the native (full-load) work per device-second;
-    the model (hookcore/core/elastic.h) says that speedup is 1 - phi + phi f/f_full. From the first
-    default matmul run at a cap of 50 or less whose clock held steady (within 3%: the boost); None if
-    there is none or the clock did not boost."""
+    matmul on the idle, boosted GPU does s = pct/cap times the native (full-load) work per
+    device-second. The hook's model (hookcore/core/elastic.h: t(f) = A + B/f) says a batch at clock f
+    takes t_full x (1 - phi + phi x), x = f_full / f, so s = 1 / (1 - phi + phi x) and
+    phi = (1 - 1/s) / (1 - x): the value that makes hk_elastic_factor_milli charge exactly the boost.
+    (Until 2026-12-06 this took s = 1 - phi + phi / x, another model, which reads the same speedup as
+    a lower phi: 0.374 and 0.45 for what the hook's model calls 0.46 and 0.54.) From the first default
+    matmul run at a cap of 50 or less whose clock held steady (within 3%: the boost); None if there is
+    none or the clock did not boost."""
     native = _rate(runs.get("native/matmul"))
     if not native or not ref_mhz:
         return None
@@ -606,8 +610,8 @@ def calibrated_elasticity(runs: dict[str, Any], ref_mhz: int | None) -> float | 
         f, lo, hi = clock.get("sm_mhz"), clock.get("sm_mhz_p10"), clock.get("sm_mhz_p90")
         if not rate or not f or lo is None or hi is None or hi - lo > 0.03 * f or f <= ref_mhz * 1.05:
             continue
-        speedup = rate / native * 100 / cap
-        return round(min(1.0, max(0.0, (speedup - 1) / (f / ref_mhz - 1))), 3)
+        speedup, x = rate / native * 100 / cap, ref_mhz / f
+        return round(min(1.0, max(0.0, (1 - 1 / speedup) / (1 - x))), 3)
     return None
 
 

@@ -280,7 +280,7 @@ def gpu_settings() -> dict[str, Any]:
         "clockElasticity": {"anyOf": [string_setting(pattern=r"^(0(\.[0-9]{1,3})?|1(\.0{1,3})?)$"),
                                       {"type": "number", "minimum": 0, "maximum": 1}],
                             "description": "strict-cap claims' clock elasticity of the GPU model, 0..1 with at most"
-                                           " 3 decimals (unset: the model's measured value, H100 0.4)"},
+                                           " 3 decimals (unset: the model's measured value, H100 0.5)"},
         "mig": {"enum": ["off", "static", "dynamic"], "description": "what GPUs in MIG mode are published as"},
         "mpsRoot": ABS_PATH,
         "mpsControl": string_setting(minLength=1),

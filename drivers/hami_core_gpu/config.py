@@ -36,7 +36,7 @@ import dra
 
 API_VERSION = "hami-core-gpu.project-hami.io/v1alpha1"
 MAX_MHZ = 99999  # what hookcore's parser takes
-ELASTICITY_RULE = "a number from 0 to 1 with at most 3 decimals (H100: 0.45)"  # what hookcore's parser takes
+ELASTICITY_RULE = "a number from 0 to 1 with at most 3 decimals (H100: 0.5)"  # what hookcore's parser takes
 
 
 def is_elasticity(value: object) -> bool:
@@ -72,7 +72,7 @@ class GpuConfig(dra.ShareConfig):
     clock_elasticity: float | None = dataclasses.field(default=None, metadata=dra.strength(
         weaker="lower", when=_strict))
     """Strict only: the GPU model's clock elasticity (0: memory-bound, 1: compute-bound; at most 3
-    decimals), measured for a power-bound matmul by ``bench/shares_h200.py`` (H100: ~0.45). The hook
+    decimals), measured for a power-bound matmul by ``bench/shares_h200.py`` (H100: ~0.5). The hook
     charges it where the claim's own batches cannot show it (the clock never moves under its load);
     unset: the daemon's ``clockElasticity`` setting, else the hook's 1 (the whole boost is charged,
     so a strict 30% of a bf16 matmul gets ~25% on an H100). Lower charges a boosted batch less."""

@@ -16,7 +16,7 @@
   Unset: the GPU model's measured value (``strict_defaults``), else NVML's default application clock.
 - ``clockElasticity`` (unset): the clock elasticity of this node's GPU model (0..1, at most 3
   decimals), for claims with ``computeMode: strict`` that give none: what the hook charges a
-  boosted batch where the claim's own batches cannot show it (H100: ~0.45, 2026-12-05;
+  boosted batch where the claim's own batches cannot show it (H100: ~0.5, 2026-12-06;
   ``bench/shares_h200.py``'s strict runs print it). Unset: the GPU model's measured value
   (``strict_defaults``), else the hook's 1, the whole boost charged.
 

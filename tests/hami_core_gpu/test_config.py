@@ -38,7 +38,7 @@ def test_a_config_decodes_to_its_fields() -> None:
     (params(clockElasticity=0.45), "clockElasticity applies to computeMode: strict only"),
     (params(computeMode="share", clockElasticity=0.45), "clockElasticity applies to computeMode: strict only"),
     (params(computeMode="strict", clockElasticity=1.5), r"clockElasticity must be a number from 0 to 1 with at most 3"
-                                                        r" decimals \(H100: 0.45\), not 1.5"),
+                                                        r" decimals \(H100: 0.5\), not 1.5"),
     (params(computeMode="strict", clockElasticity=-0.1), "clockElasticity must be a number from 0 to 1"),
     (params(computeMode="strict", clockElasticity=0.4567), r"with at most 3 decimals .*not 0.4567"),
     (params(computeMode="strict", clockElasticity=float("nan")), "clockElasticity must be a number from 0 to 1"),

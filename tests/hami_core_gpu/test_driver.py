@@ -155,10 +155,10 @@ def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_dae
 
 
 @pytest.mark.parametrize(("gpu", "want"), [
-    ("model: h100", (1400, 0.4)),  # at its default 700 W: measured (bench/results/h100-2026-12-05-shares*)
+    ("model: h100", (1400, 0.5)),  # at its default 700 W: measured (bench/results/h100-2026-12-0[56]-shares*)
     ("model: h200", (1500, 0.47)),
     ("model: h100\n  powerLimit: 500", (None, None)),  # capped lower by the admin: not the table's clock
-    ("model: h100\n  powerLimit: 700\n  defaultPowerLimit: 700", (1400, 0.4)),
+    ("model: h100\n  powerLimit: 700\n  defaultPowerLimit: 700", (1400, 0.5)),
     ("model: a100-80g", (None, None)),  # not measured: the hook's own defaults
     ("productName: NVIDIA H100 80GB HBM3\n  memory: 80Gi", (None, None)),  # NVML says no power limit
 ])

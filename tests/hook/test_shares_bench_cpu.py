@@ -63,13 +63,17 @@ def test_claim_settings(bench: ModuleType, tmp_path: Path) -> None:
 
 def test_the_elasticity_prior_is_measured_from_the_default_runs(bench: ModuleType) -> None:
     """The H100's numbers of 2026-12-05 (bench/results/h100-2026-12-05-shares): a native matmul at
-    1410 MHz, the default 30% share 35.5% of it at a steady 1980 MHz: speedup 1.183 over a clock
-    ratio of 1.404, phi 0.455. A boost that did not hold steady, or no boost, teaches nothing."""
+    1410 MHz, the default 30% share 35.5% of it at a steady 1980 MHz: speedup 1.183 at x = 1410/1980,
+    phi 0.538 in the hook's model, the value whose strict charge is exactly that speedup. A boost that
+    did not hold steady, or no boost, teaches nothing."""
     def runs(pct: float, mhz: tuple[int, int, int]) -> dict[str, Any]:
         return {"native/matmul": {"results": [{"rate": 1000.0}]},
                 "default/matmul/30": {"results": [{"rate": pct * 10}],
                                       "clock": dict(zip(("sm_mhz", "sm_mhz_p10", "sm_mhz_p90"), mhz, strict=True))}}
-    assert bench.calibrated_elasticity(runs(35.5, (1980, 1980, 1980)), 1410) == pytest.approx(0.455, abs=0.002)
+    phi = bench.calibrated_elasticity(runs(35.5, (1980, 1980, 1980)), 1410)
+    assert phi == pytest.approx(0.538, abs=0.002)
+    x = 1410 / 1980  # the strict charge per ns of device time (hookcore/core/elastic.c hk_elastic_factor_milli)
+    assert 1 / (1 - phi + phi * x) == pytest.approx(35.5 / 30, rel=0.002)  # charges the boost it saw, exactly
     assert bench.calibrated_elasticity(runs(29.0, (1980, 1980, 1980)), 1410) == 0.0   # slower than native: clamped
     assert bench.calibrated_elasticity(runs(35.5, (1800, 1500, 1980)), 1410) is None  # the clock moved
     assert bench.calibrated_elasticity(runs(35.5, (1420, 1420, 1420)), 1410) is None  # no boost
