@@ -422,6 +422,17 @@ class Running:
         return self.result
 
 
+HOST_BOUND = frozenset({"launch"})
+
+
+def starts_next_beside(job: Job) -> bool:
+    """Whether the next job's processes may start (import torch or JAX, make a context) while `job`
+    runs. Not beside a host-bound workload: its rate is its CPU's, and on the H200 of 2026-12-06 the
+    native launch-bound loop ran 1120 steps/s while a JAX process started beside it and 2147/s
+    without (bench/results/h200-2026-12-06-shares)."""
+    return not any(p.workload in HOST_BOUND for p in job.procs)
+
+
 class Bench:
     def __init__(self, out: Path, tree: Path, build: Path, label: str, warm: float, secs: float) -> None:
         self.out, self.tree, self.build, self.label = out, tree, build, label
@@ -490,7 +501,7 @@ class Bench:
             ahead = None
             for r in running:
                 r.ready.wait(timeout=120)
-            if i + 1 < len(jobs) and time.time() < budget_end:
+            if i + 1 < len(jobs) and time.time() < budget_end and starts_next_beside(job):
                 ahead = self.spawn(jobs[i + 1])   # imports torch and makes its context meanwhile
             start = time.time() + 0.2
             for r in running:

@@ -146,7 +146,7 @@ def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_dae
     assert quota(daemon, GpuConfig(compute_mode="strict", clock_elasticity=0.0)) == (True, 0.0)
     assert quota(daemon, None) == (False, None)  # a share of GPU time: no boost to charge
     assert quota(daemon, strict, cores=100) == (False, None)  # nothing to cap on a whole GPU
-    assert quota(driver(settings={"health": "off"}), strict) == (True, 0.47)  # the H200's measured value
+    assert quota(driver(settings={"health": "off"}), strict) == (True, 0.58)  # the H200's measured value
     e = daemon.enforcement(CLAIM, daemon.prepare(CLAIM, [alloc("hami-gpu-0", config=strict, memory=GiB, cores=30)]))
     assert e is not None
     plan = ClaimHooks(Path(tempfile.mkdtemp()), HookDir(Path(tempfile.mkdtemp()))).plan(e)
@@ -156,7 +156,7 @@ def test_a_strict_claim_is_charged_the_clock_elasticity_of_its_config_or_the_dae
 
 @pytest.mark.parametrize(("gpu", "want"), [
     ("model: h100", (1400, 0.5)),  # at its default 700 W: measured (bench/results/h100-2026-12-0[56]-shares*)
-    ("model: h200", (1500, 0.47)),
+    ("model: h200", (1500, 0.58)),
     ("model: h100\n  powerLimit: 500", (None, None)),  # capped lower by the admin: not the table's clock
     ("model: h100\n  powerLimit: 700\n  defaultPowerLimit: 700", (1400, 0.5)),
     ("model: a100-80g", (None, None)),  # not measured: the hook's own defaults

@@ -117,3 +117,11 @@ def test_orchestration_with_faked_workers(tmp_path: Path) -> None:
     a, b = res["runs"]["pair/50+50"]["results"]
     assert abs(a["window"][0] - b["window"][0]) < 1.0   # a common start
     assert "two claims 30 + 70 at once" in (tmp_path / "shares-cpu.md").read_text()
+
+
+def test_nothing_starts_beside_a_host_bound_run(bench: ModuleType) -> None:
+    """A launch-bound run is its CPU's: the next job's processes start after it, not beside it."""
+    jobs = bench.plan(["matmul", "launch"], [30], ["pairs", "priority"]).jobs
+    beside = {job.key: bench.starts_next_beside(job) for job in jobs}
+    assert beside["native/matmul"] and beside["default/matmul/30"]
+    assert not beside["native/launch"] and not beside["strict/launch/30"]
