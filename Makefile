@@ -19,8 +19,8 @@ $(VENV)/bin/python:
 
 # Two distributions: the runtime (this directory, with the NVIDIA driver's extra and the test
 # tools) and the dev rig (dev/: control plane, real node, demo), which adds `dra cluster|node|demo`.
-$(STAMP): pyproject.toml setup.py dev/pyproject.toml | $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/bin/python)
-	$(PY) -m pip install -q -e '.[dev,nvidia]' -e ./dev
+$(STAMP): pyproject.toml setup.py dev/pyproject.toml constraints-dev.txt | $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV)/bin/python)
+	$(PY) -m pip install -q -c constraints-dev.txt -e '.[dev,nvidia]' -e ./dev
 	@touch $@
 
 # The real node's parts that come from the distribution (runc, built with seccomp; iproute2).
