@@ -157,6 +157,37 @@ static hk_limiter *limiter_for(int ldev) {
 }
 
 /* ------------------------------------------------------------------------------------------- */
+/* Event calls: relaxed while a capture is in progress (meter.h, Stream capture)                */
+
+static int relax(void) {
+    if (hk_likely(hk_atomic_load_relaxed(&g_captures) == 0) || !g_ops->capture_mode) return -1;
+    return g_ops->capture_mode(HK_CAPTURE_MODE_RELAXED);
+}
+static void unrelax(int mode) {
+    if (mode >= 0) g_ops->capture_mode(mode);
+}
+static int ev_record(void *ev, void *s) {
+    int m = relax(), r = g_ops->event_record(ev, s);
+    unrelax(m);
+    return r;
+}
+static int ev_done(void *ev) {
+    int m = relax(), r = g_ops->event_done(ev);
+    unrelax(m);
+    return r;
+}
+static void ev_wait(void *ev) {
+    int m = relax();
+    g_ops->event_wait(ev);
+    unrelax(m);
+}
+static int ev_elapsed_ns(void *a, void *b, int64_t *ns) {
+    int m = relax(), r = g_ops->event_elapsed_ns(a, b, ns);
+    unrelax(m);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------- */
 /* Event pairs                                                                                  */
 
 static int get_pair(void *ctx, hk_pair *out) {
@@ -227,7 +258,7 @@ static int collect_one(int block) {
         return 0;
     }
     unsigned i = g_head;
-    if (!block && !g_ops->event_done(g_pending[i].ev.end)) {
+    if (!block && !ev_done(g_pending[i].ev.end)) {
         pthread_mutex_unlock(&g_lock);
         return 0;
     }
@@ -238,10 +269,10 @@ static int collect_one(int block) {
     g_head = (g_head + 1) % HK_RING;
     hk_atomic_store_relaxed(&g_npending, hk_atomic_load_relaxed(&g_npending) - 1);
     pthread_mutex_unlock(&g_lock);
-    if (block) g_ops->event_wait(ev.end);
+    if (block) ev_wait(ev.end);
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
-    if (lim && g_ops->event_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
+    if (lim && ev_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
         int64_t work = 0, c = charge_batch(lim, ldev, sig, sm_ppm, opened, ns, &work);
         hk_limiter_note_elapsed(lim, ns);
         if (count && ldev >= 0 && ldev < HK_MAX_DEVICES) {
@@ -377,7 +408,7 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
             pthread_setspecific(g_exit_key, b);
         }
         if (get_pair(ctx, &b->ev) != 0) return NULL;
-        if (g_ops->event_record(b->ev.start, s) != 0) {
+        if (ev_record(b->ev.start, s) != 0) {
             put_pair(&b->ev);
             return NULL;
         }
@@ -403,7 +434,7 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 
 void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
     if (!b || !ok) return;
-    if (g_ops->event_record(b->ev.end, s) != 0) return;
+    if (ev_record(b->ev.end, s) != 0) return;
     b->sig = mix(b->sig, sig);
     b->count++;
     b->last_ns = hk_limiter_now_ns();
@@ -412,8 +443,6 @@ void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
 void hk_meter_capture_begun(int ok) {
     if (ok) hk_atomic_add_acq_rel(&g_captures, 1);
 }
-
-int hk_meter_captures_in_progress(void) { return hk_atomic_load_relaxed(&g_captures) > 0; }
 
 void hk_meter_capture_ended(int was_capturing) {
     if (!was_capturing) return;

@@ -46,9 +46,9 @@
  *
  * Stream capture: work submitted to a stream that is being captured is not run (it becomes a graph,
  * charged when launched) and takes no events (they would become graph nodes). Every other stream
- * stays metered while a capture is in progress: the shim runs the meter's event calls so that they
- * do not break the application's capture (the API's relaxed capture interaction mode, where it has
- * one). Whether a stream is being captured is asked on every submission only while some capture is
+ * stays metered while a capture is in progress, and the meter makes its event calls so that they do
+ * not break the application's capture (the API's relaxed capture interaction mode, where it has one:
+ * hk_meter_ops.capture_mode). Whether a stream is being captured is asked on every submission only while some capture is
  * in progress (the shim reports each begin and end: hk_meter_capture_begun / _ended), else once per
  * batch.
  *
@@ -87,7 +87,14 @@ typedef struct hk_meter_ops {
        `ldev` (nothing else can run inside its batches' windows), 0 if others are there, -1 unknown.
        Asked when a batch is charged; the answer must be cheap (sampled). */
     int (*device_alone)(int ldev);
+    /* Optional (NULL = the API has no such rule): set the calling thread's stream-capture interaction
+       mode to `mode` and return the one it had (-1: could not). `mode` is HK_CAPTURE_MODE_RELAXED or a
+       value an earlier call returned. While a capture is in progress the meter makes its event calls
+       relaxed: a global-mode capture prohibits them in every thread and would be invalidated. */
+    int (*capture_mode)(int mode);
 } hk_meter_ops;
+
+#define HK_CAPTURE_MODE_RELAXED (-2) /* the API's relaxed mode, whatever its number */
 
 /* What a submission is, for its charge. */
 #define HK_WORK_SM   0 /* kernels, graphs: device time x the context's SM fraction */
@@ -113,9 +120,6 @@ void hk_meter_after(hk_meter_batch *b, void *stream, int ok, uint64_t sig);
    was capturing before the end call). */
 void hk_meter_capture_begun(int ok);
 void hk_meter_capture_ended(int was_capturing);
-/* 1 while a capture that began through the shim has not ended (the shim's event calls then take care
-   not to break it). */
-int hk_meter_captures_in_progress(void);
 
 /* In a forked child: forget the parent's events, batches and estimates. */
 void hk_meter_atfork_child(void);

@@ -54,21 +54,13 @@ static int op_capturing(void *s) {
     return hk_real.cuStreamIsCapturing && hk_real.cuStreamIsCapturing((CUstream)s, &c) == CUDA_SUCCESS && c;
 }
 
-/* While a stream capture is in progress anywhere in the process, the meter keeps metering every
-   stream that is not being captured, and its own event calls run in the relaxed capture interaction
-   mode: a global-mode capture (the default) prohibits event queries and synchronization in every
-   other thread of its process, and such a call would invalidate the application's capture. Relaxed
-   for the duration of the call, then the thread's own mode again. */
+/* The calling thread's stream-capture interaction mode (hk_meter_ops.capture_mode). */
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
-static int relax(void) {
-    int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (HK_LIKELY(!hk_meter_captures_in_progress()) || !hk_real.cuThreadExchangeStreamCaptureMode ||
-        hk_real.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
-        return -1;
-    return mode;
-}
-static void unrelax(int mode) {
-    if (mode >= 0) hk_real.cuThreadExchangeStreamCaptureMode(&mode);
+static int op_capture_mode(int mode) {
+    int m = mode == HK_CAPTURE_MODE_RELAXED ? CU_STREAM_CAPTURE_MODE_RELAXED : mode;
+    return hk_real.cuThreadExchangeStreamCaptureMode && hk_real.cuThreadExchangeStreamCaptureMode(&m) == CUDA_SUCCESS
+               ? m
+               : -1;
 }
 
 static int op_event_create(void **ev) {
@@ -76,30 +68,15 @@ static int op_event_create(void **ev) {
 }
 static void op_event_destroy(void *ev) { hk_real.cuEventDestroy_v2((CUevent)ev); }
 static int op_event_record(void *ev, void *s) {
-    int m = relax();
-    CUresult r = hk_real.cuEventRecord((CUevent)ev, (CUstream)s);
-    unrelax(m);
-    return r == CUDA_SUCCESS ? 0 : -1;
+    return hk_real.cuEventRecord((CUevent)ev, (CUstream)s) == CUDA_SUCCESS ? 0 : -1;
 }
-static int op_event_done(void *ev) {
-    int m = relax();
-    CUresult r = hk_real.cuEventQuery((CUevent)ev);
-    unrelax(m);
-    return r != CUDA_ERROR_NOT_READY;
-}
-static void op_event_wait(void *ev) {
-    int m = relax();
-    hk_real.cuEventSynchronize((CUevent)ev);
-    unrelax(m);
-}
+static int op_event_done(void *ev) { return hk_real.cuEventQuery((CUevent)ev) != CUDA_ERROR_NOT_READY; }
+static void op_event_wait(void *ev) { hk_real.cuEventSynchronize((CUevent)ev); }
 
 static CUresult (*g_elapsed)(float *, CUevent, CUevent);
 static int op_event_elapsed_ns(void *a, void *b, int64_t *ns) {
     float ms = 0;
-    int m = relax();
-    CUresult r = g_elapsed(&ms, (CUevent)a, (CUevent)b);
-    unrelax(m);
-    if (r != CUDA_SUCCESS) return -1;
+    if (g_elapsed(&ms, (CUevent)a, (CUevent)b) != CUDA_SUCCESS) return -1;
     *ns = (int64_t)((double)ms * 1e6);
     return 0;
 }
@@ -113,6 +90,7 @@ static hk_meter_ops g_ops = {
     .event_wait = op_event_wait,
     .event_elapsed_ns = op_event_elapsed_ns,
     .sm_share_ppm = op_sm_share_ppm,
+    .capture_mode = op_capture_mode,
 };
 
 void hk_cuda_meter_setup(void) {

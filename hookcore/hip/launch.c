@@ -38,46 +38,24 @@ static int op_capturing(void *s) {
            st == hipStreamCaptureStatusActive;
 }
 
-/* While a capture is in progress the meter's event calls run in the relaxed capture interaction
-   mode, as in the CUDA shim (cuda/launch.c): a global-mode capture prohibits them in every thread. */
+/* The calling thread's stream-capture interaction mode (hk_meter_ops.capture_mode). */
 #define HIP_STREAM_CAPTURE_MODE_RELAXED 2
-static int relax(void) {
-    int mode = HIP_STREAM_CAPTURE_MODE_RELAXED;
-    if (HK_LIKELY(!hk_meter_captures_in_progress()) || !hk_hip.hipThreadExchangeStreamCaptureMode ||
-        hk_hip.hipThreadExchangeStreamCaptureMode(&mode) != hipSuccess)
-        return -1;
-    return mode;
-}
-static void unrelax(int mode) {
-    if (mode >= 0) hk_hip.hipThreadExchangeStreamCaptureMode(&mode);
+static int op_capture_mode(int mode) {
+    int m = mode == HK_CAPTURE_MODE_RELAXED ? HIP_STREAM_CAPTURE_MODE_RELAXED : mode;
+    return hk_hip.hipThreadExchangeStreamCaptureMode && hk_hip.hipThreadExchangeStreamCaptureMode(&m) == hipSuccess
+               ? m
+               : -1;
 }
 
 static int op_event_create(void **ev) { return hk_hip.hipEventCreate((hipEvent_t *)ev) == hipSuccess ? 0 : -1; }
 static void op_event_destroy(void *ev) { hk_hip.hipEventDestroy((hipEvent_t)ev); }
-static int op_event_record(void *ev, void *s) {
-    int m = relax();
-    hipError_t r = hk_hip.hipEventRecord(ev, s);
-    unrelax(m);
-    return r == hipSuccess ? 0 : -1;
-}
+static int op_event_record(void *ev, void *s) { return hk_hip.hipEventRecord(ev, s) == hipSuccess ? 0 : -1; }
 /* a failed query counts as done: the elapsed-time call then fails and nothing is charged */
-static int op_event_done(void *ev) {
-    int m = relax();
-    hipError_t r = hk_hip.hipEventQuery((hipEvent_t)ev);
-    unrelax(m);
-    return r != hipErrorNotReady;
-}
-static void op_event_wait(void *ev) {
-    int m = relax();
-    hk_hip.hipEventSynchronize((hipEvent_t)ev);
-    unrelax(m);
-}
+static int op_event_done(void *ev) { return hk_hip.hipEventQuery((hipEvent_t)ev) != hipErrorNotReady; }
+static void op_event_wait(void *ev) { hk_hip.hipEventSynchronize((hipEvent_t)ev); }
 static int op_event_elapsed_ns(void *a, void *b, int64_t *ns) {
     float ms = 0;
-    int m = relax();
-    hipError_t r = hk_hip.hipEventElapsedTime(&ms, (hipEvent_t)a, (hipEvent_t)b);
-    unrelax(m);
-    if (r != hipSuccess) return -1;
+    if (hk_hip.hipEventElapsedTime(&ms, (hipEvent_t)a, (hipEvent_t)b) != hipSuccess) return -1;
     *ns = (int64_t)((double)ms * 1e6);
     return 0;
 }
@@ -91,6 +69,7 @@ static hk_meter_ops g_ops = {
     .event_done = op_event_done,
     .event_wait = op_event_wait,
     .event_elapsed_ns = op_event_elapsed_ns,
+    .capture_mode = op_capture_mode,
 };
 
 void hk_hip_meter_setup(void) {
