@@ -186,7 +186,7 @@ BAD_SETTINGS = [
     (GPU, {"fullLoadClockMhz": "1.5GHz"}, "fullLoadClockMhz must be a clock in MHz, 1..99999"),
     (GPU, {"fullLoadClockMhz": "0"}, "fullLoadClockMhz must be a clock in MHz"),
     (GPU, {"clockElasticity": "lots"}, r"clockElasticity must be a number from 0 to 1 with at most 3 decimals \(H100:"
-                                       r" 0.45\), not 'lots'"),
+                                       r" 0.5\), not 'lots'"),
     (GPU, {"clockElasticity": "1.5"}, "clockElasticity must be a number from 0 to 1"),
     (GPU, {"clockElasticity": "0.4567"}, "clockElasticity must be a number from 0 to 1 with at most 3 decimals"),
     (GPU, {"clockElasticity": "-0"}, "clockElasticity must be a number from 0 to 1"),
