@@ -68,7 +68,8 @@ int hk_elastic_observe(hk_elastic *e, uint64_t sig, int64_t t_ns, uint32_t x_mil
 }
 
 int hk_power_bound(uint32_t p_now_mw, uint32_t p_idle_mw, uint32_t p_limit_mw, uint32_t duty_pct, int prev) {
-    if (!p_now_mw || !p_limit_mw || duty_pct < HK_POWER_MIN_DUTY_PCT || duty_pct > 100) return prev;
+    if (!p_now_mw || !p_limit_mw || duty_pct > 100) return prev;
+    if (duty_pct < HK_POWER_MIN_DUTY_PCT) return 0; /* a nearly idle device: nothing there is power-bound */
     double idle = p_idle_mw < p_now_mw ? (double)p_idle_mw : (double)p_now_mw;
     double full = idle + ((double)p_now_mw - idle) * 100.0 / (double)duty_pct;
     if (full >= (double)p_limit_mw * HK_POWER_BOUND_PCT / 100.0) return 1;

@@ -109,8 +109,12 @@ uint32_t hk_elastic_factor_milli(const hk_elastic *e, uint32_t x_milli);
  * (H100 at 30% duty: a matmul 335 W -> 918 W; a 1 GiB copy 205 W -> 485 W; limit 700 W). Power-bound
  * from HK_POWER_BOUND_PCT of the limit, not any more below HK_POWER_FREE_PCT (between: as before).
  * Returns 1 power-bound (the given full-load clock holds), 0 not (charge device time), or `prev`
- * when the inputs cannot tell (no reading, a duty below HK_POWER_MIN_DUTY_PCT) or p_full lies
- * between the two. Pure arithmetic, for the C tests. */
+ * when the inputs cannot tell (no reading) or p_full lies between the two. A device busy less than
+ * HK_POWER_MIN_DUTY_PCT is not power-bound (0): the extrapolation divides by the duty, and an awake
+ * device draws ~45 W over idle with nothing running (H100 and H200, 2026-12-06: a launch-bound loop
+ * at any cap held 117-130 W), which at 2% busy reads as far above the limit; work that light is
+ * charged its device time, which errs by at most the duty times the boost. Pure arithmetic, for the
+ * C tests. */
 #define HK_POWER_BOUND_PCT    90
 #define HK_POWER_FREE_PCT     80
 #define HK_POWER_MIN_DUTY_PCT 5

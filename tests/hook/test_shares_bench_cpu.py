@@ -125,3 +125,19 @@ def test_nothing_starts_beside_a_host_bound_run(bench: ModuleType) -> None:
     beside = {job.key: bench.starts_next_beside(job) for job in jobs}
     assert beside["native/matmul"] and beside["default/matmul/30"]
     assert not beside["native/launch"] and not beside["strict/launch/30"]
+
+
+def test_shares_are_of_the_mean_of_the_native_before_and_after(bench: ModuleType) -> None:
+    """A workload's native runs once before its capped runs and once after them; its shares are of
+    the mean, and the table shows both rates, so a native that moved is seen, not hidden."""
+    keys = [j.key for j in bench.plan(["matmul", "launch"], [30], ["pairs", "priority"]).jobs]
+    assert keys.index("native-again/launch") > keys.index("strict/launch/30") > keys.index("native/launch")
+    res = synthetic()
+    res["runs"]["native-again/matmul"] = {"procs": [{"workload": "matmul"}], "results": [{"rate": 140.0}]}
+    bench.derive(res)
+    assert res["runs"]["default/matmul/30"]["pct"] == [pytest.approx(100 * 35.3 / 120)]
+    text = bench.table(res)
+    assert "torch matmul 100.0 / 140.0" in text
+    del res["runs"]["native-again/matmul"]
+    bench.derive(res)
+    assert res["runs"]["default/matmul/30"]["pct"] == [pytest.approx(35.3)]   # only the one measured
