@@ -71,7 +71,9 @@ int hk_power_bound(uint32_t p_now_mw, uint32_t p_idle_mw, uint32_t p_limit_mw, u
     if (!p_now_mw || !p_limit_mw || duty_pct > 100) return prev;
     if (duty_pct < HK_POWER_MIN_DUTY_PCT) return 0; /* a nearly idle device: nothing there is power-bound */
     double idle = p_idle_mw < p_now_mw ? (double)p_idle_mw : (double)p_now_mw;
-    double full = idle + ((double)p_now_mw - idle) * 100.0 / (double)duty_pct;
+    double awake = idle + (double)p_limit_mw * HK_POWER_AWAKE_PCT / 100.0;
+    if ((double)p_now_mw <= awake) return 0; /* no more than an awake device draws doing nothing */
+    double full = awake + ((double)p_now_mw - awake) * 100.0 / (double)duty_pct;
     if (full >= (double)p_limit_mw * HK_POWER_BOUND_PCT / 100.0) return 1;
     if (full < (double)p_limit_mw * HK_POWER_FREE_PCT / 100.0) return 0;
     return prev;

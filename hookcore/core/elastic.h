@@ -102,19 +102,27 @@ uint32_t hk_elastic_factor_milli(const hk_elastic *e, uint32_t x_milli);
  * H100, 2026-12-05, none of them moved the SM clock off its 1980 MHz top even at 100% duty, while a
  * matmul fell to 1455) has no boost to give back: its full-load clock is the clock it runs at. The
  * device's power at full duty of what runs now is extrapolated from the power now, the device's
- * busy fraction (the management library's utilization) and its idle power:
+ * busy fraction (the management library's utilization) and the power of an awake device running
+ * nothing:
  *
- *     p_full = p_idle + (p_now - p_idle) / duty
+ *     p_awake = p_idle + HK_POWER_AWAKE_PCT of the limit
+ *     p_full  = p_awake + (p_now - p_awake) / duty
  *
- * (H100 at 30% duty: a matmul 335 W -> 918 W; a 1 GiB copy 205 W -> 485 W; limit 700 W). Power-bound
- * from HK_POWER_BOUND_PCT of the limit, not any more below HK_POWER_FREE_PCT (between: as before).
- * Returns 1 power-bound (the given full-load clock holds), 0 not (charge device time), or `prev`
- * when the inputs cannot tell (no reading) or p_full lies between the two. A device busy less than
- * HK_POWER_MIN_DUTY_PCT is not power-bound (0): the extrapolation divides by the duty, and an awake
- * device draws ~45 W over idle with nothing running (H100 and H200, 2026-12-06: a launch-bound loop
- * at any cap held 117-130 W), which at 2% busy reads as far above the limit; work that light is
- * charged its device time, which errs by at most the duty times the boost. Pure arithmetic, for the
- * C tests. */
+ * An awake device draws its clocks' and memory's power whatever it runs (H100, 2026-12-06: a
+ * launch-bound loop held 117-130 W at every cap, idle 69-79 W: 38-61 W over idle, 6% of 700 W is
+ * 42 W); only the rest scales with the duty. Without that term a launch-bound loop at 7% duty read
+ * as ~740 W and was charged the boost at a 30% strict cap (25.6 instead of 30). H100 at 30% duty,
+ * idle 85 W: a matmul 335 W -> 820 W; a 1 GiB copy 205 W -> 387 W; a launch loop 129 W -> 134 W;
+ * limit 700 W. Power-bound from HK_POWER_BOUND_PCT of the limit, not any more below
+ * HK_POWER_FREE_PCT (between: as before). Returns 1 power-bound (the given full-load clock holds),
+ * 0 not (charge device time), or `prev` when the inputs cannot tell (no reading) or p_full lies
+ * between the two. A device busy less than HK_POWER_MIN_DUTY_PCT, or drawing no more than p_awake,
+ * is not power-bound (0): the extrapolation divides by the duty, and such work is charged its
+ * device time, which errs by at most the duty times the boost. The awake offset is one figure for
+ * every model (measured on the H100 only): a GPU whose awake offset is larger reads more light work
+ * as power-bound (charged up to the boost), one whose offset is smaller may read power-bound work
+ * at a low duty as not (charged its device time; the same bound). Pure arithmetic, for the C tests. */
+#define HK_POWER_AWAKE_PCT    6
 #define HK_POWER_BOUND_PCT    90
 #define HK_POWER_FREE_PCT     80
 #define HK_POWER_MIN_DUTY_PCT 5

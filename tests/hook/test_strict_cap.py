@@ -165,18 +165,20 @@ def test_a_given_elasticity_is_held_not_learned_over(client: Path, hookcore_libs
 
 
 @pytest.mark.parametrize(("power_w", "busy", "factor"),
-                         [(335, 30, 1500), (205, 30, 1000), (123, 2, 1000), (None, 30, 1500)])
+                         [(335, 30, 1500), (205, 30, 1000), (125, 7, 1000), (123, 2, 1000), (None, 30, 1500)])
 def test_work_that_would_not_reach_the_power_limit_is_charged_its_time(
         client: Path, hookcore_libs: HookLibs, nvml_clocks: Path, tmp_path: Path, power_w: int | None,
         busy: int, factor: int) -> None:
-    """The given full-load clock is a power-bound matmul's. At 30% busy and 85 W idle, 335 W
-    extrapolates to ~900 W at full duty (past the 700 W limit: the clock would fall, the boost is
-    charged), 205 W to ~480 W (the clock would stay: nothing to give back, charged device time). The
-    H100's readings (bench/results/h100-2026-12-05-shares). A device 2% busy at 123 W (a launch-bound
-    loop at a 10% cap held 123 W on the H200) is not power-bound: it was the unknown that kept the
-    given clock until 2026-12-06. No power reading: the given clock, as before."""
+    """The given full-load clock is a power-bound matmul's. The device is idle (85 W) when the work
+    arrives; at 30% busy, 335 W extrapolates to ~820 W at full duty (past the 700 W limit: the clock
+    would fall, the boost is charged), 205 W to ~390 W (the clock would stay: nothing to give back,
+    charged device time). The H100's readings (bench/results/h100-2026-12-05-shares). A launch-bound
+    loop at a 30% cap (7% busy, 125 W: an awake H100 draws ~45 W over idle running nothing) is not
+    power-bound: read as idle + 40 W / 7% it was, until 2026-12-06, and was charged the boost (25.6
+    at a 30% cap on the H100). A device 2% busy at 123 W is not power-bound either. No power
+    reading: the given clock, as before."""
     power = {} if power_w is None else {"STUB_POWER_MW": str(power_w * 1000), "STUB_POWER_LIMIT_MW": "700000",
-                                        "STUB_UTIL_GPU": str(busy)}
+                                        "STUB_POWER_IDLE_MW": "85000", "STUB_UTIL_GPU": str(busy)}
     got, books, _ = run(client, hookcore_libs, nvml_clocks, tmp_path, "launch", "1000", "0", "3",
                         HOOKCORE_COMPUTE_LIMIT_0="30", HOOKCORE_COMPUTE_MODE_0="strict",
                         HOOKCORE_COMPUTE_REF_MHZ_0="1200", **power)

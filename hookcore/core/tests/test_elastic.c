@@ -196,6 +196,14 @@ void test_power_bound(void) {
     CHECK(hk_power_bound(123000, 79000, 700000, 2, -1) == 0);
     CHECK(hk_power_bound(123000, 79000, 700000, 4, 1) == 0);
     CHECK(hk_power_bound(123000, 79000, 700000, 0, 1) == 0);
+    /* an awake device's draw is not work: a launch-bound loop at a 30% cap (7% duty, 125 W, idle
+       79 W: 38 W is what an awake H100 draws) is not power-bound; read as idle + 46 W / 7% it
+       would be (736 W) */
+    CHECK(hk_power_bound(125000, 79000, 700000, 7, 1) == 0);
+    CHECK(hk_power_bound(130000, 79000, 700000, 6, -1) == 0);
+    CHECK(hk_power_bound(120000, 79000, 700000, 40, 1) == 0); /* at the awake draw: nothing scales */
+    /* a matmul at a 10% cap (10% duty, 173 W) still is */
+    CHECK(hk_power_bound(173000, 79000, 700000, 10, -1) == 1);
     /* an idle reading above the power now (a busy device when the process started): no negative part */
     CHECK(hk_power_bound(200000, 400000, 700000, 30, -1) == 0);
     printf("ok power_bound: 335 W at 30%% duty -> power-bound, 205 W -> not (idle 85 W, limit 700 W)\n");

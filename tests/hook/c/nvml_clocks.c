@@ -103,11 +103,13 @@ int nvmlDeviceGetProcessUtilization(dev *d, sample *s, unsigned *count, unsigned
     return 0;
 }
 /* STUB_POWER_MW, STUB_POWER_LIMIT_MW, STUB_UTIL_GPU: the device's power now, its enforced limit and
-   its busy percent (unset: not supported, as on a device without power readings). */
+   its busy percent (unset: not supported, as on a device without power readings). STUB_POWER_IDLE_MW:
+   the first reading instead (a device still idle when the process's first work arrives). */
 int nvmlDeviceGetPowerUsage(dev *d, unsigned *mw) {
+    static int read;
     (void)d;
     if (!getenv("STUB_POWER_MW")) return 3;
-    *mw = env_u("STUB_POWER_MW", 0);
+    *mw = !read++ && getenv("STUB_POWER_IDLE_MW") ? env_u("STUB_POWER_IDLE_MW", 0) : env_u("STUB_POWER_MW", 0);
     return 0;
 }
 int nvmlDeviceGetEnforcedPowerLimit(dev *d, unsigned *mw) {
