@@ -22,8 +22,16 @@ from pathlib import Path
 import dra.settings
 
 DEVICE_NODE_MODES = ("cdi", "runtime")
-KNOWN = ("deviceNodes", "driverRoot", "devRoot", "dcmiLibrary", "health", "healthInterval", "sysfs")
 SettingsError = dra.settings.SettingsError
+FIELDS: dra.settings.Fields = {
+    "deviceNodes": ("device_nodes", dra.settings.choice(*DEVICE_NODE_MODES)),
+    "driverRoot": ("driver_root", dra.settings.absolute_path),
+    "devRoot": ("dev_root", dra.settings.absolute_path),
+    "dcmiLibrary": ("dcmi_library", dra.settings.absolute_path),
+    "health": ("health", dra.settings.on_off),
+    "healthInterval": ("health_interval", dra.settings.seconds),
+    "sysfs": ("sysfs", dra.settings.absolute_path),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,16 +46,4 @@ class Settings:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
-        dra.settings.check_known(raw, KNOWN, "ascend")
-        out: dict[str, object] = {}
-        if "deviceNodes" in raw:
-            out["device_nodes"] = dra.settings.one_of("deviceNodes", raw["deviceNodes"], DEVICE_NODE_MODES)
-        for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs"),
-                          ("dcmiLibrary", "dcmi_library")):
-            if key in raw:
-                out[attr] = dra.settings.absolute_path(key, raw[key])
-        if "health" in raw:
-            out["health"] = dra.settings.on_off("health", raw["health"])
-        if "healthInterval" in raw:
-            out["health_interval"] = dra.settings.seconds("healthInterval", raw["healthInterval"])
-        return cls(**out)  # type: ignore[arg-type]
+        return dra.settings.parse(cls, raw, FIELDS, "ascend")

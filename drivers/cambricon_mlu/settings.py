@@ -21,8 +21,15 @@ from pathlib import Path
 import dra.settings
 
 SHARING = ("smlu", "whole")
-KNOWN = ("sharing", "devRoot", "cndevLibrary", "health", "healthInterval", "sysfs")
 SettingsError = dra.settings.SettingsError
+FIELDS: dra.settings.Fields = {
+    "sharing": ("sharing", dra.settings.choice(*SHARING)),
+    "devRoot": ("dev_root", dra.settings.absolute_path),
+    "cndevLibrary": ("cndev_library", dra.settings.absolute_path),
+    "health": ("health", dra.settings.on_off),
+    "healthInterval": ("health_interval", dra.settings.seconds),
+    "sysfs": ("sysfs", dra.settings.absolute_path),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,15 +43,4 @@ class Settings:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
-        dra.settings.check_known(raw, KNOWN, "cambricon-mlu")
-        out: dict[str, object] = {}
-        if "sharing" in raw:
-            out["sharing"] = dra.settings.one_of("sharing", raw["sharing"], SHARING)
-        for key, attr in (("devRoot", "dev_root"), ("sysfs", "sysfs"), ("cndevLibrary", "cndev_library")):
-            if key in raw:
-                out[attr] = dra.settings.absolute_path(key, raw[key])
-        if "health" in raw:
-            out["health"] = dra.settings.on_off("health", raw["health"])
-        if "healthInterval" in raw:
-            out["health_interval"] = dra.settings.seconds("healthInterval", raw["healthInterval"])
-        return cls(**out)  # type: ignore[arg-type]
+        return dra.settings.parse(cls, raw, FIELDS, "cambricon-mlu")

@@ -82,65 +82,7 @@ class Settings:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
-        known = {
-            "cdiMode", "toolkitCdiKind", "driverRoot", "devRoot", "deviceMemory", "health",
-            "healthProbeInterval", "sysfs", "fullLoadClockMhz", "clockElasticity", "mig", "mpsRoot", "mpsControl",
-            "mpsSharing", "contextMemory",
-        }
-        dra.settings.check_known(raw, known, "hami-core-gpu")
-        out: dict[str, object] = {}
-        if "mig" in raw:
-            out["mig"] = dra.settings.one_of("mig", raw["mig"], ("off", "static", "dynamic"))
-        if "mpsSharing" in raw:
-            out["mps_sharing"] = dra.settings.one_of("mpsSharing", raw["mpsSharing"], ("namespace", "any"))
-        if "cdiMode" in raw:
-            out["cdi_mode"] = dra.settings.one_of("cdiMode", raw["cdiMode"], CDI_MODES)
-        if "toolkitCdiKind" in raw:
-            vendor, sep, klass = raw["toolkitCdiKind"].partition("/")
-            if not sep or not vendor or not klass or "=" in klass:
-                raise SettingsError(f"toolkitCdiKind must look like vendor.com/class, not {raw['toolkitCdiKind']!r}")
-            out["toolkit_cdi_kind"] = raw["toolkitCdiKind"]
-        if "mpsControl" in raw:
-            if not raw["mpsControl"].strip():
-                raise SettingsError("mpsControl must name the nvidia-cuda-mps-control program, not be empty")
-            out["mps_control"] = raw["mpsControl"]
-        for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs"),
-                          ("mpsRoot", "mps_root")):
-            if key in raw:
-                out[attr] = dra.settings.absolute_path(key, raw[key])
-        if "deviceMemory" in raw:
-            try:
-                memory = quantity_to_int(raw["deviceMemory"])
-            except ValueError:
-                memory = 0
-            if memory <= 0:
-                raise SettingsError(f"deviceMemory must be a positive quantity such as 96Gi, not {raw['deviceMemory']!r}")
-            out["device_memory"] = memory
-        if "contextMemory" in raw:
-            try:
-                context = quantity_to_int(raw["contextMemory"])
-            except ValueError:
-                context = -1
-            if not 0 <= context <= 64 * 2**30:
-                raise SettingsError(f"contextMemory must be a quantity from 0 to 64Gi such as 692Mi (0: contexts not"
-                                    f" charged), not {raw['contextMemory']!r}")
-            out["context_memory"] = context
-        if "health" in raw:
-            out["health"] = dra.settings.on_off("health", raw["health"])
-        if "healthProbeInterval" in raw:
-            out["health_probe_interval"] = dra.settings.seconds("healthProbeInterval", raw["healthProbeInterval"])
-        if "fullLoadClockMhz" in raw:
-            value = raw["fullLoadClockMhz"]
-            if not (value.isdigit() and 1 <= int(value) <= MAX_MHZ):
-                raise SettingsError(f"fullLoadClockMhz must be a clock in MHz, 1..{MAX_MHZ}, not {value!r}")
-            out["full_load_clock_mhz"] = int(value)
-        if "clockElasticity" in raw:
-            value = raw["clockElasticity"]
-            elasticity = float(value) if re.fullmatch(r"[01](\.[0-9]{1,3})?", value) else None
-            if elasticity is None or not is_elasticity(elasticity):
-                raise SettingsError(f"clockElasticity must be {ELASTICITY_RULE}, not {value!r}")
-            out["clock_elasticity"] = elasticity
-        return cls(**out)  # type: ignore[arg-type]
+        return dra.settings.parse(cls, raw, FIELDS, "hami-core-gpu")
 
     def context_charge(self, fake: bool) -> int:
         """Bytes charged per context: the setting, else the measured default on real GPUs (none on the
@@ -148,3 +90,69 @@ class Settings:
         if self.context_memory is not None:
             return self.context_memory
         return 0 if fake else DEFAULT_CONTEXT_MEMORY
+
+
+def _cdi_kind(key: str, value: str) -> str:
+    vendor, sep, klass = value.partition("/")
+    if not sep or not vendor or not klass or "=" in klass:
+        raise SettingsError(f"{key} must look like vendor.com/class, not {value!r}")
+    return value
+
+
+def _program(key: str, value: str) -> str:
+    if not value.strip():
+        raise SettingsError(f"{key} must name the nvidia-cuda-mps-control program, not be empty")
+    return value
+
+
+def _device_memory(key: str, value: str) -> int:
+    try:
+        memory = quantity_to_int(value)
+    except ValueError:
+        memory = 0
+    if memory <= 0:
+        raise SettingsError(f"{key} must be a positive quantity such as 96Gi, not {value!r}")
+    return memory
+
+
+def _context_memory(key: str, value: str) -> int:
+    try:
+        context = quantity_to_int(value)
+    except ValueError:
+        context = -1
+    if not 0 <= context <= 64 * 2**30:
+        raise SettingsError(f"{key} must be a quantity from 0 to 64Gi such as 692Mi (0: contexts not charged),"
+                            f" not {value!r}")
+    return context
+
+
+def _clock_mhz(key: str, value: str) -> int:
+    if not (value.isdigit() and 1 <= int(value) <= MAX_MHZ):
+        raise SettingsError(f"{key} must be a clock in MHz, 1..{MAX_MHZ}, not {value!r}")
+    return int(value)
+
+
+def _elasticity(key: str, value: str) -> float:
+    elasticity = float(value) if re.fullmatch(r"[01](\.[0-9]{1,3})?", value) else None
+    if elasticity is None or not is_elasticity(elasticity):
+        raise SettingsError(f"{key} must be {ELASTICITY_RULE}, not {value!r}")
+    return elasticity
+
+
+FIELDS: dra.settings.Fields = {
+    "cdiMode": ("cdi_mode", dra.settings.choice(*CDI_MODES)),
+    "toolkitCdiKind": ("toolkit_cdi_kind", _cdi_kind),
+    "driverRoot": ("driver_root", dra.settings.absolute_path),
+    "devRoot": ("dev_root", dra.settings.absolute_path),
+    "deviceMemory": ("device_memory", _device_memory),
+    "health": ("health", dra.settings.on_off),
+    "healthProbeInterval": ("health_probe_interval", dra.settings.seconds),
+    "sysfs": ("sysfs", dra.settings.absolute_path),
+    "fullLoadClockMhz": ("full_load_clock_mhz", _clock_mhz),
+    "clockElasticity": ("clock_elasticity", _elasticity),
+    "mig": ("mig", dra.settings.choice("off", "static", "dynamic")),
+    "mpsRoot": ("mps_root", dra.settings.absolute_path),
+    "mpsControl": ("mps_control", _program),
+    "mpsSharing": ("mps_sharing", dra.settings.choice("namespace", "any")),
+    "contextMemory": ("context_memory", _context_memory),
+}

@@ -20,8 +20,15 @@ from pathlib import Path
 
 import dra.settings
 
-KNOWN = ("driverRoot", "devRoot", "smiLibrary", "health", "healthInterval", "sysfs")
 SettingsError = dra.settings.SettingsError
+FIELDS: dra.settings.Fields = {
+    "driverRoot": ("driver_root", dra.settings.absolute_path),
+    "devRoot": ("dev_root", dra.settings.absolute_path),
+    "smiLibrary": ("smi_library", dra.settings.absolute_path),
+    "health": ("health", dra.settings.on_off),
+    "healthInterval": ("health_interval", dra.settings.seconds),
+    "sysfs": ("sysfs", dra.settings.absolute_path),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,14 +42,4 @@ class Settings:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> Settings:
-        dra.settings.check_known(raw, KNOWN, "hygon-dcu")
-        out: dict[str, object] = {}
-        for key, attr in (("driverRoot", "driver_root"), ("devRoot", "dev_root"), ("sysfs", "sysfs"),
-                          ("smiLibrary", "smi_library")):
-            if key in raw:
-                out[attr] = dra.settings.absolute_path(key, raw[key])
-        if "health" in raw:
-            out["health"] = dra.settings.on_off("health", raw["health"])
-        if "healthInterval" in raw:
-            out["health_interval"] = dra.settings.seconds("healthInterval", raw["healthInterval"])
-        return cls(**out)  # type: ignore[arg-type]
+        return dra.settings.parse(cls, raw, FIELDS, "hygon-dcu")
