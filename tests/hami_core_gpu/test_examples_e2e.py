@@ -166,10 +166,10 @@ def test_two_pods_share_one_gpu_half_and_half(rig: Rig) -> None:
     claims = allocate(rig, "two-pods-one-gpu.yaml", 2)
     (a,), (b,) = results(claims["half-a"]), results(claims["half-b"])
     assert a["shareID"] != b["shareID"]  # two shares
-    if int(rig.cluster.k8s_version.split(".")[1]) >= 35:  # one packed slice: first fit fills GPU 0 first
-        assert a["device"] == b["device"]
-    # On 1.34 each GPU is a slice of its own (kubernetes#133705) and the scheduler walks them in
-    # its cache's order: the two halves may land on one GPU or two (the example says so).
+    # One GPU or two: the scheduler decides (the example says so). On 1.35+ it mostly packs them onto
+    # GPU 0, but two pods scheduled back to back landed on GPU 0 and GPU 1 in a v1.37.2 CI run
+    # (2026-12-06); on 1.34 each GPU is a slice of its own (kubernetes#133705), walked in its cache's order.
+    assert {a["device"], b["device"]} <= set(rig.slice_devices())
     for name in ("half-a", "half-b"):
         prepare_and_run(rig, claims[name], [Share(40 * GiB, 50)])
 
