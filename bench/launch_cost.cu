@@ -9,6 +9,8 @@
 // with the median ns per call of each:
 //   launch          an empty kernel <<<1, 32>>> on a created stream (the runtime's launch path,
 //                   which the preload interposes)
+//   launch_default  the same kernel on the legacy default stream (where the meter defers its end
+//                   event: hookcore/core/meter.h)
 //   is_capturing    cuStreamIsCapturing on that stream
 //   ctx_get_current cuCtxGetCurrent
 //   event_record    cuEventRecord of one event on that stream
@@ -23,13 +25,13 @@
 #include <ctime>
 #include <vector>
 
-#define RK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t r_ = (x);                                                              \
-        if (r_ != cudaSuccess) {                                                           \
+#define RK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t r_ = (x);                                                                   \
+        if (r_ != cudaSuccess) {                                                                \
             printf("{\"error\": \"%s = %s line %d\"}\n", #x, cudaGetErrorString(r_), __LINE__); \
-            exit(1);                                                                       \
-        }                                                                                  \
+            exit(1);                                                                            \
+        }                                                                                       \
     } while (0)
 
 __global__ void empty_kernel() {}
@@ -62,6 +64,7 @@ int main() {
     int cap = 0;
     CUcontext c = nullptr;
     double launch = median_ns(s, [&] { empty_kernel<<<1, 32, 0, s>>>(); });
+    double launch_default = median_ns(0, [&] { empty_kernel<<<1, 32>>>(); });
     double capturing = median_ns(s, [&] { cuStreamIsCapturing(s, (CUstreamCaptureStatus *)&cap); });
     double ctx = median_ns(s, [&] { cuCtxGetCurrent(&c); });
     double rec = median_ns(s, [&] { cuEventRecord(ev, s); });
@@ -75,7 +78,7 @@ int main() {
     });
     RK(cudaGetLastError());
     printf("{\"launch\": %.1f, \"is_capturing\": %.1f, \"ctx_get_current\": %.1f, \"event_record\": %.1f, "
-           "\"event_query\": %.1f, \"clock_gettime\": %.1f, \"launch_and_record\": %.1f}\n",
-           launch, capturing, ctx, rec, query, clk, both);
+           "\"event_query\": %.1f, \"clock_gettime\": %.1f, \"launch_and_record\": %.1f, \"launch_default\": %.1f}\n",
+           launch, capturing, ctx, rec, query, clk, both, launch_default);
     return 0;
 }

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-KEYS = ("launch", "launch_and_record", "is_capturing", "ctx_get_current", "event_record", "event_query",
+KEYS = ("launch", "launch_default", "launch_and_record", "is_capturing", "ctx_get_current", "event_record", "event_query",
         "clock_gettime")
 
 
@@ -91,10 +91,15 @@ def main() -> None:
     (out / "launch-cost.json").write_text(json.dumps({"gpu": gpu, "runs": runs, "median": med}, indent=1))
     native = med.get("native", {}).get("launch")
     lines = [f"GPU: {gpu}; median ns per call over {a.rounds} runs each, alternating", "",
-             "| run | " + " | ".join(KEYS) + " | preload's cost per launch |",
+             "| run | " + " | ".join(KEYS) + " | preload's cost per launch: created / default stream |",
              "|---|" + "---|" * (len(KEYS) + 1)]
+    native_default = med.get("native", {}).get("launch_default")
     for key, m in med.items():
-        extra = f"{m['launch'] - native:.0f}" if native and "launch" in m and key != "native" else "-"
+        extra = "-"
+        if native and "launch" in m and key != "native":
+            extra = f"{m['launch'] - native:.0f}"
+            if native_default and "launch_default" in m:
+                extra += f" / {m['launch_default'] - native_default:.0f}"
         lines.append(f"| {key} | " + " | ".join(f"{m[k]:.0f}" if k in m else "-" for k in KEYS) + f" | {extra} |")
     text = "\n".join(lines)
     (out / "launch-cost.md").write_text(text + "\n")

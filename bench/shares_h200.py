@@ -355,6 +355,8 @@ def plan(workloads: Sequence[str], caps: Sequence[int], skip: Sequence[str]) -> 
             for cap in caps:
                 p.jobs.append(Job(f"{mode}/{w}/{cap}", (Proc(w, f"{mode}-{w}-{cap}", cap, mode == "strict"),),
                                   trace=cap in (30, 70)))
+                if w in HOST_BOUND:  # its own native right after it: a host-bound loop's rate drifts with its CPU
+                    p.jobs.append(Job(f"native-after/{w}/{mode}/{cap}", (Proc(w, None),)))
         # The native again after the workload's capped runs: its shares are of the mean of the two,
         # and the table shows both (a host-bound loop's native moved 1120..2440 steps/s between sittings).
         p.jobs.append(Job(f"native-again/{w}", (Proc(w, None),)))
@@ -640,14 +642,33 @@ def native_rate(runs: dict[str, Any], workload: str) -> float | None:
     return sum(got) / len(got) if got else None
 
 
+def adjacent_native(runs: dict[str, Any], key: str, workload: str) -> float | None:
+    """A host-bound capped run's native: the mean of the same workload's native runs just before and
+    just after it (the runs are in the order they ran). On the H100 of 2026-12-06 the launch-bound
+    loop's native moved 1573 -> 2320 steps/s within one sitting: against the mean of the first and
+    last, every capped run in between was off by the drift."""
+    order = list(runs)
+    i = order.index(key)
+    natives = [k for k in order if k.startswith("native") and runs[k].get("procs", [{}])[0].get("workload") == workload
+               and not k.startswith("native-pair")]
+    before = [k for k in natives if order.index(k) < i][-1:]
+    after = [k for k in natives if order.index(k) > i][:1]
+    got = [r for k in before + after if (r := _rate(runs.get(k)))]
+    return sum(got) / len(got) if got else None
+
+
 def derive(results: dict[str, Any]) -> None:
-    """Each run's processes as a percentage of the same workload's native process."""
+    """Each run's processes as a percentage of the same workload's native process (for a host-bound
+    workload's capped runs, of the natives beside it: adjacent_native)."""
     runs = results["runs"]
     for key, run in runs.items():
         if "results" not in run:
             continue
         w = run["procs"][0]["workload"]
         native = native_rate(runs, w)
+        if w in HOST_BOUND and not key.startswith("native") and len(run["procs"]) == 1:
+            native = adjacent_native(runs, key, w) or native
+            run["native_rate"] = native
         if key.startswith("priority/"):
             alone = _rate(runs.get("priority/high-alone"))
             run["pct_of_high_alone"] = [100 * r / alone if (r := _rate(run, i)) and alone else None

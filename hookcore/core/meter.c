@@ -48,6 +48,10 @@ struct hk_meter_batch {
     hk_pair ev;
     unsigned count;
     int64_t opened_ns, last_ns;
+    int defer;           /* the submission in progress may leave the end event unrecorded (HK_WORK_DEFER) */
+    int tail;            /* submissions after the end event's last record (deferred) */
+    unsigned epoch;      /* g_ctx_epoch when the submission in progress began */
+    unsigned tail_epoch; /* ... and when the unrecorded tail's last one began */
 };
 
 static const hk_meter_ops *g_ops;
@@ -71,6 +75,9 @@ static _Atomic unsigned g_npending; /* written under g_lock; read without it whe
 static hk_pair g_pool[HK_POOL];
 static unsigned g_npool;
 static _Atomic int g_captures;
+static _Atomic unsigned g_ctx_epoch; /* context destructions begun */
+static _Atomic int g_ctx_going;      /* context destructions in progress */
+static _Atomic int g_late;           /* batches closed by a host pause with their end unrecorded */
 static _Atomic uint64_t g_batches;
 static _Atomic int64_t g_charged;
 
@@ -286,11 +293,41 @@ static int collect_one(int block) {
     return 1;
 }
 
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    nanosleep(&ts, NULL);
+}
+
 /* Closed batches in flight: a hint for when to collect (no lock: a launch path asks it twice). */
 static unsigned pending_count(void) { return hk_atomic_load_relaxed(&g_npending); }
 
+/* A batch that closes with its end unrecorded: record it now (later than the work, never earlier),
+   or, where its context may be gone, charge the batch its whole span on the host's clock once no
+   destruction is in progress (the work ran inside it). A close after a host pause counts against
+   deferring at all (HK_METER_LATE_MAX). */
+static void finish_tail(hk_meter_batch *b) {
+    int64_t now = hk_limiter_now_ns();
+    b->tail = 0;
+    if (now - b->last_ns >= HK_BATCH_GAP_NS) hk_atomic_add_relaxed(&g_late, 1);
+    if (hk_atomic_load_acquire(&g_ctx_epoch) == b->tail_epoch) {
+        int m = relax(), r = g_ops->event_record_in(b->ev.end, b->stream, b->ctx);
+        unrelax(m);
+        if (r == 0) return;
+    }
+    while (hk_atomic_load_acquire(&g_ctx_going) > 0) sleep_ns(50000);
+    hk_limiter *lim = limiter_for(b->ldev);
+    int64_t span = hk_limiter_now_ns() - b->opened_ns;
+    if (lim && span > 0) {
+        hk_limiter_note_elapsed(lim, span);
+        hk_atomic_add_relaxed(&g_charged, hk_limiter_charge_work(lim, span, b->sm_ppm, 0));
+        hk_atomic_add_relaxed(&g_batches, 1);
+    }
+    b->count = 0; /* charged: the pair goes back unqueued */
+}
+
 static void close_batch(hk_meter_batch *b) {
     if (!b->open) return;
+    if (b->tail) finish_tail(b);
     b->open = 0;
     if (b->count == 0) { /* start recorded but nothing went through */
         put_pair(&b->ev);
@@ -314,11 +351,6 @@ static void close_batch(hk_meter_batch *b) {
         pthread_mutex_unlock(&g_lock);
         collect_one(1);
     }
-}
-
-static void sleep_ns(int64_t ns) {
-    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-    nanosleep(&ts, NULL);
 }
 
 /* A thread that exits with an open batch hands it over for charging (its device time is owed). */
@@ -360,6 +392,8 @@ static uint32_t context_sm_ppm(void *ctx, void *s) {
 
 hk_meter_batch *hk_meter_before_work(void *s, int work) {
     if (hk_unlikely(hk_atomic_load_acquire(&g_ops_state) != 1)) return NULL;
+    int defer = (work & HK_WORK_DEFER) && g_ops->event_record_in && hk_atomic_load_relaxed(&g_late) < HK_METER_LATE_MAX;
+    work &= ~HK_WORK_DEFER;
     /* Work on a stream being captured is not run now (it is charged when its graph is launched) and
        takes no events. While a capture that began through the shim is in progress every submission
        asks; otherwise only one that would open a batch (a capture begun some way the shim does not
@@ -424,7 +458,16 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         b->sig = 0;
         b->opened_ns = now;
     }
+    b->defer = defer;
+    b->epoch = hk_atomic_load_acquire(&g_ctx_epoch);
     return b;
+}
+
+/* Whether a batch with `count` submissions at `now` is due to close (the limits of meter.h): its
+   deferred end is recorded right after the submission that makes it so. */
+static int due_to_close(const hk_meter_batch *b, unsigned count, int64_t now) {
+    return count >= HK_BATCH_MAX_SUBMITS || now - b->opened_ns > HK_BATCH_MAX_AGE_NS ||
+           (int64_t)count * hk_atomic_load_relaxed(&g_unit_ns[b->ldev]) >= HK_BATCH_DEVICE_NS;
 }
 
 static inline uint64_t mix(uint64_t h, uint64_t v) {
@@ -434,10 +477,38 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 
 void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
     if (!b || !ok) return;
-    if (ev_record(b->ev.end, s) != 0) return;
+    int64_t now = hk_limiter_now_ns();
+    if (b->defer && !due_to_close(b, b->count + 1, now)) {
+        b->tail = 1;
+        b->tail_epoch = b->epoch;
+    } else {
+        if (ev_record(b->ev.end, s) != 0) return;
+        b->tail = 0;
+        now = hk_limiter_now_ns();
+    }
     b->sig = mix(b->sig, sig);
     b->count++;
-    b->last_ns = hk_limiter_now_ns();
+    b->last_ns = now;
+}
+
+void hk_meter_flush(void) {
+    hk_meter_batch *b = &t_batch;
+    if (hk_likely(!b->tail) || !b->open) return;
+    if (hk_atomic_load_acquire(&g_ctx_epoch) != b->tail_epoch)
+        return; /* its context may be gone: the close charges it */
+    int m = relax(), r = g_ops->event_record_in(b->ev.end, b->stream, b->ctx);
+    unrelax(m);
+    if (r == 0) b->tail = 0;
+}
+
+void hk_meter_context_gone(int done) {
+    if (done) {
+        hk_atomic_add_acq_rel(&g_ctx_going, -1);
+        return;
+    }
+    hk_meter_flush();
+    hk_atomic_add_acq_rel(&g_ctx_going, 1);
+    hk_atomic_add_acq_rel(&g_ctx_epoch, 1);
 }
 
 void hk_meter_capture_begun(int ok) {
@@ -461,6 +532,7 @@ void hk_meter_atfork_child(void) {
         hk_atomic_store_relaxed(&g_unit_ns[i], 0);
     }
     hk_atomic_store_relaxed(&g_captures, 0);
+    hk_atomic_store_relaxed(&g_ctx_going, 0); /* a destruction in another thread of the parent is not ours */
     memset(&t_batch, 0, sizeof t_batch);
     t_poll_ns = 0;
 }

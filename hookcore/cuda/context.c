@@ -17,6 +17,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "../core/meter.h"
 #include "shim.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -84,7 +85,9 @@ HK_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
    active-thread percentage): the SM share cached for the old one is forgotten (sm_share.c). */
 static CUresult primary_gone(CUresult (*real_fn)(CUdevice), CUdevice dev) {
     if (!real_fn) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_context_gone(0); /* no deferred end event goes into a context that may be gone */
     CUresult r = real_fn(dev);
+    hk_meter_context_gone(1);
     if (r == CUDA_SUCCESS) hk_cuda_sm_share_forget(NULL);
     return r;
 }
@@ -146,7 +149,9 @@ static void forget_context(uint64_t key) {
 
 HK_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (!hk_real.cuCtxDestroy_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_context_gone(0);
     CUresult r = hk_real.cuCtxDestroy_v2(ctx);
+    hk_meter_context_gone(1);
     if (r == CUDA_SUCCESS && ctx) {
         forget_context((uint64_t)(uintptr_t)ctx);
         hk_cuda_sm_share_forget(ctx);
@@ -155,7 +160,9 @@ HK_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
 }
 HK_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx ctx) {
     if (!hk_real.cuGreenCtxDestroy) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_context_gone(0);
     CUresult r = hk_real.cuGreenCtxDestroy(ctx);
+    hk_meter_context_gone(1);
     if (r == CUDA_SUCCESS && ctx) {
         forget_context((uint64_t)(uintptr_t)ctx);
         hk_cuda_sm_share_forget(NULL); /* its CUcontext (cuCtxFromGreenCtx) is another handle */

@@ -16,7 +16,13 @@ static inline int fast_path(void) {
     return HK_LIKELY((s == HK_STATE_READY || s == HK_STATE_DORMANT) && !hk_preload_limiter_on());
 }
 
-#define GATED(real_fn, stream, sig, call) GATED_WORK(real_fn, stream, sig, HK_WORK_SM, call)
+/* A default stream (legacy or per-thread): it cannot be destroyed or captured behind the launching
+   thread's back, so a launch onto it may leave its batch's end event for later (meter.h). */
+#define HK_DEFAULT_STREAM(s) ((s) == NULL || (s) == CU_STREAM_LEGACY || (s) == CU_STREAM_PER_THREAD)
+
+/* Kernels and graphs. */
+#define GATED(real_fn, stream, sig, call) \
+    GATED_WORK(real_fn, stream, sig, HK_WORK_SM | (HK_DEFAULT_STREAM(stream) ? HK_WORK_DEFER : 0), call)
 
 /* `work`: HK_WORK_SM (kernels, graphs: charged x the context's SM fraction) or HK_WORK_COPY
    (copies, memsets: charged their device time in full). */

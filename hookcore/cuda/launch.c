@@ -73,6 +73,18 @@ static int op_event_record(void *ev, void *s) {
 static int op_event_done(void *ev) { return hk_real.cuEventQuery((CUevent)ev) != CUDA_ERROR_NOT_READY; }
 static void op_event_wait(void *ev) { hk_real.cuEventSynchronize((CUevent)ev); }
 
+/* A deferred end event, recorded by the thread that owns the batch; a context switch since its last
+   launch (a default stream is its context's) is undone for the call. */
+static int op_event_record_in(void *ev, void *s, void *ctx) {
+    CUcontext cur = NULL, popped = NULL;
+    if (hk_real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS) return -1;
+    if (cur == (CUcontext)ctx) return op_event_record(ev, s);
+    if (hk_real.cuCtxPushCurrent_v2((CUcontext)ctx) != CUDA_SUCCESS) return -1;
+    int r = op_event_record(ev, s);
+    hk_real.cuCtxPopCurrent_v2(&popped);
+    return r;
+}
+
 static CUresult (*g_elapsed)(float *, CUevent, CUevent);
 static int op_event_elapsed_ns(void *a, void *b, int64_t *ns) {
     float ms = 0;
@@ -103,6 +115,8 @@ void hk_cuda_meter_setup(void) {
         return;
     }
     g_ops.event_create = op_event_create;
+    /* End events may wait for a host wait (sync.c flushes them) where a context can be switched to. */
+    if (hk_real.cuCtxPushCurrent_v2 && hk_real.cuCtxPopCurrent_v2) g_ops.event_record_in = op_event_record_in;
     g_ops.clock_ratio_milli = hk_preload_clock_ratio_milli; /* from whichever shim reads clocks */
     g_ops.device_alone = hk_preload_device_alone;           /* from whichever shim lists processes */
     hk_meter_setup(&g_ops);
@@ -171,28 +185,34 @@ static CUresult begun(CUresult r) {
 
 HK_EXPORT CUresult cuStreamBeginCapture(CUstream s) { /* the v1 ABI: global mode */
     if (!hk_real.cuStreamBeginCapture) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush(); /* a deferred end event before the capture, not in it */
     return begun(hk_real.cuStreamBeginCapture(s));
 }
 HK_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
     if (!hk_real.cuStreamBeginCapture_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush(); /* a deferred end event before the capture, not in it */
     return begun(hk_real.cuStreamBeginCapture_ptsz(s));
 }
 HK_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     if (!hk_real.cuStreamBeginCapture_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush(); /* a deferred end event before the capture, not in it */
     return begun(hk_real.cuStreamBeginCapture_v2(s, mode));
 }
 HK_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) {
     if (!hk_real.cuStreamBeginCapture_v2_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush(); /* a deferred end event before the capture, not in it */
     return begun(hk_real.cuStreamBeginCapture_v2_ptsz(s, mode));
 }
 HK_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata, size_t n,
                                                int mode) {
     if (!hk_real.cuStreamBeginCaptureToGraph) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush(); /* a deferred end event before the capture, not in it */
     return begun(hk_real.cuStreamBeginCaptureToGraph(s, graph, deps, edata, n, mode));
 }
 HK_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *deps, const void *edata,
                                                     size_t n, int mode) {
     if (!hk_real.cuStreamBeginCaptureToGraph_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush(); /* a deferred end event before the capture, not in it */
     return begun(hk_real.cuStreamBeginCaptureToGraph_ptsz(s, graph, deps, edata, n, mode));
 }
 

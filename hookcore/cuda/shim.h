@@ -58,6 +58,13 @@ CUresult cuLaunchCooperativeKernel_ptsz(HK_LAUNCH_ARGS, void **params);
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
 CUresult cuLaunch(CUfunction f);
+CUresult cuStreamSynchronize(CUstream s);
+CUresult cuStreamSynchronize_ptsz(CUstream s);
+CUresult cuStreamQuery(CUstream s);
+CUresult cuStreamQuery_ptsz(CUstream s);
+CUresult cuCtxSynchronize(void);
+CUresult cuEventSynchronize(CUevent e);
+CUresult cuEventQuery(CUevent e);
 CUresult cuLaunchGrid(CUfunction f, int gw, int gh);
 CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s);
 CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle h, int type,

@@ -355,6 +355,27 @@ STUB_API CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+/* The context stack, as deep as the tests need. */
+static __thread CUcontext t_ctx_stack[8];
+static __thread int t_ctx_depth;
+
+STUB_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+    NEED_INIT();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    if (t_ctx_depth == (int)(sizeof t_ctx_stack / sizeof t_ctx_stack[0])) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUcontext prev = t_cur_ctx;
+    CUresult r = cuCtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS) t_ctx_stack[t_ctx_depth++] = prev;
+    return r;
+}
+
+STUB_API CUresult cuCtxPopCurrent_v2(CUcontext *ctx) {
+    NEED_INIT();
+    if (!t_cur_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx) *ctx = t_cur_ctx;
+    return cuCtxSetCurrent(t_ctx_depth ? t_ctx_stack[--t_ctx_depth] : NULL);
+}
+
 STUB_API CUresult cuCtxGetCurrent(CUcontext *ctx) {
     NEED_INIT();
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
@@ -505,6 +526,8 @@ STUB_API size_t stubCudaUsedBytes(int dev) {
     X(cuCtxGetExecAffinity)         \
     X(cuCtxSetCurrent)              \
     X(cuCtxGetCurrent)              \
+    X(cuCtxPushCurrent_v2)          \
+    X(cuCtxPopCurrent_v2)           \
     X(cuCtxGetDevice)               \
     X(cuCtxSynchronize)             \
     X(cuCtxCreate_v2)               \

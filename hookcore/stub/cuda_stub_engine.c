@@ -184,10 +184,13 @@ STUB_API CUresult cuEventDestroy_v2(CUevent e) {
     return CUDA_SUCCESS;
 }
 
+static _Atomic unsigned long long g_records;
+
 STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    hk_atomic_add_seq_cst(&g_records, 1);
     stub_stream *st = stream_of(s, d);
     int64_t now = stub_now_ns();
     stub_event *ev = (stub_event *)e;
@@ -386,6 +389,7 @@ HK_COPIES(STUB_COPY_DEF)
 /* Test-only extras (the copies' count is kept by the copies above). */
 STUB_API unsigned long long stubCudaLaunchCount(void) { return hk_atomic_load_seq_cst(&g_launches); }
 STUB_API unsigned long long stubCudaCopyCount(void) { return hk_atomic_load_seq_cst(&g_copies); }
+STUB_API unsigned long long stubCudaEventRecordCount(void) { return hk_atomic_load_seq_cst(&g_records); }
 
 /* This file's part of cuGetProcAddress's table (cuda_stub.h). */
 #define SYMS(X)                          \

@@ -141,3 +141,22 @@ def test_shares_are_of_the_mean_of_the_native_before_and_after(bench: ModuleType
     del res["runs"]["native-again/matmul"]
     bench.derive(res)
     assert res["runs"]["default/matmul/30"]["pct"] == [pytest.approx(35.3)]   # only the one measured
+
+
+def test_a_host_bound_run_is_a_share_of_the_natives_beside_it(bench: ModuleType) -> None:
+    """A launch-bound loop's native drifts with its CPU within a sitting: each of its capped runs is
+    followed by a native of its own and is a share of the mean of the natives just before and after
+    it, not of the first and last."""
+    keys = [j.key for j in bench.plan(["launch"], [30, 50], ["pairs", "priority"]).jobs]
+    assert keys[:4] == ["native/launch", "default/launch/30", "native-after/launch/default/30", "default/launch/50"]
+    assert keys[-1] == "native-again/launch"
+
+    def proc(rate: float) -> dict[str, Any]:
+        return {"procs": [{"workload": "launch"}], "results": [{"rate": rate}]}
+
+    rates = {"native/launch": 100.0, "default/launch/30": 33.0, "native-after/launch/default/30": 120.0,
+             "default/launch/50": 70.0, "native-after/launch/default/50": 160.0, "native-again/launch": 200.0}
+    res = {"env": {}, "runs": {k: proc(r) for k, r in rates.items()}}
+    bench.derive(res)
+    assert res["runs"]["default/launch/30"]["pct"] == [pytest.approx(30.0)]   # of (100 + 120) / 2
+    assert res["runs"]["default/launch/50"]["pct"] == [pytest.approx(50.0)]   # of (120 + 160) / 2

@@ -19,8 +19,10 @@
  *                            cuMemGetInfo's free in each before, while and after the child (which
  *                            exits holding its block) and the blocks the parent gets after it
  *   init                     cuInit + one cuMemAlloc + one launch: print the three CUresults
- *   launch US GRAPH SECONDS  launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
+ *   launch US GRAPH SECONDS [GAP_US [stream|null [sync|ctxsync|pause:US]]]
+ *                            launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
  *                            syncs; print "RATE <completed per second>" and "RAN <completed> <ns>"
+ *                            (shim_client_work.c: where they go, how each 10 end)
  *   capture                  launches during stream capture pass through without events
  *   holdcapture MODE US SECONDS [same|query]
  *                            a capture of MODE held open on a side stream (by another thread, or
@@ -314,7 +316,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "fork"))
         cmd_fork(parse_size(argv[2]));
     else if (!strcmp(cmd, "launch"))
-        cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argc > 5 ? (unsigned)atoi(argv[5]) : 0);
+        cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argc > 5 ? (unsigned)atoi(argv[5]) : 0,
+                   argc > 6 ? argv[6] : "stream", argc > 7 ? argv[7] : "sync");
     else if (!strcmp(cmd, "capture"))
         cmd_capture();
     else if (!strcmp(cmd, "holdcapture"))

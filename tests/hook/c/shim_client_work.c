@@ -166,15 +166,21 @@ void cmd_threads(int n, int iters) {
 }
 
 /* `gap_us` > 0: a host pause of 0..gap_us (varying, deterministic) after each launch, as a
-   launch-bound loop's host code leaves the device idle inside its batches. */
-void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us) {
+   launch-bound loop's host code leaves the device idle inside its batches.
+   `where`: "stream" (a created stream, the default) or "null" (the legacy default stream);
+   `wait`: how each 10 launches end: "sync" (cuStreamSynchronize, the default), "ctxsync"
+   (cuCtxSynchronize) or "pause:<us>" (no wait for the device: a host pause of <us>). With the stub's
+   libcuda it also prints how many events were recorded (RECORDS). */
+void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us, const char *where, const char *wait) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                        void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult (*glaunch)(CUgraphExec, CUstream) = sym("cuGraphLaunch", V, 0);
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*csync)(void) = sym("cuCtxSynchronize", V, 0);
     CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
-    CUstream s;
-    if (screate(&s, 0) != CUDA_SUCCESS) fail("stream");
+    CUstream s = NULL;
+    if (strcmp(where, "null") && screate(&s, 0) != CUDA_SUCCESS) fail("stream");
+    unsigned pause_us = strncmp(wait, "pause:", 6) ? 0 : (unsigned)atoi(wait + 6);
     double t0 = now_s(), t;
     unsigned long n = 0;
     while ((t = now_s()) - t0 < seconds) {
@@ -184,11 +190,19 @@ void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us) {
             if (r != CUDA_SUCCESS) fail("launch = %d", r);
             if (gap_us) usleep((useconds_t)(((n + (unsigned long)i) * 37u) % (gap_us + 1)));
         }
-        ssync(s);
+        if (pause_us)
+            usleep(pause_us);
+        else if (!strcmp(wait, "ctxsync"))
+            csync();
+        else
+            ssync(s);
         n += 10;
     }
+    if (pause_us) csync();
     printf("RATE %.1f\n", n / (t - t0));
     printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
+    unsigned long long (*records)(void) = (unsigned long long (*)(void))dlsym(libcuda, "stubCudaEventRecordCount");
+    if (records) printf("RECORDS %llu\n", records());
 }
 
 void cmd_capture(void) {
