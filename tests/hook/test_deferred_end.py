@@ -83,3 +83,20 @@ def test_a_pause_without_a_wait_is_charged_not_given_away(client: Path, hookcore
     assert books.charged_ns <= got.device_ns + late * pause_ns + rounding, (books, got)
     # from the third on, an end event after every launch
     assert records >= got.count - late * BATCH, (records, got)
+
+
+def test_a_thread_that_exits_without_a_wait_is_charged_its_work(client: Path, hookcore_libs: HookLibs,
+                                                                tmp_path: Path) -> None:
+    """Hostile: a thread launches 10 kernels onto the legacy stream (its end event deferred) and exits
+    without waiting for them. Its batch closes as the thread exits, with the end recorded then, and
+    is charged its work when another thread of the process next launches."""
+    ledger = tmp_path / "claim.ledger"
+    e = client_env(hookcore_libs, virtual_preload(hookcore_libs.libvgpu), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger),
+                   CUDA_DEVICE_SM_LIMIT="50")
+    proc = subprocess.run([str(client), "exitlaunch", str(US), str(BATCH)], env=e, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with hookcore.Ledger(ledger) as books:
+        usage = books.limiter(0)
+    work = BATCH * US * 1000
+    assert work <= usage.charged_ns <= work + 1_000, usage

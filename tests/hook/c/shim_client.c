@@ -23,6 +23,8 @@
  *                            launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
  *                            syncs; print "RATE <completed per second>" and "RAN <completed> <ns>"
  *                            (shim_client_work.c: where they go, how each 10 end)
+ *   exitlaunch US N          a thread launches N US-microsecond kernels on the legacy stream and exits
+ *                            without a wait; then one more launch here (shim_client_work.c)
  *   capture                  launches during stream capture pass through without events
  *   holdcapture MODE US SECONDS [same|query]
  *                            a capture of MODE held open on a side stream (by another thread, or
@@ -318,6 +320,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "launch"))
         cmd_launch((unsigned)atoi(argv[2]), atoi(argv[3]), atof(argv[4]), argc > 5 ? (unsigned)atoi(argv[5]) : 0,
                    argc > 6 ? argv[6] : "stream", argc > 7 ? argv[7] : "sync");
+    else if (!strcmp(cmd, "exitlaunch"))
+        cmd_exitlaunch((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]));
     else if (!strcmp(cmd, "capture"))
         cmd_capture();
     else if (!strcmp(cmd, "holdcapture"))

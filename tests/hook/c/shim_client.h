@@ -50,6 +50,7 @@ void cmd_fork(size_t chunk);
 void cmd_copy(const char *what, size_t bytes, double seconds, int ptds);
 void cmd_copynames(void);
 void cmd_threads(int n, int iters);
+void cmd_exitlaunch(unsigned us, unsigned n);
 void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us, const char *where, const char *wait);
 void cmd_capture(void);
 void cmd_holdcapture(int mode, unsigned us, double seconds, int same, int query);

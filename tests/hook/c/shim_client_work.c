@@ -205,6 +205,40 @@ void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us, const c
     if (records) printf("RECORDS %llu\n", records());
 }
 
+/* A thread launches `n` US-microsecond kernels onto the legacy stream and exits without waiting for
+   them; then this thread waits for the device and launches one more (which collects the exited
+   thread's batch). Prints "RAN <n + 1> 0". */
+static unsigned g_exit_us, g_exit_n;
+static CUcontext g_exit_ctx;
+static void *exit_body(void *arg) {
+    (void)arg;
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    if (cuCtxSetCurrent_(g_exit_ctx) != CUDA_SUCCESS) fail("thread set current");
+    for (unsigned i = 0; i < g_exit_n; i++)
+        if (launch((CUfunction)(uintptr_t)g_exit_us, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+            fail("launch");
+    return NULL;
+}
+
+void cmd_exitlaunch(unsigned us, unsigned n) {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*csync)(void) = sym("cuCtxSynchronize", V, 0);
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    cur(&g_exit_ctx);
+    g_exit_us = us;
+    g_exit_n = n;
+    pthread_t t;
+    if (pthread_create(&t, NULL, exit_body, NULL) != 0) fail("pthread_create");
+    pthread_join(t, NULL);
+    csync();
+    usleep(100);
+    if (launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
+    csync();
+    printf("RAN %u 0\n", n + 1);
+}
+
 void cmd_capture(void) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                        void **, void **) = sym("cuLaunchKernel", V, 0);
