@@ -51,7 +51,7 @@ struct hk_meter_batch {
     int defer;           /* the submission in progress may leave the end event unrecorded (HK_WORK_DEFER) */
     int tail;            /* submissions after the end event's last record (deferred) */
     unsigned epoch;      /* g_ctx_epoch when the submission in progress began */
-    unsigned tail_epoch; /* ... and when the unrecorded tail's last one began */
+    unsigned tail_epoch; /* ... and when the unrecorded tail's first one began */
 };
 
 static const hk_meter_ops *g_ops;
@@ -479,8 +479,8 @@ void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
     if (!b || !ok) return;
     int64_t now = hk_limiter_now_ns();
     if (b->defer && !due_to_close(b, b->count + 1, now)) {
+        if (!b->tail) b->tail_epoch = b->epoch; /* a destruction anywhere in the tail counts */
         b->tail = 1;
-        b->tail_epoch = b->epoch;
     } else {
         if (ev_record(b->ev.end, s) != 0) return;
         b->tail = 0;
