@@ -19,7 +19,8 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 CORE_SOURCES = ["config.c", "config_value.c", "config_file.c", "ledger.c", "ledger_admit.c", "ledger_read.c",
-                "track.c", "hookcore.c", "limiter.c", "meter.c", "elastic.c", "priority.c"]
+                "track.c", "hookcore.c", "limiter.c", "meter.c", "event_pairs.c", "elastic.c",
+                "priority.c"]
 LIBRARIES = ["libvgpu.so", "libvnpu.so", "stub/libcuda.so.1", "stub/libnvidia-ml.so.1", "stub/libdcmi.so",
              "stub/libruntime.so", "stub/libascendcl.so", "workload/cuda_workload", "hk-ledger",
              "libvhip.so", "stub/libamdhip64.so.6", "stub/libamdhip64.so", "stub/librocm_smi64.so",

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "elastic.h"
+#include "event_pairs.h"
 #include "internal.h"
 #include "limiter.h"
 #include "priority.h"
@@ -27,13 +28,7 @@
  * launch-bound loop paid one per launch) */
 #define HK_POLL_NS 20000LL
 #define HK_RING    64
-#define HK_POOL    64
 #define HK_EST     512
-
-typedef struct hk_pair {
-    void *start, *end;
-    void *ctx;
-} hk_pair;
 
 struct hk_meter_batch {
     int open;
@@ -48,10 +43,10 @@ struct hk_meter_batch {
     hk_pair ev;
     unsigned count;
     int64_t opened_ns, last_ns;
+    unsigned open_epoch; /* the destruction epoch it opened in (event_pairs.h) */
+    int untimed;         /* an end record failed: charged its host span at the close */
     int defer;           /* the submission in progress may leave the end event unrecorded (HK_WORK_DEFER) */
     int tail;            /* submissions after the end event's last record (deferred) */
-    unsigned epoch;      /* g_ctx_epoch when the submission in progress began */
-    unsigned tail_epoch; /* ... and when the unrecorded tail's first one began */
 };
 
 static const hk_meter_ops *g_ops;
@@ -69,15 +64,13 @@ static struct {
     uint32_t ratio; /* the clock ratio when the batch opened */
     uint32_t count; /* its submissions */
     uint64_t sig;
+    int64_t opened_ns, last_ns; /* on the host's clock: the charge if its events cannot be read */
+    unsigned open_epoch;
 } g_pending[HK_RING];
 static unsigned g_head;
 static _Atomic unsigned g_npending; /* written under g_lock; read without it where a stale count does no harm */
-static hk_pair g_pool[HK_POOL];
-static unsigned g_npool;
 static _Atomic int g_captures;
-static _Atomic unsigned g_ctx_epoch; /* context destructions begun */
-static _Atomic int g_ctx_going;      /* context destructions in progress */
-static _Atomic int g_late;           /* batches closed by a host pause with their end unrecorded */
+static _Atomic int g_late; /* batches closed by a host pause with their end unrecorded */
 static _Atomic uint64_t g_batches;
 static _Atomic int64_t g_charged;
 
@@ -87,6 +80,11 @@ static struct {
     int64_t ns;
 } g_est[HK_EST];
 static _Atomic int g_charge_elapsed = -1; /* HOOKCORE_LIMITER_CHARGE=elapsed */
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    nanosleep(&ts, NULL);
+}
 
 static hk_limiter g_lim[HK_MAX_DEVICES];
 static hk_elastic g_elastic[HK_MAX_DEVICES];
@@ -102,6 +100,7 @@ void hk_meter_setup(const hk_meter_ops *ops) {
     int ok = ops && ops->current && ops->capturing && ops->event_create && ops->event_destroy && ops->event_record &&
              ops->event_done && ops->event_wait && ops->event_elapsed_ns;
     g_ops = ops;
+    hk_pairs_use(ops);
     hk_atomic_store_release(&g_ops_state, ok ? 1 : 2);
 }
 
@@ -194,41 +193,6 @@ static int ev_elapsed_ns(void *a, void *b, int64_t *ns) {
     return r;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Event pairs                                                                                  */
-
-static int get_pair(void *ctx, hk_pair *out) {
-    pthread_mutex_lock(&g_lock);
-    for (unsigned i = g_npool; i-- > 0;) {
-        if (g_pool[i].ctx == ctx) {
-            *out = g_pool[i];
-            g_pool[i] = g_pool[--g_npool];
-            pthread_mutex_unlock(&g_lock);
-            return 0;
-        }
-    }
-    pthread_mutex_unlock(&g_lock);
-    out->ctx = ctx;
-    if (g_ops->event_create(&out->start) != 0) return -1;
-    if (g_ops->event_create(&out->end) != 0) {
-        g_ops->event_destroy(out->start);
-        return -1;
-    }
-    return 0;
-}
-
-static void put_pair(const hk_pair *p) {
-    pthread_mutex_lock(&g_lock);
-    if (g_npool < HK_POOL) {
-        g_pool[g_npool++] = *p;
-        pthread_mutex_unlock(&g_lock);
-        return;
-    }
-    pthread_mutex_unlock(&g_lock);
-    g_ops->event_destroy(p->start);
-    g_ops->event_destroy(p->end);
-}
-
 /* The charge of a finished batch: the estimate x its SM fraction, x the clock factor under a strict
    cap (hk_limiter_cost). Under a strict cap the batch is first priced at the full-load clock (its
    device time x the factor the claim's learned elasticity gives for the clock now, elastic.h), and
@@ -256,6 +220,24 @@ static int64_t charge_batch(hk_limiter *lim, int ldev, uint64_t sig, uint32_t sm
     return hk_limiter_charge_work(lim, est, sm_ppm, factor);
 }
 
+/* A batch whose events cannot be read (its context went, or a record failed) is charged its span on
+   the host's clock: from its opening to `end_ns` or, if its context went (`gone`), to the end of the
+   last destruction, once none is in progress (a destruction waits for its context's work), whichever
+   is later. The work ran inside that span; it is charged in full (no contention estimate, nothing
+   learnt). */
+static void charge_span(int ldev, uint32_t sm_ppm, int64_t opened_ns, int64_t end_ns, int gone) {
+    if (gone) {
+        int64_t gone_end = hk_ctx_gone_end_ns();
+        if (gone_end > end_ns) end_ns = gone_end;
+    }
+    hk_limiter *lim = limiter_for(ldev);
+    int64_t span = end_ns - opened_ns;
+    if (!lim || span <= 0) return;
+    hk_limiter_note_elapsed(lim, span);
+    hk_atomic_add_relaxed(&g_charged, hk_limiter_charge_work(lim, span, sm_ppm, 0));
+    hk_atomic_add_relaxed(&g_batches, 1);
+}
+
 /* Charge the oldest closed batch if it is done (block = 0) or after waiting for it (block = 1).
    Returns 1 if one was charged, 0 if none was pending (or, non-blocking, not yet done). */
 static int collect_one(int block) {
@@ -265,7 +247,9 @@ static int collect_one(int block) {
         return 0;
     }
     unsigned i = g_head;
-    if (!block && !ev_done(g_pending[i].ev.end)) {
+    /* a batch of a context destroyed since it opened: its events are not touched */
+    int gone = hk_ctx_gone_since(g_pending[i].ev.ctx, g_pending[i].open_epoch);
+    if (!gone && !block && !ev_done(g_pending[i].ev.end)) {
         pthread_mutex_unlock(&g_lock);
         return 0;
     }
@@ -273,13 +257,23 @@ static int collect_one(int block) {
     int ldev = g_pending[i].ldev;
     uint32_t sm_ppm = g_pending[i].sm_ppm, opened = g_pending[i].ratio, count = g_pending[i].count;
     uint64_t sig = g_pending[i].sig;
+    int64_t opened_ns = g_pending[i].opened_ns, last_ns = g_pending[i].last_ns;
     g_head = (g_head + 1) % HK_RING;
     hk_atomic_store_relaxed(&g_npending, hk_atomic_load_relaxed(&g_npending) - 1);
     pthread_mutex_unlock(&g_lock);
-    if (block) ev_wait(ev.end);
+    if (block && !gone) ev_wait(ev.end);
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
-    if (lim && ev_elapsed_ns(ev.start, ev.end, &ns) == 0 && ns > 0) {
+    if (gone) {
+        charge_span(ldev, sm_ppm, opened_ns, last_ns, 1);
+        return 1; /* its pair went with its context */
+    }
+    if (!lim) {
+    } else if (ev_elapsed_ns(ev.start, ev.end, &ns) != 0) {
+        charge_span(ldev, sm_ppm, opened_ns, last_ns, 0);
+        hk_pair_give_up(&ev);
+        return 1;
+    } else if (ns > 0) {
         int64_t work = 0, c = charge_batch(lim, ldev, sig, sm_ppm, opened, ns, &work);
         hk_limiter_note_elapsed(lim, ns);
         if (count && ldev >= 0 && ldev < HK_MAX_DEVICES) {
@@ -289,48 +283,38 @@ static int collect_one(int block) {
         hk_atomic_add_relaxed(&g_batches, 1);
         hk_atomic_add_relaxed(&g_charged, c);
     }
-    put_pair(&ev);
+    hk_pair_put(&ev);
     return 1;
-}
-
-static void sleep_ns(int64_t ns) {
-    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-    nanosleep(&ts, NULL);
 }
 
 /* Closed batches in flight: a hint for when to collect (no lock: a launch path asks it twice). */
 static unsigned pending_count(void) { return hk_atomic_load_relaxed(&g_npending); }
 
 /* A batch that closes with its end unrecorded: record it now (later than the work, never earlier),
-   or, where its context may be gone, charge the batch its whole span on the host's clock once no
-   destruction is in progress (the work ran inside it). A close after a host pause counts against
-   deferring at all (HK_METER_LATE_MAX). */
-static void finish_tail(hk_meter_batch *b) {
-    int64_t now = hk_limiter_now_ns();
-    b->tail = 0;
-    if (now - b->last_ns >= HK_BATCH_GAP_NS) hk_atomic_add_relaxed(&g_late, 1);
-    if (hk_atomic_load_acquire(&g_ctx_epoch) == b->tail_epoch) {
+   or, where its context may be gone (or a record failed), charge the batch its whole span on the
+   host's clock (charge_span: the work ran inside it). A close after a host pause counts against
+   deferring at all (HK_METER_LATE_MAX). Returns 1 if the batch was charged here. */
+static int finish_unrecorded(hk_meter_batch *b) {
+    int gone = hk_ctx_gone_since(b->ctx, b->open_epoch);
+    if (b->tail && hk_limiter_now_ns() - b->last_ns >= HK_BATCH_GAP_NS) hk_atomic_add_relaxed(&g_late, 1);
+    if (b->tail && !b->untimed && !gone) {
         int m = relax(), r = g_ops->event_record_in(b->ev.end, b->stream, b->ctx);
         unrelax(m);
-        if (r == 0) return;
+        b->tail = 0;
+        if (r == 0) return 0;
     }
-    while (hk_atomic_load_acquire(&g_ctx_going) > 0) sleep_ns(50000);
-    hk_limiter *lim = limiter_for(b->ldev);
-    int64_t span = hk_limiter_now_ns() - b->opened_ns;
-    if (lim && span > 0) {
-        hk_limiter_note_elapsed(lim, span);
-        hk_atomic_add_relaxed(&g_charged, hk_limiter_charge_work(lim, span, b->sm_ppm, 0));
-        hk_atomic_add_relaxed(&g_batches, 1);
-    }
-    b->count = 0; /* charged: the pair goes back unqueued */
+    b->tail = b->untimed = 0;
+    charge_span(b->ldev, b->sm_ppm, b->opened_ns, hk_limiter_now_ns(), gone);
+    if (!gone) hk_pair_give_up(&b->ev); /* a record failed in a live context: its pairs are suspect */
+    return 1;
 }
 
 static void close_batch(hk_meter_batch *b) {
     if (!b->open) return;
-    if (b->tail) finish_tail(b);
     b->open = 0;
-    if (b->count == 0) { /* start recorded but nothing went through */
-        put_pair(&b->ev);
+    if ((b->tail || b->untimed) && finish_unrecorded(b)) return; /* charged, its pair given up */
+    if (b->count == 0) {                                         /* start recorded but nothing went through */
+        hk_pair_put(&b->ev);
         return;
     }
     for (;;) {
@@ -344,6 +328,9 @@ static void close_batch(hk_meter_batch *b) {
             g_pending[tail].ratio = b->ratio;
             g_pending[tail].count = b->count;
             g_pending[tail].sig = b->sig;
+            g_pending[tail].opened_ns = b->opened_ns;
+            g_pending[tail].last_ns = b->last_ns;
+            g_pending[tail].open_epoch = b->open_epoch;
             hk_atomic_store_relaxed(&g_npending, n + 1);
             pthread_mutex_unlock(&g_lock);
             return;
@@ -400,6 +387,7 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
        see), so a launch that extends its thread's batch makes no such call. A capture elsewhere
        leaves this stream metered: one held open on a side stream is no way around the share. */
     hk_meter_batch *b = &t_batch;
+    unsigned epoch = hk_ctx_epoch();
     if (hk_unlikely(hk_atomic_load_acquire(&g_captures) > 0) || !b->open || b->stream != s)
         if (g_ops->capturing(s)) return NULL;
     void *ctx = NULL;
@@ -412,10 +400,11 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
 
     int64_t now = hk_limiter_now_ns();
     /* Kernels and copies share a batch where both cost the same, a context with every SM; elsewhere a
-       change of kind closes it (more batches only for clients on part of the SMs). */
-    if (b->open && (b->stream != s || b->ctx != ctx || (b->work != work && b->ctx_ppm < HK_SM_PPM_FULL) ||
-                    b->count >= HK_BATCH_MAX_SUBMITS || now - b->opened_ns > HK_BATCH_MAX_AGE_NS ||
-                    now - b->last_ns > HK_BATCH_GAP_NS ||
+       change of kind closes it (more batches only for clients on part of the SMs). A context
+       destruction since it opened closes it too: its handle may name a new context now. */
+    if (b->open && (b->stream != s || b->ctx != ctx || b->open_epoch != epoch ||
+                    (b->work != work && b->ctx_ppm < HK_SM_PPM_FULL) || b->count >= HK_BATCH_MAX_SUBMITS ||
+                    now - b->opened_ns > HK_BATCH_MAX_AGE_NS || now - b->last_ns > HK_BATCH_GAP_NS ||
                     (int64_t)b->count * hk_atomic_load_relaxed(&g_unit_ns[b->ldev]) >= HK_BATCH_DEVICE_NS))
         close_batch(b);
     if (now - t_poll_ns >= HK_POLL_NS || pending_count() >= HK_METER_MAX_PENDING) {
@@ -441,10 +430,14 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
             pthread_once(&g_exit_once, make_exit_key);
             pthread_setspecific(g_exit_key, b);
         }
-        if (get_pair(ctx, &b->ev) != 0) return NULL;
-        if (ev_record(b->ev.start, s) != 0) {
-            put_pair(&b->ev);
-            return NULL;
+        /* A pair that will not record is given up with its context's others, and a new one made:
+           a launch that cannot be timed is not metered, so a dead pair must not stay in the pool. */
+        int tries = 0;
+        for (;;) {
+            if (hk_pair_get(ctx, &b->ev) != 0) return NULL;
+            if (ev_record(b->ev.start, s) == 0) break;
+            hk_pair_give_up(&b->ev);
+            if (++tries == 2) return NULL;
         }
         b->open = 1;
         b->stream = s;
@@ -457,9 +450,10 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         b->count = 0;
         b->sig = 0;
         b->opened_ns = now;
+        b->open_epoch = epoch;
+        b->untimed = 0;
     }
     b->defer = defer;
-    b->epoch = hk_atomic_load_acquire(&g_ctx_epoch);
     return b;
 }
 
@@ -479,10 +473,10 @@ void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
     if (!b || !ok) return;
     int64_t now = hk_limiter_now_ns();
     if (b->defer && !due_to_close(b, b->count + 1, now)) {
-        if (!b->tail) b->tail_epoch = b->epoch; /* a destruction anywhere in the tail counts */
         b->tail = 1;
+    } else if (ev_record(b->ev.end, s) != 0) {
+        b->untimed = 1; /* the work went through: charged its host span at the close */
     } else {
-        if (ev_record(b->ev.end, s) != 0) return;
         b->tail = 0;
         now = hk_limiter_now_ns();
     }
@@ -493,23 +487,26 @@ void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
 
 void hk_meter_flush(void) {
     hk_meter_batch *b = &t_batch;
-    if (hk_likely(!b->tail) || !b->open) return;
-    if (hk_atomic_load_acquire(&g_ctx_epoch) != b->tail_epoch)
-        return; /* its context may be gone: the close charges it */
+    if (hk_likely(!b->tail) || !b->open || b->untimed) return;
+    if (hk_ctx_gone_since(b->ctx, b->open_epoch)) return; /* not touched: the close charges it */
     int m = relax(), r = g_ops->event_record_in(b->ev.end, b->stream, b->ctx);
     unrelax(m);
     if (r == 0) b->tail = 0;
 }
 
-void hk_meter_context_gone(int done) {
-    if (done) {
-        hk_atomic_add_acq_rel(&g_ctx_going, -1);
-        return;
+unsigned hk_meter_context_going(void *ctx) {
+    /* While its events live: the calling thread's batch in it is closed and every closed batch is
+       charged its device time (the destruction is about to wait for the work anyway). */
+    if (hk_atomic_load_acquire(&g_ops_state) == 1) {
+        hk_meter_batch *b = &t_batch;
+        hk_meter_flush();
+        if (b->open && (ctx == HK_METER_ANY_CONTEXT || b->ctx == ctx)) close_batch(b);
+        while (collect_one(1)) {}
     }
-    hk_meter_flush();
-    hk_atomic_add_acq_rel(&g_ctx_going, 1);
-    hk_atomic_add_acq_rel(&g_ctx_epoch, 1);
+    return hk_ctx_going(ctx);
 }
+
+void hk_meter_context_gone(unsigned token, int went) { hk_ctx_gone(token, went); }
 
 void hk_meter_capture_begun(int ok) {
     if (ok) hk_atomic_add_acq_rel(&g_captures, 1);
@@ -524,7 +521,8 @@ void hk_meter_capture_ended(int was_capturing) {
 void hk_meter_atfork_child(void) {
     /* The parent's events and contexts are not usable here: forget them (leaked, by design). */
     pthread_mutex_init(&g_lock, NULL);
-    g_head = g_npool = 0;
+    g_head = 0;
+    hk_pairs_atfork_child();
     hk_atomic_store_relaxed(&g_npending, 0);
     memset(g_est, 0, sizeof g_est);
     for (int i = 0; i < HK_MAX_DEVICES; i++) { /* boards stay open: the descriptors are the child's too */
@@ -532,7 +530,6 @@ void hk_meter_atfork_child(void) {
         hk_atomic_store_relaxed(&g_unit_ns[i], 0);
     }
     hk_atomic_store_relaxed(&g_captures, 0);
-    hk_atomic_store_relaxed(&g_ctx_going, 0); /* a destruction in another thread of the parent is not ours */
     memset(&t_batch, 0, sizeof t_batch);
     t_poll_ns = 0;
 }

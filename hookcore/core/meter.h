@@ -17,8 +17,9 @@
  * Deferred end events: re-recording the end event after every submission is most of what metering
  * costs a launch (an H100: 886 of 1230 ns on a 2690 ns launch), which a launch-bound loop pays
  * in throughput. Where the shim can say where the end must be (hk_meter_ops.event_record_in: it
- * calls hk_meter_flush() before every call that waits for the device and hk_meter_context_gone()
- * around every context destruction), kernel and graph launches onto a default stream
+ * calls hk_meter_flush() before every call that waits for the device and
+ * hk_meter_context_going()/_gone() around every context destruction), kernel and graph launches
+ * onto a default stream
  * (HK_WORK_DEFER: the legacy and per-thread streams, which cannot be destroyed or captured behind
  * the thread's back) record the end only when the batch is due to close, at a host wait, or when
  * the batch closes. Recorded late, the end can only be later than the work: a batch closed by a
@@ -106,8 +107,8 @@ typedef struct hk_meter_ops {
     int (*capture_mode)(int mode);
     /* Optional (NULL = end events are recorded after every submission): record `ev` on `stream` as
        seen from context `ctx` (made current for the call if it is not). Set only by a shim that calls
-       hk_meter_flush() before each call that waits for the device and hk_meter_context_gone() around
-       each context destruction: the meter may then defer end events (see above). 0 = ok. */
+       hk_meter_flush() before each call that waits for the device and hk_meter_context_going()/_gone()
+       around each context destruction: the meter may then defer end events (see above). 0 = ok. */
     int (*event_record_in)(void *ev, void *stream, void *ctx);
 } hk_meter_ops;
 
@@ -139,10 +140,16 @@ void hk_meter_after(hk_meter_batch *b, void *stream, int ok, uint64_t sig);
    batch's deferred end event is recorded now, right after its last submission. */
 void hk_meter_flush(void);
 
-/* Around the destruction of a context (done = 0 before the driver call, 1 after it): the calling
-   thread's deferred end is recorded first, and no thread records a deferred end into a context
-   that may be gone (its batch is charged its whole host span instead, once the destruction ends). */
-void hk_meter_context_gone(int done);
+/* Around the destruction of a context. Before the driver call: `ctx` is the context that may go
+   (HK_METER_ANY_CONTEXT: not known which); the calling thread's batch in it is closed and every
+   closed batch is charged while the events live. Returns the token for the call after the driver's,
+   which says whether it went (0: the driver kept it, e.g. a primary context release that left other
+   references). From the first call on, nothing the meter made in that context is touched again:
+   its pooled event pairs are given up, and a batch still open or unread in it is charged its span
+   on the host's clock up to the end of the destruction (which waits for the context's work). */
+#define HK_METER_ANY_CONTEXT ((void *)-1)
+unsigned hk_meter_context_going(void *ctx);
+void hk_meter_context_gone(unsigned token, int went);
 
 /* Stream capture bookkeeping: a capture began (ok = it did), a capture ended (was = the stream
    was capturing before the end call). */

@@ -23,6 +23,8 @@
 #define MiB ((uint64_t)1 << 20)
 
 static _Atomic int g_primary[HK_MAX_DEVICES]; /* 1: this process's primary context is charged */
+#define HK_ORDINALS 64
+static void *_Atomic g_primary_ctx[HK_ORDINALS]; /* each CUDA ordinal's primary context, once retained */
 
 static CUresult reserve(int ldev, uint64_t bytes) {
     if (bytes == 0) return CUDA_SUCCESS;
@@ -59,6 +61,7 @@ CUresult hk_context_charge_current(int ldev) {
 void hk_context_atfork_child(void) HK_HIDDEN;
 void hk_context_atfork_child(void) {
     for (int i = 0; i < HK_MAX_DEVICES; i++) hk_atomic_store_relaxed(&g_primary[i], 0);
+    for (int i = 0; i < HK_ORDINALS; i++) hk_atomic_store_relaxed(&g_primary_ctx[i], NULL);
 }
 
 static int ready_dev(CUdevice ord, int *ldev) {
@@ -77,30 +80,51 @@ HK_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
         CUresult r = hk_context_charge_primary(ldev);
         if (r != CUDA_SUCCESS) return r;
     }
-    return hk_real.cuDevicePrimaryCtxRetain(ctx, dev);
+    CUresult r = hk_real.cuDevicePrimaryCtxRetain(ctx, dev);
+    if (r == CUDA_SUCCESS && ctx && dev >= 0 && dev < HK_ORDINALS) hk_atomic_store_release(&g_primary_ctx[dev], *ctx);
+    return r;
+}
+
+/* Whether a context destruction call that returned `r` took the context: unless the driver refused
+   the handle or was not running, it did (it may report an earlier asynchronous error and still
+   destroy it). */
+static int took(CUresult r) {
+    return r != CUDA_ERROR_INVALID_CONTEXT && r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_INVALID_DEVICE &&
+           r != CUDA_ERROR_NOT_INITIALIZED;
 }
 
 /* A primary context reset, or released (to zero references: the driver then destroys it), comes
    back under the same handle as a new context, which reads the environment again (an MPS client's
-   active-thread percentage): the SM share cached for the old one is forgotten (sm_share.c). */
-static CUresult primary_gone(CUresult (*real_fn)(CUdevice), CUdevice dev) {
+   active-thread percentage): the SM share cached for the old one is forgotten (sm_share.c), and
+   the meter is told around the call (meter.h). A release that leaves references (the context still
+   active after it) took nothing. */
+static CUresult primary_gone(CUresult (*real_fn)(CUdevice), CUdevice dev, int release) {
     if (!real_fn) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_context_gone(0); /* no deferred end event goes into a context that may be gone */
+    void *ctx = dev >= 0 && dev < HK_ORDINALS ? hk_atomic_load_acquire(&g_primary_ctx[dev]) : NULL;
+    unsigned token = hk_meter_context_going(ctx ? ctx : HK_METER_ANY_CONTEXT);
     CUresult r = real_fn(dev);
-    hk_meter_context_gone(1);
+    int went = took(r);
+    unsigned flags = 0;
+    int active = 0;
+    if (went && release && hk_real.cuDevicePrimaryCtxGetState &&
+        hk_real.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+        went = 0;
+    hk_meter_context_gone(token, went);
     if (r == CUDA_SUCCESS) hk_cuda_sm_share_forget(NULL);
     return r;
 }
 
 HK_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
-    return primary_gone(hk_real.cuDevicePrimaryCtxRelease, dev);
+    return primary_gone(hk_real.cuDevicePrimaryCtxRelease, dev, 1);
 }
 HK_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    return primary_gone(hk_real.cuDevicePrimaryCtxRelease_v2, dev);
+    return primary_gone(hk_real.cuDevicePrimaryCtxRelease_v2, dev, 1);
 }
-HK_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_gone(hk_real.cuDevicePrimaryCtxReset, dev); }
+HK_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+    return primary_gone(hk_real.cuDevicePrimaryCtxReset, dev, 0);
+}
 HK_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-    return primary_gone(hk_real.cuDevicePrimaryCtxReset_v2, dev);
+    return primary_gone(hk_real.cuDevicePrimaryCtxReset_v2, dev, 0);
 }
 
 /* A created context: reserve its charge, create it, remember it (or give the charge back). */
@@ -149,9 +173,9 @@ static void forget_context(uint64_t key) {
 
 HK_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (!hk_real.cuCtxDestroy_v2) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_context_gone(0);
+    unsigned token = hk_meter_context_going(ctx ? (void *)ctx : HK_METER_ANY_CONTEXT);
     CUresult r = hk_real.cuCtxDestroy_v2(ctx);
-    hk_meter_context_gone(1);
+    hk_meter_context_gone(token, took(r));
     if (r == CUDA_SUCCESS && ctx) {
         forget_context((uint64_t)(uintptr_t)ctx);
         hk_cuda_sm_share_forget(ctx);
@@ -160,9 +184,11 @@ HK_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
 }
 HK_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx ctx) {
     if (!hk_real.cuGreenCtxDestroy) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_context_gone(0);
+    CUcontext as_ctx = NULL; /* the handle its work is launched under */
+    if (!ctx || !hk_real.cuCtxFromGreenCtx || hk_real.cuCtxFromGreenCtx(&as_ctx, ctx) != CUDA_SUCCESS) as_ctx = NULL;
+    unsigned token = hk_meter_context_going(as_ctx ? (void *)as_ctx : HK_METER_ANY_CONTEXT);
     CUresult r = hk_real.cuGreenCtxDestroy(ctx);
-    hk_meter_context_gone(1);
+    hk_meter_context_gone(token, took(r));
     if (r == CUDA_SUCCESS && ctx) {
         forget_context((uint64_t)(uintptr_t)ctx);
         hk_cuda_sm_share_forget(NULL); /* its CUcontext (cuCtxFromGreenCtx) is another handle */

@@ -20,7 +20,10 @@
  *
  * Contexts: cuCtxCreate_v2/v3/v4 make a context of their own (current, as the driver does), each
  * taking STUB_CONTEXT_MEMORY bytes of device memory (default 0); cuCtxSetLimit/GetLimit remember
- * values.
+ * values. A destroyed context's handle is handed out again by the next create, and a primary context
+ * reset or released comes back under its handle, as a real driver's may: an event belongs to the
+ * context instance current when it was made, and once that instance is gone every call on the event
+ * returns CUDA_ERROR_CONTEXT_IS_DESTROYED, whatever context the handle names now.
  *
  * SMs: a device has `sms` SMs (HOOKCORE_STUB_DEVICES key, default 132, the H200's; the NVML stub's
  * nvmlDeviceGetAttributes reports the same), which cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)
@@ -72,6 +75,8 @@ static unsigned long long g_next_addr[STUB_MAX_DEVICES];
 unsigned long long g_next_handle = 0x10000;
 static __thread int t_cur_dev = -1;  /* current context's device, -1 = none */
 static __thread CUcontext t_cur_ctx; /* the current context's handle (primary: &g_dev[i]) */
+static _Atomic unsigned g_serial;    /* context instances made */
+static stub_ctx *g_free_ctx;         /* destroyed contexts' handles, handed out again (g_lock) */
 
 stub_stream g_default_stream[STUB_MAX_DEVICES];
 
@@ -230,6 +235,12 @@ unsigned stub_ctx_sms(CUcontext c) {
     return ((stub_ctx *)c)->sms;
 }
 
+unsigned stub_ctx_serial(CUcontext c) {
+    stub_device *d = (stub_device *)c;
+    if (d >= g_dev && d < g_dev + g_ndev) return d->primary_serial;
+    return ((stub_ctx *)c)->serial; /* destroyed handles are kept (free list): always readable */
+}
+
 CUcontext stub_cur_ctx(void) {
     if (t_cur_dev < 0) return NULL;
     return t_cur_ctx ? t_cur_ctx : (CUcontext)&g_dev[t_cur_dev];
@@ -316,9 +327,19 @@ STUB_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     NEED_INIT();
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
     g_dev[dev].primary_sms = 0;
+    g_dev[dev].primary_serial = hk_atomic_add_seq_cst(&g_serial, 1) + 1;
     return CUDA_SUCCESS;
 }
 STUB_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+/* Active once made (retained or used) and until released or reset (the stub keeps no count). */
+STUB_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    NEED_INIT();
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = g_dev[dev].primary_sms != 0;
+    return CUDA_SUCCESS;
+}
 STUB_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 STUB_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
@@ -410,8 +431,13 @@ static CUresult create_ctx(CUcontext *ctx, CUdevice dev, unsigned sms) {
     }
     hk_atomic_store_seq_cst(&g_dev[dev].used, used + cm);
     pthread_mutex_unlock(&g_lock);
-    stub_ctx *c = calloc(1, sizeof *c);
-    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_lock);
+    stub_ctx *c = g_free_ctx;
+    if (c) g_free_ctx = c->next;
+    pthread_mutex_unlock(&g_lock);
+    if (!c && !(c = calloc(1, sizeof *c))) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->serial = hk_atomic_add_seq_cst(&g_serial, 1) + 1;
+    c->next = NULL;
     c->magic = STUB_CTX_MAGIC;
     c->dev = dev;
     c->sms = sms;
@@ -445,11 +471,15 @@ STUB_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (!c || c->magic != STUB_CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
     hk_atomic_sub_seq_cst(&g_dev[c->dev].used, ctx_memory());
     c->magic = 0;
+    c->serial = 0; /* its events are dead from now on */
     if (t_cur_ctx == ctx) {
         t_cur_ctx = NULL;
         t_cur_dev = -1;
     }
-    free(c);
+    pthread_mutex_lock(&g_lock);
+    c->next = g_free_ctx;
+    g_free_ctx = c;
+    pthread_mutex_unlock(&g_lock);
     return CUDA_SUCCESS;
 }
 
@@ -523,6 +553,7 @@ STUB_API size_t stubCudaUsedBytes(int dev) {
     X(cuDevicePrimaryCtxRelease)    \
     X(cuDevicePrimaryCtxReset_v2)   \
     X(cuDevicePrimaryCtxReset)      \
+    X(cuDevicePrimaryCtxGetState)   \
     X(cuCtxGetExecAffinity)         \
     X(cuCtxSetCurrent)              \
     X(cuCtxGetCurrent)              \

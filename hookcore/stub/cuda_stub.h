@@ -34,6 +34,7 @@ typedef struct stub_device {
     int ctx_tag;                   /* primary context is &devices[i] */
     unsigned sms;                  /* the device's SMs (key `sms`, default 132) */
     unsigned primary_sms;          /* SMs of the primary context; 0 = not made yet (reads the env then) */
+    unsigned primary_serial;       /* the primary context's instance (a reset or release makes a new one) */
 } stub_device;
 
 typedef struct stub_event {
@@ -42,6 +43,8 @@ typedef struct stub_event {
     int se, dev;
     uint64_t key, op;
     int64_t rec_ns;
+    CUcontext ctx;   /* the context current when it was made (NULL: none) ... */
+    unsigned serial; /* ... and its instance: once that context is gone the event is dead too */
 } stub_event;
 
 typedef struct stub_stream {
@@ -55,7 +58,9 @@ typedef struct stub_stream {
 typedef struct stub_ctx {
     int magic;
     int dev;
-    unsigned sms; /* the SMs it may use */
+    unsigned sms;          /* the SMs it may use */
+    unsigned serial;       /* this instance of the handle (a destroyed context's handle comes back) */
+    struct stub_ctx *next; /* destroyed: the next handle on the free list */
 } stub_ctx;
 
 /* cuda_stub.c: the devices CUDA_VISIBLE_DEVICES leaves (g_ndev is -1 until cuInit), under g_lock */
@@ -77,6 +82,9 @@ int stub_cur_dev(void) STUB_HIDDEN;
 CUcontext stub_cur_ctx(void) STUB_HIDDEN;
 /* SMs context `c` may use. */
 unsigned stub_ctx_sms(CUcontext c) STUB_HIDDEN;
+/* The instance of the context behind handle `c` now (a primary context's changes at each reset or
+   release; a created one's when its handle is destroyed and handed out again). */
+unsigned stub_ctx_serial(CUcontext c) STUB_HIDDEN;
 /* HOOKCORE_STUB_CUDA_FAIL: the CUresult `call` is told to return, or 0. */
 CUresult stub_fail(const char *call) STUB_HIDDEN;
 

@@ -174,12 +174,24 @@ STUB_API CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
     memset(ev, 0, sizeof *ev);
     ev->t_ns = -1;
+    ev->ctx = stub_cur_ctx();
+    ev->serial = ev->ctx ? stub_ctx_serial(ev->ctx) : 0;
     *e = (CUevent)ev;
     return CUDA_SUCCESS;
 }
 
+/* An event whose context instance is gone (its handle may name another context now). */
+static int dead(CUevent e) {
+    const stub_event *ev = (const stub_event *)e;
+    return ev->ctx && stub_ctx_serial(ev->ctx) != ev->serial;
+}
+#define NEED_LIVE(e) \
+    if (dead(e)) return CUDA_ERROR_CONTEXT_IS_DESTROYED
+
 STUB_API CUresult cuEventDestroy_v2(CUevent e) {
     NEED_INIT();
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    NEED_LIVE(e); /* went with its context */
     free(e);
     return CUDA_SUCCESS;
 }
@@ -190,6 +202,7 @@ STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
     NEED_INIT();
     NEED_CTX(d);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    NEED_LIVE(e);
     hk_atomic_add_seq_cst(&g_records, 1);
     stub_stream *st = stream_of(s, d);
     int64_t now = stub_now_ns();
@@ -219,6 +232,7 @@ static int se_event(stub_event *ev, int64_t *t) {
 STUB_API CUresult cuEventQuery(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    NEED_LIVE(e);
     CUresult u = capture_unsafe_call();
     if (u != CUDA_SUCCESS) return u;
     int64_t t = ((stub_event *)e)->t_ns;
@@ -229,6 +243,7 @@ STUB_API CUresult cuEventQuery(CUevent e) {
 STUB_API CUresult cuEventSynchronize(CUevent e) {
     NEED_INIT();
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    NEED_LIVE(e);
     CUresult u = capture_unsafe_call();
     if (u != CUDA_SUCCESS) return u;
     stub_event *ev = (stub_event *)e;
@@ -242,6 +257,8 @@ STUB_API CUresult cuEventSynchronize(CUevent e) {
 STUB_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     NEED_INIT();
     if (!ms || !a || !b) return CUDA_ERROR_INVALID_HANDLE;
+    NEED_LIVE(a);
+    NEED_LIVE(b);
     int64_t ta = ((stub_event *)a)->t_ns, tb = ((stub_event *)b)->t_ns;
     if (((stub_event *)a)->se || ((stub_event *)b)->se) {
         if (!((stub_event *)a)->se || !((stub_event *)b)->se) return CUDA_ERROR_INVALID_HANDLE;

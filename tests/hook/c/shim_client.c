@@ -25,6 +25,9 @@
  *                            (shim_client_work.c: where they go, how each 10 end)
  *   exitlaunch US N          a thread launches N US-microsecond kernels on the legacy stream and exits
  *                            without a wait; then one more launch here (shim_client_work.c)
+ *   relaunch US SECONDS reset|destroy
+ *                            launches before and after the context goes (primary reset, or a created
+ *                            context destroyed and another made): "HANDLE same|new", "RAN <n> <ns>"
  *   capture                  launches during stream capture pass through without events
  *   holdcapture MODE US SECONDS [same|query]
  *                            a capture of MODE held open on a side stream (by another thread, or
@@ -322,6 +325,8 @@ int main(int argc, char **argv) {
                    argc > 6 ? argv[6] : "stream", argc > 7 ? argv[7] : "sync");
     else if (!strcmp(cmd, "exitlaunch"))
         cmd_exitlaunch((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]));
+    else if (!strcmp(cmd, "relaunch"))
+        cmd_relaunch((unsigned)atoi(argv[2]), atof(argv[3]), argv[4]);
     else if (!strcmp(cmd, "capture"))
         cmd_capture();
     else if (!strcmp(cmd, "holdcapture"))

@@ -239,6 +239,63 @@ void cmd_exitlaunch(unsigned us, unsigned n) {
     printf("RAN %u 0\n", n + 1);
 }
 
+/* relaunch US SECONDS reset|destroy|other: launch US-microsecond kernels on the legacy stream, 10
+   between stream waits, for SECONDS/2 in a context; then 10 more with no wait (a batch open) and the
+   context goes: the primary context reset (`reset`: it comes back under the same handle) or a created
+   context destroyed and another created (`destroy`: the stub's driver hands the same handle back);
+   then the loop again for SECONDS/2 in the new one. `other`: the context stays, and every 10
+   launches, before their wait, another context is created and destroyed. Prints "HANDLE same|new"
+   and "RAN <launched> <ns>". */
+void cmd_relaunch(unsigned us, double seconds, const char *how) {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    CUresult (*reset)(CUdevice) = sym("cuDevicePrimaryCtxReset", V, 0);
+    CUresult (*create)(CUcontext *, unsigned, CUdevice) = sym("cuCtxCreate", V, 0);
+    CUresult (*destroy)(CUcontext) = sym("cuCtxDestroy", V, 0);
+    int by_reset = !strcmp(how, "reset");
+    int other = !strcmp(how, "other");
+    CUcontext before = NULL, after = NULL;
+    if (!by_reset && create(&before, 0, 0) != CUDA_SUCCESS) fail("create");
+    cur(&before);
+    double t0 = now_s(), t;
+    unsigned long n = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        double end = t0 + seconds * (phase + 1) / 2;
+        while ((t = now_s()) < end) {
+            for (int i = 0; i < 10; i++)
+                if (launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+                    fail("launch");
+            if (other) {
+                CUcontext o = NULL;
+                if (create(&o, 0, 0) != CUDA_SUCCESS || destroy(o) != CUDA_SUCCESS) fail("other context");
+                if (cuCtxSetCurrent_(before) != CUDA_SUCCESS) fail("set current");
+            }
+            ssync(NULL);
+            n += 10;
+        }
+        if (phase) break;
+        if (other) {
+            after = before;
+            continue;
+        }
+        for (int i = 0; i < 10; i++)
+            if (launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+                fail("launch");
+        n += 10;
+        if (by_reset) {
+            if (reset(0) != CUDA_SUCCESS) fail("reset");
+            if (cuPrimaryRetain_(&after, 0) != CUDA_SUCCESS || cuCtxSetCurrent_(after) != CUDA_SUCCESS) fail("retain");
+        } else {
+            if (destroy(before) != CUDA_SUCCESS) fail("destroy");
+            if (create(&after, 0, 0) != CUDA_SUCCESS) fail("create again");
+        }
+    }
+    printf("HANDLE %s\n", after == before ? "same" : "new");
+    printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
+}
+
 void cmd_capture(void) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                        void **, void **) = sym("cuLaunchKernel", V, 0);
