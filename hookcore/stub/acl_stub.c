@@ -154,7 +154,9 @@ ACL_API aclError aclrtDestroyEvent(aclrtEvent e) { return eng()->event_destroy(e
 ACL_API aclError aclrtRecordEvent(aclrtEvent e, aclrtStream s) { return eng()->event_record(e, s); }
 ACL_API aclError aclrtQueryEventStatus(aclrtEvent e, int *status) {
     if (!e || !status) return ACL_ERROR_INVALID_PARAM;
-    *status = eng()->event_done(e) ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    int d = eng()->event_done(e);
+    if (d < 0) return ACL_ERROR_INVALID_PARAM; /* taken by a device reset */
+    *status = d ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
     return ACL_SUCCESS;
 }
 ACL_API aclError aclrtSynchronizeEvent(aclrtEvent e) { return eng()->event_sync(e); }

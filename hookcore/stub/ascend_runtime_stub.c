@@ -23,6 +23,8 @@
  * Stream capture (aclmdlRICaptureBegin/End through the engine table): work submitted to a
  * capturing stream is recorded, not run; the captured model's handle is the captured microseconds.
  * Recording an event on a capturing stream is refused (ACL_ERROR_RT_EVENT_CAPTURED).
+ * A device reset (aclrtResetDevice, rtDeviceReset) takes the streams and events made on it by the
+ * process: every later call on one returns ACL_ERROR_RT_PARAM_INVALID (a query too).
  *
  * The engine is also reachable through stubNpuEngine() (not a CANN symbol): libascendcl.so uses
  * it in the "fused" layout (HOOKCORE_STUB_ACL_LAYOUT=fused), where its aclrt* calls reach the
@@ -54,6 +56,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 typedef struct npu_stream {
     int dev;
+    unsigned gen; /* the device's resets when it was made (a created stream dies with a reset) */
     int64_t last_end_ns;
     int capturing;
     int64_t captured_ns;
@@ -61,6 +64,8 @@ typedef struct npu_stream {
 
 typedef struct npu_event {
     int64_t t_ns;
+    int dev;      /* the current device when it was made (-1: none) ... */
+    unsigned gen; /* ... and its resets then: a reset since takes it */
 } npu_event;
 
 /* One lock for the engine's shared state (busy_until_ns, used, g_launches): a stub, not a hot path. */
@@ -69,6 +74,7 @@ static struct {
     int64_t busy_until_ns;
     uint64_t used;
     npu_stream default_stream;
+    unsigned gen; /* resets so far */
 } g_dev[ASD_MAX_DEVICES];
 
 static uint64_t g_launches;
@@ -152,6 +158,9 @@ static int e_reset_device(int32_t dev) {
     ready();
     if (dev < 0 || dev >= g_ndev) return ACL_ERROR_RT_INVALID_DEVICEID;
     if (t_dev == dev) t_dev = -1;
+    pthread_mutex_lock(&g_lock);
+    g_dev[dev].gen++;
+    pthread_mutex_unlock(&g_lock);
     return 0;
 }
 
@@ -221,6 +230,16 @@ static npu_stream *stream_of(void *s) {
     return t_dev < 0 ? NULL : &g_dev[t_dev].default_stream;
 }
 
+/* A created stream or an event that a reset of its device took (the default stream lives on). */
+static int stream_dead(void *s) {
+    const npu_stream *st = s;
+    return st && st->dev >= 0 && st->gen != g_dev[st->dev].gen;
+}
+static int event_dead(void *e) {
+    const npu_event *ev = e;
+    return ev->dev >= 0 && ev->gen != g_dev[ev->dev].gen;
+}
+
 static int e_stream_create(void **s) {
     ready();
     if (!s) return ACL_ERROR_RT_PARAM_INVALID;
@@ -228,6 +247,7 @@ static int e_stream_create(void **s) {
     npu_stream *st = calloc(1, sizeof *st);
     if (!st) return ACL_ERROR_RT_MEMORY_ALLOCATION;
     st->dev = t_dev;
+    st->gen = g_dev[t_dev].gen;
     *s = st;
     return 0;
 }
@@ -258,6 +278,7 @@ static int e_submit(void *s, uint64_t us) {
     ready();
     npu_stream *st = stream_of(s);
     if (!st) return ACL_ERROR_RT_CONTEXT_NULL;
+    if (stream_dead(s)) return ACL_ERROR_RT_PARAM_INVALID;
     int64_t dur = (int64_t)us * 1000;
     pthread_mutex_lock(&g_lock);
     g_launches++;
@@ -302,11 +323,14 @@ static int e_event_create(void **e) {
     npu_event *ev = malloc(sizeof *ev);
     if (!ev) return ACL_ERROR_RT_MEMORY_ALLOCATION;
     ev->t_ns = -1;
+    ev->dev = t_dev;
+    ev->gen = t_dev >= 0 ? g_dev[t_dev].gen : 0;
     *e = ev;
     return 0;
 }
 
 static int e_event_destroy(void *e) {
+    if (e && event_dead(e)) return ACL_ERROR_RT_PARAM_INVALID; /* went with its device's reset */
     free(e);
     return 0;
 }
@@ -315,25 +339,28 @@ static int e_event_record(void *e, void *s) {
     npu_stream *st = stream_of(s);
     if (!e) return ACL_ERROR_RT_PARAM_INVALID;
     if (!st) return ACL_ERROR_RT_CONTEXT_NULL;
+    if (event_dead(e) || stream_dead(s)) return ACL_ERROR_RT_PARAM_INVALID;
     if (st->capturing) return ACL_ERROR_RT_EVENT_CAPTURED;
     int64_t now = now_ns();
     ((npu_event *)e)->t_ns = st->last_end_ns > now ? st->last_end_ns : now;
     return 0;
 }
 
+/* 1 done, 0 not yet, -1 taken by a reset */
 static int e_event_done(void *e) {
+    if (event_dead(e)) return -1;
     int64_t t = ((npu_event *)e)->t_ns;
     return t < 0 || now_ns() >= t;
 }
 
 static int e_event_sync(void *e) {
-    if (!e) return ACL_ERROR_RT_PARAM_INVALID;
+    if (!e || event_dead(e)) return ACL_ERROR_RT_PARAM_INVALID;
     sleep_until(((npu_event *)e)->t_ns);
     return 0;
 }
 
 static int e_event_elapsed(float *ms, void *a, void *b) {
-    if (!ms || !a || !b) return ACL_ERROR_RT_PARAM_INVALID;
+    if (!ms || !a || !b || event_dead(a) || event_dead(b)) return ACL_ERROR_RT_PARAM_INVALID;
     int64_t ta = ((npu_event *)a)->t_ns, tb = ((npu_event *)b)->t_ns;
     if (ta < 0 || tb < 0) return ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID;
     if (now_ns() < ta || now_ns() < tb) return ACL_ERROR_RT_EVENT_NOT_COMPLETE;
@@ -450,7 +477,8 @@ RT_API rtError_t rtEventDestroy(rtEvent_t e) { return e_event_destroy(e); }
 RT_API rtError_t rtEventRecord(rtEvent_t e, rtStream_t s) { return e_event_record(e, s); }
 RT_API rtError_t rtEventQuery(rtEvent_t e) {
     if (!e) return ACL_ERROR_RT_PARAM_INVALID;
-    return e_event_done(e) ? 0 : ACL_ERROR_RT_EVENT_NOT_COMPLETE;
+    int d = e_event_done(e);
+    return d < 0 ? ACL_ERROR_RT_PARAM_INVALID : d ? 0 : ACL_ERROR_RT_EVENT_NOT_COMPLETE;
 }
 RT_API rtError_t rtEventSynchronize(rtEvent_t e) { return e_event_sync(e); }
 RT_API rtError_t rtEventElapsedTime(float *ms, rtEvent_t a, rtEvent_t b) { return e_event_elapsed(ms, a, b); }

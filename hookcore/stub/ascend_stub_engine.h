@@ -39,7 +39,7 @@ typedef struct stub_npu_engine {
     int (*event_create)(void **e);
     int (*event_destroy)(void *e);
     int (*event_record)(void *e, void *stream);
-    int (*event_done)(void *e);
+    int (*event_done)(void *e); /* 1 done, 0 not yet, -1 taken by a device reset */
     int (*event_sync)(void *e);
     int (*event_elapsed)(float *ms, void *a, void *b);
 } stub_npu_engine;

@@ -206,6 +206,23 @@ def test_limiter_holds_synchronous_model_execution(run, tmp_path: Path, share: i
     assert_held(usage, [got], share)
 
 
+@pytest.mark.parametrize("layout", ["split", "fused"])
+def test_limiter_holds_across_a_device_reset(run, tmp_path: Path, layout: str) -> None:
+    """Hostile: halfway through, with 8 submissions queued, the tenant resets the NPU
+    (aclrtResetDevice takes the process's streams and events on it, the meter's timing events
+    among them), sets it again and goes on. The ACL shim does not report resets (CANN counts
+    aclrtSetDevice references and says nothing of whether one took the device), so the meter
+    learns it from its events: a pair that fails to read or record is given up with its device's
+    pooled pairs, never pooled again (before 86e3697 the dead pair came back for every later
+    batch, whose launches then went unmetered: this test failed there), and the batch it timed is
+    charged its host span. The whole run is held to the share."""
+    out = ok(run("rate", "reset", str(US), "1.5", layout=layout, virtual=True, HOOKCORE_COMPUTE_LIMIT_0="30"))
+    assert "RESET after" in out, out
+    with hookcore.Ledger(tmp_path / "ledger") as ledger:
+        usage = ledger.limiter(0)
+    assert_held(usage, [ran(out, US * 1000, BATCH)], 30)
+
+
 def test_limiter_holds_the_share_on_the_hosts_clock(run, tmp_path: Path) -> None:
     """The same limiter on the real clock: only the bounds a busy host cannot break (it can only
     make the client submit less): no more than the share of the wall time the run had, every

@@ -11,7 +11,9 @@
  *                                      MODE: kernel (aclrtLaunchKernel), v2, cfg, model (aclmdlExecuteAsync),
  *                                      sync (aclmdlExecute), ri (an aclmdlRI captured from 1 kernel,
  *                                      aclmdlRIExecuteAsync), rt (rtKernelLaunch), rth
- *                                      (rtKernelLaunchWithHandleV2), rtm (rtModelExecute)
+ *                                      (rtKernelLaunchWithHandleV2), rtm (rtModelExecute), reset
+ *                                      (aclrtLaunchKernel; halfway, with work queued, aclrtResetDevice,
+ *                                      then the device set and a stream made again)
  *   capture                            launches during an aclmdlRI capture: "CAPTURE <rc begin> <rc launch> <rc end> <ri>"
  */
 #define _GNU_SOURCE
@@ -23,6 +25,7 @@
 
 typedef int aclError;
 aclError aclrtSetDevice(int32_t dev);
+aclError aclrtResetDevice(int32_t dev);
 aclError aclrtMalloc(void **p, size_t size, int policy);
 aclError aclrtMallocCached(void **p, size_t size, int policy);
 aclError aclrtMallocWithCfg(void **p, size_t size, int policy, void *cfg);
@@ -129,10 +132,16 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
         aclmdlRICaptureEnd(s, &ri);
     }
     long n = 0;
+    int reset = !strcmp(mode, "reset");
     double t0 = now();
     while (now() - t0 < secs) {
         int r;
-        if (!strcmp(mode, "kernel"))
+        if (reset && now() - t0 > secs / 2 && n % 16 == 8) { /* 8 submissions queued, not waited for */
+            if (aclrtResetDevice(0) || aclrtSetDevice(0) || aclrtCreateStream(&s)) return printf("RESET failed\n"), 4;
+            printf("RESET after %ld\n", n);
+            reset = 0;
+        }
+        if (!strcmp(mode, "kernel") || !strcmp(mode, "reset"))
             r = aclrtLaunchKernel(f, 1, NULL, 0, s);
         else if (!strcmp(mode, "v2"))
             r = aclrtLaunchKernelV2(f, 1, NULL, 0, NULL, s);
