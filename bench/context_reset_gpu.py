@@ -27,16 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hook_trees import add_tree_option, build_hook
+
 ROOT = Path(__file__).resolve().parent.parent
 US = 200
 SHARE = 30
-
-
-def build(tree: Path, work: Path, name: str) -> Path:
-    lib_dir = work / f"lib-{name}"
-    subprocess.run(["make", "-s", "-C", str(tree / "hookcore"), f"-j{min(os.cpu_count() or 1, 16)}",
-                    f"BUILD={lib_dir}", "libs"], check=True)
-    return lib_dir / "libvgpu.so"
 
 
 def lines(out: str, tag: str) -> list[list[str]]:
@@ -64,8 +59,7 @@ def run_share(exe: Path, lib: Path, ledger: Path, mode: str, secs: float) -> dic
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tree", action="append", default=[], help="another checkout's hookcore (repeatable)")
+    add_tree_option(ap)
     ap.add_argument("--secs", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
@@ -74,9 +68,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ctxreset-"))
     exe = work / "context_reset"
     subprocess.run(["nvcc", "-O2", "-o", str(exe), str(ROOT / "bench" / "context_reset.cu"), "-lcuda"], check=True)
-    trees = {"after": build(ROOT, work, "after")}
+    trees = {"after": build_hook(ROOT, work, "after") / "libvgpu.so"}
     for t in args.tree:
-        trees[Path(t).name] = build(Path(t).resolve(), work, Path(t).name)
+        trees[Path(t).name] = build_hook(Path(t).resolve(), work, Path(t).name) / "libvgpu.so"
 
     probe = subprocess.run([str(exe), "probe"], capture_output=True, text=True, timeout=120)
     results: dict[str, Any] = {

@@ -25,15 +25,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hook_trees import add_tree_option, build_hook
+
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("launch", "launch_default", "launch_and_record", "is_capturing", "ctx_get_current", "event_record", "event_query",
         "clock_gettime")
 
 
 def build(tree: Path, work: Path) -> tuple[Path, Path]:
-    lib_dir = work / f"lib-{tree.name}"
-    subprocess.run(["make", "-s", "-C", str(tree / "hookcore"), f"-j{min(os.cpu_count() or 1, 16)}",
-                    f"BUILD={lib_dir}", "libs"], check=True)
+    lib_dir = build_hook(tree, work, tree.name)
     exe = work / "launch_cost"
     if not exe.exists():
         subprocess.run(["nvcc", "-O2", "-o", str(exe), str(ROOT / "bench" / "launch_cost.cu"), "-lcuda"], check=True)
@@ -55,8 +55,7 @@ def env_for(mode: str, lib: Path, ledger: Path) -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tree", action="append", default=[], help="another checkout's hookcore (repeatable)")
+    add_tree_option(ap)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     out = Path(a.out)
