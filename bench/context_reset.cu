@@ -24,6 +24,12 @@ __global__ void spin(unsigned long long ns) {
     } while (t - t0 < ns);
 }
 
+#if CUDA_VERSION >= 13000 /* cuCtxCreate is _v4 there: (ctx, params, flags, dev) */
+#define CTX_CREATE(c, dev) cuCtxCreate((c), NULL, 0, (dev))
+#else
+#define CTX_CREATE(c, dev) cuCtxCreate((c), 0, (dev))
+#endif
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -81,15 +87,15 @@ static int probe(void) {
     // a created context destroyed: does the next create get its handle?
     int same = 0;
     for (int i = 0; i < 8; i++) {
-        cuCtxCreate(&a, 0, dev);
+        CTX_CREATE(&a, dev);
         cuCtxDestroy(a);
-        cuCtxCreate(&b, 0, dev);
+        CTX_CREATE(&b, dev);
         same += a == b;
         cuCtxDestroy(b);
     }
     printf("PROBE created_handle_reused_of_8 %d\n", same);
     // does a destruction wait for its context's work? (300 ms of queued work)
-    cuCtxCreate(&c, 0, dev);
+    CTX_CREATE(&c, dev);
     check(cudaFree(0), "created init");
     spin<<<1, 1>>>(300000000ULL);
     check(cudaGetLastError(), "launch");
