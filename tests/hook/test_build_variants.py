@@ -3,7 +3,8 @@
 - `OPT=-O0 ... -Os`: the dlsym interposer keeps RTLD_NEXT's meaning (the trampoline does not
   depend on the compiler emitting a tail call) and the cuGetProcAddress/dlsym paths still work.
 - `SAN=thread` and `SAN=address,undefined`: the library and a client built with the same sanitizer
-  run the multi-threaded workload (dlsym, cuGetProcAddress, alloc/free, metered launches, NVML), the
+  run the multi-threaded workload (dlsym, cuGetProcAddress, alloc/free, metered launches, contexts
+  created and destroyed while other threads launch, NVML), the
   8-process quota stress and kill -9 mid-allocation; any sanitizer report fails the test.
 """
 

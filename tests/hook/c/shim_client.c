@@ -46,7 +46,8 @@
  *   copynames                every copy/memset base name, v12000 with and without the per-thread
  *                            flag, must resolve to libvgpu.so's interposer: "COPYNAME base flag hook"
  *   threads N ITERS          N threads at once: dlsym lookups (policed and not), cuGetProcAddress,
- *                            1 MiB alloc/free, 20 us launches, NVML memory info of NVML device
+ *                            1 MiB alloc/free, 20 us launches, every 16th iteration a context of its
+ *                            own created, launched into and destroyed, NVML memory info of NVML device
  *                            THREADS_NVML_INDEX (must report THREADS_NVML_TOTAL if set); "THREADS ok"
  */
 #define _GNU_SOURCE

@@ -124,6 +124,8 @@ static void *thread_body(void *arg) {
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                        void **, void **) = sym("cuLaunchKernel", V, 0);
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
+    CUresult (*create)(CUcontext *, unsigned, CUdevice) = sym("cuCtxCreate", V, 0);
+    CUresult (*destroy)(CUcontext) = sym("cuCtxDestroy", V, 0);
     if (cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread set current");
     for (int i = 0; i < g_iters; i++) {
         if (!dlsym(libcuda, "cuMemAlloc_v2") || !dlsym(libcuda, "cuCtxGetApiVersion")) fail("thread dlsym");
@@ -136,6 +138,13 @@ static void *thread_body(void *arg) {
             fail("thread alloc = %d", r);
         if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
         if (i % 8 == 7) ssync(NULL);
+        if (i % 16 == 15) { /* a context of its own comes and goes while the others launch */
+            CUcontext own = NULL;
+            if (create(&own, 0, 0) != CUDA_SUCCESS) fail("thread create");
+            if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS)
+                fail("launch in its own context");
+            if (destroy(own) != CUDA_SUCCESS || cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread destroy");
+        }
         if (g_nvml_mem) {
             unsigned long long m[3];
             if (g_nvml_mem(g_nvml_dev, m) != 0) fail("thread nvml");
