@@ -1,5 +1,5 @@
-/* event_pairs.c - the meter's timing events, and the context destructions that can take them
- * (the design is in event_pairs.h). One mutex guards the pool and the destruction records; it is
+/* event_pairs.c - the meter's timing events: the calls on them, their pairs, and the context
+ * destructions that can take them (the design is in event_pairs.h). One mutex guards the pool and the destruction records; it is
  * never held across a driver call. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -27,6 +27,54 @@ static _Atomic int64_t g_gone_end_ns; /* when the last one that took a context e
 static void *g_victim[HK_VICTIMS];
 
 void hk_pairs_use(const hk_meter_ops *ops) { g_ops = ops; }
+
+/* ------------------------------------------------------------------------------------------- */
+/* Event calls, relaxed while a capture is in progress                                          */
+
+_Atomic int hk__captures;
+
+static int relax(void) {
+    if (hk_likely(hk_atomic_load_relaxed(&hk__captures) == 0) || !g_ops->capture_mode) return -1;
+    return g_ops->capture_mode(HK_CAPTURE_MODE_RELAXED);
+}
+static void unrelax(int mode) {
+    if (mode >= 0) g_ops->capture_mode(mode);
+}
+int hk_ev_record(void *ev, void *s) {
+    int m = relax(), r = g_ops->event_record(ev, s);
+    unrelax(m);
+    return r;
+}
+int hk_ev_record_in(void *ev, void *s, void *ctx) {
+    int m = relax(), r = g_ops->event_record_in(ev, s, ctx);
+    unrelax(m);
+    return r;
+}
+int hk_ev_done(void *ev) {
+    int m = relax(), r = g_ops->event_done(ev);
+    unrelax(m);
+    return r;
+}
+void hk_ev_wait(void *ev) {
+    int m = relax();
+    g_ops->event_wait(ev);
+    unrelax(m);
+}
+int hk_ev_elapsed_ns(void *a, void *b, int64_t *ns) {
+    int m = relax(), r = g_ops->event_elapsed_ns(a, b, ns);
+    unrelax(m);
+    return r;
+}
+
+void hk_meter_capture_begun(int ok) {
+    if (ok) hk_atomic_add_acq_rel(&hk__captures, 1);
+}
+
+void hk_meter_capture_ended(int was_capturing) {
+    if (!was_capturing) return;
+    int c = hk_atomic_load_acquire(&hk__captures);
+    while (c > 0 && !hk_atomic_cas_weak_acq_rel(&hk__captures, &c, c - 1)) {}
+}
 
 unsigned hk_ctx_epoch(void) { return hk_atomic_load_acquire(&g_epoch); }
 
@@ -139,5 +187,6 @@ void hk_pairs_atfork_child(void) {
     /* The parent's events are not usable here: forgotten (leaked, by design). */
     pthread_mutex_init(&g_lock, NULL);
     g_npool = 0;
+    hk_atomic_store_relaxed(&hk__captures, 0);
     hk_atomic_store_relaxed(&g_going, 0); /* a destruction in another thread of the parent is not ours */
 }

@@ -49,6 +49,17 @@ void hk_pair_put(const hk_pair *p);
 /* A pair that would not record: it, and every pooled pair of its context, are given up. */
 void hk_pair_give_up(const hk_pair *p);
 
+/* The meter's calls on events: relaxed while a capture is in progress (meter.h, Stream capture),
+   as an event call in the global interaction mode would invalidate another thread's capture. */
+int hk_ev_record(void *ev, void *stream);
+int hk_ev_record_in(void *ev, void *stream, void *ctx); /* hk_meter_ops.event_record_in */
+int hk_ev_done(void *ev);
+void hk_ev_wait(void *ev);
+int hk_ev_elapsed_ns(void *a, void *b, int64_t *ns);
+/* Captures begun through the shim and not yet ended. */
+extern _Atomic int hk__captures;
+static inline int hk_ev_captures(void) { return hk_atomic_load_acquire(&hk__captures); }
+
 /* In a forked child: the parent's pairs and destructions in progress are not the child's. */
 void hk_pairs_atfork_child(void);
 

@@ -46,7 +46,10 @@ struct hk_meter_batch {
     unsigned open_epoch; /* the destruction epoch it opened in (event_pairs.h) */
     int untimed;         /* an end record failed: charged its host span at the close */
     int defer;           /* the submission in progress may leave the end event unrecorded (HK_WORK_DEFER) */
-    int tail;            /* submissions after the end event's last record (deferred) */
+    int shared;          /* on a stream another thread may destroy or capture: listed in g_shared */
+    /* Submissions counted, and how many of them the end event's last record is behind (a deferred
+       tail when they differ). Atomic: another thread records a shared batch's end (flush_stream). */
+    _Atomic unsigned xsubmitted, xcovered;
 };
 
 static const hk_meter_ops *g_ops;
@@ -69,8 +72,7 @@ static struct {
 } g_pending[HK_RING];
 static unsigned g_head;
 static _Atomic unsigned g_npending; /* written under g_lock; read without it where a stale count does no harm */
-static _Atomic int g_captures;
-static _Atomic int g_late; /* batches closed by a host pause with their end unrecorded */
+static _Atomic int g_late;          /* batches closed by a host pause with their end unrecorded */
 static _Atomic uint64_t g_batches;
 static _Atomic int64_t g_charged;
 
@@ -162,37 +164,6 @@ static hk_limiter *limiter_for(int ldev) {
     return hk_atomic_load_acquire(&g_lim_state[ldev]) == 1 ? &g_lim[ldev] : NULL;
 }
 
-/* ------------------------------------------------------------------------------------------- */
-/* Event calls: relaxed while a capture is in progress (meter.h, Stream capture)                */
-
-static int relax(void) {
-    if (hk_likely(hk_atomic_load_relaxed(&g_captures) == 0) || !g_ops->capture_mode) return -1;
-    return g_ops->capture_mode(HK_CAPTURE_MODE_RELAXED);
-}
-static void unrelax(int mode) {
-    if (mode >= 0) g_ops->capture_mode(mode);
-}
-static int ev_record(void *ev, void *s) {
-    int m = relax(), r = g_ops->event_record(ev, s);
-    unrelax(m);
-    return r;
-}
-static int ev_done(void *ev) {
-    int m = relax(), r = g_ops->event_done(ev);
-    unrelax(m);
-    return r;
-}
-static void ev_wait(void *ev) {
-    int m = relax();
-    g_ops->event_wait(ev);
-    unrelax(m);
-}
-static int ev_elapsed_ns(void *a, void *b, int64_t *ns) {
-    int m = relax(), r = g_ops->event_elapsed_ns(a, b, ns);
-    unrelax(m);
-    return r;
-}
-
 /* The charge of a finished batch: the estimate x its SM fraction, x the clock factor under a strict
    cap (hk_limiter_cost). Under a strict cap the batch is first priced at the full-load clock (its
    device time x the factor the claim's learned elasticity gives for the clock now, elastic.h), and
@@ -249,7 +220,7 @@ static int collect_one(int block) {
     unsigned i = g_head;
     /* a batch of a context destroyed since it opened: its events are not touched */
     int gone = hk_ctx_gone_since(g_pending[i].ev.ctx, g_pending[i].open_epoch);
-    if (!gone && !block && !ev_done(g_pending[i].ev.end)) {
+    if (!gone && !block && !hk_ev_done(g_pending[i].ev.end)) {
         pthread_mutex_unlock(&g_lock);
         return 0;
     }
@@ -261,7 +232,7 @@ static int collect_one(int block) {
     g_head = (g_head + 1) % HK_RING;
     hk_atomic_store_relaxed(&g_npending, hk_atomic_load_relaxed(&g_npending) - 1);
     pthread_mutex_unlock(&g_lock);
-    if (block && !gone) ev_wait(ev.end);
+    if (block && !gone) hk_ev_wait(ev.end);
     int64_t ns = 0;
     hk_limiter *lim = limiter_for(ldev);
     if (gone) {
@@ -269,7 +240,7 @@ static int collect_one(int block) {
         return 1; /* its pair went with its context */
     }
     if (!lim) {
-    } else if (ev_elapsed_ns(ev.start, ev.end, &ns) != 0) {
+    } else if (hk_ev_elapsed_ns(ev.start, ev.end, &ns) != 0) {
         charge_span(ldev, sm_ppm, opened_ns, last_ns, 0);
         hk_pair_give_up(&ev);
         return 1;
@@ -290,20 +261,86 @@ static int collect_one(int block) {
 /* Closed batches in flight: a hint for when to collect (no lock: a launch path asks it twice). */
 static unsigned pending_count(void) { return hk_atomic_load_relaxed(&g_npending); }
 
+/* ------------------------------------------------------------------------------------------- */
+/* Deferred ends, and the batches on streams other threads can destroy or capture               */
+
+static int has_tail(hk_meter_batch *b) {
+    return hk_atomic_load_acquire(&b->xsubmitted) != hk_atomic_load_acquire(&b->xcovered);
+}
+
+/* The end's last record is behind the first `n` submissions (another thread's record may have
+   covered more: the count only grows). */
+static void cover(hk_meter_batch *b, unsigned n) {
+    unsigned c = hk_atomic_load_relaxed(&b->xcovered);
+    while ((int)(n - c) > 0 && !hk_atomic_cas_weak_acq_rel(&b->xcovered, &c, n)) {}
+}
+
+/* Record the batch's end behind every submission counted so far, from any thread (its context
+   pushed if it is not current). A record is later than every submission made before it on the
+   stream, so concurrent records of one end are harmless. 0 = ok, or nothing to record. */
+static int record_end(hk_meter_batch *b) {
+    unsigned n = hk_atomic_load_acquire(&b->xsubmitted);
+    if (n == hk_atomic_load_acquire(&b->xcovered)) return 0;
+    int r = hk_ev_record_in(b->ev.end, b->stream, b->ctx);
+    if (r == 0) cover(b, n);
+    return r;
+}
+
+/* Open batches that defer their end on a created stream. Another thread may destroy that stream
+   or begin a capture on it, after which a late record would be undefined or captured: the shim
+   calls hk_meter_flush_stream() first, which records each listed batch's end on it. A batch
+   that finds no free entry records its end after every submission. */
+#define HK_SHARED_MAX 256
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static hk_meter_batch *g_shared[HK_SHARED_MAX];
+static _Atomic int g_nshared;
+
+static int list_shared(hk_meter_batch *b) {
+    pthread_mutex_lock(&g_shared_lock);
+    for (int i = 0; i < HK_SHARED_MAX; i++) {
+        if (!g_shared[i]) {
+            g_shared[i] = b;
+            hk_atomic_add_relaxed(&g_nshared, 1);
+            pthread_mutex_unlock(&g_shared_lock);
+            return 1;
+        }
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+    return 0;
+}
+
+static void unlist_shared(hk_meter_batch *b) {
+    pthread_mutex_lock(&g_shared_lock);
+    for (int i = 0; i < HK_SHARED_MAX; i++) {
+        if (g_shared[i] == b) {
+            g_shared[i] = NULL;
+            hk_atomic_add_relaxed(&g_nshared, -1);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+    b->shared = 0;
+}
+
+void hk_meter_flush_stream(void *s) {
+    if (hk_atomic_load_acquire(&g_ops_state) != 1 || hk_atomic_load_relaxed(&g_nshared) == 0) return;
+    pthread_mutex_lock(&g_shared_lock);
+    for (int i = 0; i < HK_SHARED_MAX; i++) {
+        hk_meter_batch *b = g_shared[i];
+        if (b && b->stream == s && !b->untimed && !hk_ctx_gone_since(b->ctx, b->open_epoch)) record_end(b);
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
 /* A batch that closes with its end unrecorded: record it now (later than the work, never earlier),
    or, where its context may be gone (or a record failed), charge the batch its whole span on the
    host's clock (charge_span: the work ran inside it). A close after a host pause counts against
    deferring at all (HK_METER_LATE_MAX). Returns 1 if the batch was charged here. */
 static int finish_unrecorded(hk_meter_batch *b) {
-    int gone = hk_ctx_gone_since(b->ctx, b->open_epoch);
-    if (b->tail && hk_limiter_now_ns() - b->last_ns >= HK_BATCH_GAP_NS) hk_atomic_add_relaxed(&g_late, 1);
-    if (b->tail && !b->untimed && !gone) {
-        int m = relax(), r = g_ops->event_record_in(b->ev.end, b->stream, b->ctx);
-        unrelax(m);
-        b->tail = 0;
-        if (r == 0) return 0;
-    }
-    b->tail = b->untimed = 0;
+    int gone = hk_ctx_gone_since(b->ctx, b->open_epoch), tail = has_tail(b);
+    if (tail && hk_limiter_now_ns() - b->last_ns >= HK_BATCH_GAP_NS) hk_atomic_add_relaxed(&g_late, 1);
+    if (tail && !b->untimed && !gone && record_end(b) == 0) return 0;
+    b->untimed = 0;
     charge_span(b->ldev, b->sm_ppm, b->opened_ns, hk_limiter_now_ns(), gone);
     if (!gone) hk_pair_give_up(&b->ev); /* a record failed in a live context: its pairs are suspect */
     return 1;
@@ -311,9 +348,10 @@ static int finish_unrecorded(hk_meter_batch *b) {
 
 static void close_batch(hk_meter_batch *b) {
     if (!b->open) return;
+    if (b->shared) unlist_shared(b); /* from here on no other thread records its end */
     b->open = 0;
-    if ((b->tail || b->untimed) && finish_unrecorded(b)) return; /* charged, its pair given up */
-    if (b->count == 0) {                                         /* start recorded but nothing went through */
+    if ((has_tail(b) || b->untimed) && finish_unrecorded(b)) return; /* charged, its pair given up */
+    if (b->count == 0) {                                             /* start recorded but nothing went through */
         hk_pair_put(&b->ev);
         return;
     }
@@ -380,7 +418,8 @@ static uint32_t context_sm_ppm(void *ctx, void *s) {
 hk_meter_batch *hk_meter_before_work(void *s, int work) {
     if (hk_unlikely(hk_atomic_load_acquire(&g_ops_state) != 1)) return NULL;
     int defer = (work & HK_WORK_DEFER) && g_ops->event_record_in && hk_atomic_load_relaxed(&g_late) < HK_METER_LATE_MAX;
-    work &= ~HK_WORK_DEFER;
+    int shared = work & HK_WORK_SHARED;
+    work &= ~(HK_WORK_DEFER | HK_WORK_SHARED);
     /* Work on a stream being captured is not run now (it is charged when its graph is launched) and
        takes no events. While a capture that began through the shim is in progress every submission
        asks; otherwise only one that would open a batch (a capture begun some way the shim does not
@@ -388,7 +427,7 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
        leaves this stream metered: one held open on a side stream is no way around the share. */
     hk_meter_batch *b = &t_batch;
     unsigned epoch = hk_ctx_epoch();
-    if (hk_unlikely(hk_atomic_load_acquire(&g_captures) > 0) || !b->open || b->stream != s)
+    if (hk_unlikely(hk_ev_captures() > 0) || !b->open || b->stream != s)
         if (g_ops->capturing(s)) return NULL;
     void *ctx = NULL;
     int ldev = -1;
@@ -435,7 +474,7 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         int tries = 0;
         for (;;) {
             if (hk_pair_get(ctx, &b->ev) != 0) return NULL;
-            if (ev_record(b->ev.start, s) == 0) break;
+            if (hk_ev_record(b->ev.start, s) == 0) break;
             hk_pair_give_up(&b->ev);
             if (++tries == 2) return NULL;
         }
@@ -452,8 +491,11 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         b->opened_ns = now;
         b->open_epoch = epoch;
         b->untimed = 0;
+        hk_atomic_store_relaxed(&b->xsubmitted, 0);
+        hk_atomic_store_relaxed(&b->xcovered, 0);
+        b->shared = defer && shared && list_shared(b);
     }
-    b->defer = defer;
+    b->defer = defer && (!shared || b->shared);
     return b;
 }
 
@@ -472,26 +514,25 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 void hk_meter_after(hk_meter_batch *b, void *s, int ok, uint64_t sig) {
     if (!b || !ok) return;
     int64_t now = hk_limiter_now_ns();
-    if (b->defer && !due_to_close(b, b->count + 1, now)) {
-        b->tail = 1;
-    } else if (ev_record(b->ev.end, s) != 0) {
+    unsigned n = ++b->count;
+    b->sig = mix(b->sig, sig);
+    hk_atomic_store_release(&b->xsubmitted, n);
+    if (b->defer && !due_to_close(b, n, now)) {
+        /* deferred: recorded at a wait, at the close, or by flush_stream */
+    } else if (hk_ev_record(b->ev.end, s) != 0) {
         b->untimed = 1; /* the work went through: charged its host span at the close */
     } else {
-        b->tail = 0;
+        cover(b, n);
         now = hk_limiter_now_ns();
     }
-    b->sig = mix(b->sig, sig);
-    b->count++;
     b->last_ns = now;
 }
 
 void hk_meter_flush(void) {
     hk_meter_batch *b = &t_batch;
-    if (hk_likely(!b->tail) || !b->open || b->untimed) return;
+    if (hk_likely(!b->open) || !has_tail(b) || b->untimed) return;
     if (hk_ctx_gone_since(b->ctx, b->open_epoch)) return; /* not touched: the close charges it */
-    int m = relax(), r = g_ops->event_record_in(b->ev.end, b->stream, b->ctx);
-    unrelax(m);
-    if (r == 0) b->tail = 0;
+    record_end(b);
 }
 
 unsigned hk_meter_context_going(void *ctx) {
@@ -508,16 +549,6 @@ unsigned hk_meter_context_going(void *ctx) {
 
 void hk_meter_context_gone(unsigned token, int went) { hk_ctx_gone(token, went); }
 
-void hk_meter_capture_begun(int ok) {
-    if (ok) hk_atomic_add_acq_rel(&g_captures, 1);
-}
-
-void hk_meter_capture_ended(int was_capturing) {
-    if (!was_capturing) return;
-    int c = hk_atomic_load_acquire(&g_captures);
-    while (c > 0 && !hk_atomic_cas_weak_acq_rel(&g_captures, &c, c - 1)) {}
-}
-
 void hk_meter_atfork_child(void) {
     /* The parent's events and contexts are not usable here: forget them (leaked, by design). */
     pthread_mutex_init(&g_lock, NULL);
@@ -529,8 +560,10 @@ void hk_meter_atfork_child(void) {
         hk_elastic_init(&g_elastic[i], hk_compute_elasticity_milli(i), !hk_compute_elasticity_given(i));
         hk_atomic_store_relaxed(&g_unit_ns[i], 0);
     }
-    hk_atomic_store_relaxed(&g_captures, 0);
     memset(&t_batch, 0, sizeof t_batch);
+    pthread_mutex_init(&g_shared_lock, NULL); /* the parent's other threads' batches are not ours */
+    memset(g_shared, 0, sizeof g_shared);
+    hk_atomic_store_relaxed(&g_nshared, 0);
     t_poll_ns = 0;
 }
 

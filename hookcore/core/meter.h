@@ -17,12 +17,14 @@
  * Deferred end events: re-recording the end event after every submission is most of what metering
  * costs a launch (an H100: 886 of 1230 ns on a 2690 ns launch), which a launch-bound loop pays
  * in throughput. Where the shim can say where the end must be (hk_meter_ops.event_record_in: it
- * calls hk_meter_flush() before every call that waits for the device and
- * hk_meter_context_going()/_gone() around every context destruction), kernel and graph launches
- * onto a default stream
- * (HK_WORK_DEFER: the legacy and per-thread streams, which cannot be destroyed or captured behind
- * the thread's back) record the end only when the batch is due to close, at a host wait, or when
- * the batch closes. Recorded late, the end can only be later than the work: a batch closed by a
+ * calls hk_meter_flush() before every call that waits for the device, hk_meter_flush_stream()
+ * before a stream is destroyed or a capture begins on it, and hk_meter_context_going()/_gone()
+ * around every context destruction), kernel and graph launches (HK_WORK_DEFER) record the end
+ * only when the batch is due to close, at a host wait, or when the batch closes. A batch on a
+ * created stream (HK_WORK_SHARED: another thread may destroy or capture the stream) is listed
+ * while open, and hk_meter_flush_stream() records the end of every listed batch on that stream,
+ * from the calling thread: a record is later than every submission made before it on the stream,
+ * so it may race the owner's own. Recorded late, the end can only be later than the work: a batch closed by a
  * host pause with its end unrecorded is timed to the close, the pause inside its window (the
  * tenant pays more, never less). After HK_METER_LATE_MAX such closes in a process every end is
  * recorded per submission again. Closed batches are charged to the claim's shared
@@ -117,7 +119,8 @@ typedef struct hk_meter_ops {
 /* What a submission is, for its charge. */
 #define HK_WORK_SM        0     /* kernels, graphs: device time x the context's SM fraction */
 #define HK_WORK_COPY      1     /* copies, memsets: device time (copy engines are not partitioned) */
-#define HK_WORK_DEFER     0x100 /* or'd in: onto a default stream, whose end event may be deferred */
+#define HK_WORK_DEFER     0x100 /* or'd in: the end event may be deferred (a default stream, or ...) */
+#define HK_WORK_SHARED    0x200 /* ... with DEFER, a created stream: see hk_meter_flush_stream() */
 #define HK_METER_LATE_MAX 3     /* batches closed by a host pause with their end unrecorded, per process */
 
 typedef struct hk_meter_batch hk_meter_batch;
@@ -139,6 +142,9 @@ void hk_meter_after(hk_meter_batch *b, void *stream, int ok, uint64_t sig);
 /* The calling thread is about to wait for the device (a synchronize or query call): its open
    batch's deferred end event is recorded now, right after its last submission. */
 void hk_meter_flush(void);
+/* Stream `stream` is about to be destroyed, or a capture to begin on it (by any thread): every
+   thread's deferred end on it (HK_WORK_SHARED) is recorded now. */
+void hk_meter_flush_stream(void *stream);
 
 /* Around the destruction of a context. Before the driver call: `ctx` is the context that may go
    (HK_METER_ANY_CONTEXT: not known which); the calling thread's batch in it is closed and every

@@ -17,12 +17,15 @@ static inline int fast_path(void) {
 }
 
 /* A default stream (legacy or per-thread): it cannot be destroyed or captured behind the launching
-   thread's back, so a launch onto it may leave its batch's end event for later (meter.h). */
+   thread's back. A created stream can: the meter lists its batch (HK_WORK_SHARED), and
+   cuStreamDestroy and every capture begin record the listed ends on that stream first (launch.c).
+   Either way a launch may leave its batch's end event for later (meter.h, Deferred end events). */
 #define HK_DEFAULT_STREAM(s) ((s) == NULL || (s) == CU_STREAM_LEGACY || (s) == CU_STREAM_PER_THREAD)
 
 /* Kernels and graphs. */
-#define GATED(real_fn, stream, sig, call) \
-    GATED_WORK(real_fn, stream, sig, HK_WORK_SM | (HK_DEFAULT_STREAM(stream) ? HK_WORK_DEFER : 0), call)
+#define GATED(real_fn, stream, sig, call)                                                                           \
+    GATED_WORK(real_fn, stream, sig, HK_WORK_SM | HK_WORK_DEFER | (HK_DEFAULT_STREAM(stream) ? 0 : HK_WORK_SHARED), \
+               call)
 
 /* `work`: HK_WORK_SM (kernels, graphs: charged x the context's SM fraction) or HK_WORK_COPY
    (copies, memsets: charged their device time in full). */

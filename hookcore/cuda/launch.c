@@ -178,6 +178,12 @@ HK_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int gw, int gh, CUstream s) {
 /* ---------------------------------------------------------------------------
  * Stream capture bookkeeping
  * ------------------------------------------------------------------------- */
+/* Deferred end events before the capture, not in it: this thread's, and every thread's on `s`. */
+static void flush_before_capture(CUstream s) {
+    hk_meter_flush();
+    hk_meter_flush_stream(s);
+}
+
 static CUresult begun(CUresult r) {
     hk_meter_capture_begun(r == CUDA_SUCCESS);
     return r;
@@ -185,34 +191,34 @@ static CUresult begun(CUresult r) {
 
 HK_EXPORT CUresult cuStreamBeginCapture(CUstream s) { /* the v1 ABI: global mode */
     if (!hk_real.cuStreamBeginCapture) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_flush(); /* a deferred end event before the capture, not in it */
+    flush_before_capture(s);
     return begun(hk_real.cuStreamBeginCapture(s));
 }
 HK_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
     if (!hk_real.cuStreamBeginCapture_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_flush(); /* a deferred end event before the capture, not in it */
+    flush_before_capture(s);
     return begun(hk_real.cuStreamBeginCapture_ptsz(s));
 }
 HK_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     if (!hk_real.cuStreamBeginCapture_v2) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_flush(); /* a deferred end event before the capture, not in it */
+    flush_before_capture(s);
     return begun(hk_real.cuStreamBeginCapture_v2(s, mode));
 }
 HK_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, int mode) {
     if (!hk_real.cuStreamBeginCapture_v2_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_flush(); /* a deferred end event before the capture, not in it */
+    flush_before_capture(s);
     return begun(hk_real.cuStreamBeginCapture_v2_ptsz(s, mode));
 }
 HK_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, void *graph, const void *deps, const void *edata, size_t n,
                                                int mode) {
     if (!hk_real.cuStreamBeginCaptureToGraph) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_flush(); /* a deferred end event before the capture, not in it */
+    flush_before_capture(s);
     return begun(hk_real.cuStreamBeginCaptureToGraph(s, graph, deps, edata, n, mode));
 }
 HK_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *graph, const void *deps, const void *edata,
                                                     size_t n, int mode) {
     if (!hk_real.cuStreamBeginCaptureToGraph_ptsz) return CUDA_ERROR_NOT_INITIALIZED;
-    hk_meter_flush(); /* a deferred end event before the capture, not in it */
+    flush_before_capture(s);
     return begun(hk_real.cuStreamBeginCaptureToGraph_ptsz(s, graph, deps, edata, n, mode));
 }
 
@@ -227,4 +233,18 @@ static CUresult ended(CUstream s, void **graph, __typeof__(hk_real.cuStreamEndCa
 HK_EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) { return ended(s, graph, hk_real.cuStreamEndCapture); }
 HK_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, void **graph) {
     return ended(s, graph, hk_real.cuStreamEndCapture_ptsz);
+}
+
+/* ---------------------------------------------------------------------------
+ * Streams that go: every thread's deferred end event on it is recorded first (gate.h)
+ * ------------------------------------------------------------------------- */
+HK_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+    if (!hk_real.cuStreamDestroy_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush_stream(s);
+    return hk_real.cuStreamDestroy_v2(s);
+}
+HK_EXPORT CUresult cuStreamDestroy(CUstream s) {
+    if (!hk_real.cuStreamDestroy) return CUDA_ERROR_NOT_INITIALIZED;
+    hk_meter_flush_stream(s);
+    return hk_real.cuStreamDestroy(s);
 }

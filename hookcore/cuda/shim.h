@@ -60,6 +60,8 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
 CUresult cuLaunch(CUfunction f);
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuStreamSynchronize_ptsz(CUstream s);
+CUresult cuStreamDestroy(CUstream s);
+CUresult cuStreamDestroy_v2(CUstream s);
 CUresult cuStreamQuery(CUstream s);
 CUresult cuStreamQuery_ptsz(CUstream s);
 CUresult cuCtxSynchronize(void);

@@ -23,7 +23,9 @@
  * values. A destroyed context's handle is handed out again by the next create, and a primary context
  * reset or released comes back under its handle, as a real driver's may: an event belongs to the
  * context instance current when it was made, and once that instance is gone every call on the event
- * returns CUDA_ERROR_CONTEXT_IS_DESTROYED, whatever context the handle names now.
+ * returns CUDA_ERROR_CONTEXT_IS_DESTROYED, whatever context the handle names now. A destroyed stream
+ * is kept (its handle is not handed out again), and an event recorded on it is refused with
+ * CUDA_ERROR_INVALID_HANDLE.
  *
  * SMs: a device has `sms` SMs (HOOKCORE_STUB_DEVICES key, default 132, the H200's; the NVML stub's
  * nvmlDeviceGetAttributes reports the same), which cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)

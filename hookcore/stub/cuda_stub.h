@@ -51,6 +51,7 @@ typedef struct stub_stream {
     int dev;
     int64_t last_end_ns;
     CUcontext ctx; /* the context it was created in (NULL: a default stream, the current one's) */
+    int destroyed; /* cuStreamDestroy'd: kept (no reuse), and an event recorded on it is refused */
 } stub_stream;
 
 /* A context made by cuCtxCreate: its own handle, on a device. */

@@ -44,7 +44,7 @@ STUB_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
 
 STUB_API CUresult cuStreamDestroy_v2(CUstream s) {
     NEED_INIT();
-    if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) free(s);
+    if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) ((stub_stream *)s)->destroyed = 1;
     return CUDA_SUCCESS;
 }
 
@@ -205,6 +205,7 @@ STUB_API CUresult cuEventRecord(CUevent e, CUstream s) {
     NEED_LIVE(e);
     hk_atomic_add_seq_cst(&g_records, 1);
     stub_stream *st = stream_of(s, d);
+    if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
     int64_t now = stub_now_ns();
     stub_event *ev = (stub_event *)e;
     if (se_on()) {

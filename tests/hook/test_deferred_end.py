@@ -1,6 +1,7 @@
-"""Deferred end events (issue 26): launches onto a default stream record their batch's end event
-only where it must be, not after every launch, and a tenant who pauses without waiting pays for
-the pause, never less than its work (hookcore/core/meter.h, "Deferred end events").
+"""Deferred end events (issue 26): launches record their batch's end event only where it must be,
+not after every launch; a tenant who pauses without waiting pays for the pause, never less than
+its work; a stream another thread destroys gets its listed ends recorded first
+(hookcore/core/meter.h, "Deferred end events").
 
 On the stub (20 us kernels: ten fit in one batch's 0.5 ms of device time; shim_client's `launch`
 with 10 launches between waits) and the
@@ -55,13 +56,32 @@ def test_a_default_stream_loop_records_two_events_per_batch_and_is_charged_its_w
     assert records <= 2 * batches + 2, (records, got)
 
 
-def test_a_created_stream_still_records_after_every_launch(client: Path, hookcore_libs: HookLibs,
-                                                           tmp_path: Path) -> None:
-    """A stream the application made can be destroyed or captured by another thread behind the
-    launching one: its end event stays recorded after every launch."""
+def test_a_created_stream_loop_records_two_events_per_batch_too(client: Path, hookcore_libs: HookLibs,
+                                                                tmp_path: Path) -> None:
+    """A stream the application made defers its end event like a default stream: its batch is
+    listed, so that another thread's destroy or capture of the stream records the end first."""
     got, books, records = launch(client, hookcore_libs, tmp_path, "stream", "sync")
     assert_held(books, [got], 30)
-    assert records >= got.count, (records, got)
+    batches = -(-got.count // BATCH)
+    assert records <= 2 * batches + 2, (records, got)
+
+
+def test_a_stream_destroyed_by_another_thread_is_charged_its_work(client: Path, hookcore_libs: HookLibs,
+                                                                  tmp_path: Path) -> None:
+    """Hostile: a thread launches 10 kernels onto a stream it made and does not wait; another thread
+    destroys the stream (a late record on it is refused here, and undefined on a real driver); the
+    first thread pauses, then launches elsewhere. The destroy records the listed batch's end on the
+    stream first, so the batch is charged its work, exactly; without that its close could not
+    record on the stream and would charge its host span, the pause included (15 kernels' time)."""
+    ledger = tmp_path / "claim.ledger"
+    e = client_env(hookcore_libs, virtual_preload(hookcore_libs.libvgpu), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger),
+                   CUDA_DEVICE_SM_LIMIT="50", HOOKCORE_LIMITER_CHARGE="elapsed")
+    proc = subprocess.run([str(client), "streamgone", str(US)], env=e, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with hookcore.Ledger(ledger) as books:
+        usage = books.limiter(0)
+    # the stream's 10 kernels, exactly, and the two launches after it, at most (the last batch may stay open)
+    assert 10 * US * 1000 <= usage.charged_ns <= 12 * US * 1000 + 1_000, usage
 
 
 def test_a_pause_without_a_wait_is_charged_not_given_away(client: Path, hookcore_libs: HookLibs,

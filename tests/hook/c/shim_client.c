@@ -28,6 +28,8 @@
  *   relaunch US SECONDS reset|destroy
  *                            launches before and after the context goes (primary reset, or a created
  *                            context destroyed and another made): "HANDLE same|new", "RAN <n> <ns>"
+ *   streamgone US            10 launches onto a created stream, not waited for; another thread
+ *                            destroys the stream; a launch and a wait, twice: "RAN 12 0"
  *   capture                  launches during stream capture pass through without events
  *   holdcapture MODE US SECONDS [same|query]
  *                            a capture of MODE held open on a side stream (by another thread, or
@@ -46,8 +48,9 @@
  *   copynames                every copy/memset base name, v12000 with and without the per-thread
  *                            flag, must resolve to libvgpu.so's interposer: "COPYNAME base flag hook"
  *   threads N ITERS          N threads at once: dlsym lookups (policed and not), cuGetProcAddress,
- *                            1 MiB alloc/free, 20 us launches, every 16th iteration a context of its
- *                            own created, launched into and destroyed, NVML memory info of NVML device
+ *                            1 MiB alloc/free, 20 us launches, every 16th iteration a stream and a
+ *                            context of its own created, launched into and destroyed, NVML memory
+ *                            info of NVML device
  *                            THREADS_NVML_INDEX (must report THREADS_NVML_TOTAL if set); "THREADS ok"
  */
 #define _GNU_SOURCE
@@ -328,6 +331,8 @@ int main(int argc, char **argv) {
         cmd_exitlaunch((unsigned)atoi(argv[2]), (unsigned)atoi(argv[3]));
     else if (!strcmp(cmd, "relaunch"))
         cmd_relaunch((unsigned)atoi(argv[2]), atof(argv[3]), argv[4]);
+    else if (!strcmp(cmd, "streamgone"))
+        cmd_streamgone((unsigned)atoi(argv[2]));
     else if (!strcmp(cmd, "capture"))
         cmd_capture();
     else if (!strcmp(cmd, "holdcapture"))

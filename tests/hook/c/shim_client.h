@@ -53,6 +53,7 @@ void cmd_threads(int n, int iters);
 void cmd_exitlaunch(unsigned us, unsigned n);
 void cmd_launch(unsigned us, int graph, double seconds, unsigned gap_us, const char *where, const char *wait);
 void cmd_relaunch(unsigned us, double seconds, const char *how);
+void cmd_streamgone(unsigned us);
 void cmd_capture(void);
 void cmd_holdcapture(int mode, unsigned us, double seconds, int same, int query);
 

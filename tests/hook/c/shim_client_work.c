@@ -126,6 +126,8 @@ static void *thread_body(void *arg) {
     CUresult (*ssync)(CUstream) = sym("cuStreamSynchronize", V, 0);
     CUresult (*create)(CUcontext *, unsigned, CUdevice) = sym("cuCtxCreate", V, 0);
     CUresult (*destroy)(CUcontext) = sym("cuCtxDestroy", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    CUresult (*sdestroy)(CUstream) = sym("cuStreamDestroy", V, 0);
     if (cuCtxSetCurrent_(g_ctx) != CUDA_SUCCESS) fail("thread set current");
     for (int i = 0; i < g_iters; i++) {
         if (!dlsym(libcuda, "cuMemAlloc_v2") || !dlsym(libcuda, "cuCtxGetApiVersion")) fail("thread dlsym");
@@ -138,6 +140,14 @@ static void *thread_body(void *arg) {
             fail("thread alloc = %d", r);
         if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
         if (i % 8 == 7) ssync(NULL);
+        if (i % 16 == 7) { /* a stream of its own: launched onto, destroyed with its end deferred */
+            CUstream st = NULL;
+            if (screate(&st, 0) != CUDA_SUCCESS) fail("thread stream");
+            for (int k = 0; k < 3; k++)
+                if (launch((CUfunction)(uintptr_t)20, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL) != CUDA_SUCCESS)
+                    fail("launch on its stream");
+            if (sdestroy(st) != CUDA_SUCCESS) fail("thread stream destroy");
+        }
         if (i % 16 == 15) { /* a context of its own comes and goes while the others launch */
             CUcontext own = NULL;
             if (create(&own, 0, 0) != CUDA_SUCCESS) fail("thread create");
@@ -303,6 +313,41 @@ void cmd_relaunch(unsigned us, double seconds, const char *how) {
     }
     printf("HANDLE %s\n", after == before ? "same" : "new");
     printf("RAN %lu %.0f\n", n, (t - t0) * 1e9);
+}
+
+/* streamgone US: this thread launches 10 US-microsecond kernels onto a stream it created and does
+   not wait; another thread destroys that stream; this thread pauses (15 kernels' time), then
+   launches one more onto the legacy stream and waits for the device, twice. Prints "RAN 12 0". */
+static CUstream g_gone_stream;
+static void *destroy_body(void *arg) {
+    (void)arg;
+    CUresult (*destroy)(CUstream) = sym("cuStreamDestroy", V, 0);
+    if (cuCtxSetCurrent_(g_exit_ctx) != CUDA_SUCCESS || destroy(g_gone_stream) != CUDA_SUCCESS)
+        fail("destroy the stream");
+    return NULL;
+}
+
+void cmd_streamgone(unsigned us) {
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                       void **, void **) = sym("cuLaunchKernel", V, 0);
+    CUresult (*csync)(void) = sym("cuCtxSynchronize", V, 0);
+    CUresult (*screate)(CUstream *, unsigned) = sym("cuStreamCreate", V, 0);
+    CUresult (*cur)(CUcontext *) = sym("cuCtxGetCurrent", V, 0);
+    cur(&g_exit_ctx);
+    if (screate(&g_gone_stream, 0) != CUDA_SUCCESS) fail("stream");
+    for (int i = 0; i < 10; i++)
+        if (launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, g_gone_stream, NULL, NULL) != CUDA_SUCCESS)
+            fail("launch");
+    pthread_t t;
+    if (pthread_create(&t, NULL, destroy_body, NULL) != 0) fail("pthread_create");
+    pthread_join(t, NULL);
+    usleep(15 * us);              /* the stream's work is done meanwhile (a host pause, not a wait for the device) */
+    for (int i = 0; i < 2; i++) { /* the second collects what the first closed */
+        if (launch((CUfunction)(uintptr_t)us, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) fail("launch");
+        csync();
+        usleep(200);
+    }
+    printf("RAN 12 0\n");
 }
 
 void cmd_capture(void) {
