@@ -289,7 +289,9 @@ static int record_end(hk_meter_batch *b) {
 /* Open batches that defer their end on a created stream. Another thread may destroy that stream
    or begin a capture on it, after which a late record would be undefined or captured: the shim
    calls hk_meter_flush_stream() first, which records each listed batch's end on it. A batch
-   that finds no free entry records its end after every submission. */
+   that finds no free entry records its end after every submission. A listed batch's stream,
+   context, events and epoch are set before it is listed and stay until it is unlisted (under
+   g_shared_lock); the flusher reads nothing else of it but the atomic counters. */
 #define HK_SHARED_MAX 256
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_meter_batch *g_shared[HK_SHARED_MAX];
@@ -327,7 +329,7 @@ void hk_meter_flush_stream(void *s) {
     pthread_mutex_lock(&g_shared_lock);
     for (int i = 0; i < HK_SHARED_MAX; i++) {
         hk_meter_batch *b = g_shared[i];
-        if (b && b->stream == s && !b->untimed && !hk_ctx_gone_since(b->ctx, b->open_epoch)) record_end(b);
+        if (b && b->stream == s && !hk_ctx_gone_since(b->ctx, b->open_epoch)) record_end(b);
     }
     pthread_mutex_unlock(&g_shared_lock);
 }
