@@ -27,6 +27,19 @@ US = 20  # 20 us kernels, 10 between waits
 SHARE = 30
 
 
+def relaunch(client: Path, libs: HookLibs, tmp_path: Path, how: str) -> tuple[str, hookcore.LimiterUsage]:
+    """shim_client `relaunch US 2.0 HOW` under the share on the virtual clock (every charge the
+    batch's elapsed time, no contention estimate): its output and the claim's limiter after it."""
+    ledger = tmp_path / "claim.ledger"
+    e = client_env(libs, virtual_preload(libs.libvgpu), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger),
+                   CUDA_DEVICE_SM_LIMIT=str(SHARE), HOOKCORE_LIMITER_CHARGE="elapsed")
+    proc = subprocess.run([str(client), "relaunch", str(US), "2.0", how], env=e, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with hookcore.Ledger(ledger) as books:
+        return proc.stdout, books.limiter(0)
+
+
 @pytest.mark.parametrize("how", ["reset", "destroy"])
 def test_work_after_a_context_comes_back_under_its_handle_is_charged(client: Path, hookcore_libs: HookLibs,
                                                                      tmp_path: Path, how: str) -> None:
@@ -36,17 +49,9 @@ def test_work_after_a_context_comes_back_under_its_handle_is_charged(client: Pat
     before and after is held to the share and charged: the batch open across the change is charged
     its span, and no pair of the dead context is used again (each would fail to record, and a
     launch that cannot be timed would go through unmetered)."""
-    ledger = tmp_path / "claim.ledger"
-    e = client_env(hookcore_libs, virtual_preload(hookcore_libs.libvgpu), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger),
-                   CUDA_DEVICE_SM_LIMIT=str(SHARE), HOOKCORE_LIMITER_CHARGE="elapsed")
-    proc = subprocess.run([str(client), "relaunch", str(US), "2.0", how], env=e, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "HANDLE same" in proc.stdout, proc.stdout  # the case under test: the handle came back
-    got = ran(proc.stdout, US * 1000, 10)
-    with hookcore.Ledger(ledger) as books:
-        usage = books.limiter(0)
-    assert_held(usage, [got], SHARE)
+    out, usage = relaunch(client, hookcore_libs, tmp_path, how)
+    assert "HANDLE same" in out, out  # the case under test: the handle came back
+    assert_held(usage, [ran(out, US * 1000, 10)], SHARE)
 
 
 def test_destroying_another_context_changes_nothing_for_work_in_flight(client: Path, hookcore_libs: HookLibs,
@@ -55,16 +60,8 @@ def test_destroying_another_context_changes_nothing_for_work_in_flight(client: P
     context (each destruction begins a new epoch). The batches in its own context, which lives on,
     are still timed by their events and charged their device time, exactly (a batch charged its
     host span up to the destruction would be charged less than work still queued)."""
-    ledger = tmp_path / "claim.ledger"
-    e = client_env(hookcore_libs, virtual_preload(hookcore_libs.libvgpu), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(ledger),
-                   CUDA_DEVICE_SM_LIMIT=str(SHARE), HOOKCORE_LIMITER_CHARGE="elapsed")
-    proc = subprocess.run([str(client), "relaunch", str(US), "2.0", "other"], env=e, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    got = ran(proc.stdout, US * 1000, 10)
-    with hookcore.Ledger(ledger) as books:
-        usage = books.limiter(0)
-    assert_held(usage, [got], SHARE)
+    out, usage = relaunch(client, hookcore_libs, tmp_path, "other")
+    assert_held(usage, [ran(out, US * 1000, 10)], SHARE)
 
 
 def test_the_stub_hands_a_destroyed_contexts_handle_back(client: Path, hookcore_libs: HookLibs,
