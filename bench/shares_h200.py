@@ -172,7 +172,7 @@ def ledger_books(tool: str | None, path: str | None) -> dict[str, int] | None:
     if r.returncode != 0 or len(f) < 7 or f[0] != "LIMITER" or f[1] != "1":
         return None
     names = ["share", "charged_ns", "throttled_ns", "tokens_ns", "granted_ns", "device_ns", "sm_ppm",
-             "factor_milli", "elastic_milli", "elastic_fit", "yielded_ns", "elapsed_ns"]
+             "factor_milli", "elastic_milli", "elastic_fit", "yielded_ns", "elapsed_ns", "throttles"]
     return {n: int(v) for n, v in zip(names, f[2:], strict=False)}
 
 
@@ -217,7 +217,7 @@ def worker(name: str, args: dict[str, Any]) -> None:
     out: dict[str, Any] = {"rate": n / secs, "window": [w0, w1], "pid": os.getpid()}
     if b0 and b1:
         out["books"] = {k: b1[k] - b0[k] for k in ("charged_ns", "throttled_ns", "granted_ns", "device_ns",
-                                                     "yielded_ns", "elapsed_ns") if k in b0 and k in b1}
+                                                     "yielded_ns", "elapsed_ns", "throttles") if k in b0 and k in b1}
         out["books"]["secs"] = w1 - w0
         out["books_end"] = b1
     print("RESULT " + json.dumps(out), flush=True)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         CONFIG_ROOT,
         DEFAULT_LEDGER,
         LIMITER_BURST_NS,
+        LIMITER_WAKE_NS,
         MAX_DEVICES,
         MEM_UNLIMITED,
         SM_PPM_FULL,
@@ -48,6 +49,7 @@ __all__ = [
     "CONFIG_ROOT",
     "DEFAULT_LEDGER",
     "LIMITER_BURST_NS",
+    "LIMITER_WAKE_NS",
     "MAX_DEVICES",
     "MEM_UNLIMITED",
     "SM_PPM_FULL",
@@ -103,7 +105,7 @@ def __getattr__(name: str) -> Any:
     # The exceptions live in the extension so the C messages cross unchanged; import lazily so
     # `library_path()` works before the extension is built.
     if name in ("HookConfigError", "LedgerError", "MEM_UNLIMITED", "MAX_DEVICES", "DEFAULT_LEDGER", "CONFIG_ROOT",
-                "LIMITER_BURST_NS", "SM_PPM_FULL"):
+                "LIMITER_BURST_NS", "LIMITER_WAKE_NS", "SM_PPM_FULL"):
         return getattr(_ext, name)
     raise AttributeError(f"module 'hookcore' has no attribute {name!r}")
 
@@ -436,6 +438,7 @@ class LimiterUsage:
     elastic_fit: bool = False  # strict cap: the elasticity was learned from the claim's batches (else the prior)
     yielded_ns: int = 0  # time the claim's threads waited for a higher-priority claim's work
     elapsed_ns: int = 0  # the charged batches' windows as timed, before the contention estimate
+    throttles: int = 0  # how many times the claim's submitting threads waited for their share
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ cdef extern from "hookcore.h" nogil:
 
 cdef extern from "limiter.h" nogil:
     const long long HK_LIMITER_BURST_NS
+    const long long HK_LIMITER_WAKE_NS
     const unsigned int HK_SM_PPM_FULL
     ctypedef struct hk_limiter_stats:
         uint32_t active
@@ -124,5 +125,6 @@ cdef extern from "limiter.h" nogil:
         uint32_t elastic_fit
         int64_t yielded_ns
         int64_t elapsed_ns
+        int64_t throttles
 
     void hk_limiter_read(const void *area, hk_limiter_stats *out)

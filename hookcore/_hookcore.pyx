@@ -16,6 +16,7 @@ MEM_MAX = HK_MEM_MAX
 SM_UNLIMITED = HK_SM_UNLIMITED
 LEDGER_VERSION = HK_LEDGER_VERSION
 LIMITER_BURST_NS = HK_LIMITER_BURST_NS  # device time a compute limiter banks at most while idle
+LIMITER_WAKE_NS = HK_LIMITER_WAKE_NS  # credit a thread the limiter stopped waits for before it goes on
 SM_PPM_FULL = HK_SM_PPM_FULL  # an SM fraction in millionths: all of the device's SMs (LimiterUsage.sm_ppm)
 DEFAULT_LEDGER = HK_DEFAULT_LEDGER.decode()
 CONFIG_ROOT = HK_CONFIG_ROOT.decode()
@@ -282,7 +283,7 @@ cdef class LedgerView:
                 "throttled_ns": st.throttled_ns, "tokens_ns": st.tokens_ns, "granted_ns": st.granted_ns,
                 "device_ns": st.device_ns, "sm_ppm": st.sm_ppm, "factor_milli": st.factor_milli,
                 "elastic_milli": st.elastic_milli, "elastic_fit": bool(st.elastic_fit), "yielded_ns": st.yielded_ns,
-                "elapsed_ns": st.elapsed_ns}
+                "elapsed_ns": st.elapsed_ns, "throttles": st.throttles}
 
     def process(self, int slot):
         cdef hk_process_info p

@@ -14,6 +14,8 @@ process slot) and reports:
 - ``dra_claim_compute_seconds_total``: device time the compute limiter charged the claim (its
   rate over a window is the share the claim got: 0.3 = 30% of the device);
 - ``dra_claim_compute_throttled_seconds_total``: time the claim's threads waited for their share;
+- ``dra_claim_compute_throttles_total``: how many times they waited (seconds waited per wait: how
+  long a throttled thread sleeps);
 - ``dra_ledger_read_errors_total``: ledgers that could not be read (the log says which and why).
 
 Labels: ``driver``, ``namespace``, ``claim``, ``claim_uid``, ``index`` (the device as the
@@ -129,6 +131,8 @@ class LedgerCollector(Collector):
                                       labels=LABELS)
         waited = CounterMetricFamily("dra_claim_compute_throttled_seconds",
                                      "Time the claim's threads waited for their compute share.", labels=LABELS)
+        waits = CounterMetricFamily("dra_claim_compute_throttles",
+                                    "How many times the claim's threads waited for their compute share.", labels=LABELS)
         names = self._names
         for claim, devices, usage in claims:
             for dev in devices:
@@ -139,8 +143,10 @@ class LedgerCollector(Collector):
                           names.get(dev.uuid or "", "")]
                 charged.add_metric(labels, u.charged_ns / 1e9)
                 waited.add_metric(labels, u.throttled_ns / 1e9)
+                waits.add_metric(labels, u.throttles)
         yield charged
         yield waited
+        yield waits
 
     def _read(self, claim: ClaimName) -> tuple[list[Any], list[Any], dict[int, Any]]:
         """The claim's devices, its live processes and its devices' limiter usage. Memory of a

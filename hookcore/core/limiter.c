@@ -129,6 +129,7 @@ int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance) {
 }
 
 void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns) {
+    hk_atomic_add_relaxed(&lim->shared->xthrottles, 1);
     if (ns > 0) hk_atomic_add_relaxed(&lim->shared->xthrottled_ns, ns);
 }
 
@@ -152,7 +153,7 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     out->share = 0;
     out->tokens_ns = out->charged_ns = out->throttled_ns = out->granted_ns = out->device_ns = 0;
     out->sm_ppm = out->factor_milli = out->elastic_milli = out->elastic_fit = 0;
-    out->yielded_ns = out->elapsed_ns = 0;
+    out->yielded_ns = out->elapsed_ns = out->throttles = 0;
     if (!s || hk_atomic_load_acquire(&s->xversion) != HK_LIMITER_VERSION) return;
     out->active = 1;
     out->share = hk_atomic_load_relaxed(&s->xshare);
@@ -167,4 +168,5 @@ void hk_limiter_read(const void *area, hk_limiter_stats *out) {
     out->elastic_fit = hk_atomic_load_relaxed(&s->xelastic_fit);
     out->yielded_ns = hk_atomic_load_relaxed(&s->xyielded_ns);
     out->elapsed_ns = hk_atomic_load_relaxed(&s->xelapsed_ns);
+    out->throttles = hk_atomic_load_relaxed(&s->xthrottles);
 }

@@ -4,7 +4,7 @@
  * claim's processes may keep the device busy for at most s% of wall time. Tokens are nanoseconds
  * of device time. They accrue at s/100 ns per wall-clock ns, up to a small burst; the meter
  * (meter.h) charges each measured stretch of device work after it completes, and a submitting
- * thread that finds the balance negative waits until it is repaid.
+ * thread that finds the balance negative waits until it is repaid and HK_LIMITER_WAKE_NS more.
  *
  * What a stretch of work costs (hk_limiter_cost): its device time times the fraction of the device's
  * SMs its context may use, so the share bounds SM x time, a percentage of the device's compute (as
@@ -37,7 +37,12 @@ extern "C" {
 #define HK_LIMITER_VERSION    0x4c494d31u /* "LIM1": layout of hk_limiter_shared */
 #define HK_LIMITER_BURST_NS   10000000LL  /* at most 10 ms of GPU time banked while idle */
 #define HK_LIMITER_QUANTUM_NS 20000LL     /* refill at most every 20 us */
-#define HK_SM_PPM_FULL        1000000u    /* an SM fraction in millionths: all of the device's SMs */
+/* A thread the debt stopped sleeps until this much credit is there, not just until the debt is
+   repaid: it then runs a burst of several batches per wake instead of one. A host-paced loop pays
+   for waking (cold caches, an idle device's first launches) inside the window it is charged; woken
+   once per batch at a 10% share it was charged ~1.3x its steady time per step (H200, 2026-12-06). */
+#define HK_LIMITER_WAKE_NS 2000000LL
+#define HK_SM_PPM_FULL     1000000u /* an SM fraction in millionths: all of the device's SMs */
 
 /* Layout of the shared area (fits in HK_LIMITER_BYTES = 256). */
 typedef struct hk_limiter_shared {
@@ -62,6 +67,8 @@ typedef struct hk_limiter_shared {
     uint32_t xreserved2;
     _Atomic int64_t xyielded_ns; /* time submitting threads waited for a higher-priority claim (priority) */
     _Atomic int64_t xelapsed_ns; /* the charged batches' event windows, before the contention estimate */
+    /* Appended in 2026-12 (issue 26, the wake), same layout word: an area set up before reads 0. */
+    _Atomic int64_t xthrottles; /* how many times a submitting thread waited for its share (statistics) */
 } hk_limiter_shared;
 
 /* A process-local handle on one device's bucket. The share comes from the process's own config
@@ -94,6 +101,7 @@ typedef struct hk_limiter_stats {
     uint32_t elastic_fit;   /* 1: learned from the claim's own batches; 0: the prior */
     int64_t yielded_ns;     /* time waited for a higher-priority claim */
     int64_t elapsed_ns;     /* the charged batches' windows as timed (other tenants' work inside included) */
+    int64_t throttles;      /* how many times a submitting thread waited for its share */
 } hk_limiter_stats;
 
 /* Read the statistics of a limiter area (hk_limiter_area / hk_ledger_limiter_area); zeroes when
@@ -137,7 +145,7 @@ void hk_limiter_note_clock(hk_limiter *lim, uint32_t factor_milli, uint32_t elas
    the caller re-checks; 0 if not in debt). */
 int64_t hk_limiter_wait_ns(const hk_limiter *lim, int64_t balance);
 
-/* Record time a thread spent throttled (statistics only). */
+/* Record one wait of a thread for its share and how long it took (statistics only). */
 void hk_limiter_note_throttle(hk_limiter *lim, int64_t ns);
 
 #ifdef __cplusplus

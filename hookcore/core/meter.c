@@ -453,13 +453,14 @@ hk_meter_batch *hk_meter_before_work(void *s, int work) {
         t_poll_ns = now;
     }
     int64_t bal = hk_limiter_balance(lim, now);
-    if (bal < 0) {
+    if (bal < 0) { /* in debt: wait until it is repaid and a burst's worth more (HK_LIMITER_WAKE_NS) */
         close_batch(b);
         int64_t t0 = now;
-        while (bal < 0) {
+        while (bal < HK_LIMITER_WAKE_NS) {
+            int64_t wait = hk_limiter_wait_ns(lim, bal - HK_LIMITER_WAKE_NS);
             if (bd && bd->high) /* waiting for its own share is having work: normal claims stay off */
-                hk_board_mark(bd, now, hk_limiter_wait_ns(lim, bal), 0);
-            if (!collect_one(1)) sleep_ns(hk_limiter_wait_ns(lim, bal));
+                hk_board_mark(bd, now, wait, 0);
+            if (!collect_one(1)) sleep_ns(wait);
             now = hk_limiter_now_ns();
             bal = hk_limiter_balance(lim, now);
         }

@@ -31,7 +31,8 @@
  * bucket (limiter.h) by whichever submitting thread of the process sees them done.
  *
  * Throttling: before a submission, if the bucket is in debt the thread first waits for its own
- * in-flight batches (their time is owed too), then sleeps until the debt is repaid. At most
+ * in-flight batches (their time is owed too), then sleeps until the debt is repaid and
+ * HK_LIMITER_WAKE_NS of credit are there (a wake buys a burst of batches: limiter.h). At most
  * HK_METER_MAX_PENDING closed batches may be in flight per process, which bounds how far work runs
  * ahead of its charge. Finished batches are looked for (one event query) at most every 20 us per
  * thread, or once that many are in flight: a launch-bound loop paid a query on every launch.

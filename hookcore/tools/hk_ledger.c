@@ -4,7 +4,8 @@
  *   hk-ledger limiter PATH DEV   "LIMITER <active> <share %> <charged ns> <throttled ns> <tokens ns> <granted ns>
  *                                 <device ns> <SM fraction of the last charge, millionths>
  *                                 <strict: clock factor x1000> <strict: clock elasticity x1000> <learned 0/1>
- *                                 <yielded ns> <elapsed ns: the charged batches' windows as timed>"
+ *                                 <yielded ns> <elapsed ns: the charged batches' windows as timed>
+ *                                 <throttles: waits for the share>"
  *   hk-ledger usage PATH DEV     "USAGE <used bytes> <limit bytes or -1> <live processes>"
  * Exit 2 with the core's one-line message when the file is not a readable ledger.
  */
@@ -31,10 +32,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "limiter")) {
         hk_limiter_stats st;
         hk_limiter_read(hk_ledger_limiter_area(l, dev), &st);
-        printf("LIMITER %u %u %lld %lld %lld %lld %lld %u %u %u %u %lld %lld\n", st.active, st.share,
+        printf("LIMITER %u %u %lld %lld %lld %lld %lld %u %u %u %u %lld %lld %lld\n", st.active, st.share,
                (long long)st.charged_ns, (long long)st.throttled_ns, (long long)st.tokens_ns, (long long)st.granted_ns,
                (long long)st.device_ns, st.sm_ppm, st.factor_milli, st.elastic_milli, st.elastic_fit,
-               (long long)st.yielded_ns, (long long)st.elapsed_ns);
+               (long long)st.yielded_ns, (long long)st.elapsed_ns, (long long)st.throttles);
     } else {
         hk_device_info d;
         if (hk_ledger_device(l, dev, &d) != HK_OK) {

@@ -108,3 +108,4 @@ def test_compute_time_charged_under_a_share(built: None, tmp_path: Path) -> None
     charged = got[("dra_claim_compute_seconds_total", claim.uid)]
     assert 0.15 <= charged <= 0.45, charged  # about 30% of the one second it ran
     assert got[("dra_claim_compute_throttled_seconds_total", claim.uid)] > 0.3  # it waited for the rest
+    assert got[("dra_claim_compute_throttles_total", claim.uid)] >= 1  # in waits it counted

@@ -80,5 +80,12 @@ void test_limiter_cost(void) {
           st.elapsed_ns == 9000);
     CHECK(offsetof(hk_limiter_shared, xfactor_milli) == 64 && offsetof(hk_limiter_shared, xyielded_ns) == 80 &&
           offsetof(hk_limiter_shared, xelapsed_ns) == 88 && sizeof(hk_limiter_shared) <= HK_LIMITER_BYTES);
+
+    /* the wait count (the wake), appended after them */
+    CHECK(st.throttles == 0 && st.throttled_ns == 0);
+    hk_limiter_note_throttle(&lim, 4000);
+    hk_limiter_note_throttle(&lim, 0); /* a wait that took no time still counts */
+    hk_limiter_read(area, &st);
+    CHECK(st.throttles == 2 && st.throttled_ns == 4000 && offsetof(hk_limiter_shared, xthrottles) == 96);
     printf("ok limiter_cost (SM fraction x clock ratio, fail safe, statistics)\n");
 }
