@@ -61,6 +61,7 @@ hipError_t hipExtModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy, u
 hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s);
 hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode);
 hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g);
+hipError_t hipDeviceReset(void);
 #define HK_HIP_PROTO(name, params, args, stream, bytes, kind) hipError_t name params;
 HK_HIP_COPIES(HK_HIP_PROTO)
 #undef HK_HIP_PROTO

@@ -157,3 +157,19 @@ HK_EXPORT hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g) {
     hk_meter_capture_ended(was);
     return r;
 }
+
+/* ---------------------------------------------------------------------------
+ * A device reset takes the process's streams and events on the current device (its primary
+ * context): the meter is told around it (core/meter.h), so it charges the work in flight while
+ * its events live and never touches one of them again.
+ * ------------------------------------------------------------------------- */
+HK_EXPORT hipError_t hipDeviceReset(void) {
+    HK_HIP_REAL(hk_hip.hipDeviceReset);
+    if (hk_hip_nested()) return hk_hip.hipDeviceReset();
+    int dev;
+    void *ctx = hk_hip_current(&dev) != 0 ? HK_METER_ANY_CONTEXT : (void *)(intptr_t)(dev + 1);
+    unsigned token = hk_meter_context_going(ctx);
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipDeviceReset());
+    hk_meter_context_gone(token, r == hipSuccess);
+    return r;
+}

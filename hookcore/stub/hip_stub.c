@@ -32,7 +32,11 @@
  * Files: hip_stub.h (what they share), this one (devices, clock, test extras), hip_stub_memory.c,
  * hip_stub_engine.c.
  *
- * Test-only extras (not HIP API): stubHipUsedBytes(dev), stubHipLaunchCount(), stubHipCopyCount().
+ * Reset: hipDeviceReset waits for the calling thread's device, then takes every stream and event made
+ * on it: each later call on one returns hipErrorContextIsDestroyed (the null stream lives on).
+ *
+ * Test-only extras (not HIP API): stubHipUsedBytes(dev), stubHipLaunchCount(), stubHipCopyCount(),
+ * stubHipDeadEventCalls() (calls on an event a reset took).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -7,8 +7,11 @@
 #define HOOKCORE_HIP_STUB_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "../core/atomic.h"
 
 #include "hip_devices.h"
 
@@ -27,6 +30,7 @@ enum {
     hipErrorInvalidDevice = 101,
     hipErrorInvalidResourceHandle = 400,
     hipErrorNotReady = 600,
+    hipErrorContextIsDestroyed = 709,
     hipErrorStreamCaptureUnsupported = 900,
     hipErrorStreamCaptureUnmatched = 903,
 };
@@ -60,16 +64,20 @@ typedef struct hip_stream {
     int64_t last_end_ns;
     int capturing;
     int64_t captured_ns;
+    unsigned gen; /* a created stream: its device's generation when it was made */
 } hip_stream;
 
 typedef struct hip_event {
     int64_t t_ns;
+    int dev;
+    unsigned gen; /* its device's generation when it was made */
 } hip_event;
 
 typedef struct hip_engine {
     int64_t busy_until_ns;
     uint64_t used;
     hip_stream null_stream;
+    _Atomic unsigned gen; /* hipDeviceReset: streams and events of an older generation are gone */
 } hip_engine;
 
 /* hip_stub.c: the descriptions, the visible devices (ordinal -> description index), and under

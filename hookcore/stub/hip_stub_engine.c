@@ -20,6 +20,36 @@ static hip_stream *stream_of(hipStream_t s) {
     return d < 0 ? NULL : &g_dev[d].null_stream;
 }
 
+/* A stream or event its device's reset took (hipDeviceReset). Every call on such an event is
+   counted: using what a reset destroyed is undefined on a real runtime (CUDA's driver crashed). */
+static _Atomic unsigned long long g_dead_event_calls;
+static int stream_gone(const hip_stream *st) {
+    return st != &g_dev[st->dev].null_stream && st->gen != hk_atomic_load_acquire(&g_dev[st->dev].gen);
+}
+static int event_gone(hipEvent_t e) {
+    const hip_event *ev = e;
+    if (ev->gen == hk_atomic_load_acquire(&g_dev[ev->dev].gen)) return 0;
+    hk_atomic_add_seq_cst(&g_dead_event_calls, 1);
+    return 1;
+}
+
+HIP_API unsigned long long stubHipDeadEventCalls(void) { return hk_atomic_load_seq_cst(&g_dead_event_calls); }
+
+/* The calling thread's device: its work done first, then every stream and event made on it gone. */
+HIP_API hipError_t hipDeviceReset(void) {
+    int d = hs_current();
+    if (d < 0) return hipErrorNoDevice;
+    pthread_mutex_lock(&g_lock);
+    int64_t busy = g_dev[d].busy_until_ns;
+    pthread_mutex_unlock(&g_lock);
+    hs_sleep_until(busy);
+    pthread_mutex_lock(&g_lock);
+    hk_atomic_add_acq_rel(&g_dev[d].gen, 1);
+    g_dev[d].null_stream.capturing = 0;
+    pthread_mutex_unlock(&g_lock);
+    return hipSuccess;
+}
+
 HIP_API hipError_t hipStreamCreate(hipStream_t *s) {
     int d = hs_current();
     if (!s) return hipErrorInvalidValue;
@@ -27,6 +57,7 @@ HIP_API hipError_t hipStreamCreate(hipStream_t *s) {
     hip_stream *st = calloc(1, sizeof *st);
     if (!st) return hipErrorOutOfMemory;
     st->dev = d;
+    st->gen = hk_atomic_load_acquire(&g_dev[d].gen);
     *s = st;
     return hipSuccess;
 }
@@ -65,6 +96,7 @@ HIP_API hipError_t hipDeviceSynchronize(void) {
 static hipError_t submit(hipStream_t s, int64_t ns, int copy, int64_t *start_out, int64_t *end_out) {
     hip_stream *st = stream_of(s);
     if (!st) return hipErrorNoDevice;
+    if (stream_gone(st)) return hipErrorContextIsDestroyed;
     pthread_mutex_lock(&g_lock);
     if (copy)
         g_copies++;
@@ -102,9 +134,13 @@ static hipError_t copy(hipStream_t s, uint64_t bytes, int sync) {
 
 HIP_API hipError_t hipEventCreate(hipEvent_t *e) {
     if (!e) return hipErrorInvalidValue;
+    int d = hs_current();
+    if (d < 0) return hipErrorNoDevice;
     hip_event *ev = malloc(sizeof *ev);
     if (!ev) return hipErrorOutOfMemory;
     ev->t_ns = -1;
+    ev->dev = d;
+    ev->gen = hk_atomic_load_acquire(&g_dev[d].gen);
     *e = ev;
     return hipSuccess;
 }
@@ -115,6 +151,7 @@ HIP_API hipError_t hipEventCreateWithFlags(hipEvent_t *e, unsigned int flags) {
 }
 
 HIP_API hipError_t hipEventDestroy(hipEvent_t e) {
+    if (e && event_gone(e)) return hipErrorContextIsDestroyed; /* the reset freed it (leaked here) */
     free(e);
     return hipSuccess;
 }
@@ -123,6 +160,8 @@ HIP_API hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) {
     hip_stream *st = stream_of(s);
     if (!e) return hipErrorInvalidResourceHandle;
     if (!st) return hipErrorNoDevice;
+    if (event_gone(e)) return hipErrorContextIsDestroyed;
+    if (stream_gone(st)) return hipErrorContextIsDestroyed;
     pthread_mutex_lock(&g_lock);
     int capturing = st->capturing;
     int64_t end = st->last_end_ns;
@@ -135,18 +174,21 @@ HIP_API hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) {
 
 HIP_API hipError_t hipEventQuery(hipEvent_t e) {
     if (!e) return hipErrorInvalidResourceHandle;
+    if (event_gone(e)) return hipErrorContextIsDestroyed;
     int64_t t = ((hip_event *)e)->t_ns;
     return t < 0 || hs_now_ns() >= t ? hipSuccess : hipErrorNotReady;
 }
 
 HIP_API hipError_t hipEventSynchronize(hipEvent_t e) {
     if (!e) return hipErrorInvalidResourceHandle;
+    if (event_gone(e)) return hipErrorContextIsDestroyed;
     hs_sleep_until(((hip_event *)e)->t_ns);
     return hipSuccess;
 }
 
 HIP_API hipError_t hipEventElapsedTime(float *ms, hipEvent_t a, hipEvent_t b) {
     if (!ms || !a || !b) return hipErrorInvalidValue;
+    if (event_gone(a) | event_gone(b)) return hipErrorContextIsDestroyed;
     int64_t ta = ((hip_event *)a)->t_ns, tb = ((hip_event *)b)->t_ns;
     if (ta < 0 || tb < 0) return hipErrorInvalidResourceHandle;
     if (hs_now_ns() < ta || hs_now_ns() < tb) return hipErrorNotReady;

@@ -232,6 +232,18 @@ def test_limiter_holds_the_share(run, tmp_path: Path, mode: str, share: int) -> 
     assert_held(usage, [got], share)
 
 
+def test_limiter_holds_across_a_device_reset(run, tmp_path: Path) -> None:
+    """hipDeviceReset halfway through a 30% run, with kernels still queued, takes the process's
+    streams and events (the stub returns hipErrorContextIsDestroyed for them from then on). The shim
+    tells the meter around the reset: the work in flight is charged while its events live, the
+    meter's pooled events are given up, and it never calls the runtime with an event the reset took
+    (on CUDA's real driver such a call crashed the process); the share holds on both sides."""
+    out = ok(run("rate", "reset", str(US), "2", virtual=True, HOOKCORE_COMPUTE_LIMIT_0="30"))
+    assert "DEAD 0" in out.splitlines(), out
+    with hookcore.Ledger(tmp_path / "ledger") as ledger:
+        assert_held(ledger.limiter(0), [ran(out, US * 1000, BATCH)], 30)
+
+
 def test_limiter_holds_synchronous_copies(run, tmp_path: Path) -> None:
     """hipMemcpy waits for its own copy: each is metered on the null stream and charged its
     device time (a synchronous call's batch closes after 2 ms, well inside BATCH)."""

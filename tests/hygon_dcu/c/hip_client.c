@@ -18,7 +18,9 @@
  *                                      graph captured from one kernel), copy (hipMemcpyAsync), h2d
  *                                      (hipMemcpyHtoDAsync), memset (hipMemsetAsync), sync (hipMemcpy:
  *                                      each waits), d32 (hipMemsetD32Async); a copy of US x 1000 bytes
- *                                      takes US microseconds on the stub
+ *                                      takes US microseconds on the stub; reset: kernel, and halfway
+ *                                      through hipDeviceReset (work still queued) and a new stream,
+ *                                      then "DEAD <calls on events the reset took>" (the stub's count)
  *   capture                            a launch during a stream capture: "CAPTURE <rc begin> <rc launch>
  *                                      <rc end> <graph>"
  *   vmm SIZE                           create SIZE on device 0, map it, release the handle (still mapped):
@@ -87,6 +89,7 @@ hipError_t hipDeviceGetPCIBusId(char *, int, int);
 hipError_t hipStreamCreate(void **);
 hipError_t hipStreamSynchronize(void *);
 hipError_t hipDeviceSynchronize(void);
+hipError_t hipDeviceReset(void);
 hipError_t hipStreamBeginCapture(void *, int);
 hipError_t hipStreamEndCapture(void *, void **);
 hipError_t hipGraphInstantiate(void **, void *, void *, char *, size_t);
@@ -224,10 +227,17 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     hipEventCreate(&e0);
     hipEventCreate(&e1);
     if (!strcmp(mode, "graph")) exec = graph_of(us, s);
+    int reset = !strcmp(mode, "reset");
+    if (reset) mode = "kernel";
     long n = 0;
     double t0 = now();
     while (now() - t0 < secs) {
         int r;
+        if (reset && now() - t0 >= secs / 2) {
+            reset = 0;
+            if ((r = hipDeviceReset()) != 0) return printf("RESET %d\n", r), 4;
+            if ((r = hipStreamCreate(&s)) != 0) return printf("STREAM %d\n", r), 4;
+        }
         if (!strcmp(mode, "kernel"))
             r = hipLaunchKernel(f, one, one, NULL, 0, s);
         else if (!strcmp(mode, "ext"))
@@ -259,6 +269,8 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     double took = now() - t0;
     printf("RATE %.1f\n", (double)n / took);
     printf("RAN %ld %.0f\n", n, took * 1e9);
+    unsigned long long (*dead)(void) = (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "stubHipDeadEventCalls");
+    if (dead) printf("DEAD %llu\n", dead());
     return 0;
 }
 
