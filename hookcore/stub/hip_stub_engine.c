@@ -35,21 +35,6 @@ static int event_gone(hipEvent_t e) {
 
 HIP_API unsigned long long stubHipDeadEventCalls(void) { return hk_atomic_load_seq_cst(&g_dead_event_calls); }
 
-/* The calling thread's device: its work done first, then every stream and event made on it gone. */
-HIP_API hipError_t hipDeviceReset(void) {
-    int d = hs_current();
-    if (d < 0) return hipErrorNoDevice;
-    pthread_mutex_lock(&g_lock);
-    int64_t busy = g_dev[d].busy_until_ns;
-    pthread_mutex_unlock(&g_lock);
-    hs_sleep_until(busy);
-    pthread_mutex_lock(&g_lock);
-    hk_atomic_add_acq_rel(&g_dev[d].gen, 1);
-    g_dev[d].null_stream.capturing = 0;
-    pthread_mutex_unlock(&g_lock);
-    return hipSuccess;
-}
-
 HIP_API hipError_t hipStreamCreate(hipStream_t *s) {
     int d = hs_current();
     if (!s) return hipErrorInvalidValue;
@@ -89,6 +74,18 @@ HIP_API hipError_t hipDeviceSynchronize(void) {
     int64_t busy = g_dev[d].busy_until_ns;
     pthread_mutex_unlock(&g_lock);
     hs_sleep_until(busy);
+    return hipSuccess;
+}
+
+/* The calling thread's device: its work done first, then every stream and event made on it gone. */
+HIP_API hipError_t hipDeviceReset(void) {
+    hipError_t r = hipDeviceSynchronize();
+    if (r != hipSuccess) return r;
+    int d = hs_current();
+    pthread_mutex_lock(&g_lock);
+    hk_atomic_add_acq_rel(&g_dev[d].gen, 1);
+    g_dev[d].null_stream.capturing = 0;
+    pthread_mutex_unlock(&g_lock);
     return hipSuccess;
 }
 
