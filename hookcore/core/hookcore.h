@@ -364,6 +364,11 @@ void *hk_limiter_area(int dev);
 int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size);    /* HK_OK/HK_EEXIST/HK_ENOSPC */
 int hk_track_free(uint64_t key, uint32_t kind, int *dev, uint64_t *size);   /* HK_OK/HK_ENOENT; removes */
 int hk_track_lookup(uint64_t key, uint32_t kind, int *dev, uint64_t *size); /* HK_OK/HK_ENOENT; keeps */
+/* The same as hk_track_alloc, for an allocation that dies with `owner` (a context: nonzero). */
+int hk_track_alloc_owned(uint64_t key, uint32_t kind, int dev, uint64_t size, uint64_t owner);
+/* `owner` went (its allocations with it): forget every entry of `kind` it owned, calling `each`
+   with its device and size (outside the table's locks). Returns how many. */
+unsigned hk_track_drop_owner(uint64_t owner, uint32_t kind, void (*each)(int dev, uint64_t size));
 
 /* ------------------------------------------------------------------------------------------- */
 /* Ledger handles (used by the Python wrapper, tests and metrics; independent of hk_init)       */

@@ -1,4 +1,4 @@
-/* track.c -- process-local allocation table: (key, kind) -> (device, size).
+/* track.c -- process-local allocation table: (key, kind) -> (device, size, owner).
  *
  * Chained hash, 4096 buckets, one test-and-set spinlock per bucket held for a few instructions
  * (alloc/free are not the launch hot path). Nodes come from malloc and are recycled through a
@@ -19,6 +19,7 @@ typedef struct track_node {
     uint32_t kind;
     int32_t dev;
     uint64_t size;
+    uint64_t owner; /* what the allocation dies with (a context), 0 = nothing */
     struct track_node *next;
 } track_node;
 
@@ -45,6 +46,10 @@ static inline void lock(track_bucket *b) {
 static inline void unlock(track_bucket *b) { hk_atomic_store_release(&b->xlock, 0); }
 
 int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size) {
+    return hk_track_alloc_owned(key, kind, dev, size, 0);
+}
+
+int hk_track_alloc_owned(uint64_t key, uint32_t kind, int dev, uint64_t size, uint64_t owner) {
     track_bucket *b = &g_track[bucket_of(key, kind)];
     lock(b);
     for (track_node *n = b->head; n; n = n->next) {
@@ -64,6 +69,7 @@ int hk_track_alloc(uint64_t key, uint32_t kind, int dev, uint64_t size) {
     n->kind = kind;
     n->dev = dev;
     n->size = size;
+    n->owner = owner;
     lock(b);
     for (track_node *m = b->head; m; m = m->next) { /* re-check: we dropped the lock to malloc */
         if (m->key == key && m->kind == kind) {
@@ -110,6 +116,35 @@ static int find(uint64_t key, uint32_t kind, int *dev, uint64_t *size, int remov
 int hk_track_free(uint64_t key, uint32_t kind, int *dev, uint64_t *size) { return find(key, kind, dev, size, 1); }
 
 int hk_track_lookup(uint64_t key, uint32_t kind, int *dev, uint64_t *size) { return find(key, kind, dev, size, 0); }
+
+unsigned hk_track_drop_owner(uint64_t owner, uint32_t kind, void (*each)(int dev, uint64_t size)) {
+    unsigned dropped = 0;
+    if (owner == 0) return 0;
+    for (uint32_t i = 0; i < TRACK_BUCKETS; i++) {
+        track_bucket *b = &g_track[i];
+        track_node *gone = NULL;
+        lock(b);
+        for (track_node **pn = &b->head; *pn;) {
+            track_node *n = *pn;
+            if (n->owner != owner || n->kind != kind) {
+                pn = &n->next;
+                continue;
+            }
+            *pn = n->next;
+            n->next = gone;
+            gone = n;
+        }
+        unlock(b);
+        while (gone) { /* outside the lock: `each` may take others (the ledger's) */
+            track_node *n = gone;
+            gone = n->next;
+            each(n->dev, n->size);
+            free(n);
+            dropped++;
+        }
+    }
+    return dropped;
+}
 
 /* In a forked child: forget everything (nodes are leaked on purpose: a parent thread may have
    been inside malloc or held a bucket lock when fork() ran). */

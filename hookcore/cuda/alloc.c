@@ -6,6 +6,7 @@
 
 CUresult hk_alloc_admit(hk_alloc *a, uint64_t charge) {
     a->skip = 0;
+    a->ctx = 0;
     int st = hk_preload_ready();
     if (HK_UNLIKELY(st == HK_STATE_FAILCLOSED)) return CUDA_ERROR_NOT_INITIALIZED;
     if (st == HK_STATE_DORMANT || hk_current_dev(&a->dev, NULL) != CUDA_SUCCESS) {
@@ -13,6 +14,9 @@ CUresult hk_alloc_admit(hk_alloc *a, uint64_t charge) {
         return CUDA_SUCCESS;
     }
     CUresult r = hk_alloc_on(a, a->dev);
+    CUcontext ctx = NULL;
+    if (r == CUDA_SUCCESS && hk_real.cuCtxGetCurrent && hk_real.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS)
+        a->ctx = (uint64_t)(uintptr_t)ctx;
     return r == CUDA_SUCCESS ? hk_alloc_reserve(a, charge) : r;
 }
 
@@ -20,6 +24,7 @@ CUresult hk_alloc_on(hk_alloc *a, int ldev) {
     a->dev = ldev;
     a->skip = 0;
     a->charge = 0;
+    a->ctx = 0;
     if (ldev < 0) return CUDA_ERROR_OUT_OF_MEMORY; /* GPU outside the claim */
     return hk_context_charge_current(ldev);        /* the process's context first (context.c) */
 }
@@ -38,18 +43,29 @@ CUresult hk_alloc_called(hk_alloc *a, CUresult r) {
     return r;
 }
 
+/* Device pointers die with the context they were allocated in; other kinds are not followed. */
+static int track(const hk_alloc *a, uint64_t key, uint32_t kind) {
+    return hk_track_alloc_owned(key, kind, a->dev, a->charge, kind == HK_KIND_PTR ? a->ctx : 0);
+}
+
 int hk_alloc_keep(const hk_alloc *a, uint64_t key, uint32_t kind) {
-    int rc = hk_track_alloc(key, kind, a->dev, a->charge);
+    int rc = track(a, key, kind);
     if (HK_LIKELY(rc == HK_OK)) return 0;
     if (rc == HK_EEXIST) {
         /* The key was freed through a path we do not see (e.g. a v1 free); drop the stale charge. */
         int odev;
         uint64_t osize;
         if (hk_track_free(key, kind, &odev, &osize) == HK_OK) hk_mem_release(odev, osize);
-        if (hk_track_alloc(key, kind, a->dev, a->charge) == HK_OK) return 0;
+        if (track(a, key, kind) == HK_OK) return 0;
     }
     hk_mem_release(a->dev, a->charge);
     return 1;
+}
+
+static void give_back(int dev, uint64_t size) { hk_mem_release(dev, size); }
+
+void hk_alloc_context_gone(void *ctx) {
+    if (ctx) hk_track_drop_owner((uint64_t)(uintptr_t)ctx, HK_KIND_PTR, give_back);
 }
 
 void hk_alloc_forget(uint64_t key, uint32_t kind) {

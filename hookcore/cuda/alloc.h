@@ -33,10 +33,11 @@ typedef struct hk_alloc {
     int dev;         /* the ledger device charged */
     int skip;        /* 1: nothing is charged (dormant, or no current context: the call says so) */
     uint64_t charge; /* bytes reserved */
+    uint64_t ctx;    /* hk_alloc_admit: the current context, whose destruction frees a device pointer */
 } hk_alloc;
 
 /* An allocation that charges nothing (a graph node that allocates no memory). */
-#define HK_ALLOC_NONE {.dev = -1, .skip = 1, .charge = 0}
+#define HK_ALLOC_NONE {.dev = -1, .skip = 1, .charge = 0, .ctx = 0}
 
 /* Admit `charge` on the current context's device: CUDA_SUCCESS (with a->skip set when there is
    nothing to charge: dormant, or no current context, which the real call then reports),
@@ -56,6 +57,10 @@ CUresult hk_alloc_called(hk_alloc *a, CUresult r) HK_HIDDEN;
 int hk_alloc_keep(const hk_alloc *a, uint64_t key, uint32_t kind) HK_HIDDEN;
 /* A freed key: give back what it was charged (nothing when it is not remembered). */
 void hk_alloc_forget(uint64_t key, uint32_t kind) HK_HIDDEN;
+/* Context `ctx` was destroyed (or a primary context reset, or released to nothing): the device
+   pointers allocated while it was current (cuMemAlloc, pitch, managed) went with it, and their
+   charges go back. Called only after the driver said the context went (CUDA_SUCCESS). */
+void hk_alloc_context_gone(void *ctx) HK_HIDDEN;
 
 /* mempool.c: a freed device pointer's charge goes back to the quota, or to its pool's retained
    memory when the pool keeps freed memory. */

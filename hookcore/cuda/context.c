@@ -13,11 +13,17 @@
  * FIFO (above 1 MiB) and the stack (above 1 KiB per thread, times every thread the device can
  * hold resident: SMs x threads per SM). The increase is reserved before the driver is asked, and
  * given back when the limit shrinks or the context is destroyed.
+ *
+ * A context that goes takes the device pointers allocated while it was current (cuMemAlloc, pitch,
+ * managed): their charges go back when the driver says it went (alloc.h), so a program that resets
+ * its device (cudaDeviceReset, Numba's cuda.close()) and allocates again is not refused for memory
+ * it no longer holds. Only on CUDA_SUCCESS: a destruction the driver refused frees nothing.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "../core/meter.h"
+#include "alloc.h"
 #include "shim.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -111,6 +117,7 @@ static CUresult primary_gone(CUresult (*real_fn)(CUdevice), CUdevice dev, int re
         went = 0;
     hk_meter_context_gone(token, went);
     if (r == CUDA_SUCCESS) hk_cuda_sm_share_forget(NULL);
+    if (r == CUDA_SUCCESS && went) hk_alloc_context_gone(ctx);
     return r;
 }
 
@@ -179,6 +186,7 @@ HK_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
     if (r == CUDA_SUCCESS && ctx) {
         forget_context((uint64_t)(uintptr_t)ctx);
         hk_cuda_sm_share_forget(ctx);
+        hk_alloc_context_gone(ctx);
     }
     return r;
 }
@@ -192,6 +200,7 @@ HK_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx ctx) {
     if (r == CUDA_SUCCESS && ctx) {
         forget_context((uint64_t)(uintptr_t)ctx);
         hk_cuda_sm_share_forget(NULL); /* its CUcontext (cuCtxFromGreenCtx) is another handle */
+        hk_alloc_context_gone(as_ctx);
     }
     return r;
 }

@@ -10,7 +10,9 @@
  * so tests can check that a quota follows the UUID when CUDA_VISIBLE_DEVICES reorders devices.
  *
  * Memory: allocations return fake addresses from a per-device counter and are tracked,
- * so the stub runs out of memory at the device size like a real GPU would.
+ * so the stub runs out of memory at the device size like a real GPU would. Device pointers of
+ * cuMemAlloc, pitch and managed belong to the context current when they were made: a destroyed
+ * context, or a primary context released or reset, takes them (pools, VMM and arrays stay).
  *
  * Time: each device is simulated as one engine. A kernel's duration in microseconds is
  * the value of its CUfunction handle (tests pass (CUfunction)(uintptr_t)us); a graph's
@@ -44,7 +46,7 @@
  * has every SM. A kernel or graph of F us on a context with s of the device's S SMs runs F x S / s
  * us (compute-bound work spread over fewer SMs), so an MPS client is slower, as on a GPU.
  * Test knobs: HOOKCORE_STUB_CUDA_FAIL=call=code[,call=code...] makes cuCtxGetExecAffinity,
- * cuDeviceGetAttribute or cuStreamGetCtx return that CUresult; HOOKCORE_STUB_EXEC_AFFINITY_SMS=<n>
+ * cuDeviceGetAttribute, cuStreamGetCtx or cuCtxDestroy_v2 return that CUresult; HOOKCORE_STUB_EXEC_AFFINITY_SMS=<n>
  * makes cuCtxGetExecAffinity report n SMs whatever the context has (a driver answering 0, or more
  * than the device). VMM export/import/retain, pool attributes and graph memory nodes are answered without
  * modelling the memory behind them (what the shim charges is what the tests check).
@@ -67,6 +69,7 @@ typedef struct stub_alloc {
     unsigned long long key; /* device pointer, VMM handle or array handle; 0 = free */
     size_t size;
     int dev;
+    CUcontext ctx; /* stub_take_in_context: the context it dies with */
 } stub_alloc;
 
 int g_ndev = -1;
@@ -140,7 +143,7 @@ static void stub_setup(void) {
 /* ---------------------------------------------------------------------------
  * Allocation bookkeeping (a mutex is fine: this is a test double)
  * ------------------------------------------------------------------------- */
-CUresult stub_take(int dev, size_t size, unsigned long long *key_out, int is_handle) {
+static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_handle, CUcontext ctx) {
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_CONTEXT;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     size_t rounded = (size + 511) & ~(size_t)511;
@@ -167,11 +170,28 @@ CUresult stub_take(int dev, size_t size, unsigned long long *key_out, int is_han
         key = g_next_addr[dev];
         g_next_addr[dev] += rounded;
     }
-    g_alloc[slot] = (stub_alloc){key, rounded, dev};
+    g_alloc[slot] = (stub_alloc){key, rounded, dev, ctx};
     hk_atomic_store_seq_cst(&g_dev[dev].used, used + rounded);
     pthread_mutex_unlock(&g_lock);
     *key_out = key;
     return CUDA_SUCCESS;
+}
+
+CUresult stub_take(int dev, size_t size, unsigned long long *key_out, int is_handle) {
+    return take(dev, size, key_out, is_handle, NULL);
+}
+CUresult stub_take_in_context(int dev, size_t size, unsigned long long *key_out) {
+    return take(dev, size, key_out, 0, stub_cur_ctx());
+}
+
+void stub_context_memory_gone(CUcontext ctx) {
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < STUB_MAX_ALLOCS; i++)
+        if (g_alloc[i].key && g_alloc[i].ctx == ctx) {
+            hk_atomic_sub_seq_cst(&g_dev[g_alloc[i].dev].used, g_alloc[i].size);
+            g_alloc[i].key = 0;
+        }
+    pthread_mutex_unlock(&g_lock);
 }
 
 CUresult stub_give(unsigned long long key) {
@@ -328,6 +348,7 @@ STUB_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
 STUB_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     NEED_INIT();
     if (dev < 0 || dev >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+    stub_context_memory_gone((CUcontext)&g_dev[dev]);
     g_dev[dev].primary_sms = 0;
     g_dev[dev].primary_serial = hk_atomic_add_seq_cst(&g_serial, 1) + 1;
     return CUDA_SUCCESS;
@@ -469,9 +490,12 @@ STUB_API CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flag
 
 STUB_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
     NEED_INIT();
+    CUresult f = stub_fail("cuCtxDestroy_v2"); /* a destruction the driver refuses: the context stays */
+    if (f != CUDA_SUCCESS) return f;
     stub_ctx *c = (stub_ctx *)ctx;
     if (!c || c->magic != STUB_CTX_MAGIC) return CUDA_ERROR_INVALID_CONTEXT;
     hk_atomic_sub_seq_cst(&g_dev[c->dev].used, ctx_memory());
+    stub_context_memory_gone(ctx);
     c->magic = 0;
     c->serial = 0; /* its events are dead from now on */
     if (t_cur_ctx == ctx) {

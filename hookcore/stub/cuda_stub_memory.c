@@ -23,7 +23,7 @@ STUB_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
     NEED_INIT();
     NEED_CTX(d);
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return stub_take(d, size, dptr, 0);
+    return stub_take_in_context(d, size, dptr);
 }
 
 /* The CUDA 3.1 ABI (32-bit sizes): a caller asking cuGetProcAddress for version < 3020 gets it. */
@@ -41,7 +41,7 @@ STUB_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t wi
     NEED_CTX(d);
     if (!dptr || !pitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;
     size_t p = (width + 511) & ~(size_t)511;
-    CUresult r = stub_take(d, p * height, dptr, 0);
+    CUresult r = stub_take_in_context(d, p * height, dptr);
     if (r == CUDA_SUCCESS) *pitch = p;
     return r;
 }
@@ -51,7 +51,7 @@ STUB_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int
     NEED_INIT();
     NEED_CTX(d);
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return stub_take(d, size, dptr, 0);
+    return stub_take_in_context(d, size, dptr);
 }
 
 STUB_API CUresult cuMemFree_v2(CUdeviceptr p) {

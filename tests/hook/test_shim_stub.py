@@ -99,6 +99,23 @@ def test_other_allocation_paths(run, path: str, expect: list[str]) -> None:
         assert line in out
 
 
+@pytest.mark.parametrize("how", ["reset", "destroy"])
+def test_memory_a_context_took_with_it_is_given_back(run, how: str) -> None:
+    """40 MiB allocated in a context that then goes (a primary context reset: cudaDeviceReset; a
+    created context destroyed: Numba's cuda.close()) went with it: 40 MiB fit again under a 64 MiB
+    quota (the charge used to stay until the process exited, and this allocation was refused)."""
+    out = ok(run("ctxmem", how, "40M", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+    assert "GONE 0" in out and "AGAIN 0" in out, out
+
+
+def test_a_destroy_the_driver_refuses_gives_nothing_back(run) -> None:
+    """Hostile: a destruction the driver refuses leaves the context and its memory: the charge
+    stays, and 40 more MiB do not fit under the 64 MiB quota."""
+    out = ok(run("ctxmem", "destroy", "40M", CUDA_DEVICE_MEMORY_LIMIT="64Mi",
+                 HOOKCORE_STUB_CUDA_FAIL="cuCtxDestroy_v2=201"))
+    assert "GONE 201" in out and "AGAIN 2" in out, out  # CUDA_ERROR_INVALID_CONTEXT, then OUT_OF_MEMORY
+
+
 def test_without_a_limit_the_driver_figures_pass_through(run) -> None:
     free, total, devtotal = mem(run("meminfo", STUB_CUDA_MEMORY="8Gi"))
     assert (free, total, devtotal) == (8 << 30, 8 << 30, 8 << 30)

@@ -273,6 +273,9 @@ static void *track_worker(void *arg) {
     return (void *)(uintptr_t)bad;
 }
 
+static uint64_t g_dropped[4];
+static void dropped(int dev, uint64_t size) { g_dropped[dev] += size; }
+
 void test_track(void) {
     int d;
     uint64_t sz;
@@ -292,5 +295,18 @@ void test_track(void) {
         bad += (uintptr_t)r;
     }
     CHECK(bad == 0);
+    /* an owner that goes takes its entries of that kind, and nothing else */
+    for (uint64_t i = 0; i < 100; i++)
+        CHECK(hk_track_alloc_owned(0x7000000 + i * 512, HK_KIND_PTR, 1, 512, 0xc1) == HK_OK);
+    CHECK(hk_track_alloc_owned(0x8000000, HK_KIND_PTR, 2, 4096, 0xc2) == HK_OK); /* another context's */
+    CHECK(hk_track_alloc_owned(0x8001000, HK_KIND_VMM, 3, 8192, 0xc1) == HK_OK); /* another kind */
+    CHECK(hk_track_alloc(0x8002000, HK_KIND_PTR, 3, 1024) == HK_OK);             /* no owner */
+    CHECK(hk_track_drop_owner(0xc1, HK_KIND_PTR, dropped) == 100 && g_dropped[1] == 100 * 512);
+    CHECK(g_dropped[2] == 0 && g_dropped[3] == 0 && hk_track_drop_owner(0xc1, HK_KIND_PTR, dropped) == 0);
+    CHECK(hk_track_drop_owner(0, HK_KIND_PTR, dropped) == 0); /* 0 owns nothing */
+    CHECK(hk_track_lookup(0x7000000, HK_KIND_PTR, &d, &sz) == HK_ENOENT);
+    CHECK(hk_track_free(0x8000000, HK_KIND_PTR, &d, &sz) == HK_OK && d == 2 && sz == 4096);
+    CHECK(hk_track_free(0x8001000, HK_KIND_VMM, &d, &sz) == HK_OK && d == 3);
+    CHECK(hk_track_free(0x8002000, HK_KIND_PTR, &d, &sz) == HK_OK && sz == 1024);
     printf("ok track\n");
 }

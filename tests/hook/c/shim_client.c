@@ -18,6 +18,8 @@
  *   fork CHUNK               parent and forked child both allocate a block; "FORK ..." lines give
  *                            cuMemGetInfo's free in each before, while and after the child (which
  *                            exits holding its block) and the blocks the parent gets after it
+ *   ctxmem reset|destroy CHUNK  allocate CHUNK, let its context go (primary reset, or destroy of a
+ *                            created one), allocate CHUNK again: "GONE <rc>", "AGAIN <rc>"
  *   init                     cuInit + one cuMemAlloc + one launch: print the three CUresults
  *   launch US GRAPH SECONDS [GAP_US [stream|null [sync|ctxsync|pause:US]]]
  *                            launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
@@ -311,6 +313,8 @@ int main(int argc, char **argv) {
         cmd_arrays();
     else if (!strcmp(cmd, "pitch"))
         cmd_pitch();
+    else if (!strcmp(cmd, "ctxmem"))
+        cmd_ctxmem(argv[2], parse_size(argv[3]));
     else if (!strcmp(cmd, "resolve"))
         cmd_resolve();
     else if (!strcmp(cmd, "meminfo")) {

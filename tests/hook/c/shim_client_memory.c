@@ -1,5 +1,5 @@
 /* shim_client_memory.c - the shim client's memory commands: quota, vmm, async, arrays, pitch, grab,
- * churn, fork (shim_client.c lists them). */
+ * churn, fork, ctxmem (shim_client.c lists them). */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -215,4 +215,22 @@ void cmd_fork(size_t chunk) {
     free(p);
     printf("FORK refilled %zu\n", n);
     printf("OK fork\n");
+}
+
+/* Allocate `chunk` in a context, let the context go (`how`: reset = cuDevicePrimaryCtxReset of the
+   primary context; destroy = cuCtxDestroy of a created one), then allocate `chunk` again in the
+   primary context. Prints "GONE <rc of the reset or destroy>" and "AGAIN <rc of the second alloc>". */
+void cmd_ctxmem(const char *how, size_t chunk) {
+    CUresult (*reset)(CUdevice) = sym("cuDevicePrimaryCtxReset", V, 0);
+    CUresult (*create)(CUcontext *, unsigned, CUdevice) = sym("cuCtxCreate", V, 0);
+    CUresult (*destroy)(CUcontext) = sym("cuCtxDestroy", V, 0);
+    CUcontext primary = NULL, own = NULL;
+    CUdeviceptr p;
+    CUresult r, gone;
+    if (!strcmp(how, "destroy") && create(&own, 0, 0) != CUDA_SUCCESS) fail("create");
+    if ((r = cuMemAlloc_(&p, chunk)) != CUDA_SUCCESS) fail("first alloc = %d", r);
+    gone = !strcmp(how, "reset") ? reset(0) : destroy(own);
+    printf("GONE %d\n", gone);
+    if (cuPrimaryRetain_(&primary, 0) != CUDA_SUCCESS || cuCtxSetCurrent_(primary) != CUDA_SUCCESS) fail("primary");
+    printf("AGAIN %d\n", cuMemAlloc_(&p, chunk));
 }
