@@ -63,31 +63,41 @@ int hk_hip_ordinal_of_key(const char *uuid) {
     return -1;
 }
 
-int hk_hip_admit(int dev, uint64_t charge, int *ldev, int *skip) {
+int hk_hip_admit(int *dev, uint64_t charge, int *ldev, int *skip) {
     *skip = 0;
     int st = hk_preload_ready();
     if (HK_UNLIKELY(st == HK_STATE_FAILCLOSED)) return HK_EFAILCLOSED;
-    if (st == HK_STATE_DORMANT || (dev < 0 && hk_hip_current(&dev) != 0)) {
+    if (st == HK_STATE_DORMANT || (*dev < 0 && hk_hip_current(dev) != 0)) {
         *skip = 1;
         return HK_OK;
     }
-    *ldev = hk_hip_ldev(dev);
+    *ldev = hk_hip_ldev(*dev);
     if (*ldev < 0) return HK_ENOMEM; /* a device outside the claim has no quota */
     return hk_mem_reserve(*ldev, charge);
 }
 
-int hk_hip_remember(uint64_t key, uint32_t kind, int ldev, uint64_t charge) {
-    int rc = hk_track_alloc(key, kind, ldev, charge);
+/* An allocation's owner in the tracking table: its device ordinal + 1 (0 is "nothing"). */
+static uint64_t owner_of(int dev) { return dev >= 0 ? (uint64_t)dev + 1 : 0; }
+
+int hk_hip_remember(uint64_t key, uint32_t kind, int dev, int ldev, uint64_t charge) {
+    int rc = hk_track_alloc_owned(key, kind, ldev, charge, owner_of(dev));
     if (HK_LIKELY(rc == HK_OK)) return 0;
     if (rc == HK_EEXIST) {
         /* freed through a path we do not see: drop the stale charge and take the new one */
         int odev;
         uint64_t osize;
         if (hk_track_free(key, kind, &odev, &osize) == HK_OK) hk_mem_release(odev, osize);
-        if (hk_track_alloc(key, kind, ldev, charge) == HK_OK) return 0;
+        if (hk_track_alloc_owned(key, kind, ldev, charge, owner_of(dev)) == HK_OK) return 0;
     }
     hk_mem_release(ldev, charge);
     return 1;
+}
+
+static void give_back(int ldev, uint64_t size) { hk_mem_release(ldev, size); }
+
+void hk_hip_device_reset(int dev) {
+    hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_PTR, give_back);
+    hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_ARRAY, give_back);
 }
 
 void hk_hip_forget(uint64_t key, uint32_t kind) {

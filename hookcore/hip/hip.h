@@ -117,15 +117,21 @@ int hk_hip_current(int *dev);
 /* hk_shim.ordinal_of_uuid: the device whose key is `uuid`, or -1. */
 int hk_hip_ordinal_of_key(const char *uuid);
 
-/* Reserve `charge` on device `dev`'s ledger index (dev < 0: the current device). HK_OK with *ldev
-   set; HK_ENOMEM (over quota or a device outside the claim); HK_EFAILCLOSED; *skip = 1 when
-   nothing is to be charged (dormant, or no device: the real call then reports that itself). */
-int hk_hip_admit(int dev, uint64_t charge, int *ldev, int *skip);
+/* Reserve `charge` on device *dev's ledger index (*dev < 0: the current device, whose ordinal is
+   then written to *dev). HK_OK with *ldev set; HK_ENOMEM (over quota or a device outside the
+   claim); HK_EFAILCLOSED; *skip = 1 when nothing is to be charged (dormant, or no device: the
+   real call then reports that itself). */
+int hk_hip_admit(int *dev, uint64_t charge, int *ldev, int *skip);
 
-/* Remember / forget a charged allocation (key = pointer, array or handle). remember() nonzero:
-   the tracking table is full, the charge was released and the caller undoes the allocation. */
-int hk_hip_remember(uint64_t key, uint32_t kind, int ldev, uint64_t charge);
+/* Remember / forget a charged allocation (key = pointer or array) made on device ordinal `dev`,
+   which it dies with (hipDeviceReset). remember() nonzero: the tracking table is full, the charge
+   was released and the caller undoes the allocation. */
+int hk_hip_remember(uint64_t key, uint32_t kind, int dev, int ldev, uint64_t charge);
 void hk_hip_forget(uint64_t key, uint32_t kind);
+
+/* Device ordinal `dev` was reset (hipDeviceReset answered hipSuccess): the pointers and arrays
+   allocated on it went with it, and so do their charges. */
+void hk_hip_device_reset(int dev);
 
 /* The claim's view of device `dev`'s memory (dev < 0: the current one), given the runtime's. */
 void hk_hip_meminfo(int dev, size_t *free_b, size_t *total_b);
@@ -143,25 +149,25 @@ static inline uint64_t hk_hip_charge(uint64_t size) {
 /* The body of a plain allocation interposer (`size` and `out` in scope): reserve the charge on the
    current device, run the real call nested, give the charge back if it failed, else remember it.
    Over quota: hipErrorOutOfMemory, the runtime's own out-of-memory code. */
-#define HK_HIP_ALLOC(real_fn, out, call, undo)                                                    \
-    do {                                                                                          \
-        HK_HIP_REAL(real_fn);                                                                     \
-        if (hk_hip_nested() || !(out) || size == 0) return HK_HIP_NESTED(call);                   \
-        uint64_t charge_ = hk_hip_charge(size);                                                   \
-        int ldev_, skip_;                                                                         \
-        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                      \
-        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized; \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                      \
-        if (skip_) return r_;                                                                     \
-        if (r_ != hipSuccess) {                                                                   \
-            hk_mem_release(ldev_, charge_);                                                       \
-            return r_;                                                                            \
-        }                                                                                         \
-        if (hk_hip_remember((uint64_t)(uintptr_t)*(out), HK_KIND_HIP_PTR, ldev_, charge_)) {      \
-            (void)HK_HIP_NESTED(undo);                                                            \
-            return hipErrorOutOfMemory;                                                           \
-        }                                                                                         \
-        return hipSuccess;                                                                        \
+#define HK_HIP_ALLOC(real_fn, out, call, undo)                                                     \
+    do {                                                                                           \
+        HK_HIP_REAL(real_fn);                                                                      \
+        if (hk_hip_nested() || !(out) || size == 0) return HK_HIP_NESTED(call);                    \
+        uint64_t charge_ = hk_hip_charge(size);                                                    \
+        int dev_ = -1, ldev_, skip_;                                                               \
+        int rc_ = hk_hip_admit(&dev_, charge_, &ldev_, &skip_);                                    \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;  \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                       \
+        if (skip_) return r_;                                                                      \
+        if (r_ != hipSuccess) {                                                                    \
+            hk_mem_release(ldev_, charge_);                                                        \
+            return r_;                                                                             \
+        }                                                                                          \
+        if (hk_hip_remember((uint64_t)(uintptr_t)*(out), HK_KIND_HIP_PTR, dev_, ldev_, charge_)) { \
+            (void)HK_HIP_NESTED(undo);                                                             \
+            return hipErrorOutOfMemory;                                                            \
+        }                                                                                          \
+        return hipSuccess;                                                                         \
     } while (0)
 
 /* ---------------------------------------------------------------------------

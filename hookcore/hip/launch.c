@@ -159,9 +159,9 @@ HK_EXPORT hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g) {
 }
 
 /* ---------------------------------------------------------------------------
- * A device reset takes the process's streams and events on the current device (its primary
- * context): the meter is told around it (core/meter.h), so it charges the work in flight while
- * its events live and never touches one of them again.
+ * A device reset takes the process's streams, events and memory on the current device (its
+ * primary context): the meter is told around it (core/meter.h), so it charges the work in flight
+ * while its events live and never touches one of them again; the memory's charges go back.
  * ------------------------------------------------------------------------- */
 HK_EXPORT hipError_t hipDeviceReset(void) {
     HK_HIP_REAL(hk_hip.hipDeviceReset);
@@ -171,5 +171,6 @@ HK_EXPORT hipError_t hipDeviceReset(void) {
     unsigned token = hk_meter_context_going(ctx);
     hipError_t r = HK_HIP_NESTED(hk_hip.hipDeviceReset());
     hk_meter_context_gone(token, r == hipSuccess);
+    if (r == hipSuccess && ctx != HK_METER_ANY_CONTEXT) hk_hip_device_reset(dev); /* its memory went too */
     return r;
 }

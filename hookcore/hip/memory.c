@@ -57,24 +57,24 @@ static int settle(int ldev, uint64_t reserved, uint64_t actual) {
 
 /* The body of a pitched/array allocation: `bound` reserved, `actual` (an expression read after
    the call) settled, the result remembered under `key`/`kind`. */
-#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                                   \
-    do {                                                                                              \
-        uint64_t charge_ = (bound);                                                                   \
-        int ldev_, skip_;                                                                             \
-        int rc_ = hk_hip_admit(-1, charge_, &ldev_, &skip_);                                          \
-        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;     \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                          \
-        if (skip_) return r_;                                                                         \
-        if (r_ != hipSuccess) {                                                                       \
-            hk_mem_release(ldev_, charge_);                                                           \
-            return r_;                                                                                \
-        }                                                                                             \
-        uint64_t actual_ = (actual);                                                                  \
-        if (settle(ldev_, charge_, actual_) != 0 || hk_hip_remember((key), (kind), ldev_, actual_)) { \
-            (void)HK_HIP_NESTED(undo);                                                                \
-            return hipErrorOutOfMemory;                                                               \
-        }                                                                                             \
-        return hipSuccess;                                                                            \
+#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                                         \
+    do {                                                                                                    \
+        uint64_t charge_ = (bound);                                                                         \
+        int dev_ = -1, ldev_, skip_;                                                                        \
+        int rc_ = hk_hip_admit(&dev_, charge_, &ldev_, &skip_);                                             \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;           \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                                \
+        if (skip_) return r_;                                                                               \
+        if (r_ != hipSuccess) {                                                                             \
+            hk_mem_release(ldev_, charge_);                                                                 \
+            return r_;                                                                                      \
+        }                                                                                                   \
+        uint64_t actual_ = (actual);                                                                        \
+        if (settle(ldev_, charge_, actual_) != 0 || hk_hip_remember((key), (kind), dev_, ldev_, actual_)) { \
+            (void)HK_HIP_NESTED(undo);                                                                      \
+            return hipErrorOutOfMemory;                                                                     \
+        }                                                                                                   \
+        return hipSuccess;                                                                                  \
     } while (0)
 
 #define PITCH_BOUND(w, rows) hk_hip_charge(hk_hip_round((uint64_t)(w), 512) * (rows))

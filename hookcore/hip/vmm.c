@@ -64,8 +64,8 @@ HK_EXPORT hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t siz
     if (hk_hip_nested() || !h || !prop || size == 0 || prop->location.type != hipMemLocationTypeDevice)
         return HK_HIP_NESTED(hk_hip.hipMemCreate(h, size, prop, flags)); /* host memory or invalid: not charged */
     uint64_t charge = hk_hip_charge(size);
-    int ldev, skip;
-    int rc = hk_hip_admit(prop->location.id, charge, &ldev, &skip);
+    int dev = prop->location.id, ldev, skip;
+    int rc = hk_hip_admit(&dev, charge, &ldev, &skip);
     if (rc != HK_OK) return rc == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;
     hipError_t r = HK_HIP_NESTED(hk_hip.hipMemCreate(h, size, prop, flags));
     if (skip) return r;

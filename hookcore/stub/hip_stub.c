@@ -33,7 +33,9 @@
  * hip_stub_engine.c.
  *
  * Reset: hipDeviceReset waits for the calling thread's device, then takes every stream and event made
- * on it: each later call on one returns hipErrorContextIsDestroyed (the null stream lives on).
+ * on it: each later call on one returns hipErrorContextIsDestroyed (the null stream lives on). Its
+ * pointers and arrays go too (their memory is free again; freeing one later is hipErrorInvalidValue);
+ * physical memory (hipMemCreate) stays.
  *
  * Test-only extras (not HIP API): stubHipUsedBytes(dev), stubHipLaunchCount(), stubHipCopyCount(),
  * stubHipDeadEventCalls() (calls on an event a reset took).

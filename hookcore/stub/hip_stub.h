@@ -76,6 +76,7 @@ typedef struct hip_event {
 typedef struct hip_engine {
     int64_t busy_until_ns;
     uint64_t used;
+    uint64_t resettable; /* of `used`: pointers and arrays of this generation (a reset frees them) */
     hip_stream null_stream;
     _Atomic unsigned gen; /* hipDeviceReset: streams and events of an older generation are gone */
 } hip_engine;

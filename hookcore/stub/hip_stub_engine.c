@@ -77,7 +77,8 @@ HIP_API hipError_t hipDeviceSynchronize(void) {
     return hipSuccess;
 }
 
-/* The calling thread's device: its work done first, then every stream and event made on it gone. */
+/* The calling thread's device: its work done first, then every stream, event, pointer and array made
+   on it gone. */
 HIP_API hipError_t hipDeviceReset(void) {
     hipError_t r = hipDeviceSynchronize();
     if (r != hipSuccess) return r;
@@ -85,6 +86,8 @@ HIP_API hipError_t hipDeviceReset(void) {
     pthread_mutex_lock(&g_lock);
     hk_atomic_add_acq_rel(&g_dev[d].gen, 1);
     g_dev[d].null_stream.capturing = 0;
+    g_dev[d].used -= g_dev[d].resettable; /* its pointers and arrays */
+    g_dev[d].resettable = 0;
     pthread_mutex_unlock(&g_lock);
     return hipSuccess;
 }

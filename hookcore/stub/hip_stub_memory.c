@@ -18,6 +18,7 @@ typedef struct hip_block {
     uint64_t size;
     int dev, kind;
     int refs, maps; /* K_PHYS only */
+    unsigned gen;   /* K_PTR, K_ARRAY: its device's generation (a hipDeviceReset frees the older) */
 } hip_block;
 
 #define MAX_MAPS 1024
@@ -39,12 +40,14 @@ static hipError_t block_new(int dev, uint64_t size, int kind, hip_block **out) {
     pthread_mutex_lock(&g_lock);
     int fits = size <= cap && g_dev[dev].used <= cap - size;
     if (fits) g_dev[dev].used += size;
+    if (fits && kind != K_PHYS) g_dev[dev].resettable += size;
+    unsigned gen = hk_atomic_load_acquire(&g_dev[dev].gen);
     pthread_mutex_unlock(&g_lock);
     if (!fits) {
         free(b);
         return hipErrorOutOfMemory;
     }
-    *b = (hip_block){BLOCK_MAGIC, size, dev, kind, kind == K_PHYS, 0};
+    *b = (hip_block){BLOCK_MAGIC, size, dev, kind, kind == K_PHYS, 0, gen};
     *out = b;
     return hipSuccess;
 }
@@ -53,13 +56,17 @@ static void block_free(hip_block *b) {
     b->magic = 0;
     pthread_mutex_lock(&g_lock);
     g_dev[b->dev].used -= b->size;
+    if (b->kind != K_PHYS) g_dev[b->dev].resettable -= b->size;
     pthread_mutex_unlock(&g_lock);
     free(b);
 }
 
+/* The live block `p` of `kind`, or NULL: not one, or a pointer or array its device's reset freed
+   (that block stays allocated on the host, so its address is never handed out again). */
 static hip_block *block_of(void *p, int kind) {
     hip_block *b = p;
-    return b && b->magic == BLOCK_MAGIC && b->kind == kind ? b : NULL;
+    if (!b || b->magic != BLOCK_MAGIC || b->kind != kind) return NULL;
+    return kind == K_PHYS || b->gen == hk_atomic_load_acquire(&g_dev[b->dev].gen) ? b : NULL;
 }
 
 static hipError_t alloc_ptr(void **p, uint64_t size) {

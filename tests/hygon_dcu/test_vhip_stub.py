@@ -27,7 +27,7 @@ from tests.limiter_books import Run, assert_held, ran, virtual_preload
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "hookcore" / "build"
 GiB, MiB = 1 << 30, 1 << 20
-OOM, FAILCLOSED = 2, 3
+INVALID, OOM, FAILCLOSED = 1, 2, 3
 DEVICES = ";".join([
     "pci=0000:c1:00.0,memory=8Gi,name=K100_AI",
     "pci=0000:c2:00.0,memory=8Gi,name=K100_AI",
@@ -102,6 +102,26 @@ def test_every_allocation_path_is_held_to_the_quota(run, api: str) -> None:
     before, after = lines(out, "INFO")
     assert before == [0, 2 * GiB, 0]  # free 0 of a 2 GiB total: what the claim sees, not the device's 8 GiB
     assert lines(out, "FREE") == [[0, 0]] and after == [2 * GiB, 2 * GiB, 0]
+
+
+@pytest.mark.parametrize("api", ["malloc", "pitch", "managed", "array"])
+def test_memory_a_device_reset_took_is_given_back(run, api: str) -> None:
+    """hipDeviceReset frees every pointer and array the process made on the device: 40 MiB fit again
+    under a 64 MiB quota (the charge used to stay until the process exited, and this was refused).
+    Freeing the old pointer afterwards fails in the runtime and gives nothing back a second time:
+    a third 40 MiB is refused."""
+    out = ok(run("resetmem", "-a", api, str(40 * MiB), HOOKCORE_MEMORY_LIMIT_0="64Mi"))
+    assert lines(out, "GONE") == [[0]] and lines(out, "AGAIN") == [[0]], out
+    assert lines(out, "STALE") == [[INVALID]] and lines(out, "THIRD") == [[OOM]], out
+
+
+def test_a_reset_of_another_device_gives_nothing_back(run) -> None:
+    """Hostile: a reset of device 1 (the claim's too) frees nothing on device 0: its 40 MiB stay
+    charged, 40 more do not fit there, and only freeing the first makes room."""
+    keys = {"HOOKCORE_DEVICE_UUID_0": "pci-0000:c1:00.0", "HOOKCORE_MEMORY_LIMIT_0": "64Mi",
+            "HOOKCORE_DEVICE_UUID_1": "pci-0000:c2:00.0", "HOOKCORE_MEMORY_LIMIT_1": "64Mi"}
+    out = ok(run("resetmem", "-d", "0", "-r", "1", str(40 * MiB), **keys))
+    assert [lines(out, tag) for tag in ("GONE", "AGAIN", "STALE", "THIRD")] == [[[0]], [[OOM]], [[0]], [[0]]], out
 
 
 def test_refused_before_the_runtime_allocates(tmp_path: Path) -> None:

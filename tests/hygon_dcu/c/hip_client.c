@@ -21,6 +21,10 @@
  *                                      takes US microseconds on the stub; reset: kernel, and halfway
  *                                      through hipDeviceReset (work still queued) and a new stream,
  *                                      then "DEAD <calls on events the reset took>" (the stub's count)
+ *   resetmem [-d DEV] [-a API] [-r RDEV] SIZE
+ *                                      allocate SIZE on DEV through API, reset device RDEV (default DEV):
+ *                                      "GONE <rc>"; on DEV allocate SIZE again: "AGAIN <rc>", free the
+ *                                      first: "STALE <rc>", allocate SIZE a third time: "THIRD <rc>"
  *   capture                            a launch during a stream capture: "CAPTURE <rc begin> <rc launch>
  *                                      <rc end> <graph>"
  *   vmm SIZE                           create SIZE on device 0, map it, release the handle (still mapped):
@@ -206,6 +210,30 @@ static int cmd_alloc(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_resetmem(int argc, char **argv) {
+    int dev = device(&argc, &argv), rdev = dev;
+    const char *api = "malloc";
+    for (; argc >= 3 && argv[0][0] == '-'; argc -= 2, argv += 2) {
+        if (!strcmp(argv[0], "-a")) api = argv[1];
+        if (!strcmp(argv[0], "-r")) rdev = atoi(argv[1]);
+    }
+    if (argc != 1) return 2;
+    size_t size = strtoull(argv[0], NULL, 10);
+    void *first = NULL, *again = NULL, *third = NULL;
+    int r = alloc_one(api, dev, size, &first);
+    if (r) {
+        printf("FIRST %d\n", r);
+        return 1;
+    }
+    hipSetDevice(rdev);
+    printf("GONE %d\n", hipDeviceReset());
+    hipSetDevice(dev);
+    printf("AGAIN %d\n", alloc_one(api, dev, size, &again));
+    printf("STALE %d\n", free_one(api, first));
+    printf("THIRD %d\n", alloc_one(api, dev, size, &third));
+    return 0;
+}
+
 static void *graph_of(unsigned us, void *s) {
     void *g = NULL, *exec = NULL;
     dim3 one = {1, 1, 1};
@@ -387,6 +415,7 @@ int main(int argc, char **argv) {
         printf("PCI %s\n", bus);
         return 0;
     }
+    if (!strcmp(cmd, "resetmem")) return cmd_resetmem(argc, argv);
     if (!strcmp(cmd, "rate") && argc == 3) return cmd_rate(argv[0], (unsigned)atoi(argv[1]), atof(argv[2]));
     if (!strcmp(cmd, "capture")) {
         hipSetDevice(0);
