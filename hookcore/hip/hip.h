@@ -146,30 +146,6 @@ static inline uint64_t hk_hip_charge(uint64_t size) {
 #define HK_KIND_HIP_PTR   HK_KIND_PTR   /* hipMalloc*, managed, pitched, 3D, stream-ordered */
 #define HK_KIND_HIP_ARRAY HK_KIND_ARRAY /* hipMallocArray, hipMalloc3DArray */
 
-/* The body of a plain allocation interposer (`size` and `out` in scope): reserve the charge on the
-   current device, run the real call nested, give the charge back if it failed, else remember it.
-   Over quota: hipErrorOutOfMemory, the runtime's own out-of-memory code. */
-#define HK_HIP_ALLOC(real_fn, out, call, undo)                                                     \
-    do {                                                                                           \
-        HK_HIP_REAL(real_fn);                                                                      \
-        if (hk_hip_nested() || !(out) || size == 0) return HK_HIP_NESTED(call);                    \
-        uint64_t charge_ = hk_hip_charge(size);                                                    \
-        int dev_ = -1, ldev_, skip_;                                                               \
-        int rc_ = hk_hip_admit(&dev_, charge_, &ldev_, &skip_);                                    \
-        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;  \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                       \
-        if (skip_) return r_;                                                                      \
-        if (r_ != hipSuccess) {                                                                    \
-            hk_mem_release(ldev_, charge_);                                                        \
-            return r_;                                                                             \
-        }                                                                                          \
-        if (hk_hip_remember((uint64_t)(uintptr_t)*(out), HK_KIND_HIP_PTR, dev_, ldev_, charge_)) { \
-            (void)HK_HIP_NESTED(undo);                                                             \
-            return hipErrorOutOfMemory;                                                            \
-        }                                                                                          \
-        return hipSuccess;                                                                         \
-    } while (0)
-
 /* ---------------------------------------------------------------------------
  * Compute (launch.c): the meter's operations in HIP terms
  * ------------------------------------------------------------------------- */

@@ -17,6 +17,55 @@
 #endif
 #include "hip.h"
 
+/* ---------------------------------------------------------------------------
+ * The bodies: reserve the charge on the device before the runtime allocates, run the real call
+ * nested, give the charge back if it failed, else remember it (with its device, which a reset
+ * takes it with). Over quota: hipErrorOutOfMemory, the runtime's own out-of-memory code.
+ * ------------------------------------------------------------------------- */
+
+/* After a successful allocation charged `reserved` on `ldev`: settle on `actual`. 0, or -1 when
+   the actual charge does not fit (everything given back; the caller frees and refuses). */
+static int settle(int ldev, uint64_t reserved, uint64_t actual) {
+    if (actual <= reserved) {
+        hk_mem_release(ldev, reserved - actual);
+        return 0;
+    }
+    if (hk_mem_reserve(ldev, actual - reserved) == HK_OK) return 0;
+    hk_mem_release(ldev, reserved);
+    return -1;
+}
+
+/* A pitched/array allocation, whose size is the runtime's choice: `bound` reserved, `actual` (an
+   expression read after the call) settled, the result remembered under `key`/`kind`. */
+#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                                         \
+    do {                                                                                                    \
+        uint64_t charge_ = (bound);                                                                         \
+        int dev_ = -1, ldev_, skip_;                                                                        \
+        int rc_ = hk_hip_admit(&dev_, charge_, &ldev_, &skip_);                                             \
+        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;           \
+        hipError_t r_ = HK_HIP_NESTED(call);                                                                \
+        if (skip_) return r_;                                                                               \
+        if (r_ != hipSuccess) {                                                                             \
+            hk_mem_release(ldev_, charge_);                                                                 \
+            return r_;                                                                                      \
+        }                                                                                                   \
+        uint64_t actual_ = (actual);                                                                        \
+        if (settle(ldev_, charge_, actual_) != 0 || hk_hip_remember((key), (kind), dev_, ldev_, actual_)) { \
+            (void)HK_HIP_NESTED(undo);                                                                      \
+            return hipErrorOutOfMemory;                                                                     \
+        }                                                                                                   \
+        return hipSuccess;                                                                                  \
+    } while (0)
+
+/* A plain allocation of `size` (in scope) into *`out`: charged its rounded size. */
+#define HK_HIP_ALLOC(real_fn, out, call, undo)                                                             \
+    do {                                                                                                   \
+        HK_HIP_REAL(real_fn);                                                                              \
+        if (hk_hip_nested() || !(out) || size == 0) return HK_HIP_NESTED(call);                            \
+        HK_HIP_SIZED(real_fn, hk_hip_charge(size), call, hk_hip_charge(size), (uint64_t)(uintptr_t)*(out), \
+                     HK_KIND_HIP_PTR, undo);                                                               \
+    } while (0)
+
 HK_EXPORT hipError_t hipMalloc(void **p, size_t size) {
     HK_HIP_ALLOC(hk_hip.hipMalloc, p, hk_hip.hipMalloc(p, size), hk_hip.hipFree(*p));
 }
@@ -39,43 +88,8 @@ HK_EXPORT hipError_t hipMallocFromPoolAsync(void **p, size_t size, hipMemPool_t 
 }
 
 /* ---------------------------------------------------------------------------
- * Pitched and array memory: the size is the runtime's choice, so an upper bound is reserved
- * first and then settled on what the runtime returned.
+ * Pitched and array memory: the size is the runtime's choice.
  * ------------------------------------------------------------------------- */
-
-/* After a successful allocation charged `reserved` on `ldev`: settle on `actual`. 0, or -1 when
-   the actual charge does not fit (everything given back; the caller frees and refuses). */
-static int settle(int ldev, uint64_t reserved, uint64_t actual) {
-    if (actual <= reserved) {
-        hk_mem_release(ldev, reserved - actual);
-        return 0;
-    }
-    if (hk_mem_reserve(ldev, actual - reserved) == HK_OK) return 0;
-    hk_mem_release(ldev, reserved);
-    return -1;
-}
-
-/* The body of a pitched/array allocation: `bound` reserved, `actual` (an expression read after
-   the call) settled, the result remembered under `key`/`kind`. */
-#define HK_HIP_SIZED(real_fn, bound, call, actual, key, kind, undo)                                         \
-    do {                                                                                                    \
-        uint64_t charge_ = (bound);                                                                         \
-        int dev_ = -1, ldev_, skip_;                                                                        \
-        int rc_ = hk_hip_admit(&dev_, charge_, &ldev_, &skip_);                                             \
-        if (rc_ != HK_OK) return rc_ == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;           \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                                \
-        if (skip_) return r_;                                                                               \
-        if (r_ != hipSuccess) {                                                                             \
-            hk_mem_release(ldev_, charge_);                                                                 \
-            return r_;                                                                                      \
-        }                                                                                                   \
-        uint64_t actual_ = (actual);                                                                        \
-        if (settle(ldev_, charge_, actual_) != 0 || hk_hip_remember((key), (kind), dev_, ldev_, actual_)) { \
-            (void)HK_HIP_NESTED(undo);                                                                      \
-            return hipErrorOutOfMemory;                                                                     \
-        }                                                                                                   \
-        return hipSuccess;                                                                                  \
-    } while (0)
 
 #define PITCH_BOUND(w, rows) hk_hip_charge(hk_hip_round((uint64_t)(w), 512) * (rows))
 
