@@ -43,9 +43,11 @@ CUresult hk_alloc_called(hk_alloc *a, CUresult r) {
     return r;
 }
 
-/* Device pointers die with the context they were allocated in; other kinds are not followed. */
+/* Device pointers and arrays die with the context they were made in; other kinds (pools, VMM
+   handles, graph memory) are not followed. */
 static int track(const hk_alloc *a, uint64_t key, uint32_t kind) {
-    return hk_track_alloc_owned(key, kind, a->dev, a->charge, kind == HK_KIND_PTR ? a->ctx : 0);
+    int owned = kind == HK_KIND_PTR || kind == HK_KIND_ARRAY;
+    return hk_track_alloc_owned(key, kind, a->dev, a->charge, owned ? a->ctx : 0);
 }
 
 int hk_alloc_keep(const hk_alloc *a, uint64_t key, uint32_t kind) {
@@ -65,7 +67,9 @@ int hk_alloc_keep(const hk_alloc *a, uint64_t key, uint32_t kind) {
 static void give_back(int dev, uint64_t size) { hk_mem_release(dev, size); }
 
 void hk_alloc_context_gone(void *ctx) {
-    if (ctx) hk_track_drop_owner((uint64_t)(uintptr_t)ctx, HK_KIND_PTR, give_back);
+    if (!ctx) return;
+    hk_track_drop_owner((uint64_t)(uintptr_t)ctx, HK_KIND_PTR, give_back);
+    hk_track_drop_owner((uint64_t)(uintptr_t)ctx, HK_KIND_ARRAY, give_back);
 }
 
 void hk_alloc_forget(uint64_t key, uint32_t kind) {

@@ -180,8 +180,8 @@ static CUresult take(int dev, size_t size, unsigned long long *key_out, int is_h
 CUresult stub_take(int dev, size_t size, unsigned long long *key_out, int is_handle) {
     return take(dev, size, key_out, is_handle, NULL);
 }
-CUresult stub_take_in_context(int dev, size_t size, unsigned long long *key_out) {
-    return take(dev, size, key_out, 0, stub_cur_ctx());
+CUresult stub_take_in_context(int dev, size_t size, unsigned long long *key_out, int is_handle) {
+    return take(dev, size, key_out, is_handle, stub_cur_ctx());
 }
 
 void stub_context_memory_gone(CUcontext ctx) {

@@ -76,10 +76,11 @@ void stub_sleep_until(int64_t t_ns) STUB_HIDDEN;
 /* Take `size` bytes (rounded up to 512) on device `dev`: a fake address, or a handle when
    `is_handle`, into *key_out; CUDA_ERROR_OUT_OF_MEMORY when the device is full. */
 CUresult stub_take(int dev, size_t size, unsigned long long *key_out, int is_handle) STUB_HIDDEN;
-/* The same for a device pointer that dies with the calling thread's current context (cuMemAlloc,
-   pitch, managed): a destroyed context, or a primary context released or reset, gives it back. */
-CUresult stub_take_in_context(int dev, size_t size, unsigned long long *key_out) STUB_HIDDEN;
-/* Context `ctx` went: give back the device pointers taken in it. */
+/* The same for a device pointer or array that dies with the calling thread's current context
+   (cuMemAlloc, pitch, managed; arrays): a destroyed context, or a primary context released or
+   reset, gives it back. */
+CUresult stub_take_in_context(int dev, size_t size, unsigned long long *key_out, int is_handle) STUB_HIDDEN;
+/* Context `ctx` went: give back the device pointers and arrays taken in it. */
 void stub_context_memory_gone(CUcontext ctx) STUB_HIDDEN;
 /* Give back what `key` took (CUDA_ERROR_INVALID_VALUE when it took nothing). */
 CUresult stub_give(unsigned long long key) STUB_HIDDEN;

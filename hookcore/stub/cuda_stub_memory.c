@@ -23,7 +23,7 @@ STUB_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
     NEED_INIT();
     NEED_CTX(d);
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return stub_take_in_context(d, size, dptr);
+    return stub_take_in_context(d, size, dptr, 0);
 }
 
 /* The CUDA 3.1 ABI (32-bit sizes): a caller asking cuGetProcAddress for version < 3020 gets it. */
@@ -41,7 +41,7 @@ STUB_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t wi
     NEED_CTX(d);
     if (!dptr || !pitch || (elem != 4 && elem != 8 && elem != 16)) return CUDA_ERROR_INVALID_VALUE;
     size_t p = (width + 511) & ~(size_t)511;
-    CUresult r = stub_take_in_context(d, p * height, dptr);
+    CUresult r = stub_take_in_context(d, p * height, dptr, 0);
     if (r == CUDA_SUCCESS) *pitch = p;
     return r;
 }
@@ -51,7 +51,7 @@ STUB_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int
     NEED_INIT();
     NEED_CTX(d);
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-    return stub_take_in_context(d, size, dptr);
+    return stub_take_in_context(d, size, dptr, 0);
 }
 
 STUB_API CUresult cuMemFree_v2(CUdeviceptr p) {
@@ -290,7 +290,7 @@ STUB_API CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *d)
     if (!arr || !d) return CUDA_ERROR_INVALID_VALUE;
     size_t bytes = d->Width * (d->Height ? d->Height : 1) * d->NumChannels * format_bytes(d->Format);
     unsigned long long h;
-    CUresult r = stub_take(dev, bytes, &h, 1);
+    CUresult r = stub_take_in_context(dev, bytes, &h, 1);
     if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
     return r;
 }
@@ -302,7 +302,7 @@ STUB_API CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR
     size_t bytes =
         d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels * format_bytes(d->Format);
     unsigned long long h;
-    CUresult r = stub_take(dev, bytes, &h, 1);
+    CUresult r = stub_take_in_context(dev, bytes, &h, 1);
     if (r == CUDA_SUCCESS) *arr = (CUarray)(uintptr_t)h;
     return r;
 }
@@ -320,7 +320,7 @@ STUB_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY
         d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * d->NumChannels * format_bytes(d->Format);
     bytes = bytes * 4 / 3 + 1;
     unsigned long long h;
-    CUresult r = stub_take(dev, bytes, &h, 1);
+    CUresult r = stub_take_in_context(dev, bytes, &h, 1);
     if (r == CUDA_SUCCESS) *arr = (CUmipmappedArray)(uintptr_t)h;
     return r;
 }

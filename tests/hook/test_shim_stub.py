@@ -99,12 +99,14 @@ def test_other_allocation_paths(run, path: str, expect: list[str]) -> None:
         assert line in out
 
 
+@pytest.mark.parametrize("what", ["pointer", "array"])
 @pytest.mark.parametrize("how", ["reset", "destroy"])
-def test_memory_a_context_took_with_it_is_given_back(run, how: str) -> None:
+def test_memory_a_context_took_with_it_is_given_back(run, how: str, what: str) -> None:
     """40 MiB allocated in a context that then goes (a primary context reset: cudaDeviceReset; a
     created context destroyed: Numba's cuda.close()) went with it: 40 MiB fit again under a 64 MiB
-    quota (the charge used to stay until the process exited, and this allocation was refused)."""
-    out = ok(run("ctxmem", how, "40M", CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
+    quota (the charge used to stay until the process exited, and this allocation was refused). The
+    same for a CUDA array, which dies with its context too."""
+    out = ok(run("ctxmem", how, "40M", what, CUDA_DEVICE_MEMORY_LIMIT="64Mi"))
     assert "GONE 0" in out and "AGAIN 0" in out, out
 
 

@@ -18,8 +18,10 @@
  *   fork CHUNK               parent and forked child both allocate a block; "FORK ..." lines give
  *                            cuMemGetInfo's free in each before, while and after the child (which
  *                            exits holding its block) and the blocks the parent gets after it
- *   ctxmem reset|destroy CHUNK  allocate CHUNK, let its context go (primary reset, or destroy of a
- *                            created one), allocate CHUNK again: "GONE <rc>", "AGAIN <rc>"
+ *   ctxmem reset|destroy CHUNK [array]
+ *                            allocate CHUNK (a device pointer, or a 2D array), let its context go
+ *                            (primary reset, or destroy of a created one), allocate CHUNK again:
+ *                            "GONE <rc>", "AGAIN <rc>"
  *   init                     cuInit + one cuMemAlloc + one launch: print the three CUresults
  *   launch US GRAPH SECONDS [GAP_US [stream|null [sync|ctxsync|pause:US]]]
  *                            launch US-microsecond stub kernels (or graphs) for SECONDS, 10 between
@@ -314,7 +316,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "pitch"))
         cmd_pitch();
     else if (!strcmp(cmd, "ctxmem"))
-        cmd_ctxmem(argv[2], parse_size(argv[3]));
+        cmd_ctxmem(argv[2], parse_size(argv[3]), argc > 4 && !strcmp(argv[4], "array"));
     else if (!strcmp(cmd, "resolve"))
         cmd_resolve();
     else if (!strcmp(cmd, "meminfo")) {

@@ -45,7 +45,7 @@ void cmd_pitch(void);
 void cmd_grab(size_t chunk);
 void cmd_churn(size_t chunk, size_t n);
 void cmd_fork(size_t chunk);
-void cmd_ctxmem(const char *how, size_t chunk);
+void cmd_ctxmem(const char *how, size_t chunk, int array);
 
 /* shim_client_work.c */
 void cmd_copy(const char *what, size_t bytes, double seconds, int ptds);

@@ -220,17 +220,29 @@ void cmd_fork(size_t chunk) {
 /* Allocate `chunk` in a context, let the context go (`how`: reset = cuDevicePrimaryCtxReset of the
    primary context; destroy = cuCtxDestroy of a created one), then allocate `chunk` again in the
    primary context. Prints "GONE <rc of the reset or destroy>" and "AGAIN <rc of the second alloc>". */
-void cmd_ctxmem(const char *how, size_t chunk) {
+/* CHUNK bytes as a device pointer, or (`array`) as a 2D array of 4096-byte rows of u8. */
+static CUresult ctxmem_take(int array, size_t chunk) {
+    static CUresult (*ac)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+    if (!array) {
+        CUdeviceptr p;
+        return cuMemAlloc_(&p, chunk);
+    }
+    if (!ac) ac = sym("cuArrayCreate", V, 0);
+    CUDA_ARRAY_DESCRIPTOR d = {4096, chunk / 4096, 0x01 /* u8 */, 1};
+    CUarray a;
+    return ac(&a, &d);
+}
+
+void cmd_ctxmem(const char *how, size_t chunk, int array) {
     CUresult (*reset)(CUdevice) = sym("cuDevicePrimaryCtxReset", V, 0);
     CUresult (*create)(CUcontext *, unsigned, CUdevice) = sym("cuCtxCreate", V, 0);
     CUresult (*destroy)(CUcontext) = sym("cuCtxDestroy", V, 0);
     CUcontext primary = NULL, own = NULL;
-    CUdeviceptr p;
     CUresult r, gone;
     if (!strcmp(how, "destroy") && create(&own, 0, 0) != CUDA_SUCCESS) fail("create");
-    if ((r = cuMemAlloc_(&p, chunk)) != CUDA_SUCCESS) fail("first alloc = %d", r);
+    if ((r = ctxmem_take(array, chunk)) != CUDA_SUCCESS) fail("first alloc = %d", r);
     gone = !strcmp(how, "reset") ? reset(0) : destroy(own);
     printf("GONE %d\n", gone);
     if (cuPrimaryRetain_(&primary, 0) != CUDA_SUCCESS || cuCtxSetCurrent_(primary) != CUDA_SUCCESS) fail("primary");
-    printf("AGAIN %d\n", cuMemAlloc_(&p, chunk));
+    printf("AGAIN %d\n", ctxmem_take(array, chunk));
 }
