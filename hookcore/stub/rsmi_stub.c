@@ -17,10 +17,20 @@
  *   [<correctable>]` (the UMC block's counts), `lost <pci>` (every query of it fails with
  *   RSMI_STATUS_FILE_ERROR, as when its sysfs node is gone), `back <pci>` (it answers again); the
  *   last line of each kind for a bus ID wins.
+ * - HOOKCORE_STUB_RSMI_PROCESSES=<file>, re-read at every query: the processes on the devices, one
+ *   a line `<device index> <host pid> <vram bytes> [<cu occupancy %>]` (unsigned decimals: a pid
+ *   fits 32 bits, VRAM 64, occupancy 0..100; '#' comments and blank lines skipped). What the
+ *   struct can hold is passed on, PID 0 and a VRAM of 2^64-1 included, so tests see what the
+ *   driver makes of them; anything else (a negative or out-of-range number, a missing or extra
+ *   field) is skipped, with one stderr line naming it at each count of the list (procs NULL, what
+ *   a caller asks first). A line's device is ROCm SMI's index; one past the last device is left
+ *   out, as the library leaves out devices the caller cannot see. At most 1024 lines are read.
+ *   Unset or unreadable: no process anywhere. See the process API below.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +49,7 @@ enum {
     RSMI_STATUS_NOT_SUPPORTED = 2,
     RSMI_STATUS_FILE_ERROR = 3,
     RSMI_STATUS_INIT_ERROR = 8,
+    RSMI_STATUS_NOT_FOUND = 10,
     RSMI_STATUS_INSUFFICIENT_SIZE = 11,
 };
 #define RSMI_MEM_TYPE_VRAM  0
@@ -249,5 +260,146 @@ RSMI_API rsmi_status_t rsmi_status_string(rsmi_status_t status, const char **tex
                                   "RSMI_STATUS_INSUFFICIENT_SIZE"};
     if (!text) return RSMI_STATUS_INVALID_ARGS;
     *text = status >= 0 && status < (int)(sizeof names / sizeof names[0]) ? names[status] : "RSMI_STATUS_UNKNOWN_ERROR";
+    return RSMI_STATUS_SUCCESS;
+}
+
+/* --- processes (HOOKCORE_STUB_RSMI_PROCESSES) ---------------------------------------------------
+ * rocm_smi.h's process API: rsmi_compute_process_info_get lists every process the kernel's KFD
+ * knows (the real library fills only process_id and pasid; so does this one, the rest 0),
+ * rsmi_compute_process_gpus_get the devices a process has queues on, and
+ * rsmi_compute_process_info_by_device_get its VRAM (and CU occupancy) on one device: 0 where it
+ * has none there, RSMI_STATUS_NOT_FOUND once the process is gone. */
+
+typedef struct rsmi_process_info_t {
+    uint32_t process_id;
+    uint32_t pasid;
+    uint64_t vram_usage;
+    uint64_t sdma_usage;   /* microseconds */
+    uint32_t cu_occupancy; /* percent of the device's CUs, or CU_OCCUPANCY_INVALID */
+} rsmi_process_info_t;
+#define CU_OCCUPANCY_INVALID 0xFFFFFFFFu
+#define PROCS_MAX            1024
+
+typedef struct proc_line {
+    uint32_t dev, pid, occupancy;
+    uint64_t vram;
+} proc_line;
+
+/* An unsigned decimal of at most `max` at *p (blanks before it skipped) ending at a blank or the
+   line's end: 1 with *out set and *p past it; 0 for anything else. */
+static int number(const char **p, uint64_t max, uint64_t *out) {
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s < '0' || *s > '9') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || v > max || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) return 0;
+    *out = v;
+    *p = end;
+    return 1;
+}
+
+static int parse_proc(const char *p, proc_line *out) {
+    uint64_t dev, pid, vram, occ = CU_OCCUPANCY_INVALID;
+    if (!number(&p, UINT32_MAX, &dev) || !number(&p, UINT32_MAX, &pid) || !number(&p, UINT64_MAX, &vram)) return 0;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p && *p != '\n' && *p != '\r' && !number(&p, 100, &occ)) return 0;
+    while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+    if (*p && *p != '\n') return 0;
+    *out = (proc_line){(uint32_t)dev, (uint32_t)pid, (uint32_t)occ, vram};
+    return 1;
+}
+
+/* The listed processes now, at most `max` lines; `say`: name each malformed line on stderr. */
+static unsigned read_procs(proc_line *out, unsigned max, int say) {
+    const char *path = getenv("HOOKCORE_STUB_RSMI_PROCESSES");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    char line[256];
+    unsigned n = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        int whole = strchr(line, '\n') || feof(f);
+        for (int c = 0; !whole && c != '\n' && c != EOF;) c = fgetc(f); /* the rest of a long line */
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (whole && (*p == '#' || *p == '\n' || *p == '\r' || *p == 0)) continue;
+        proc_line x;
+        if (!whole || !parse_proc(p, &x)) {
+            if (say)
+                fprintf(stderr,
+                        "stub: HOOKCORE_STUB_RSMI_PROCESSES %s line %u: expected '<device index> <host pid> "
+                        "<vram bytes> [<cu occupancy 0-100>]' (unsigned decimals), skipped\n",
+                        path, lineno);
+            continue;
+        }
+        if (n < max) out[n++] = x;
+    }
+    fclose(f);
+    return n;
+}
+
+static uint32_t pasid_of(uint32_t pid) { return 0x8000u | (pid & 0x7fffu); }
+
+RSMI_API rsmi_status_t rsmi_compute_process_info_get(rsmi_process_info_t *procs, uint32_t *num_items) {
+    if (!g_inited) return RSMI_STATUS_INIT_ERROR;
+    if (!num_items) return RSMI_STATUS_INVALID_ARGS;
+    int code = injected("rsmi_compute_process_info_get", -1);
+    if (code >= 0) return code;
+    proc_line lines[PROCS_MAX]; /* 24 KiB of stack: nothing shared between threads */
+    uint32_t pids[PROCS_MAX];
+    unsigned n = read_procs(lines, PROCS_MAX, procs == NULL), found = 0; /* mistakes named once a poll */
+    for (unsigned i = 0; i < n; i++) {
+        unsigned j = 0;
+        while (j < found && pids[j] != lines[i].pid) j++;
+        if (j == found) pids[found++] = lines[i].pid;
+    }
+    for (unsigned i = 0; procs && i < found && i < *num_items; i++)
+        procs[i] = (rsmi_process_info_t){pids[i], pasid_of(pids[i]), 0, 0, 0};
+    if (procs && *num_items < found) return RSMI_STATUS_INSUFFICIENT_SIZE; /* the first *num_items written */
+    *num_items = found;
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t *dv_indices, uint32_t *num_devices) {
+    if (!g_inited) return RSMI_STATUS_INIT_ERROR;
+    if (!num_devices) return RSMI_STATUS_INVALID_ARGS;
+    int code = injected("rsmi_compute_process_gpus_get", -1);
+    if (code >= 0) return code;
+    proc_line lines[PROCS_MAX];
+    unsigned n = read_procs(lines, PROCS_MAX, 0), listed = 0;
+    uint32_t devs[HD_MAX_DEVICES];
+    unsigned found = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (lines[i].pid != pid) continue;
+        listed = 1;
+        if (lines[i].dev >= (uint32_t)g_n) continue;
+        unsigned j = 0;
+        while (j < found && devs[j] != lines[i].dev) j++;
+        if (j == found && found < HD_MAX_DEVICES) devs[found++] = lines[i].dev;
+    }
+    if (!listed) return RSMI_STATUS_NOT_FOUND;
+    for (unsigned i = 0; dv_indices && i < found && i < *num_devices; i++) dv_indices[i] = devs[i];
+    if (dv_indices && *num_devices < found) return RSMI_STATUS_INSUFFICIENT_SIZE;
+    *num_devices = found;
+    return RSMI_STATUS_SUCCESS;
+}
+
+RSMI_API rsmi_status_t rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t d, rsmi_process_info_t *proc) {
+    rsmi_status_t r = check("rsmi_compute_process_info_by_device_get", d, proc);
+    if (r) return r;
+    proc_line lines[PROCS_MAX];
+    unsigned n = read_procs(lines, PROCS_MAX, 0), listed = 0;
+    rsmi_process_info_t got = {pid, pasid_of(pid), 0, 0, CU_OCCUPANCY_INVALID};
+    for (unsigned i = 0; i < n; i++) {
+        if (lines[i].pid != pid) continue;
+        listed = 1;
+        if (lines[i].dev != d) continue;
+        got.vram_usage = lines[i].vram; /* the last line for (device, pid) wins */
+        got.cu_occupancy = lines[i].occupancy;
+    }
+    if (!listed) return RSMI_STATUS_NOT_FOUND;
+    *proc = got;
     return RSMI_STATUS_SUCCESS;
 }
