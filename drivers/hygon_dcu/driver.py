@@ -8,8 +8,8 @@ on launches, graphs and copies), which the framework installs and preloads.
     dra run hygon-dcu --node-name node-1 --fake k100-aix8 ...    # fake DCUs (stub librocm_smi64.so)
 
 The skeleton (`dra.SharedDeviceDriver`) does the rest; this driver discovers the DCUs through
-ROCm SMI (`rsmi.py`, or `fake.py`), polls their health (`health.py`), maps them to edits and
-hook quotas (`edits.py`).
+ROCm SMI (`rsmi.py`, or `fake.py`), polls their health (`health.py`), lists the processes on them
+for the watchdog (`processes.py`), maps them to edits and hook quotas (`edits.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import dra
 from drivers.hygon_dcu import devices, edits, fake, rsmi
 from drivers.hygon_dcu.config import API_VERSION, DcuConfig
 from drivers.hygon_dcu.health import HealthMonitor
+from drivers.hygon_dcu.processes import ProcessReader
 from drivers.hygon_dcu.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class HygonDcuDriver(dra.SharedDeviceDriver[rsmi.Dcu, DcuConfig]):
         self.fake: fake.FakeBackend | None = None
         self.host_files: edits.HostFiles | None = None
         self.library: rsmi.Rsmi | None = None
+        self._processes: ProcessReader | None = None
 
     def discover(self, ctx: dra.DriverContext) -> Sequence[rsmi.Dcu]:
         self.settings = Settings.parse(ctx.settings)
@@ -52,6 +54,7 @@ class HygonDcuDriver(dra.SharedDeviceDriver[rsmi.Dcu, DcuConfig]):
         else:
             self.library = rsmi.Rsmi(self.settings.smi_library or rsmi.DEFAULT_LIBRARIES)
         self.inventory = rsmi.discover(self.library, sysfs)
+        self._processes = ProcessReader(self.library, self.inventory.dcus)
         log.info("DCUs discovered", extra={
             "dcus": [f"{devices.device_name(d)} {d.uuid} {d.name} {d.pci_bus_id}" for d in self.inventory.dcus],
             "driver_version": self.inventory.driver_version, "fake": ctx.fake or None})
@@ -67,6 +70,12 @@ class HygonDcuDriver(dra.SharedDeviceDriver[rsmi.Dcu, DcuConfig]):
         if not (self.settings.health and dcus and self.library is not None):
             return None
         return HealthMonitor(self.library, dcus, self.health_changed, self.settings.health_interval)
+
+    def processes(self) -> Sequence[dra.DeviceProcess] | None:
+        """Every process on the DCUs, from ROCm SMI (`processes.py`), for the watchdog: keyed by
+        the hook's key (``pci-<bus ID>``) as the claims' quotas are; None before setup or where the
+        library has no process API."""
+        return self._processes.read() if self._processes is not None else None
 
     def to_devices(self, taints: Mapping[str, tuple[dra.Taint, ...]]) -> Sequence[dra.Device]:
         assert self.inventory is not None

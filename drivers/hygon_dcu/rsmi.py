@@ -35,6 +35,7 @@ OK = 0
 NOT_SUPPORTED = 2
 FILE_ERROR = 3
 NOT_FOUND = 10
+INSUFFICIENT_SIZE = 11
 MEM_TYPE_VRAM = 0
 GPU_BLOCK_UMC = 1
 SW_COMP_DRIVER = 0
@@ -75,6 +76,13 @@ class ErrorCount(ctypes.Structure):
     _fields_ = [("correctable_err", ctypes.c_uint64), ("uncorrectable_err", ctypes.c_uint64)]
 
 
+class ProcessInfo(ctypes.Structure):
+    """``rsmi_process_info_t``: natural alignment, 32 bytes (the last field padded to 8)."""
+
+    _fields_ = [("process_id", ctypes.c_uint32), ("pasid", ctypes.c_uint32), ("vram_usage", ctypes.c_uint64),
+                ("sdma_usage", ctypes.c_uint64), ("cu_occupancy", ctypes.c_uint32)]
+
+
 _P = ctypes.POINTER
 _u32, _u64 = ctypes.c_uint32, ctypes.c_uint64
 PROTOTYPES: dict[str, tuple[Any, ...]] = {
@@ -89,6 +97,11 @@ PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "rsmi_dev_memory_total_get": (_u32, ctypes.c_int, _P(_u64)),
     "rsmi_dev_memory_usage_get": (_u32, ctypes.c_int, _P(_u64)),
     "rsmi_dev_ecc_count_get": (_u32, _u64, _P(ErrorCount)),  # rsmi_gpu_block_t is a 64-bit enum
+    # the process API (`processes.py`): (procs or NULL, in/out count); (pid, indices or NULL, in/out
+    # count); (pid, device index, one ProcessInfo)
+    "rsmi_compute_process_info_get": (_P(ProcessInfo), _P(_u32)),
+    "rsmi_compute_process_gpus_get": (_u32, _P(_u32), _P(_u32)),
+    "rsmi_compute_process_info_by_device_get": (_u32, _u32, _P(ProcessInfo)),
 }
 
 

@@ -173,6 +173,17 @@ def test_the_gpu_daemon_runs_without_privileges_or_capabilities(helm: Tool) -> N
     assert container(privileged, "daemon")["securityContext"]["privileged"] is True
 
 
+@pytest.mark.parametrize("chart", ["hami-core-gpu", "hygon-dcu"])
+def test_the_drivers_that_list_processes_run_the_watchdog_in_the_host_pid_namespace(helm: Tool, chart: str) -> None:
+    """The drivers whose `processes()` the watchdog polls (NVML's list, ROCm SMI's) get it on by
+    default with what it needs: the host PID namespace (the libraries name host PIDs) and the
+    daemon's --watchdog; without hostPID every process would be one the daemon cannot see."""
+    on = pod_spec(render(helm, chart))
+    assert on["hostPID"] is True and "--watchdog=report" in container(on, "daemon")["args"]
+    off = pod_spec(render(helm, chart, values={"daemon.watchdog.action": "off"}))
+    assert "hostPID" not in off and "--watchdog=off" in container(off, "daemon")["args"]
+
+
 def test_the_ascend_daemon_is_privileged_for_dcmi_and_reads_the_driver_read_only(helm: Tool) -> None:
     spec = pod_spec(render(helm, "ascend"))
     daemon = container(spec, "daemon")

@@ -16,7 +16,7 @@ from driver_helpers import build_stub_libraries, isolated_env
 from drivers.hygon_dcu import fake
 
 STUB_ENV = ("HOOKCORE_STUB_HIP_DEVICES", "HOOKCORE_STUB_RSMI_DRIVER", "HOOKCORE_STUB_RSMI_FAIL",
-            "HOOKCORE_STUB_RSMI_STATE")
+            "HOOKCORE_STUB_RSMI_STATE", "HOOKCORE_STUB_RSMI_PROCESSES")
 
 
 @pytest.fixture(scope="session")

@@ -98,7 +98,7 @@ spec:
       runtimeClassName: {{ . }}
       {{- end }}
       {{- if $watchdog }}
-      hostPID: true  # the watchdog maps GPU processes' host PIDs to pods (docs/watchdog.md)
+      hostPID: true  # the watchdog maps device processes' host PIDs to pods (docs/watchdog.md)
       {{- end }}
       enableServiceLinks: false
       terminationGracePeriodSeconds: {{ $kp.terminationGracePeriodSeconds }}
