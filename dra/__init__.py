@@ -43,6 +43,7 @@ from dra.capacity import (
 )
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
+    HOOK_KEY,
     AllocatedDevice,
     Capacity,
     ClaimRef,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
 
 __all__ = [
+    "HOOK_KEY",
     "AllocatedDevice",
     "Capacity",
     "ClaimRef",

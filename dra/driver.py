@@ -233,14 +233,21 @@ class ContainerEdits:
     device_nodes: tuple[DeviceNode, ...] = ()
 
 
+HOOK_KEY = "hookKey"
+"""`PreparedDevice.state` key: the device's `Quota.uuid` (`dra.SharedDeviceDriver` sets it)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PreparedDevice:
     """The driver's answer for one allocated device.
 
     `state` is JSON-serialisable data the driver wants back at unprepare (the framework stores it
-    in the checkpoint); keep it small. `cdi_devices` are extra fully qualified CDI device IDs
-    (``vendor/class=name``) that the container runtime resolves from other specs (e.g. a vendor
-    toolkit's ``nvidia.com/gpu=<uuid>``); the framework passes them to kubelet after its own.
+    in the checkpoint); keep it small. Two keys are read by the framework too: ``uuid`` (the
+    physical device) and `HOOK_KEY` (the key the hook names it by, where that is not its UUID: a
+    PCI bus ID, a physical ID), so the watchdog and the ledger metrics match the hook's devices.
+    `cdi_devices` are extra fully qualified CDI device IDs (``vendor/class=name``) that the
+    container runtime resolves from other specs (e.g. a vendor toolkit's ``nvidia.com/gpu=<uuid>``);
+    the framework passes them to kubelet after its own.
     """
 
     device: AllocatedDevice

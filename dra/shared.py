@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from dra.capacity import ShareConfig, claim_share_config, device_share_configs, device_shares, share_capacity
 from dra.driver import (
+    HOOK_KEY,
     AllocatedDevice,
     ClaimRef,
     Device,
@@ -115,6 +116,11 @@ class SharedDeviceDriver(Driver, Generic[D, Cfg]):
         """The UUID the health monitor keys `device` by."""
         return str(device.uuid)
 
+    def hook_key(self, device: D) -> str:
+        """The key the hook names `device` by (its `Quota.uuid`): what the device's runtime
+        reports for it inside the container. Default: its UUID."""
+        return self.device_uuid(device)
+
     def watch_health(self, ctx: DriverContext, devices: Sequence[D]) -> HealthWatch | None:
         """The health monitor of `devices`, calling `health_changed` on a change (None: none); the
         skeleton starts it once it is `self.monitor`, so its first callback already sees it."""
@@ -131,7 +137,7 @@ class SharedDeviceDriver(Driver, Generic[D, Cfg]):
     def quota(self, visible: Visible[D], cores: int, config: Cfg) -> Quota:
         """The hook's quota for one visible device: `config` is the one that holds that device
         (`device_configs`), `cores` 100 where it lifts the limit."""
-        return Quota(self.device_uuid(visible.device), visible.memory, cores)
+        return Quota(self.hook_key(visible.device), visible.memory, cores)
 
     def container_order(self, visible: list[Visible[D]]) -> list[Visible[D]]:
         """The order the claim's containers number its devices in (default: allocation order)."""
@@ -235,8 +241,14 @@ class SharedDeviceDriver(Driver, Generic[D, Cfg]):
         return got
 
     def prepare(self, claim: ClaimRef, devices: Sequence[AllocatedDevice]) -> Sequence[PreparedDevice]:
+        """Each device's `prepared_device`, its state stamped with its hook key (`dra.HOOK_KEY`)."""
         self.view(claim, devices)  # refuse before anything is written
-        return [self.prepared_device(claim, dev, self.by_name[dev.device]) for dev in devices]
+        out = []
+        for dev in devices:
+            device = self.by_name[dev.device]
+            p = self.prepared_device(claim, dev, device)
+            out.append(dataclasses.replace(p, state={**p.state, HOOK_KEY: self.hook_key(device)}))
+        return out
 
     def held_cores(self, view: ClaimView[D, Cfg], visible: Visible[D]) -> int:
         """The compute share `visible` is held to for the claim: its summed cores, or 100 (no limit)

@@ -32,7 +32,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dra._runtime.fsutil import UID_RE, atomic_write, dir_syncer, fsync_dir, lock_file, temp_files, unlock_file
-from dra.driver import AllocatedDevice, ClaimRef, ContainerEdits, DeviceNode, Keyed, Mount, PreparedDevice, RecordedDevice
+from dra.driver import (
+    HOOK_KEY,
+    AllocatedDevice,
+    ClaimRef,
+    ContainerEdits,
+    DeviceNode,
+    Keyed,
+    Mount,
+    PreparedDevice,
+    RecordedDevice,
+)
 from dra.errors import DRAError
 
 log = logging.getLogger(__name__)
@@ -81,6 +91,12 @@ class DeviceRecord(Keyed):
         `config` is its opaque config encoded (`dra.config.encode_config`)."""
         return cls(driver, device.request, device.pool, device.device, device.share_id, dict(device.consumed_capacity),
                    device.admin_access, cdi_name, config=config)
+
+    def hook_key(self) -> str | None:
+        """The key the claim's hook config names this device by (`dra.HOOK_KEY`; a record made
+        before it was kept: its ``uuid``), or None."""
+        key = self.state.get(HOOK_KEY) or self.state.get("uuid")
+        return str(key) if key else None
 
     def prepared(self, cdi_id: str, device: PreparedDevice) -> DeviceRecord:
         """This record with what the driver's prepare returned for it and its CDI device ID."""

@@ -222,10 +222,12 @@ class Daemon:
         )
         oversized = self.metrics.ledger_oversized.labels(name)
         self.ledger_guard = LedgerGuard(self.preparer.hooks, lambda _uid: oversized.inc())
-        from dra._runtime.ledger_metrics import LedgerCollector, device_names_by_uuid
+        from dra._runtime.ledger_metrics import LedgerCollector, device_names_by_hook_key, device_names_by_uuid
 
+        records = self.preparer.checkpoint.records
         self.metrics.registry.register(LedgerCollector(  # per-claim quota and usage, read at scrape
-            name, state_dir / "hooks", self.preparer.checkpoint.records, lambda: device_names_by_uuid(driver.devices())))
+            name, state_dir / "hooks", records,
+            lambda: {**device_names_by_uuid(driver.devices()), **device_names_by_hook_key(records(), name)}))
         self.plugin = KubeletPlugin(
             name,
             MeteredHandler(self.preparer, self.metrics),

@@ -199,6 +199,19 @@ class LedgerCollector(Collector):
         return out
 
 
+def device_names_by_hook_key(records: Iterable[Any], driver: str) -> dict[str, str]:
+    """Prepared devices' names by the key the claims' hooks name them by (the daemon's checkpoint
+    records: where that is not the device's UUID, a PCI bus ID or a physical ID, no published
+    attribute says it)."""
+    out = {}
+    for record in records:
+        for d in record.devices:
+            key = d.hook_key() if d.driver == driver else None
+            if key:
+                out[key] = d.device
+    return out
+
+
 def device_names_by_uuid(devices: Iterable[Any]) -> dict[str, str]:
     """Published devices' names by their ``uuid`` attribute (devices without one are left out)."""
     out = {}

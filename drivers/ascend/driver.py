@@ -87,9 +87,9 @@ class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu, NpuConfig]):
                  **{k: int(v) for k, v in allocated.consumed_capacity.items()}}
         return dra.PreparedDevice(allocated, dra.ContainerEdits(device_nodes=nodes), state=state)
 
-    def quota(self, visible: dra.Visible[dcmi.Npu], cores: int, config: NpuConfig) -> dra.Quota:
-        """Keyed by the physical ID, which the hook checks against what the runtime reports."""
-        return dra.Quota(edits.hook_key(visible.device.phy_id), visible.memory, cores)
+    def hook_key(self, device: dcmi.Npu) -> str:
+        """The physical ID, which the hook checks against what the runtime reports."""
+        return edits.hook_key(device.phy_id)
 
     def claim_edits(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.ContainerEdits:
         by_phy = {int(p.state["phyID"]): str(p.state["uuid"]) for p in prepared}

@@ -93,9 +93,9 @@ class HygonDcuDriver(dra.SharedDeviceDriver[rsmi.Dcu, DcuConfig]):
                  **{k: int(v) for k, v in allocated.consumed_capacity.items()}}
         return dra.PreparedDevice(allocated, dra.ContainerEdits(device_nodes=nodes), state=state)
 
-    def quota(self, visible: dra.Visible[rsmi.Dcu], cores: int, config: DcuConfig) -> dra.Quota:
-        """Keyed by the PCI bus ID, which the hook checks against what the runtime reports."""
-        return dra.Quota(edits.hook_key(visible.device.pci_bus_id), visible.memory, cores)
+    def hook_key(self, device: rsmi.Dcu) -> str:
+        """The PCI bus ID, which the hook checks against what the runtime reports."""
+        return edits.hook_key(device.pci_bus_id)
 
     def claim_edits(self, claim: dra.ClaimRef, prepared: Sequence[dra.PreparedDevice]) -> dra.ContainerEdits:
         buses = sorted({str(p.state["pciBusID"]) for p in prepared})

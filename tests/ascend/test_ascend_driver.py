@@ -67,7 +67,11 @@ def test_enforcement_is_libvnpu_with_one_quota_per_visible_npu_keyed_by_physical
     d = driver(settings={"health": "off"})
     allocs = [alloc("npu-6-0", "a", memory=3 * GiB, cores=30), alloc("npu-1-0", "b", memory=GiB, cores=60),
               alloc("npu-6-0", "c", memory=GiB, cores=10)]
-    enf = d.enforcement(CLAIM, d.prepare(CLAIM, allocs))
+    prepared = d.prepare(CLAIM, allocs)
+    enf = d.enforcement(CLAIM, prepared)
+    # each prepared device's state keeps the key its quota names it by (the watchdog and the ledger
+    # metrics match the hook's devices with it: the published UUID is not what the hook sees)
+    assert [p.state[dra.HOOK_KEY] for p in prepared] == ["davinci6", "davinci1", "davinci6"]
     assert enf.library.name == "libvnpu.so" and enf.preload is None
     assert list(d.hook_libraries()) == [enf.library]  # installed at daemon start, before the first publish
     assert list(enf.quotas) == [dra.Quota("davinci1", GiB, 60), dra.Quota("davinci6", 4 * GiB, 40)]

@@ -32,10 +32,12 @@ from dra._runtime import procinfo
 from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
 from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
+from dra._runtime.ledger_metrics import LedgerCollector, device_names_by_hook_key
 from dra._runtime.watchdog.loop import Watchdog
 from dra._runtime.watchdog.model import Verdict, WatchdogSettings
 from dra_dev.cluster.controlplane import ControlPlane
 from drivers.hygon_dcu import edits, processes, rsmi
+from drivers.hygon_dcu.config import DcuConfig
 from drivers.hygon_dcu.driver import HygonDcuDriver
 from tests.watchdog.watchdog_rig import FakeProc, pod_cgroup
 
@@ -180,11 +182,11 @@ class DcuRig:
         self.registry = CollectorRegistry()
         self.hset: Any = None
 
-    def claim(self, device: str, memory: int, cores: int = 30) -> Claim:
+    def claim(self, device: str, memory: int, cores: int = 30, config: DcuConfig | None = None) -> Claim:
         uid = str(uuidlib.uuid4())
         ref = ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
         capacity = {"memory": memory, "cores": cores}
-        alloc = AllocatedDevice("dcu", "node-a", device, "s1", capacity)
+        alloc = AllocatedDevice("dcu", "node-a", device, "s1", capacity, config=config)
         prepared = self.driver.prepare(ref, [alloc])
         enforcement = self.driver.enforcement(ref, prepared)
         assert enforcement is not None
@@ -248,6 +250,25 @@ def test_a_held_process_is_seen_with_its_vram_and_flagged_once_over_its_quota(dc
     assert dcu_rig.metric(f'dra_claim_memory_over_quota_bytes{{claim="{c.name}"') == 512 * MiB
     assert dcu_rig.events.got == got
     assert wd.poll() == []  # once, while it lasts
+
+
+def test_the_hooks_settings_and_the_ledger_metrics_find_the_dcu_by_its_hook_key(dcu_rig: DcuRig) -> None:
+    """The hook names a DCU by its PCI bus ID (``pci-...``), not by the UUID the driver publishes:
+    the prepared device's state keeps that key (`dra.HOOK_KEY`), so the watchdog takes the hook's
+    settings over the allocation (computeLimit: false: 100 cores, though 30 were allocated; before,
+    no setting matched and the view kept 30), and the ledger metrics name the device."""
+    c = dcu_rig.claim("dcu-3", memory=4 * GiB, config=DcuConfig(compute_limit=False))
+    wd = dcu_rig.watchdog()
+    wd.poll()
+    assert wd.records.claims[c.uid].cores == {"dcu-3": 100}
+    records = dcu_rig.checkpoint.records
+    assert device_names_by_hook_key(records(), DRIVER) == {key(dcu_rig.driver, "dcu-3"): "dcu-3"}
+    registry = CollectorRegistry()
+    registry.register(LedgerCollector(DRIVER, dcu_rig.state / "hooks", records,
+                                      lambda: device_names_by_hook_key(records(), DRIVER)))
+    limit = [ln for ln in generate_latest(registry).decode().splitlines()
+             if ln.startswith("dra_claim_memory_limit_bytes{")]
+    assert len(limit) == 1 and 'device="dcu-3"' in limit[0] and float(limit[0].rsplit(" ", 1)[1]) == 4 * GiB, limit
 
 
 def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(dcu_rig: DcuRig) -> None:

@@ -56,7 +56,7 @@ def _hook_quotas(record: ClaimRecord, devices: Sequence[Any], enforcement: Mappi
     its compute limit has cores 100 there): the settings the daemon wrote into the claim's
     read-only ``config``, parsed from the daemon's own record by the hook's parser."""
     settings = enforcement.get("settings")
-    uuids = {str(d.state.get("uuid")): d.device for d in devices if d.state.get("uuid")}
+    uuids = {key: d.device for d in devices if (key := d.hook_key())}
     if not uuids or not isinstance(settings, Mapping):
         return
     import hookcore
