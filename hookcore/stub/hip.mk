@@ -2,7 +2,7 @@
 #
 #   build/stub/libamdhip64.so.6   hip_stub*.c   the HIP runtime API and simulated devices
 #                                               (soname libamdhip64.so.6; libamdhip64.so links to it)
-#   build/stub/librocm_smi64.so   rsmi_stub.c   ROCm SMI: the driver's discovery and health
+#   build/stub/librocm_smi64.so   rsmi_stub.c   ROCm SMI: the driver's discovery, health and process list
 #
 # Fakes of the vendor libraries for machines without a DCU, default visibility like the real
 # ones; both read their devices from HOOKCORE_STUB_HIP_DEVICES (hip_devices.c).
