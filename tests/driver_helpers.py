@@ -1,20 +1,22 @@
 """Helpers the tests of each vendor driver share: the stub libraries built once, the stub's
 environment kept from leaking between tests, a `DriverContext` that records the driver's
 callbacks, drivers set up on fake devices, a driver daemon on a fake node with kubelet played by
-the harness, and an example applied until kube-scheduler has allocated it."""
+the harness, an example applied until kube-scheduler has allocated it, and the daemon's watchdog
+tainting a device for a process in no claim."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
-from kube_helpers import wait_for
+from kube_helpers import create_node, unique, wait_for
 from kubernetes import client
 
 import hookcore
@@ -140,3 +142,49 @@ def slice_devices(api: client.ApiClient, node: str, driver: str) -> list[dict[st
     resource: Any = client.ResourceV1Api(api)
     slices = resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
     return [d for s in slices if s.spec.driver == driver for d in api.sanitize_for_serialization(s)["spec"]["devices"]]
+
+
+def device_taints(api: client.ApiClient, node: str, driver: str, device: str) -> list[dict[str, Any]] | None:
+    """The taints `driver` publishes on `device` of `node` ([] none), or None: not published (yet)."""
+    found = {d["name"]: d for d in slice_devices(api, node, driver)}
+    return found[device].get("taints") or [] if device in found else None
+
+
+def assert_watchdog_taints_until_exit(cluster: ControlPlane, api: client.ApiClient, driver: str, domain: str,
+                                      args: Sequence[str], processes_env: str, device: str, index: int) -> None:
+    """`dra run DRIVER ARGS --watchdog taint` on a fake node, the stub's process list in the file
+    named by `processes_env`: a process in no claim on `device` (the stub's device `index`) taints
+    it (``<domain>/watchdog=unheld:NoSchedule``) in the published slice and no other device, an
+    Event on the Node names the process and the device, /metrics counts one unheld verdict, and the
+    process's exit lifts the taint."""
+    node = unique("wd")
+    create_node(api, node)
+    core = client.CoreV1Api(api)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    other = "-".join([*device.split("-")[:-1], str(int(device.rsplit("-", 1)[1]) ^ 1)])
+    try:
+        with tempfile.TemporaryDirectory(prefix="dra-wd-", dir="/tmp") as work:
+            procs = Path(work) / "processes"
+            procs.write_text("")
+            with running_daemon(cluster, driver, node, Path(work), [*args, "--watchdog", "taint"],
+                                env={processes_env: str(procs)}) as (daemon, _harness):
+                wait_for(lambda: device_taints(api, node, domain, device) is not None or None, 30, what="the slice")
+                assert device_taints(api, node, domain, device) == []
+                procs.write_text(f"{index} {sleeper.pid} {1 << 30}\n")
+                got = wait_for(lambda: device_taints(api, node, domain, device) or None, 15, 0.1, "the watchdog taint")
+                assert [(t["key"], t["value"], t["effect"]) for t in got] == [(f"{domain}/watchdog", "unheld",
+                                                                                 "NoSchedule")]
+                assert device_taints(api, node, domain, other) == []
+                event = wait_for(lambda: [e for e in core.list_namespaced_event("default").items
+                                          if e.involved_object.name == node and e.reason == "ProcessUnheld"] or None,
+                                 15, 0.1, "the Event on the Node")
+                assert f"process {sleeper.pid}" in event[0].message and device in event[0].message, event[0].message
+                _, metrics = daemon.get("/metrics")
+                assert f'dra_watchdog_verdicts_total{{driver="{domain}",verdict="unheld"}} 1.0' in metrics
+                sleeper.kill()
+                sleeper.wait()
+                wait_for(lambda: device_taints(api, node, domain, device) == [] or None, 15, 0.1, "the taint lifted")
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+        core.delete_node(node)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import subprocess
-import tempfile
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
@@ -22,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from driver_helpers import fake_drivers, running_daemon, slice_devices
-from kube_helpers import create_node, unique, wait_for
+from driver_helpers import assert_watchdog_taints_until_exit, fake_drivers
 from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -321,43 +318,9 @@ def test_hostile_lines_lose_nothing_and_crash_nothing(dcu_rig: DcuRig, capfd: py
 # The daemon
 
 
-def taints(api: client.ApiClient, node: str, device: str) -> list[dict[str, Any]] | None:
-    found = {d["name"]: d for d in slice_devices(api, node, DRIVER)}
-    return found[device].get("taints") or [] if device in found else None
-
-
 @pytest.mark.cluster
 def test_the_daemon_taints_a_dcu_with_a_process_in_no_claim_until_it_exits(
         cluster: ControlPlane, api_client: client.ApiClient, stub_rsmi: Path) -> None:
     """`dra run hygon-dcu --fake k100-aix8 --watchdog taint`: the DCU's watchdog runs in the daemon."""
-    node = unique("wdh")
-    create_node(api_client, node)
-    core = client.CoreV1Api(api_client)
-    sleeper = subprocess.Popen(["sleep", "300"])
-    try:
-        with tempfile.TemporaryDirectory(prefix="dra-wdh-", dir="/tmp") as work:
-            procs = Path(work) / "rsmi-processes"
-            procs.write_text("")
-            with running_daemon(cluster, "hygon-dcu", node, Path(work),
-                                ["--fake", "k100-aix8", "--set", "health=off", "--watchdog", "taint"],
-                                env={ENV: str(procs)}) as (daemon, _harness):
-                wait_for(lambda: taints(api_client, node, "dcu-3") is not None or None, 30, what="the slice")
-                assert taints(api_client, node, "dcu-3") == []
-                procs.write_text(f"3 {sleeper.pid} {GiB}\n")
-                got = wait_for(lambda: taints(api_client, node, "dcu-3") or None, 15, 0.1, "the watchdog taint")
-                assert [(t["key"], t["value"], t["effect"]) for t in got] == [(f"{DRIVER}/watchdog", "unheld",
-                                                                                 "NoSchedule")]
-                assert taints(api_client, node, "dcu-2") == []
-                event = wait_for(lambda: [e for e in core.list_namespaced_event("default").items
-                                          if e.involved_object.name == node and e.reason == "ProcessUnheld"] or None,
-                                 15, 0.1, "the Event on the Node")
-                assert f"process {sleeper.pid}" in event[0].message and "dcu-3" in event[0].message
-                _, metrics = daemon.get("/metrics")
-                assert f'dra_watchdog_verdicts_total{{driver="{DRIVER}",verdict="unheld"}} 1.0' in metrics
-                sleeper.kill()
-                sleeper.wait()
-                wait_for(lambda: taints(api_client, node, "dcu-3") == [] or None, 15, 0.1, "the taint lifted")
-    finally:
-        if sleeper.poll() is None:
-            sleeper.kill()
-        core.delete_node(node)
+    assert_watchdog_taints_until_exit(cluster, api_client, "hygon-dcu", DRIVER,
+                                      ["--fake", "k100-aix8", "--set", "health=off"], ENV, "dcu-3", 3)
