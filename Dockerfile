@@ -35,10 +35,16 @@ RUN --mount=type=cache,target=/var/cache/pip \
     make wheel PY=/opt/build/bin/python DIST=/wheels \
     && /opt/build/bin/pip wheel --wheel-dir /wheels "$(echo /wheels/dra_hami-*.whl)[nvidia]"
 
+# The runtime's venv, installed from the build stage's wheels only. COPY --from is cached by what
+# it copies, so new wheels install again (buildah's --layers caches a RUN by its command line:
+# with the wheels bind-mounted from the build stage, a source change kept the old venv).
+FROM ${BASE} AS install
+COPY --from=build /wheels /wheels
+RUN python3 -m venv /opt/dra && /opt/dra/bin/pip install --no-cache-dir --no-index --find-links /wheels 'dra-hami[nvidia]'
+
 FROM ${BASE}
-# The wheels are bind-mounted from the build stage, so they are in no layer of the image.
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python3 -m venv /opt/dra && /opt/dra/bin/pip install --no-cache-dir --no-index --find-links /wheels 'dra-hami[nvidia]'
+# The venv alone: the wheels stay behind in the install stage, in no layer of the image.
+COPY --from=install /opt/dra /opt/dra
 # The venv first on PATH: the charts run `dra ...`. Long-lived
 # processes on a read-only root filesystem (the charts set readOnlyRootFilesystem): no bytecode
 # written next to site-packages.

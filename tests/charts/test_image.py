@@ -66,8 +66,11 @@ def test_the_dockerfile_builds_with_make_wheel_and_the_projects_build_requiremen
     text = DOCKERFILE.read_text()
     assert "PYTHONDONTWRITEBYTECODE=1" in text, "the charts run with readOnlyRootFilesystem"
     # Users build it unchanged from a registry base; `make image` passes a Debian one.
-    assert re.search(r"^ARG BASE=python:3\.11-slim$", text, re.M) and text.count("FROM ${BASE}") == 2, \
-        "both stages start from the BASE build argument (python:3.11-slim by default)"
+    assert re.search(r"^ARG BASE=python:3\.11-slim$", text, re.M) and text.count("FROM ${BASE}") == 3, \
+        "the three stages (build, install, the image) start from the BASE build argument (python:3.11-slim by default)"
+    # The installed venv reaches the image by COPY --from, which buildah caches by content; a RUN
+    # with a bind mount from another stage is cached by its command line and kept stale wheels.
+    assert "COPY --from=install /opt/dra /opt/dra" in text and "type=bind,from=build" not in text
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".venv", "hookcore/build", "build", "dist"} <= ignored, "host builds must not reach the image"
 

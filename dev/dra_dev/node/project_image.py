@@ -10,7 +10,10 @@ containerd and its own bridge and iptables rules running beside the tests' nodes
 
 Caches, under the binary cache (`~/.cache/dra-k8s/image/`): the base rootfs tarball, keyed by
 suite and package list, and buildah's layer store, so a rebuild redoes only the layers whose
-inputs changed. The archive is `dist/dra-hami-<version>.oci.tar`, with `dist/dra-hami-<version>.json`
+inputs changed. `vfs` stores every layer as a full copy of its root filesystem (one build is about
+3 GB), so after each build the store keeps only the images that build used or made, and the tagged
+ones: a source change would otherwise leave about 1.6 GB behind per build, until a long-lived CI
+machine's disk is full. The archive is `dist/dra-hami-<version>.oci.tar`, with `dist/dra-hami-<version>.json`
 naming its reference, manifest digest and size (what `dra node up` imports).
 """
 
@@ -21,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -43,6 +47,8 @@ IMAGE_NAME = "localhost/dra-hami"
 TOOLS_HINT = "install them with `make image-deps` (as root: apt-get install -y buildah mmdebstrap)."
 # The host's CA bundle appears at this path during the build stage's RUN steps only (buildah -v).
 _BUILD_CA = "/etc/dra-build-ca.pem"
+# The base image's label naming the tarball it was made from.
+_BASE_LABEL = "dev.dra.base.tarball"
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,8 @@ def _tool(name: str) -> str:
     return found
 
 
-def _buildah(store: Path) -> list[str]:
+def buildah_command(store: Path) -> list[str]:
+    """buildah on the store under `store` (vfs, this module's own)."""
     return [_tool("buildah"), "--storage-driver", "vfs", "--root", str(store / "root"), "--runroot", str(store / "run")]
 
 
@@ -121,6 +128,59 @@ def _run(cmd: list[str], log: Path, what: str, stdout_to_log: bool = False) -> s
         tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
         raise UserError(f"{what} failed (exit {proc.returncode}); full log {log}:\n{tail}")
     return proc.stdout
+
+
+# What `buildah bud --layers` prints for each step: the image it committed (`--> 3c4a986124d`) or
+# the cached one it reused (`--> Using cache <full ID>`).
+_STEP_IMAGE = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})\s*$", re.MULTILINE)
+
+
+def step_images(build_output: str) -> set[str]:
+    """The image IDs (full or short) of a build's steps, from `buildah bud`'s output."""
+    return set(_STEP_IMAGE.findall(build_output))
+
+
+def stale_images(listed: list[dict[str, object]], used: set[str]) -> list[str]:
+    """The untagged images of `buildah images --all --json --no-trunc` that no step in `used`
+    names: what earlier builds left. Tagged images are the user's or the cache's keys; kept."""
+    stale = []
+    for image in listed:
+        ident = str(image.get("id", "")).removeprefix("sha256:")
+        if image.get("names") or not ident:
+            continue
+        if not any(ident.startswith(u) for u in used):
+            stale.append(ident)
+    return stale
+
+
+def _prune_store(buildah: list[str], build_output: str, log: Path, progress: Callable[[str], None]) -> None:
+    """Remove the images earlier builds left (see the module's docstring). Nothing is removed when
+    the output names no step (a buildah that prints differently): disk over a broken cache."""
+    used = step_images(build_output)
+    if not used:
+        progress(f"kept the image store as it is: the build's output named no step image (log: {log})")
+        return
+    listed = json.loads(_run([*buildah, "images", "--all", "--json", "--no-trunc"], log, "buildah images") or "[]")
+    stale = stale_images(listed or [], used)
+    if stale:
+        _run([*buildah, "rmi", *stale], log, "buildah rmi (images earlier builds left)")
+        progress(f"removed {len(stale)} image(s) earlier builds left in the store")
+
+
+def build_layers(buildah: list[str], context: Path, reference: str, options: list[str], log: Path,
+                 progress: Callable[[str], None]) -> None:
+    """`buildah bud --layers` of `context`'s Dockerfile, tagged `reference`; then the store keeps
+    only this build's images and the tagged ones."""
+    # Working containers are a build's own (the store is this module's): any here are from a build
+    # that was killed, each a full root filesystem under vfs. --force-rm: a failed step's goes too.
+    _run([*buildah, "rm", "--all"], log, "buildah rm --all (containers a killed build left)")
+    start = log.stat().st_size if log.exists() else 0
+    _run([*buildah, "bud", "--isolation", "chroot", "--layers", "--force-rm", *options, "-t", reference, str(context)],
+         log, "buildah bud (the Dockerfile)", stdout_to_log=True)
+    with log.open("rb") as f:
+        f.seek(start)
+        built = f.read().decode(errors="replace")
+    _prune_store(buildah, built, log, progress)
 
 
 def base_tarball(progress: Callable[[str], None]) -> Path:
@@ -142,17 +202,27 @@ def base_tarball(progress: Callable[[str], None]) -> Path:
     return target
 
 
-def _import_base(buildah: list[str], tarball: Path, log: Path) -> None:
-    """The tarball as the image `BASE_REFERENCE`, unless the store has it from this tarball."""
-    label = f"dev.dra.base.tarball={tarball.name}"
-    listed = subprocess.run([*buildah, "inspect", "--type", "image", "--format", "{{json .OCIv1.Config.Labels}}",
-                             BASE_REFERENCE], capture_output=True, text=True)
-    if listed.returncode == 0 and tarball.name in listed.stdout:
+def base_label(inspected: str) -> str | None:
+    """The tarball a base image was made from: its label in `buildah inspect --type image`'s JSON."""
+    try:
+        labels = json.loads(inspected)["OCIv1"]["config"].get("Labels") or {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    value = labels.get(_BASE_LABEL) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def import_base(buildah: list[str], tarball: Path, log: Path) -> None:
+    """The tarball as the image `BASE_REFERENCE`, unless the store has it from this tarball.
+    (A new base image would be a new parent for every step: no layer of the cache would match.)"""
+    inspected = subprocess.run([*buildah, "inspect", "--type", "image", BASE_REFERENCE], capture_output=True, text=True)
+    if inspected.returncode == 0 and base_label(inspected.stdout) == tarball.name:
         return
     ctr = _run([*buildah, "from", "scratch"], log, "buildah from scratch").strip()
     try:
         _run([*buildah, "add", ctr, str(tarball), "/"], log, "buildah add (the base rootfs)")
-        _run([*buildah, "config", "--label", label, "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        _run([*buildah, "config", "--label", f"{_BASE_LABEL}={tarball.name}",
+              "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
               "--cmd", "/bin/sh", ctr], log, "buildah config")
         _run([*buildah, "commit", "-q", ctr, BASE_REFERENCE], log, "buildah commit (the base)")
     finally:
@@ -231,19 +301,18 @@ def build_image(root: Path | None = None, dist: Path | None = None, base: str | 
     with build_lock(image_cache(), progress):
         store.mkdir(parents=True, exist_ok=True)
         log = image_cache() / "build.log"
-        buildah = _buildah(store)
+        buildah = buildah_command(store)
         if base is None:
-            _import_base(buildah, base_tarball(progress), log)
+            import_base(buildah, base_tarball(progress), log)
             base = BASE_REFERENCE
-        args = ["bud", "--isolation", "chroot", "--layers", "--pull-never" if base == BASE_REFERENCE else "--pull",
-                "--build-arg", f"BASE={base}", "-t", reference]
+        args = ["--pull-never" if base == BASE_REFERENCE else "--pull", "--build-arg", f"BASE={base}"]
         cert = host_pip_cert()
         if cert:
             args += ["--volume", f"{cert}:{_BUILD_CA}:ro", "--build-arg", f"PIP_CERT={_BUILD_CA}"]
         if os.environ.get("PIP_INDEX_URL"):
             args += ["--build-arg", f"PIP_INDEX_URL={os.environ['PIP_INDEX_URL']}"]
         progress(f"building {reference} from {root / 'Dockerfile'} on {base} with buildah (log: {log})")
-        _run([*buildah, *args, str(root)], log, "buildah bud (the Dockerfile)", stdout_to_log=True)
+        build_layers(buildah, root, reference, args, log, progress)
         dist.mkdir(parents=True, exist_ok=True)
         archive = dist / f"dra-hami-{version}.oci.tar"
         tmp = archive.with_name(archive.name + ".tmp")
