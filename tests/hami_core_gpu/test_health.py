@@ -55,7 +55,9 @@ def health_of(mon: HealthMonitor, uuid: str) -> tuple[bool | None, str]:
 def test_a_fatal_xid_taints_until_nvml_reports_no_recovery_action(watched) -> None:
     mon, inject, (gpu0, gpu1), changed = watched()
     inject(f"xid {gpu0} 48 1")  # double-bit ECC; NVML says: reset the GPU
-    wait_for(lambda: mon.taints().get(gpu0), timeout=5, interval=0.01, what="the XID taint")
+    # The XID taint comes with the event, the recovery action's with the next probe after it.
+    wait_for(lambda: TAINT_RECOVERY in {t.key for t in mon.taints().get(gpu0, ())}, timeout=5, interval=0.01,
+             what="the XID and recovery-action taints")
     assert changed.is_set()
     taints = {t.key: t for t in mon.taints()[gpu0]}
     assert taints[TAINT_XID].value == "48" and taints[TAINT_XID].effect == "NoSchedule"
