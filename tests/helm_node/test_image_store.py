@@ -70,18 +70,18 @@ def test_only_untagged_images_no_step_named_are_stale() -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> list[str]:
+def store(tmp_path: Path) -> Path:
     reason = None
     if not (shutil.which("buildah") or shutil.which("buildah", path="/usr/sbin:/usr/bin")):
         reason = "buildah is not installed (make image-deps, or apt-get install -y buildah)"
     elif os.geteuid() != 0:
         reason = "buildah's vfs store here needs root"
     skip_or_fail(reason)
-    return buildah_command(tmp_path / "store")
+    return tmp_path / "store"
 
 
-def _images(buildah: list[str]) -> dict[str, list[str]]:
-    out = subprocess.run([*buildah, "images", "--all", "--json", "--no-trunc"], capture_output=True, text=True, check=True)
+def _images(store: Path) -> dict[str, list[str]]:
+    out = subprocess.run([*buildah_command(store), "images", "--all", "--json", "--no-trunc"], capture_output=True, text=True, check=True)
     return {i["id"]: i["names"] or [] for i in json.loads(out.stdout or "[]") or []}
 
 
@@ -89,7 +89,7 @@ def _layers_dir_bytes(root: Path) -> int:
     return sum(f.stat().st_size for f in (root / "root" / "vfs").rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def test_a_rebuild_after_a_change_leaves_one_builds_images(store: list[str], tmp_path: Path) -> None:
+def test_a_rebuild_after_a_change_leaves_one_builds_images(store: Path, tmp_path: Path) -> None:
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text("FROM scratch\nCOPY stable /stable\nCOPY changes /changes\nCMD [\"/x\"]\n")
@@ -108,27 +108,54 @@ def test_a_rebuild_after_a_change_leaves_one_builds_images(store: list[str], tmp
     assert len(after) == len(first), (first, after)
     assert [i for i in first if i in after and not after[i]], "the cached step of the first build went"
     assert sum(1 for names in after.values() if "localhost/store-test:1" in names) == 1
-    held = _layers_dir_bytes(tmp_path / "store")
+    held = _layers_dir_bytes(store)
     assert (1 + 2) << 20 <= held < (1 + 2 + 2 + 1) << 20, held
     assert any("earlier builds left" in m for m in said), said
 
 
-def test_a_failed_build_leaves_no_container_and_keeps_the_cache(store: list[str], tmp_path: Path) -> None:
-    # What a killed build leaves: a working container.
-    subprocess.run([*store, "from", "scratch"], capture_output=True, check=True)
-    ctx = tmp_path / "ctx"
+def _context(tmp_path: Path, name: str, dockerfile: str, **files: bytes) -> Path:
+    ctx = tmp_path / name
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY stable /stable\nCOPY missing /missing\n")
-    (ctx / "stable").write_bytes(b"s" * 1024)
+    (ctx / "Dockerfile").write_text(dockerfile)
+    for file, data in files.items():
+        (ctx / file).write_bytes(data)
+    return ctx
+
+
+def test_a_failed_build_leaves_no_container_and_keeps_the_last_builds_cache(store: Path, tmp_path: Path) -> None:
     log = tmp_path / "build.log"
+    good = _context(tmp_path, "good", "FROM scratch\nCOPY stable /stable\nCOPY changes /changes\n",
+                    stable=b"s" * 1024, changes=b"c")
+    build_layers(store, good, "localhost/store-test:1", [], log, lambda _m: None)
+    cached = {i for i, names in _images(store).items() if not names}
+    assert cached
+    # What a killed build leaves: a working container.
+    subprocess.run([*buildah_command(store), "from", "scratch"], capture_output=True, check=True)
+    bad = _context(tmp_path, "bad", "FROM scratch\nCOPY stable /stable\nCOPY missing /missing\n", stable=b"s" * 1024)
     with pytest.raises(UserError, match="buildah bud"):
-        build_layers(store, ctx, "localhost/store-test:1", [], log, lambda _m: None)
-    containers = subprocess.run([*store, "containers", "--all", "--quiet"], capture_output=True, text=True, check=True)
+        build_layers(store, bad, "localhost/store-test:1", [], log, lambda _m: None)
+    containers = subprocess.run([*buildah_command(store), "containers", "--all", "--quiet"],
+                                capture_output=True, text=True, check=True)
     assert containers.stdout.strip() == ""
-    assert _images(store), "the steps that succeeded are the next build's cache"
+    assert cached <= set(_images(store)), "the last good build's images are the next build's cache"
 
 
-def test_the_base_is_imported_once_per_tarball(store: list[str], tmp_path: Path) -> None:
+def test_a_store_from_before_the_record_is_pruned_before_the_build(store: Path, tmp_path: Path) -> None:
+    """A store older builds filled (no record of the last build): its untagged images go before the
+    build, so a build on a full disk finds room even when it fails."""
+    junk = _context(tmp_path, "junk", "FROM scratch\nCOPY a /a\nCOPY b /b\n", a=b"a" * 4096, b=b"b" * 4096)
+    subprocess.run([*buildah_command(store), "bud", "--layers", "--isolation", "chroot", str(junk)],
+                   capture_output=True, check=True)
+    assert any(not names for names in _images(store).values())
+    bad = _context(tmp_path, "bad", "FROM scratch\nCOPY missing /missing\n")
+    said: list[str] = []
+    with pytest.raises(UserError, match="buildah bud"):
+        build_layers(store, bad, "localhost/store-test:1", [], tmp_path / "build.log", said.append)
+    assert _images(store) == {}, "nothing of the old builds is left"
+    assert any("earlier builds left" in m for m in said), said
+
+
+def test_the_base_is_imported_once_per_tarball(store: Path, tmp_path: Path) -> None:
     """A base imported again is a new image: a new parent for every step, so no cached layer
     matches and the whole previous build is left behind (what buildah 1.28's missing `json`
     template function did to the old label check, every build)."""
@@ -144,13 +171,13 @@ def test_the_base_is_imported_once_per_tarball(store: list[str], tmp_path: Path)
         assert len(ids) == 1, _images(store)
         return ids[0]
 
-    import_base(store, tarball, log)
+    import_base(buildah_command(store), tarball, log)
     first = base_id()
-    import_base(store, tarball, log)
+    import_base(buildah_command(store), tarball, log)
     assert base_id() == first
     other = tarball.with_name("base-test-2.tar")
     shutil.copy(tarball, other)
-    import_base(store, other, log)
+    import_base(buildah_command(store), other, log)
     assert base_id() != first, "a new tarball is a new base"
 
 

@@ -11,9 +11,10 @@ containerd and its own bridge and iptables rules running beside the tests' nodes
 Caches, under the binary cache (`~/.cache/dra-k8s/image/`): the base rootfs tarball, keyed by
 suite and package list, and buildah's layer store, so a rebuild redoes only the layers whose
 inputs changed. `vfs` stores every layer as a full copy of its root filesystem (one build is about
-3 GB), so after each build the store keeps only the images that build used or made, and the tagged
-ones: a source change would otherwise leave about 1.6 GB behind per build, until a long-lived CI
-machine's disk is full. The archive is `dist/dra-hami-<version>.oci.tar`, with `dist/dra-hami-<version>.json`
+3.5 GB), so after each build the store keeps only the images that build used or made (recorded in
+`storage/last-build-images`) and the tagged ones, and before a build it drops what the record does
+not name: a source change would otherwise leave about 1.6 GB behind per build, until a
+long-lived CI machine's disk is full. The archive is `dist/dra-hami-<version>.oci.tar`, with `dist/dra-hami-<version>.json`
 naming its reference, manifest digest and size (what `dra node up` imports).
 """
 
@@ -153,24 +154,28 @@ def stale_images(listed: list[dict[str, object]], used: set[str]) -> list[str]:
     return stale
 
 
-def _prune_store(buildah: list[str], build_output: str, log: Path, progress: Callable[[str], None]) -> None:
-    """Remove the images earlier builds left (see the module's docstring). Nothing is removed when
-    the output names no step (a buildah that prints differently): disk over a broken cache."""
-    used = step_images(build_output)
-    if not used:
-        progress(f"kept the image store as it is: the build's output named no step image (log: {log})")
-        return
+def _remove_stale(buildah: list[str], keep: set[str], log: Path, progress: Callable[[str], None]) -> None:
     listed = json.loads(_run([*buildah, "images", "--all", "--json", "--no-trunc"], log, "buildah images") or "[]")
-    stale = stale_images(listed or [], used)
+    stale = stale_images(listed or [], keep)
     if stale:
         _run([*buildah, "rmi", *stale], log, "buildah rmi (images earlier builds left)")
         progress(f"removed {len(stale)} image(s) earlier builds left in the store")
 
 
-def build_layers(buildah: list[str], context: Path, reference: str, options: list[str], log: Path,
+def build_layers(store: Path, context: Path, reference: str, options: list[str], log: Path,
                  progress: Callable[[str], None]) -> None:
-    """`buildah bud --layers` of `context`'s Dockerfile, tagged `reference`; then the store keeps
-    only this build's images and the tagged ones."""
+    """`buildah bud --layers` of `context`'s Dockerfile into `store`, tagged `reference`; the store
+    keeps only this build's images and the tagged ones (see the module's docstring).
+
+    Before the build, untagged images the last build did not use go too (all of them in a store
+    with no record of its last build): on a full disk the build must find the room it needs."""
+    buildah = buildah_command(store)
+    record = store / "last-build-images"
+    try:
+        last = set(record.read_text().split())
+    except OSError:
+        last = set()
+    _remove_stale(buildah, last, log, progress)
     # Working containers are a build's own (the store is this module's): any here are from a build
     # that was killed, each a full root filesystem under vfs. --force-rm: a failed step's goes too.
     _run([*buildah, "rm", "--all"], log, "buildah rm --all (containers a killed build left)")
@@ -179,8 +184,14 @@ def build_layers(buildah: list[str], context: Path, reference: str, options: lis
          log, "buildah bud (the Dockerfile)", stdout_to_log=True)
     with log.open("rb") as f:
         f.seek(start)
-        built = f.read().decode(errors="replace")
-    _prune_store(buildah, built, log, progress)
+        used = step_images(f.read().decode(errors="replace"))
+    if not used:  # a buildah that prints differently: disk over a broken cache
+        progress(f"kept the image store as it is: the build's output named no step image (log: {log})")
+        return
+    _remove_stale(buildah, used, log, progress)
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text("\n".join(sorted(used)) + "\n")
+    tmp.rename(record)
 
 
 def base_tarball(progress: Callable[[str], None]) -> Path:
@@ -312,7 +323,7 @@ def build_image(root: Path | None = None, dist: Path | None = None, base: str | 
         if os.environ.get("PIP_INDEX_URL"):
             args += ["--build-arg", f"PIP_INDEX_URL={os.environ['PIP_INDEX_URL']}"]
         progress(f"building {reference} from {root / 'Dockerfile'} on {base} with buildah (log: {log})")
-        build_layers(buildah, root, reference, args, log, progress)
+        build_layers(store, root, reference, args, log, progress)
         dist.mkdir(parents=True, exist_ok=True)
         archive = dist / f"dra-hami-{version}.oci.tar"
         tmp = archive.with_name(archive.name + ".tmp")
