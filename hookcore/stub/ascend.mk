@@ -1,6 +1,6 @@
 # stub/ascend.mk - the Ascend stubs (included by ../Makefile; owned by the Ascend driver).
 #
-#   build/stub/libdcmi.so       dcmi_stub.c            DCMI: the driver's discovery and health
+#   build/stub/libdcmi.so       dcmi_stub.c            DCMI: the driver's discovery, health and process list
 #   build/stub/libruntime.so    ascend_runtime_stub.c  the CANN runtime's rt* layer and a simulated NPU
 #   build/stub/libascendcl.so   acl_stub.c             the public ACL API (aclrt*, aclmdl*), on libruntime.so
 #

@@ -16,10 +16,20 @@
  *                                 health <uuid> <0|1|2|3|lost>     (lost: 0xFFFFFFFF, device gone)
  *                                 errors <uuid> <hex code>...       (dcmi_get_device_errorcode_v2)
  *                               the last line naming a uuid and a kind wins.
+ *   HOOKCORE_STUB_DCMI_PROCESSES a file re-read at every dcmi_get_device_resource_info: the
+ *                               processes on the NPUs, one a line `<phy id> <host pid> <memory
+ *                               bytes>` (the phy ID and memory unsigned decimals within 32 and 64
+ *                               bits, the pid a decimal within int: what the struct holds, PID 0
+ *                               and negative PIDs included; '#' comments and blank lines skipped;
+ *                               at most 1024 lines). Any other line is skipped, named on stderr at
+ *                               each query of the first NPU described (once a poll). See the
+ *                               process query below.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,5 +373,96 @@ DCMI_API int dcmi_get_device_errorcode_v2(int card_id, int device_id, int *error
     if (!error_count || !list) return DCMI_ERR_INVALID_PARAMETER;
     unsigned int health;
     current_state(d, &health, list, error_count, (int)list_len);
+    return DCMI_OK;
+}
+
+/* --- processes (HOOKCORE_STUB_DCMI_PROCESSES) ---------------------------------------------------
+ * dcmi_get_device_resource_info(card, chip, proc_info, proc_num): the processes on one NPU chip,
+ * each its host PID and the device memory (bytes) it holds there. The call takes no buffer size:
+ * Huawei's reference gives at most 32 processes, so callers pass room for 32 and, like the real
+ * library, this one writes no more (the first 32 lines of the chip; *proc_num is what it wrote). */
+
+struct dcmi_proc_mem_info {
+    int proc_id;
+    unsigned long proc_mem_usage; /* bytes; 64 bits on the LP64 hosts DCMI ships for */
+};
+#define DCMI_MAX_PROC_NUM 32
+#define PROC_LINES_MAX    1024
+
+typedef struct proc_line {
+    unsigned int phy;
+    int pid;
+    unsigned long long memory;
+} proc_line;
+
+/* A decimal at *p (blanks before it skipped) ending at a blank or the line's end, within
+   [lo, hi] (`negative`: a leading '-' allowed): 1 with *out set and *p past it; 0 otherwise. */
+static int decimal(const char **p, int negative, long long lo, unsigned long long hi, unsigned long long *out) {
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t') s++;
+    int minus = negative && *s == '-';
+    const char *digits = s + minus;
+    if (*digits < '0' || *digits > '9') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(digits, &end, 10);
+    if (errno || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) return 0;
+    if (minus ? v > (unsigned long long)(-(lo + 1)) + 1 : v > hi) return 0;
+    *out = minus ? (unsigned long long)(-(long long)(v - 1) - 1) : v; /* two's complement, no overflow */
+    *p = end;
+    return 1;
+}
+
+static int parse_proc(const char *p, proc_line *out) {
+    unsigned long long phy, pid, memory;
+    if (!decimal(&p, 0, 0, UINT_MAX, &phy) || !decimal(&p, 1, INT_MIN, INT_MAX, &pid) ||
+        !decimal(&p, 0, 0, ULONG_MAX, &memory))
+        return 0;
+    while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+    if (*p && *p != '\n') return 0;
+    *out = (proc_line){(unsigned int)phy, (int)(long long)pid, memory};
+    return 1;
+}
+
+/* The listed processes now, at most `max` lines; `say`: name each malformed line on stderr. */
+static unsigned read_procs(proc_line *out, unsigned max, int say) {
+    const char *path = getenv("HOOKCORE_STUB_DCMI_PROCESSES");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    char line[256];
+    unsigned n = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        int whole = strchr(line, '\n') || feof(f);
+        for (int c = 0; !whole && c != '\n' && c != EOF;) c = fgetc(f); /* the rest of a long line */
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (whole && (*p == '#' || *p == '\n' || *p == '\r' || *p == 0)) continue;
+        proc_line x;
+        if (!whole || !parse_proc(p, &x)) {
+            if (say)
+                fprintf(stderr,
+                        "stub: HOOKCORE_STUB_DCMI_PROCESSES %s line %u: expected '<phy id> <host pid> <memory bytes>' "
+                        "(decimals: the phy ID and memory unsigned, the pid within int), skipped\n",
+                        path, lineno);
+            continue;
+        }
+        if (n < max) out[n++] = x;
+    }
+    fclose(f);
+    return n;
+}
+
+DCMI_API int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,
+                                           int *proc_num) {
+    LOOKUP(d, card_id, device_id, "dcmi_get_device_resource_info");
+    if (!proc_info || !proc_num) return DCMI_ERR_INVALID_PARAMETER;
+    proc_line lines[PROC_LINES_MAX]; /* 16 KiB of stack: nothing shared between threads */
+    unsigned n = read_procs(lines, PROC_LINES_MAX, d == &g_dev[0]);
+    unsigned phy = (unsigned)asd_get_int(d, "phy", d - g_dev);
+    int found = 0;
+    for (unsigned i = 0; i < n && found < DCMI_MAX_PROC_NUM; i++)
+        if (lines[i].phy == phy) proc_info[found++] = (struct dcmi_proc_mem_info){lines[i].pid, lines[i].memory};
+    *proc_num = found;
     return DCMI_OK;
 }
