@@ -151,17 +151,19 @@ def device_taints(api: client.ApiClient, node: str, driver: str, device: str) ->
 
 
 def assert_watchdog_taints_until_exit(cluster: ControlPlane, api: client.ApiClient, driver: str, domain: str,
-                                      args: Sequence[str], processes_env: str, device: str, index: int) -> None:
+                                      args: Sequence[str], processes_env: str, device: str, index: int,
+                                      other: str | None = None) -> None:
     """`dra run DRIVER ARGS --watchdog taint` on a fake node, the stub's process list in the file
     named by `processes_env`: a process in no claim on `device` (the stub's device `index`) taints
-    it (``<domain>/watchdog=unheld:NoSchedule``) in the published slice and no other device, an
-    Event on the Node names the process and the device, /metrics counts one unheld verdict, and the
-    process's exit lifts the taint."""
+    it (``<domain>/watchdog=unheld:NoSchedule``) in the published slice and no other device (`other`:
+    by default the name with its last number's lowest bit flipped), an Event on the Node names the
+    process and the device, /metrics counts one unheld verdict, and the process's exit lifts the
+    taint."""
     node = unique("wd")
     create_node(api, node)
     core = client.CoreV1Api(api)
     sleeper = subprocess.Popen(["sleep", "300"])
-    other = "-".join([*device.split("-")[:-1], str(int(device.rsplit("-", 1)[1]) ^ 1)])
+    other = other or "-".join([*device.split("-")[:-1], str(int(device.rsplit("-", 1)[1]) ^ 1)])
     try:
         with tempfile.TemporaryDirectory(prefix="dra-wd-", dir="/tmp") as work:
             procs = Path(work) / "processes"

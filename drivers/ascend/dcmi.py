@@ -137,6 +137,13 @@ class ElabelInfo(ctypes.Structure):
     ]
 
 
+class ProcMemInfo(ctypes.Structure):
+    """``struct dcmi_proc_mem_info``: a host PID and the device memory (bytes) it holds on the chip;
+    16 bytes on LP64 (``unsigned long`` is 64 bits, aligned to 8 after the 4-byte ``int``)."""
+
+    _fields_ = [("proc_id", ctypes.c_int), ("proc_mem_usage", ctypes.c_ulong)]
+
+
 _P = ctypes.POINTER
 _int, _uint = ctypes.c_int, ctypes.c_uint
 PROTOTYPES: dict[str, tuple[Any, ...]] = {
@@ -154,6 +161,8 @@ PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "dcmi_get_device_elabel_info": (_int, _int, _P(ElabelInfo)),
     "dcmi_get_device_health": (_int, _int, _P(_uint)),
     "dcmi_get_device_errorcode_v2": (_int, _int, _P(_int), _P(_uint), _uint),
+    # the processes on a chip (`processes.py`): (card, chip, a caller's array, out: how many written)
+    "dcmi_get_device_resource_info": (_int, _int, _P(ProcMemInfo), _P(_int)),
 }
 
 

@@ -8,7 +8,8 @@ claims written for it keep working; each share is enforced inside the container 
     dra run ascend --node-name node-1 --fake 910b3x8 ...        # fake NPUs (stub libdcmi.so)
 
 The skeleton (`dra.SharedDeviceDriver`) does the rest; this driver discovers the NPUs through DCMI
-(`dcmi.py`, or `fake.py`), polls their health (`health.py`), maps them to edits and hook quotas.
+(`dcmi.py`, or `fake.py`), polls their health (`health.py`), lists the processes on them for the
+watchdog (`processes.py`), maps them to edits and hook quotas.
 
 Prepare: a heterogeneous GPU + NPU claim is prepared by each driver for its own devices (the
 framework filters by driver name). The claim's containers see its NPUs by physical ID ascending,
@@ -25,6 +26,7 @@ import dra
 from drivers.ascend import dcmi, devices, edits, fake
 from drivers.ascend.config import API_VERSION, NpuConfig
 from drivers.ascend.health import HealthMonitor
+from drivers.ascend.processes import ProcessReader
 from drivers.ascend.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu, NpuConfig]):
         self.fake: fake.FakeBackend | None = None
         self.host_files: edits.HostFiles | None = None
         self.library: dcmi.Dcmi | None = None
+        self._processes: ProcessReader | None = None
 
     def discover(self, ctx: dra.DriverContext) -> Sequence[dcmi.Npu]:
         self.settings = Settings.parse(ctx.settings)
@@ -55,6 +58,7 @@ class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu, NpuConfig]):
         else:
             self.library = dcmi.Dcmi(self.settings.dcmi_library or dcmi.DEFAULT_LIBRARIES)
         self.inventory = dcmi.discover(self.library, sysfs)
+        self._processes = ProcessReader(self.library, self.inventory.npus)
         log.info("NPUs discovered", extra={
             "npus": [f"{devices.device_name(n)} {n.uuid} {n.product_name} phy {n.phy_id}" for n in self.inventory.npus],
             "driver_version": self.inventory.driver_version, "fake": ctx.fake or None})
@@ -70,6 +74,12 @@ class AscendDriver(dra.SharedDeviceDriver[dcmi.Npu, NpuConfig]):
         if not (self.settings.health and npus and self.library is not None):
             return None
         return HealthMonitor(self.library, npus, self.health_changed, self.settings.health_interval)
+
+    def processes(self) -> Sequence[dra.DeviceProcess] | None:
+        """Every process on the NPUs, from DCMI (`processes.py`), for the watchdog: keyed by the
+        hook's key (``davinci<phy ID>``) as the claims' quotas are; None before setup or where the
+        library has no process query."""
+        return self._processes.read() if self._processes is not None else None
 
     def to_devices(self, taints: Mapping[str, tuple[dra.Taint, ...]]) -> Sequence[dra.Device]:
         assert self.inventory is not None

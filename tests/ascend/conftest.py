@@ -15,7 +15,8 @@ from driver_helpers import build_stub_libraries, isolated_env
 
 from drivers.ascend import fake
 
-STUB_ENV = ("HOOKCORE_STUB_NPUS", "HOOKCORE_STUB_DCMI_DRIVER", "HOOKCORE_STUB_DCMI_FAIL", "HOOKCORE_STUB_DCMI_STATE")
+STUB_ENV = ("HOOKCORE_STUB_NPUS", "HOOKCORE_STUB_DCMI_DRIVER", "HOOKCORE_STUB_DCMI_FAIL", "HOOKCORE_STUB_DCMI_STATE",
+            "HOOKCORE_STUB_DCMI_PROCESSES")
 
 
 @pytest.fixture(scope="session")

@@ -173,9 +173,9 @@ def test_the_gpu_daemon_runs_without_privileges_or_capabilities(helm: Tool) -> N
     assert container(privileged, "daemon")["securityContext"]["privileged"] is True
 
 
-@pytest.mark.parametrize("chart", ["hami-core-gpu", "hygon-dcu"])
+@pytest.mark.parametrize("chart", ["hami-core-gpu", "hygon-dcu", "ascend"])
 def test_the_drivers_that_list_processes_run_the_watchdog_in_the_host_pid_namespace(helm: Tool, chart: str) -> None:
-    """The drivers whose `processes()` the watchdog polls (NVML's list, ROCm SMI's) get it on by
+    """The drivers whose `processes()` the watchdog polls (NVML's list, ROCm SMI's, DCMI's) get it on by
     default with what it needs: the host PID namespace (the libraries name host PIDs) and the
     daemon's --watchdog; without hostPID every process would be one the daemon cannot see."""
     on = pod_spec(render(helm, chart))
@@ -190,7 +190,11 @@ def test_the_ascend_daemon_is_privileged_for_dcmi_and_reads_the_driver_read_only
     assert daemon["securityContext"] == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
     assert {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True} in daemon["volumeMounts"]
     unprivileged = container(pod_spec(render(helm, "ascend", values={"kubeletPlugin.privileged": False})), "daemon")
-    assert unprivileged["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # the watchdog (on by default) adds only what it needs: CAP_KILL, CAP_SYS_PTRACE (maps)
+    assert unprivileged["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL", "SYS_PTRACE"]}
+    bare = container(pod_spec(render(helm, "ascend", values={"kubeletPlugin.privileged": False,
+                                                            "daemon.watchdog.action": "off"})), "daemon")
+    assert bare["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_an_init_container_installs_the_hook_library_with_the_daemons_installer(helm: Tool) -> None:
