@@ -11,11 +11,8 @@ test runs `dra run ascend --watchdog taint` against the real control plane.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import logging
 import os
-import time
-import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,25 +20,17 @@ from typing import Any
 import pytest
 from driver_helpers import assert_watchdog_taints_until_exit, fake_drivers
 from kubernetes import client
-from prometheus_client import CollectorRegistry, generate_latest
 
-from dra import AllocatedDevice, ClaimRef, Preload
-from dra._runtime import procinfo
-from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
-from dra._runtime.enforcement import ClaimHooks
-from dra._runtime.hookdir import HookDir
-from dra._runtime.watchdog.loop import Watchdog
-from dra._runtime.watchdog.model import Verdict, WatchdogSettings
+from dra import AllocatedDevice, ClaimRef
 from dra_dev.cluster.controlplane import ControlPlane
 from drivers.ascend import dcmi, edits, processes
 from drivers.ascend.driver import AscendDriver
-from tests.watchdog.watchdog_rig import FakeProc, pod_cgroup
+from tests.watchdog.watchdog_rig import PreparedRig
 
 DRIVER = "ascend.project-hami.io"
 ENV = "HOOKCORE_STUB_DCMI_PROCESSES"
 MiB, GiB = 1 << 20, 1 << 30
 U64_MAX = (1 << 64) - 1
-OTHER_MAPS = b"7f0000000000-7f0000001000 r-xp 00000000 08:01 4242   /usr/lib/libc.so.6\n"  # no hook mapped
 
 
 @pytest.fixture
@@ -184,87 +173,13 @@ def test_a_library_without_the_process_query_leaves_the_watchdog_idle(fake_npus:
 # The watchdog over the NPU driver
 
 
-class Events:
-    """The verdicts as the Event sink got them."""
-
-    def __init__(self) -> None:
-        self.got: list[Verdict] = []
-
-    def emit(self, verdict: Verdict) -> None:
-        self.got.append(verdict)
-
-
-@dataclasses.dataclass
-class Claim:
-    uid: str
-    name: str
-    device: str
-    pod_uid: str
-
-
-class NpuRig:
-    """Claims prepared by the driver as the daemon records them; processes in a `FakeProc` tree."""
-
-    def __init__(self, driver: AscendDriver, root: Path) -> None:
-        self.driver = driver
-        self.state = root / "state"
-        self.checkpoint = Checkpoint(self.state)
-        self.hook_dir = HookDir(root / "hookdir")
-        self.hooks = ClaimHooks(self.state, self.hook_dir, Preload.FILE)
-        self.proc = FakeProc(root / "proc", caps=1 << procinfo.CAP_SYS_PTRACE)
-        self.events = Events()
-        self.registry = CollectorRegistry()
-        self.hset: Any = None
-
-    def claim(self, device: str, memory: int, cores: int = 30) -> Claim:
-        uid = str(uuidlib.uuid4())
-        ref = ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
-        capacity = {"memory": memory, "cores": cores}
-        prepared = self.driver.prepare(ref, [AllocatedDevice("npu", "node-a", device, "s1", capacity)])
-        enforcement = self.driver.enforcement(ref, prepared)
-        assert enforcement is not None
-        self.hset = self.hook_dir.install(enforcement.library)
-        plan = self.hooks.plan(enforcement)
-        self.hooks.create(uid, plan)
-        self.checkpoint.put(ClaimRecord(uid, ref.namespace, ref.name, PREPARED, self.checkpoint.boot_id, devices=(
-            DeviceRecord(self.driver.name, "npu", "node-a", device, "s1", capacity, state=prepared[0].state,
-                         config={"apiVersion": "ascend.project-hami.io/v1alpha1", "kind": "NpuConfig"}),),
-            enforcement={**plan.to_json(), "set": str(self.hset.path)}, updated_at=time.time()))
-        return Claim(uid, ref.name, device, str(uuidlib.uuid4()))
-
-    def hook_maps(self) -> bytes:
-        """The maps line of the claims' libvnpu.so mapped executable (by device and inode)."""
-        st = os.stat(self.hset.path / "libvnpu.so")
-        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
-        return f"7f0000000000-7f0000001000 r-xp 00000000 {dev} {st.st_ino}   /usr/lib/libvnpu.so\n".encode()
-
-    def process(self, pid: int, claim: Claim | None, held: bool = True) -> None:
-        """`pid` in /proc: in `claim`'s pod with its mounts (and its hook mapped, if `held`), or a
-        host process in no claim."""
-        if claim is None:
-            self.proc.process(pid)
-            return
-        self.proc.process(pid, cgroup=pod_cgroup(claim.pod_uid),
-                          mountinfo=FakeProc.claim_mount(self.state / "hooks", claim.uid),
-                          maps=self.hook_maps() if held else OTHER_MAPS)
-
-    def watchdog(self, **settings: Any) -> Watchdog:
-        return Watchdog(self.driver, self.checkpoint.records, self.state / "hooks", self.events, self.registry,
-                        WatchdogSettings(proc=self.proc.root, **settings))
-
-    def metric(self, line_start: str) -> float:
-        for line in generate_latest(self.registry).decode().splitlines():
-            if line.startswith(line_start):
-                return float(line.rsplit(" ", 1)[1])
-        raise AssertionError(f"no series {line_start}")
-
-
 @pytest.fixture
-def npu_rig(driver: AscendDriver, tmp_path: Path) -> NpuRig:
-    return NpuRig(driver, tmp_path)
+def npu_rig(driver: AscendDriver, tmp_path: Path) -> PreparedRig:
+    return PreparedRig(driver, tmp_path, device_type="npu", library="libvnpu.so",
+                       config={"apiVersion": "ascend.project-hami.io/v1alpha1", "kind": "NpuConfig"})
 
 
-def test_a_held_process_is_seen_with_its_memory_and_flagged_once_over_its_quota(npu_rig: NpuRig) -> None:
+def test_a_held_process_is_seen_with_its_memory_and_flagged_once_over_its_quota(npu_rig: PreparedRig) -> None:
     c = npu_rig.claim("npu-3-0", memory=4 * GiB)
     npu_rig.process(7001, c)
     npu_rig.process(7002, c)
@@ -285,7 +200,7 @@ def test_a_held_process_is_seen_with_its_memory_and_flagged_once_over_its_quota(
     assert wd.poll() == []  # once, while it lasts
 
 
-def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(npu_rig: NpuRig) -> None:
+def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(npu_rig: PreparedRig) -> None:
     """In the claim's pod without libvnpu.so mapped (a static binary, raw ioctls to /dev/davinci*):
     unheld on its claim; a host process on another NPU: unheld, in no claim. The held neighbour:
     nothing."""
@@ -303,7 +218,7 @@ def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(npu_ri
     assert npu_rig.metric('dra_device_processes_unheld{device="npu-6-0"') == 1
 
 
-def test_hostile_lines_lose_nothing_and_crash_nothing(npu_rig: NpuRig, capfd: pytest.CaptureFixture[str],
+def test_hostile_lines_lose_nothing_and_crash_nothing(npu_rig: PreparedRig, capfd: pytest.CaptureFixture[str],
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """Between good lines: memory negative or past 64 bits, a PID past int, a word, an extra field,
     a missing one, a line of 300 digits (malformed: skipped by the stub, one message each a poll);

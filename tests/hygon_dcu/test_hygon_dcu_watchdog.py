@@ -10,11 +10,8 @@ runs `dra run hygon-dcu --watchdog taint` against the real control plane.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-import time
-import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,25 +21,18 @@ from driver_helpers import assert_watchdog_taints_until_exit, fake_drivers
 from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dra import AllocatedDevice, ClaimRef, Preload
-from dra._runtime import procinfo
-from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
-from dra._runtime.enforcement import ClaimHooks
-from dra._runtime.hookdir import HookDir
+from dra import AllocatedDevice, ClaimRef
 from dra._runtime.ledger_metrics import LedgerCollector, device_names_by_hook_key
-from dra._runtime.watchdog.loop import Watchdog
-from dra._runtime.watchdog.model import Verdict, WatchdogSettings
 from dra_dev.cluster.controlplane import ControlPlane
 from drivers.hygon_dcu import edits, processes, rsmi
 from drivers.hygon_dcu.config import DcuConfig
 from drivers.hygon_dcu.driver import HygonDcuDriver
-from tests.watchdog.watchdog_rig import FakeProc, pod_cgroup
+from tests.watchdog.watchdog_rig import PreparedRig
 
 DRIVER = "hygon-dcu.project-hami.io"
 ENV = "HOOKCORE_STUB_RSMI_PROCESSES"
 MiB, GiB = 1 << 20, 1 << 30
 U64_MAX = (1 << 64) - 1
-OTHER_MAPS = b"7f0000000000-7f0000001000 r-xp 00000000 08:01 4242   /usr/lib/libc.so.6\n"  # no hook mapped
 
 
 @pytest.fixture
@@ -147,88 +137,13 @@ def test_a_library_without_the_process_api_leaves_the_watchdog_idle(fake_dcus: C
 # The watchdog over the DCU driver
 
 
-class Events:
-    """The verdicts as the Event sink got them."""
-
-    def __init__(self) -> None:
-        self.got: list[Verdict] = []
-
-    def emit(self, verdict: Verdict) -> None:
-        self.got.append(verdict)
-
-
-@dataclasses.dataclass
-class Claim:
-    uid: str
-    name: str
-    device: str
-    pod_uid: str
-
-
-class DcuRig:
-    """Claims prepared by the driver as the daemon records them; processes in a `FakeProc` tree."""
-
-    def __init__(self, driver: HygonDcuDriver, root: Path) -> None:
-        self.driver = driver
-        self.state = root / "state"
-        self.checkpoint = Checkpoint(self.state)
-        self.hook_dir = HookDir(root / "hookdir")
-        self.hooks = ClaimHooks(self.state, self.hook_dir, Preload.FILE)
-        self.proc = FakeProc(root / "proc", caps=1 << procinfo.CAP_SYS_PTRACE)
-        self.events = Events()
-        self.registry = CollectorRegistry()
-        self.hset: Any = None
-
-    def claim(self, device: str, memory: int, cores: int = 30, config: DcuConfig | None = None) -> Claim:
-        uid = str(uuidlib.uuid4())
-        ref = ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
-        capacity = {"memory": memory, "cores": cores}
-        alloc = AllocatedDevice("dcu", "node-a", device, "s1", capacity, config=config)
-        prepared = self.driver.prepare(ref, [alloc])
-        enforcement = self.driver.enforcement(ref, prepared)
-        assert enforcement is not None
-        self.hset = self.hook_dir.install(enforcement.library)
-        plan = self.hooks.plan(enforcement)
-        self.hooks.create(uid, plan)
-        self.checkpoint.put(ClaimRecord(uid, ref.namespace, ref.name, PREPARED, self.checkpoint.boot_id, devices=(
-            DeviceRecord(self.driver.name, "dcu", "node-a", device, "s1", capacity, state=prepared[0].state,
-                         config={"apiVersion": "hygon-dcu.project-hami.io/v1alpha1", "kind": "DcuConfig"}),),
-            enforcement={**plan.to_json(), "set": str(self.hset.path)}, updated_at=time.time()))
-        return Claim(uid, ref.name, device, str(uuidlib.uuid4()))
-
-    def hook_maps(self) -> bytes:
-        """The maps line of the claims' libvhip.so mapped executable (by device and inode)."""
-        st = os.stat(self.hset.path / "libvhip.so")
-        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
-        return f"7f0000000000-7f0000001000 r-xp 00000000 {dev} {st.st_ino}   /usr/lib/libvhip.so\n".encode()
-
-    def process(self, pid: int, claim: Claim | None, held: bool = True) -> None:
-        """`pid` in /proc: in `claim`'s pod with its mounts (and its hook mapped, if `held`), or a
-        host process in no claim."""
-        if claim is None:
-            self.proc.process(pid)
-            return
-        self.proc.process(pid, cgroup=pod_cgroup(claim.pod_uid),
-                          mountinfo=FakeProc.claim_mount(self.state / "hooks", claim.uid),
-                          maps=self.hook_maps() if held else OTHER_MAPS)
-
-    def watchdog(self, **settings: Any) -> Watchdog:
-        return Watchdog(self.driver, self.checkpoint.records, self.state / "hooks", self.events, self.registry,
-                        WatchdogSettings(proc=self.proc.root, **settings))
-
-    def metric(self, line_start: str) -> float:
-        for line in generate_latest(self.registry).decode().splitlines():
-            if line.startswith(line_start):
-                return float(line.rsplit(" ", 1)[1])
-        raise AssertionError(f"no series {line_start}")
-
-
 @pytest.fixture
-def dcu_rig(driver: HygonDcuDriver, tmp_path: Path) -> DcuRig:
-    return DcuRig(driver, tmp_path)
+def dcu_rig(driver: HygonDcuDriver, tmp_path: Path) -> PreparedRig:
+    return PreparedRig(driver, tmp_path, device_type="dcu", library="libvhip.so",
+                       config={"apiVersion": "hygon-dcu.project-hami.io/v1alpha1", "kind": "DcuConfig"})
 
 
-def test_a_held_process_is_seen_with_its_vram_and_flagged_once_over_its_quota(dcu_rig: DcuRig) -> None:
+def test_a_held_process_is_seen_with_its_vram_and_flagged_once_over_its_quota(dcu_rig: PreparedRig) -> None:
     c = dcu_rig.claim("dcu-3", memory=4 * GiB)
     dcu_rig.process(7001, c)
     dcu_rig.process(7002, c)
@@ -249,7 +164,7 @@ def test_a_held_process_is_seen_with_its_vram_and_flagged_once_over_its_quota(dc
     assert wd.poll() == []  # once, while it lasts
 
 
-def test_the_hooks_settings_and_the_ledger_metrics_find_the_dcu_by_its_hook_key(dcu_rig: DcuRig) -> None:
+def test_the_hooks_settings_and_the_ledger_metrics_find_the_dcu_by_its_hook_key(dcu_rig: PreparedRig) -> None:
     """The hook names a DCU by its PCI bus ID (``pci-...``), not by the UUID the driver publishes:
     the prepared device's state keeps that key (`dra.HOOK_KEY`), so the watchdog takes the hook's
     settings over the allocation (computeLimit: false: 100 cores, though 30 were allocated; before,
@@ -268,7 +183,7 @@ def test_the_hooks_settings_and_the_ledger_metrics_find_the_dcu_by_its_hook_key(
     assert len(limit) == 1 and 'device="dcu-3"' in limit[0] and float(limit[0].rsplit(" ", 1)[1]) == 4 * GiB, limit
 
 
-def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(dcu_rig: DcuRig) -> None:
+def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(dcu_rig: PreparedRig) -> None:
     """In the claim's pod without libvhip.so mapped (a static binary, raw ioctls): unheld on its
     claim; a host process on another DCU: unheld, in no claim. The held neighbour: nothing."""
     c = dcu_rig.claim("dcu-0", memory=8 * GiB)
@@ -285,7 +200,7 @@ def test_a_process_the_claim_does_not_hold_and_one_in_no_claim_are_unheld(dcu_ri
     assert dcu_rig.metric('dra_device_processes_unheld{device="dcu-6"') == 1
 
 
-def test_hostile_lines_lose_nothing_and_crash_nothing(dcu_rig: DcuRig, capfd: pytest.CaptureFixture[str],
+def test_hostile_lines_lose_nothing_and_crash_nothing(dcu_rig: PreparedRig, capfd: pytest.CaptureFixture[str],
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """Between two good lines: a negative VRAM, VRAM past 64 bits, a PID past 32 bits, a word, an
     occupancy past 100, an extra field, a line of 300 digits (malformed: skipped by the stub, one

@@ -25,7 +25,7 @@ import pytest
 from ci_gate import skip_or_fail
 from driver_helpers import build_stub_libraries, isolated_env
 from kube_helpers import wait_for
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 import dra
 from dra._runtime import procinfo
@@ -315,6 +315,78 @@ class FakeProc:
 
 def pod_cgroup(pod_uid: str) -> str:
     return f"0::/kubepods/besteffort/pod{pod_uid}/{'c' * 64}\n"
+
+
+OTHER_MAPS = b"7f0000000000-7f0000001000 r-xp 00000000 08:01 4242   /usr/lib/libc.so.6\n"  # no hook mapped
+
+
+@dataclasses.dataclass
+class PreparedClaim:
+    uid: str
+    name: str
+    device: str
+    pod_uid: str
+
+
+class PreparedRig:
+    """For a driver whose processes come from its stub library: claims prepared by the driver itself
+    (its quotas, its hook library, the daemon's checkpoint record) and processes made up in a
+    `FakeProc` tree (a claim's mounts, a pod's cgroup, the hook `library` mapped or not). No root."""
+
+    def __init__(self, driver: Any, root: Path, *, device_type: str, config: dict[str, str], library: str) -> None:
+        self.driver = driver
+        self.device_type, self.config, self.library = device_type, config, library
+        self.state = root / "state"
+        self.checkpoint = Checkpoint(self.state)
+        self.hook_dir = HookDir(root / "hookdir")
+        self.hooks = ClaimHooks(self.state, self.hook_dir, Preload.FILE)
+        self.proc = FakeProc(root / "proc", caps=1 << procinfo.CAP_SYS_PTRACE)
+        self.events = Events()
+        self.registry = CollectorRegistry()
+        self.hset: Any = None
+
+    def claim(self, device: str, memory: int, cores: int = 30, config: Any = None) -> PreparedClaim:
+        uid = str(uuidlib.uuid4())
+        ref = dra.ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
+        capacity = {"memory": memory, "cores": cores}
+        alloc = dra.AllocatedDevice(self.device_type, "node-a", device, "s1", capacity, config=config)
+        prepared = self.driver.prepare(ref, [alloc])
+        enforcement = self.driver.enforcement(ref, prepared)
+        assert enforcement is not None
+        self.hset = self.hook_dir.install(enforcement.library)
+        plan = self.hooks.plan(enforcement)
+        self.hooks.create(uid, plan)
+        self.checkpoint.put(ClaimRecord(uid, ref.namespace, ref.name, PREPARED, self.checkpoint.boot_id, devices=(
+            DeviceRecord(self.driver.name, self.device_type, "node-a", device, "s1", capacity,
+                         state=prepared[0].state, config=self.config),),
+            enforcement={**plan.to_json(), "set": str(self.hset.path)}, updated_at=time.time()))
+        return PreparedClaim(uid, ref.name, device, str(uuidlib.uuid4()))
+
+    def hook_maps(self) -> bytes:
+        """The maps line of the claims' hook library mapped executable (by device and inode)."""
+        st = os.stat(self.hset.path / self.library)
+        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+        return f"7f0000000000-7f0000001000 r-xp 00000000 {dev} {st.st_ino}   /usr/lib/{self.library}\n".encode()
+
+    def process(self, pid: int, claim: PreparedClaim | None, held: bool = True) -> None:
+        """`pid` in /proc: in `claim`'s pod with its mounts (and its hook mapped, if `held`), or a
+        host process in no claim."""
+        if claim is None:
+            self.proc.process(pid)
+            return
+        self.proc.process(pid, cgroup=pod_cgroup(claim.pod_uid),
+                          mountinfo=FakeProc.claim_mount(self.state / "hooks", claim.uid),
+                          maps=self.hook_maps() if held else OTHER_MAPS)
+
+    def watchdog(self, **settings: Any) -> Watchdog:
+        return Watchdog(self.driver, self.checkpoint.records, self.state / "hooks", self.events, self.registry,
+                        WatchdogSettings(proc=self.proc.root, **settings))
+
+    def metric(self, line_start: str) -> float:
+        for line in generate_latest(self.registry).decode().splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"no series {line_start}")
 
 
 @pytest.fixture(scope="session")
