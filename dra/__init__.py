@@ -72,6 +72,7 @@ from dra.driver import (
 from dra.health import DeviceHealth, HealthWatch, PolledHealth, Processed
 from dra.library import LibraryError, VendorLibrary
 from dra.shared import ClaimView, SharedDeviceDriver, Visible, shared_device
+from dra.warn_once import WarnOnce
 
 if TYPE_CHECKING:
     from dra import fakes, settings, testing, topology
@@ -114,6 +115,7 @@ __all__ = [
     "Version",
     "Visible",
     "WaitTimeout",
+    "WarnOnce",
     "claim_share_config",
     "decode_config",
     "device_share_configs",

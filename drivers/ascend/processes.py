@@ -27,8 +27,8 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Sequence
-from typing import Any
 
+import dra
 from dra import DeviceProcess
 from drivers.ascend import dcmi, devices, edits
 
@@ -48,7 +48,7 @@ class ProcessReader:
         self.library = library
         self.npus = sorted(npus, key=lambda n: n.logic_id)
         self._failing: set[str] = set()  # NPU UUIDs skipped until they answer again
-        self._warned: set[str] = set()
+        self._warn_once = dra.WarnOnce(log, WARNED_MAX)
         self.unsupported = self._missing_call()
 
     def _missing_call(self) -> str | None:
@@ -91,26 +91,17 @@ class ProcessReader:
             log.info("NPU's processes readable again", extra={"device": name, "uuid": npu.uuid})
         if count.value > BUFFER:
             self._warn_once("cut", "DCMI counts more processes on an NPU than it was given room for; the first "
-                            "are checked", {"device": name, "count": count.value, "buffer": BUFFER})
+                            "are checked", device=name, count=count.value, buffer=BUFFER)
         elif count.value == MAX_PROCESSES:
             self._warn_once(f"full {npu.uuid}", "DCMI lists its documented maximum of processes on an NPU; "
-                            "more may run there unseen by the watchdog",
-                            {"device": name, "max_processes": MAX_PROCESSES})
+                            "more may run there unseen by the watchdog", device=name, max_processes=MAX_PROCESSES)
         memory: dict[int, int] = {}
         for entry in buf[: min(count.value, BUFFER)]:
             pid = int(entry.proc_id)
             if pid <= 0:
                 kind = "PID 0" if pid == 0 else "a negative PID"
-                self._warn_once(kind, f"DCMI lists {kind}, which is no process: left out", {"device": name, "pid": pid})
+                self._warn_once(kind, f"DCMI lists {kind}, which is no process: left out", device=name, pid=pid)
                 continue
             memory[pid] = max(memory.get(pid, 0), int(entry.proc_mem_usage))
         key = edits.hook_key(npu.phy_id)
         return [DeviceProcess(name, key, pid, held) for pid, held in memory.items()]
-
-    def _warn_once(self, key: str, message: str, extra: dict[str, Any]) -> None:
-        if key in self._warned:
-            return
-        if len(self._warned) >= WARNED_MAX:
-            self._warned.clear()
-        self._warned.add(key)
-        log.warning(message, extra=extra)

@@ -33,8 +33,8 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Sequence
-from typing import Any
 
+import dra
 from dra import DeviceProcess
 from drivers.hygon_dcu import devices, edits, rsmi
 
@@ -55,7 +55,7 @@ class ProcessReader:
         self.library = library
         self.dcus = sorted(dcus, key=lambda d: d.index)
         self._failing: set[int] = set()  # DCU indices skipped until they answer again
-        self._warned: set[str] = set()
+        self._warn_once = dra.WarnOnce(log, WARNED_MAX)
         self.unsupported = self._missing_call()
 
     def _missing_call(self) -> str | None:
@@ -78,7 +78,7 @@ class ProcessReader:
         answered: set[int] = set()
         for pid in self._pids():
             if pid == 0:
-                self._warn_once("pid 0", "ROCm SMI lists PID 0, which is no process: left out", {})
+                self._warn_once("pid 0", "ROCm SMI lists PID 0, which is no process: left out")
                 continue
             out.extend(self._process(pid, failed, answered))
         for index in sorted((answered - failed) & self._failing):
@@ -104,7 +104,7 @@ class ProcessReader:
                     size = min(2 * size, MAX_PROCESSES)
                     continue
                 self._warn_once("cut", "ROCm SMI lists more processes than the watchdog reads; the first are "
-                                "checked", {"max_processes": MAX_PROCESSES})
+                                "checked", max_processes=MAX_PROCESSES)
                 got = ctypes.c_uint32(size)  # the library wrote the first `size`
             return list(dict.fromkeys(int(buf[i].process_id) for i in range(min(got.value, size))))
 
@@ -120,7 +120,7 @@ class ProcessReader:
                 return {int(i) for i in indices}
             if exc.code != rsmi.NOT_FOUND:  # NOT_FOUND: gone, which the VRAM query tells
                 self._warn_once(f"queues {exc.code}", "ROCm SMI does not say which DCUs a process has queues on; "
-                                "its VRAM is still read on each", {"pid": pid, "error": str(exc)})
+                                "its VRAM is still read on each", pid=pid, error=str(exc))
             return set()
         return {int(indices[i]) for i in range(min(n.value, MAX_QUEUE_DEVICES))}
 
@@ -152,11 +152,3 @@ class ProcessReader:
 
     def _name(self, index: int) -> str:
         return next((devices.device_name(d) for d in self.dcus if d.index == index), f"dcu-{index}")
-
-    def _warn_once(self, key: str, message: str, extra: dict[str, Any]) -> None:
-        if key in self._warned:
-            return
-        if len(self._warned) >= WARNED_MAX:
-            self._warned.clear()
-        self._warned.add(key)
-        log.warning(message, extra=extra)

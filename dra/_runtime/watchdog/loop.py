@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +21,7 @@ from dra._runtime.watchdog.metrics import WatchdogMetrics
 from dra._runtime.watchdog.model import EventSink, Verdict, WatchdogSettings
 from dra._runtime.watchdog.records import ClaimRecords
 from dra.driver import DeviceProcess, Driver, Taint
+from dra.warn_once import WarnOnce
 
 log = logging.getLogger("dra._runtime.watchdog")
 
@@ -46,7 +46,7 @@ class Watchdog:
         self._clock = clock
         self._active: dict[verdicts.Key, Verdict] = {}
         self._windows: dict[tuple[str, str], tuple[verdicts.Sample, ...]] = {}
-        self._warned: set[str] = set()
+        self._warn_once = WarnOnce(log, WARNED_MAX)
         self._seen_devices: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -159,9 +159,3 @@ class Watchdog:
         except Exception:
             log.exception("watchdog event not queued")
 
-    def _warn_once(self, key: str, message: str, level: int = logging.WARNING, **extra: Any) -> None:
-        if key not in self._warned:
-            if len(self._warned) >= WARNED_MAX:  # keys per process: forget them all now and then
-                self._warned.clear()
-            self._warned.add(key)
-            log.log(level, message, extra=extra)
