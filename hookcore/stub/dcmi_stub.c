@@ -36,6 +36,7 @@
 #include <strings.h>
 
 #include "ascend_devices.h"
+#include "stub_grammar.h"
 
 #define DCMI_API __attribute__((visibility("default")))
 
@@ -413,7 +414,8 @@ static int decimal(const char **p, int negative, long long lo, unsigned long lon
     return 1;
 }
 
-static int parse_proc(const char *p, proc_line *out) {
+static int parse_proc(const char *p, void *record) {
+    proc_line *out = record;
     unsigned long long phy, pid, memory;
     if (!decimal(&p, 0, 0, UINT_MAX, &phy) || !decimal(&p, 1, INT_MIN, INT_MAX, &pid) ||
         !decimal(&p, 0, 0, ULONG_MAX, &memory))
@@ -426,31 +428,7 @@ static int parse_proc(const char *p, proc_line *out) {
 
 /* The listed processes now, at most `max` lines; `say`: name each malformed line on stderr. */
 static unsigned read_procs(proc_line *out, unsigned max, int say) {
-    const char *path = getenv("HOOKCORE_STUB_DCMI_PROCESSES");
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
-    if (!f) return 0;
-    char line[256];
-    unsigned n = 0, lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        int whole = strchr(line, '\n') || feof(f);
-        for (int c = 0; !whole && c != '\n' && c != EOF;) c = fgetc(f); /* the rest of a long line */
-        const char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        if (whole && (*p == '#' || *p == '\n' || *p == '\r' || *p == 0)) continue;
-        proc_line x;
-        if (!whole || !parse_proc(p, &x)) {
-            if (say)
-                fprintf(stderr,
-                        "stub: HOOKCORE_STUB_DCMI_PROCESSES %s line %u: expected '<phy id> <host pid> <memory bytes>' "
-                        "(decimals: the phy ID and memory unsigned, the pid within int), skipped\n",
-                        path, lineno);
-            continue;
-        }
-        if (n < max) out[n++] = x;
-    }
-    fclose(f);
-    return n;
+    return stub_read_records("HOOKCORE_STUB_DCMI_PROCESSES", "'<phy id> <host pid> <memory bytes>' (decimals: the phy ID and memory unsigned, the pid within int)", say, parse_proc, out, sizeof *out, max);
 }
 
 DCMI_API int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,

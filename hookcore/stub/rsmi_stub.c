@@ -39,6 +39,7 @@
 #include <strings.h>
 
 #include "hip_devices.h"
+#include "stub_grammar.h"
 
 #define RSMI_API __attribute__((visibility("default")))
 
@@ -300,7 +301,8 @@ static int number(const char **p, uint64_t max, uint64_t *out) {
     return 1;
 }
 
-static int parse_proc(const char *p, proc_line *out) {
+static int parse_proc(const char *p, void *record) {
+    proc_line *out = record;
     uint64_t dev, pid, vram, occ = CU_OCCUPANCY_INVALID;
     if (!number(&p, UINT32_MAX, &dev) || !number(&p, UINT32_MAX, &pid) || !number(&p, UINT64_MAX, &vram)) return 0;
     while (*p == ' ' || *p == '\t') p++;
@@ -313,31 +315,7 @@ static int parse_proc(const char *p, proc_line *out) {
 
 /* The listed processes now, at most `max` lines; `say`: name each malformed line on stderr. */
 static unsigned read_procs(proc_line *out, unsigned max, int say) {
-    const char *path = getenv("HOOKCORE_STUB_RSMI_PROCESSES");
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
-    if (!f) return 0;
-    char line[256];
-    unsigned n = 0, lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        int whole = strchr(line, '\n') || feof(f);
-        for (int c = 0; !whole && c != '\n' && c != EOF;) c = fgetc(f); /* the rest of a long line */
-        const char *p = line;
-        while (*p == ' ' || *p == '\t') p++;
-        if (whole && (*p == '#' || *p == '\n' || *p == '\r' || *p == 0)) continue;
-        proc_line x;
-        if (!whole || !parse_proc(p, &x)) {
-            if (say)
-                fprintf(stderr,
-                        "stub: HOOKCORE_STUB_RSMI_PROCESSES %s line %u: expected '<device index> <host pid> "
-                        "<vram bytes> [<cu occupancy 0-100>]' (unsigned decimals), skipped\n",
-                        path, lineno);
-            continue;
-        }
-        if (n < max) out[n++] = x;
-    }
-    fclose(f);
-    return n;
+    return stub_read_records("HOOKCORE_STUB_RSMI_PROCESSES", "'<device index> <host pid> <vram bytes> [<cu occupancy 0-100>]' (unsigned decimals)", say, parse_proc, out, sizeof *out, max);
 }
 
 static uint32_t pasid_of(uint32_t pid) { return 0x8000u | (pid & 0x7fffu); }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/hookcore.h"
@@ -85,4 +86,52 @@ int stub_grammar_parse(const char *spec, const char *what, stub_entry_fn fn, voi
         pos++;
     }
     return pos;
+}
+
+/* Calls `fn` per line that is not blank or a comment, past its leading blanks; 1: taken. */
+typedef int (*stub_line_fn)(void *ctx, const char *line);
+
+static unsigned stub_read_lines(const char *env, const char *expect, int say, stub_line_fn fn, void *ctx) {
+    const char *path = getenv(env);
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    char line[256];
+    unsigned taken = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        int whole = strchr(line, '\n') || feof(f);
+        for (int c = 0; !whole && c != '\n' && c != EOF;) c = fgetc(f); /* the rest of a long line */
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (whole && (*p == '#' || *p == '\n' || *p == '\r' || *p == 0)) continue;
+        if (whole && fn(ctx, p)) {
+            taken++;
+        } else if (say) {
+            fprintf(stderr, "stub: %s %s line %u: expected %s, skipped\n", env, path, lineno, expect);
+        }
+    }
+    fclose(f);
+    return taken;
+}
+
+typedef struct {
+    stub_parse_fn parse;
+    unsigned char *out;
+    size_t size;
+    unsigned n, max;
+} records;
+
+static int take_record(void *ctx, const char *line) {
+    records *r = ctx;
+    unsigned char scratch[128];
+    if (r->size > sizeof scratch || !r->parse(line, scratch)) return 0;
+    if (r->n < r->max) memcpy(r->out + (size_t)r->n++ * r->size, scratch, r->size);
+    return 1;
+}
+
+unsigned stub_read_records(const char *env, const char *expect, int say, stub_parse_fn parse, void *out, size_t size,
+                           unsigned max) {
+    records r = {parse, out, size, 0, max};
+    stub_read_lines(env, expect, say, take_record, &r);
+    return r.n;
 }

@@ -41,6 +41,17 @@ int stub_grammar_parse(const char *spec, const char *what, stub_entry_fn fn, voi
 /* The value of `key`, or NULL. */
 const char *stub_entry_get(const stub_entry *e, const char *key);
 
+/* A line as one record of `size` bytes (at most 128): 1 and the record written, or 0. */
+typedef int (*stub_parse_fn)(const char *line, void *record);
+
+/* The file the variable `env` names (unset or empty: nothing), a record a line (the stubs'
+   process lists): lines blank or starting with '#' are skipped; one longer than 255 bytes or one
+   `parse` refuses is skipped and, when `say`, named on stderr as "stub: <env> <path> line <n>:
+   expected <expect>, skipped". The first `max` records go to `out` (`size` bytes each); returns
+   how many were written. Lines past `max` are still checked (and named when `say`). */
+unsigned stub_read_records(const char *env, const char *expect, int say, stub_parse_fn parse, void *out, size_t size,
+                           unsigned max);
+
 /* Bytes of a quantity by the core's rule (hk_parse_mem); 0 and *bytes, or -1 with `why` set. */
 int stub_quantity(const char *value, unsigned long long *bytes, char *why, size_t whylen);
 
