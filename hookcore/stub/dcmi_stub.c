@@ -428,7 +428,10 @@ static int parse_proc(const char *p, void *record) {
 
 /* The listed processes now, at most `max` lines; `say`: name each malformed line on stderr. */
 static unsigned read_procs(proc_line *out, unsigned max, int say) {
-    return stub_read_records("HOOKCORE_STUB_DCMI_PROCESSES", "'<phy id> <host pid> <memory bytes>' (decimals: the phy ID and memory unsigned, the pid within int)", say, parse_proc, out, sizeof *out, max);
+    return stub_read_records(
+        "HOOKCORE_STUB_DCMI_PROCESSES",
+        "'<phy id> <host pid> <memory bytes>' (decimals: the phy ID and memory unsigned, the pid within int)", say,
+        parse_proc, out, sizeof *out, max);
 }
 
 DCMI_API int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,

@@ -315,7 +315,9 @@ static int parse_proc(const char *p, void *record) {
 
 /* The listed processes now, at most `max` lines; `say`: name each malformed line on stderr. */
 static unsigned read_procs(proc_line *out, unsigned max, int say) {
-    return stub_read_records("HOOKCORE_STUB_RSMI_PROCESSES", "'<device index> <host pid> <vram bytes> [<cu occupancy 0-100>]' (unsigned decimals)", say, parse_proc, out, sizeof *out, max);
+    return stub_read_records("HOOKCORE_STUB_RSMI_PROCESSES",
+                             "'<device index> <host pid> <vram bytes> [<cu occupancy 0-100>]' (unsigned decimals)", say,
+                             parse_proc, out, sizeof *out, max);
 }
 
 static uint32_t pasid_of(uint32_t pid) { return 0x8000u | (pid & 0x7fffu); }
