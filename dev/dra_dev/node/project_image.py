@@ -13,9 +13,11 @@ suite and package list, and buildah's layer store, so a rebuild redoes only the 
 inputs changed. `vfs` stores every layer as a full copy of its root filesystem (one build is about
 3.5 GB), so after each build the store keeps only the images that build used or made (recorded in
 `storage/last-build-images`) and the tagged ones, and before a build it drops what the record does
-not name: otherwise every source change leaves about 1.6 GB behind, until a long-lived CI
-machine's disk is full. The archive is `dist/dra-hami-<version>.oci.tar`, with `dist/dra-hami-<version>.json`
-naming its reference, manifest digest and size (what `dra node up` imports).
+not name: otherwise every source change leaves the layers from the source copy on behind (1.6 GB
+by the images' sizes), until a long-lived CI machine's disk is full.
+
+The archive is `dist/dra-hami-<version>.oci.tar`, with `dist/dra-hami-<version>.json` naming its
+reference, manifest digest and size (what `dra node up` imports).
 """
 
 from __future__ import annotations
