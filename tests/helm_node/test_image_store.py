@@ -28,6 +28,7 @@ from dra_dev.node.project_image import (
     build_layers,
     buildah_command,
     import_base,
+    rotate_log,
     stale_images,
     step_images,
 )
@@ -87,6 +88,22 @@ def _images(store: Path) -> dict[str, list[str]]:
 
 def _layers_dir_bytes(root: Path) -> int:
     return sum(f.stat().st_size for f in (root / "root" / "vfs").rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def test_the_build_log_is_rotated_once_it_reaches_its_limit(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    rotate_log(log, limit=10)  # no log yet: nothing to do
+    assert not log.exists()
+    log.write_bytes(b"x" * 9)
+    rotate_log(log, limit=10)
+    assert log.read_bytes() == b"x" * 9 and not (tmp_path / "build.log.1").exists()
+    log.write_bytes(b"a" * 10)
+    rotate_log(log, limit=10)
+    assert not log.exists() and (tmp_path / "build.log.1").read_bytes() == b"a" * 10
+    log.write_bytes(b"b" * 12)
+    rotate_log(log, limit=10)  # the older one is replaced: two logs at most
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build.log.1"]
+    assert (tmp_path / "build.log.1").read_bytes() == b"b" * 12
 
 
 def test_a_rebuild_after_a_change_leaves_one_builds_images(store: Path, tmp_path: Path) -> None:

@@ -52,6 +52,8 @@ TOOLS_HINT = "install them with `make image-deps` (as root: apt-get install -y b
 _BUILD_CA = "/etc/dra-build-ca.pem"
 # The base image's label naming the tarball it was made from.
 _BASE_LABEL = "dev.dra.base.tarball"
+BUILD_LOG_LIMIT = 4 << 20
+"""Bytes of build.log kept before a build moves it to build.log.1 (one older log is kept)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,13 @@ def _remove_stale(buildah: list[str], keep: set[str], log: Path, progress: Calla
     if stale:
         _run([*buildah, "rmi", *stale], log, "buildah rmi (images earlier builds left)")
         progress(f"removed {len(stale)} image(s) earlier builds left in the store")
+
+
+def rotate_log(log: Path, limit: int = BUILD_LOG_LIMIT) -> None:
+    """Move a log of `limit` bytes or more to `<log>.1` (replacing the older one): every build
+    appends to one log in the cache, which would otherwise grow for as long as the cache lives."""
+    if log.exists() and log.stat().st_size >= limit:
+        log.replace(log.with_name(log.name + ".1"))
 
 
 def build_layers(store: Path, context: Path, reference: str, options: list[str], log: Path,
@@ -314,6 +323,7 @@ def build_image(root: Path | None = None, dist: Path | None = None, base: str | 
     with build_lock(image_cache(), progress):
         store.mkdir(parents=True, exist_ok=True)
         log = image_cache() / "build.log"
+        rotate_log(log)
         buildah = buildah_command(store)
         if base is None:
             import_base(buildah, base_tarball(progress), log)
