@@ -56,6 +56,7 @@ from dra._runtime.fsutil import UID_RE, flocked
 from dra._runtime.hookdir import CONTAINER_DIR, HookDir, HookDirError, HookSet, checked_stem
 from dra.driver import ContainerEdits, Enforcement, Mount, Preload
 from dra.errors import DRAError
+from dra.health import Processed
 
 log = logging.getLogger(__name__)
 
@@ -412,6 +413,8 @@ class LedgerGuard:
         self._thread: threading.Thread | None = None
         self._wake = (-1, -1)
         self._logged: dict[str, float] = {}
+        self.passes = Processed()  # checks done (the files of a claim present then are watched from the first)
+        self.woken = Processed()  # checks started by a write to a watched file, not by the interval
 
     def ledger_bytes(self) -> int:
         """The size of a ledger as hookcore creates it (measured once on a scratch ledger)."""
@@ -478,6 +481,7 @@ class LedgerGuard:
         except OSError as e:  # no inotify (or out of instances): the interval alone
             log.warning("ledger guard polls only (no inotify)", extra={"error": str(e)})
             notify = None
+        woken = False
         try:
             while not self._stop.is_set():
                 try:
@@ -487,7 +491,11 @@ class LedgerGuard:
                     self.check()
                 except Exception:
                     log.exception("ledger size check failed; retrying")
-                if notify is None or not notify.wait(self.interval, self._wake[0]):
+                self.passes.add()
+                if woken:
+                    self.woken.add()
+                woken = notify is not None and notify.wait(self.interval, self._wake[0])
+                if not woken:
                     self._stop.wait(0 if notify is not None else self.interval)
                 else:
                     self._stop.wait(0.05)  # a write() to a ledger: let the burst coalesce, then check
