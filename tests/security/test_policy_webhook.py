@@ -73,10 +73,10 @@ def test_a_huge_quantity_is_refused_with_the_limit_in_milliseconds(value: str) -
     t = RecordingTemplates()
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": value}
     webhook = admission(t)
-    t0 = time.monotonic()
+    t0 = time.thread_time()  # CPU time of this thread: the parse's cost, not the machine's load
     mutated = webhook.mutate(pod_review(limits))["response"]
     validated = webhook.validate(pod_review(limits))["response"]
-    took = time.monotonic() - t0
+    took = time.thread_time() - t0
     assert took < 0.1, f"{value}: {took * 1000:.1f} ms"
     assert mutated["allowed"] is True and "patch" not in mutated and t.created == []  # left for /validate
     assert validated["allowed"] is False
@@ -90,9 +90,9 @@ def test_a_huge_claim_capacity_is_refused_with_the_limit_in_milliseconds(value: 
     review = pod_review({}, kind="ResourceClaim")
     review["request"]["object"] = claim
     webhook = admission()
-    t0 = time.monotonic()
+    t0 = time.thread_time()
     resp = webhook.validate(review)["response"]
-    assert time.monotonic() - t0 < 0.1
+    assert time.thread_time() - t0 < 0.1
     assert resp["allowed"] is False and "10^18" in resp["status"]["message"]
 
 

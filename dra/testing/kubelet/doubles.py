@@ -31,7 +31,8 @@ class RecordingHandler:
     By default each claim gets one device (pool "pool", device ``dev-<uid>``, request "req",
     CDI ID ``example.com/claim=<uid>``, share ID ``share-<uid>``); `outcomes` overrides per UID,
     `unprepare_errors` sets unprepare answers per UID (others succeed), `delay` sleeps per call,
-    `fail` makes every call raise it.
+    `barrier` makes each prepare wait there for as many other calls as it has parties (proof that
+    calls are served at once, on a machine of any speed), `fail` makes every call raise it.
     """
 
     def __init__(self, delay: float = 0.0) -> None:
@@ -40,6 +41,7 @@ class RecordingHandler:
         self.unprepare_errors: dict[str, str] = {}
         self.omit: set[str] = set()  # UIDs left out of answers (a buggy handler)
         self.fail: Exception | None = None
+        self.barrier: threading.Barrier | None = None
         self.prepare_calls: list[list[ClaimRef]] = []
         self.unprepare_calls: list[list[ClaimRef]] = []
         self._lock = threading.Lock()
@@ -61,6 +63,8 @@ class RecordingHandler:
     def prepare_claims(self, claims: Sequence[ClaimRef]) -> Mapping[str, ClaimOutcome]:
         with self._lock:
             self.prepare_calls.append(list(claims))
+        if self.barrier is not None:
+            self.barrier.wait()
         if self.delay:
             time.sleep(self.delay)
         if self.fail is not None:
