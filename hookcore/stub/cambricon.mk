@@ -2,15 +2,17 @@
 # library: in sMLU mode the vendor's driver holds each share, so these only stand in for the
 # vendor's libraries on machines without an MLU.
 #
-#   build/stub/libcndev.so        cndev_stub.c cndev_stub_smlu.c  CNDev: discovery, health, sMLU instances
+#   build/stub/libcndev.so        cndev_stub.c cndev_stub_smlu.c  CNDev: discovery, health, sMLU instances,
+#                                 cndev_stub_procs.c              the process list (the watchdog's)
 #   build/stub/libcnrt.so         cnrt_stub.c                     CNRT: a container's memory, held to its sMLU instance
 #   build/workload/mlu_workload   workload/mlu_workload.c         prints its sMLU settings and whether they hold
 #
 # All read their MLUs from HOOKCORE_STUB_MLUS and the sMLU table from HOOKCORE_STUB_CNDEV_SMLU
-# (cambricon_devices.h).
+# (cambricon_devices.h); libcndev.so its process list from HOOKCORE_STUB_CNDEV_PROCESSES.
 
 STUB_CMB_COMMON := stub/cambricon_devices.c $(STUB_GRAMMAR)
-STUB_CNDEV_OBJ := $(patsubst %.c,$(BUILD)/stubobj/%.o,stub/cndev_stub.c stub/cndev_stub_smlu.c $(STUB_CMB_COMMON))
+STUB_CNDEV_OBJ := $(patsubst %.c,$(BUILD)/stubobj/%.o,stub/cndev_stub.c stub/cndev_stub_smlu.c stub/cndev_stub_procs.c \
+    $(STUB_CMB_COMMON))
 STUB_CNRT_OBJ := $(patsubst %.c,$(BUILD)/stubobj/%.o,stub/cnrt_stub.c $(STUB_CMB_COMMON))
 STUBCNDEV := $(BUILD)/stub/libcndev.so
 STUBCNRT := $(BUILD)/stub/libcnrt.so

@@ -21,6 +21,8 @@
  * - HOOKCORE_STUB_CNDEV_STATE=<file>, re-read at every health query: lines `health <uuid> <0|1>`
  *   (deviceState: 0 in problem, 1 good) and `driver <uuid> <0..8>` (the driver's state, 4
  *   running); the last line of each kind for a UUID wins.
+ * - HOOKCORE_STUB_CNDEV_PROCESSES=<file>, re-read at every cndevGetProcessInfo: the processes on the
+ *   MLUs (cndev_stub_procs.c).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
