@@ -40,6 +40,11 @@ processes it judges):
   counts in the claim its pod's other processes on that device are in (the pod from its cgroup,
   which a container cannot leave). A process whose thread-group leader exited is read through a
   live thread (`procinfo.task_dir`).
+- **A driver whose devices hold their shares themselves** (`Driver.shares_held_by_device`, no
+  hook) gives its claims no hook mount, so no process on its devices can be shown to be in one: a
+  process in a pod is counted and not judged (it may be its claim's), one in no pod (a host
+  process, a container outside Kubernetes) is unheld, in no claim; no claim of such a driver is
+  judged over its quota or share.
 - **The driver's own processes** on a device (`DeviceProcess.system`, e.g. an MPS server) are
   neither judged nor counted in a claim. Only the driver sets that field; nothing read from
   /proc does.

@@ -52,11 +52,15 @@ class Identifier:
     """Identifies a poll's device processes (`identify`); `procs` keeps what it learnt."""
 
     def __init__(self, proc: Path, hooks_root: Path, hooks_fs: procinfo.HooksFs, maps: bool, records: ClaimRecords,
-                 warn_once: WarnOnce) -> None:
+                 warn_once: WarnOnce, unmarked_claims: bool = False) -> None:
+        """`unmarked_claims`: the driver's claims carry no file mount of the daemon's (no hook: its
+        devices hold their shares themselves), so no process can be shown to be in one; a process
+        in a pod is then not judged (it may be its claim's), one in no pod is (in no claim)."""
         self.proc = proc
         self.hooks_root = hooks_root
         self.hooks_fs = hooks_fs
         self.maps = maps
+        self.unmarked_claims = unmarked_claims
         self.records = records
         self._warn_once = warn_once
         self.procs: dict[tuple[int, int], Seen] = {}  # (pid, start time) -> what was learnt
@@ -105,6 +109,8 @@ class Identifier:
             claims = self.records.refresh(force=True)  # a claim prepared since the records were read
         mine = [claims[u] for u in sorted(w.claims) if u in claims]
         claim = next((c for c in mine if p.device in c.devices), mine[0] if mine else None)
+        if claim is None and w.pod_uid and self.unmarked_claims:
+            return Seen(p, start, w.pod_uid, w.container_id, None, None)  # counted, not judged: maybe its claim's
         if not w.complete:
             self._warn_once(f"unreadable-{p.pid}-{start}", "a device process's mounts cannot be read in full "
                             "(unreadable, or past the watchdog's bound): judged unheld", pid=p.pid)
