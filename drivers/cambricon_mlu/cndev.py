@@ -1,9 +1,9 @@
-"""MLU discovery, health and sMLU instances through CNDev, Cambricon's device management library
-(ctypes over ``libcndev.so``).
+"""MLU discovery, health, sMLU instances and the process list through CNDev, Cambricon's device
+management library (ctypes over ``libcndev.so``).
 
 The bindings are written from CNDev's public C header (``cndev.h``, as Cambricon's open-source
-Kubernetes device plugin ships it: prototypes, struct layouts, return codes); no Cambricon code is
-used. The same code runs on an MLU node (the driver's ``libcndev.so``) and under the fake backend
+Kubernetes device plugin ships it, and its MLU exporter: prototypes, struct layouts, return codes);
+no Cambricon code is used. The same code runs on an MLU node (the driver's ``libcndev.so``) and under the fake backend
 (hookcore's stub ``libcndev.so``, see `fake.py`), so the tests exercise this path.
 
 Every call goes through `Cndev.call`: a failure is a `CndevError` naming the call, the MLU and
@@ -36,6 +36,7 @@ UUID_SIZE = 37
 NAME_SIZE = 100  # CNDEV_MLUINSTANCE_PROFILE_NAME_BUFFER_SIZE (and the device node name's)
 MAX_INSTANCES = 128
 OK = 0
+INSUFFICIENT_SPACE = 9
 NOT_SUPPORTED = 10
 NOT_FOUND = 14
 IN_USE = 15
@@ -143,6 +144,14 @@ class SmluProfileInfo(ctypes.Structure):
                 ("totalCapacity", _u32), ("remainCapacity", _u32), ("mluQuota", _u32 * 2), ("memorySize", _u64 * 2)]
 
 
+class ProcessInfo(ctypes.Structure):
+    """``cndevProcessInfo_t``: one process on an MLU, its PID and the MLU memory it holds, in KiB
+    (24 bytes on LP64: the 64-bit fields aligned to 8 after two 32-bit ones). The caller sets the
+    version of the array's first entry (`processes.py`)."""
+
+    _fields_ = [("version", _i32), ("pid", _u32), ("physicalMemoryUsed", _u64), ("virtualMemoryUsed", _u64)]
+
+
 _P = ctypes.POINTER
 _dev = _i32  # cndevDevice_t
 PROTOTYPES: dict[str, tuple[Any, ...]] = {
@@ -165,6 +174,8 @@ PROTOTYPES: dict[str, tuple[Any, ...]] = {
     "cndevCreateSMluInstanceByProfileId": (_P(_i32), _u32, _dev, ctypes.c_char_p),
     "cndevDestroySMluInstanceByInstanceName": (_dev, ctypes.c_char_p),
     "cndevGetAllSMluInstanceInfo": (_P(_i32), _P(SmluInfo), _dev),
+    # the processes on an MLU (`processes.py`): (in: the array's room, out: the MLU's count; the array; handle)
+    "cndevGetProcessInfo": (_P(_u32), _P(ProcessInfo), _dev),
 }
 
 

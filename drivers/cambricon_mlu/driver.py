@@ -12,7 +12,8 @@ and preloads nothing (`dra.Driver.shares_held_by_device`). MLUs with sMLU off, a
     dra run cambricon-mlu --node-name node-1 --fake mlu370-x8x8 ...   # fake MLUs (stub libcndev.so)
 
 The skeleton (`dra.SharedDeviceDriver`) does the rest: the devices kept by name, a device the node
-does not have refused, the shares of one MLU in one claim summed, their configs merged.
+does not have refused, the shares of one MLU in one claim summed, their configs merged. The
+processes on the MLUs, for the watchdog, come from CNDev (`processes.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dra
 from drivers.cambricon_mlu import cndev, devices, edits, fake, smlu
 from drivers.cambricon_mlu.config import API_VERSION, MluConfig
 from drivers.cambricon_mlu.health import HealthMonitor
+from drivers.cambricon_mlu.processes import ProcessReader
 from drivers.cambricon_mlu.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class CambriconMluDriver(dra.SharedDeviceDriver[cndev.Mlu, MluConfig]):
         self.fake: fake.FakeBackend | None = None
         self.library: cndev.Cndev | None = None
         self.shared: frozenset[str] = frozenset()  # the devices shared by sMLU instances
+        self._processes: ProcessReader | None = None
 
     def discover(self, ctx: dra.DriverContext) -> Sequence[cndev.Mlu]:
         self.settings = Settings.parse(ctx.settings)
@@ -66,6 +69,7 @@ class CambriconMluDriver(dra.SharedDeviceDriver[cndev.Mlu, MluConfig]):
                      for m in mlus],
             "driver_version": self.inventory.driver_version, "fake": ctx.fake or None})
         smlu.repair(self.library, ctx, {devices.device_name(m): m for m in mlus if m.smlu})
+        self._processes = ProcessReader(self.library, mlus)
         return mlus
 
     device_name = staticmethod(devices.device_name)
@@ -76,6 +80,11 @@ class CambriconMluDriver(dra.SharedDeviceDriver[cndev.Mlu, MluConfig]):
         if not (self.settings.health and mlus and self.library is not None):
             return None
         return HealthMonitor(self.library, mlus, self.health_changed, self.settings.health_interval)
+
+    def processes(self) -> Sequence[dra.DeviceProcess] | None:
+        """Every process on the MLUs, from CNDev (`processes.py`), for the watchdog; None before
+        setup or where the library has no process query."""
+        return self._processes.read() if self._processes is not None else None
 
     def to_devices(self, taints: Mapping[str, tuple[dra.Taint, ...]]) -> Sequence[dra.Device]:
         assert self.inventory is not None

@@ -12,7 +12,7 @@ from driver_helpers import build_stub_libraries, fake_drivers, isolated_env
 from drivers.cambricon_mlu.driver import CambriconMluDriver
 
 STUB_ENV = ("HOOKCORE_STUB_MLUS", "HOOKCORE_STUB_CNDEV_DRIVER", "HOOKCORE_STUB_CNDEV_FAIL", "HOOKCORE_STUB_CNDEV_STATE",
-            "HOOKCORE_STUB_CNDEV_SMLU")
+            "HOOKCORE_STUB_CNDEV_SMLU", "HOOKCORE_STUB_CNDEV_PROCESSES")
 
 
 @pytest.fixture(scope="session")

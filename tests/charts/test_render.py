@@ -173,9 +173,9 @@ def test_the_gpu_daemon_runs_without_privileges_or_capabilities(helm: Tool) -> N
     assert container(privileged, "daemon")["securityContext"]["privileged"] is True
 
 
-@pytest.mark.parametrize("chart", ["hami-core-gpu", "hygon-dcu", "ascend"])
+@pytest.mark.parametrize("chart", ["hami-core-gpu", "hygon-dcu", "ascend", "cambricon-mlu"])
 def test_the_drivers_that_list_processes_run_the_watchdog_in_the_host_pid_namespace(helm: Tool, chart: str) -> None:
-    """The drivers whose `processes()` the watchdog polls (NVML's list, ROCm SMI's, DCMI's) get it on by
+    """The drivers whose `processes()` the watchdog polls (NVML's list, ROCm SMI's, DCMI's, CNDev's) get it on by
     default with what it needs: the host PID namespace (the libraries name host PIDs) and the
     daemon's --watchdog; without hostPID every process would be one the daemon cannot see."""
     on = pod_spec(render(helm, chart))
