@@ -58,7 +58,9 @@ class Watchdog:
         """Held is proven by maps (the daemon has CAP_SYS_PTRACE); else nothing proves it."""
         self.metrics = WatchdogMetrics(driver.name, registry)
         self.records = ClaimRecords(records, driver.name, self.hooks_root, records_stamp)
-        unmarked = driver.shares_held_by_device  # no hook, so no hook mount marks a claim's processes
+        # No hook, so no hook mount marks a claim's processes. Read as the watchdog reads the rest of
+        # the driver (its name and processes() only): an object without the declaration has a hook.
+        unmarked = bool(getattr(driver, "shares_held_by_device", False))
         if unmarked:
             log.warning("the driver's devices hold their shares themselves: its claims carry no hook mount, so no "
                         "process on its devices can be shown to be in one; a process in a pod is counted, not "
