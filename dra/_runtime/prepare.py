@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
 
+from dra._runtime import claim_marker
 from dra._runtime.cdi import CDISpecs, check_qualified, device_name
 from dra._runtime.checkpoint import PREPARED, PREPARING, Checkpoint, CheckpointError, ClaimRecord, DeviceRecord
 from dra._runtime.claims import HOSTNAME_LABEL, ClaimSource, DeviceResult, NodeSelector, OpaqueConfig, ResourceClaim
@@ -378,6 +379,16 @@ class ClaimPreparer:
                 self._rollback(ref, plan, prepared)
                 raise ClaimError(f"{_describe_claim(ref)}: cannot set up the quota enforcement: {e}; kubelet"
                                  " retries") from e
+            fault("prepare.after_hooks")
+        else:
+            # No hook holds it: the claim's containers still get a file of the daemon's, the
+            # watchdog's evidence that a process on its devices is the claim's (claim_marker).
+            try:
+                claim_edits = merge_edits(claim_edits, claim_marker.mark(self.hooks, ref.uid, self.driver.name))
+            except OSError as e:
+                self._rollback(ref, plan, prepared)
+                raise ClaimError(f"{_describe_claim(ref)}: cannot write the claim's marker under"
+                                 f" {self.hooks.root}: {e}; kubelet retries") from e
             fault("prepare.after_hooks")
 
         edits_by_name = [(n, by_key[d.key].edits) for d, n in zip(plan.devices, plan.names, strict=True)]

@@ -49,7 +49,7 @@ from pathlib import Path
 
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
 _CONTAINER = re.compile(r"^(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?$")
-_CLAIM_FILE = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/(?:config|ledger)")
+_CLAIM_FILE = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/(?:config|ledger|claim)")
 
 MOUNTINFO_MAX = 1 << 20
 """Bytes of a process's mountinfo read (a container has a few dozen lines of ~150 bytes)."""
@@ -79,8 +79,8 @@ class HooksFs:
     path: str
 
     def claim_of(self, dev: str, root: str) -> str | None:
-        """The claim UID whose ``config`` or ``ledger`` file a mount of (`dev`, `root`) is; None
-        for anything else."""
+        """The claim UID whose ``config``, ``ledger`` or ``claim`` (`claim_marker`) file a mount of
+        (`dev`, `root`) is; None for anything else."""
         if dev != self.dev:
             return None
         prefix = self.path.rstrip("/") + "/"

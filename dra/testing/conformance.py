@@ -19,7 +19,8 @@ The tests:
 - opaque config round-trips (encode then decode) and the class alone gives the instance's verdict;
 - enforcement settings are valid by the hook library's own parser;
 - a shared device's shares are held: by the hook `enforcement` names, or, where the driver
-  declares `Driver.shares_held_by_device`, by the device, and then no hook is set up or loaded;
+  declares `Driver.shares_held_by_device`, by the device, and then no hook is set up or loaded (its
+  containers get only the claim's marker, `claim_marker`, read-only);
 - a SIGKILL at each fault point of prepare and unprepare is repaired by the next start and the
   repeated kubelet call: nothing is left (record, CDI spec, hook dir, temp files).
 """
@@ -38,7 +39,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from dra._runtime import faults
+from dra._runtime import claim_marker, faults
 from dra._runtime.cdi import CDISpecs
 from dra._runtime.checkpoint import PREPARED, Checkpoint
 from dra._runtime.enforcement import ClaimHooks
@@ -52,10 +53,10 @@ from dra.testing.claims import RecordedClaims, claim_dict, opaque, result
 NODE = "conformance-node"
 _NO_HOOK = {False: "the driver enforces no quota (enforcement() returned None)",
             True: "no hook: the driver's devices hold their shares themselves (shares_held_by_device)"}
-HOOK_ONLY_POINTS = ("prepare.after_hooks", "hookdir.after_lib", "hookdir.after_set", "hookdir.after_switch")
-"""Fault points on the way of a hook (the claim's hook dir written, the node's hook set built):
-never reached for a driver whose devices hold their shares themselves
-(`Driver.shares_held_by_device`), so not tested for one."""
+HOOK_ONLY_POINTS = ("hookdir.after_lib", "hookdir.after_set", "hookdir.after_switch")
+"""Fault points on the way of a hook (the node's hook set built): never reached for a driver whose
+devices hold their shares themselves (`Driver.shares_held_by_device`), so not tested for one. (Its
+claims pass ``prepare.after_hooks`` too: their marker, `claim_marker`, is written there.)"""
 
 
 @dataclasses.dataclass
@@ -80,7 +81,7 @@ class Node:
             if self.preparer.cdi.spec_path(uid).exists():
                 out.append(f"CDI spec of {uid}")
             if (self.hooks_dir / uid).exists():
-                out.append(f"hook dir (ledger, config) of {uid}")
+                out.append(f"hook dir (ledger, config, or marker) of {uid}")
         for d in (self.root / "state" / "claims", self.root / "cdi", self.hooks_dir):
             out += [f"temp file {p}" for p in d.glob(".*.tmp")] if d.is_dir() else []
         return out
@@ -263,13 +264,16 @@ class DriverConformance:
             return
         assert rec.enforcement is None, "shares_held_by_device, yet enforcement() names a hook"
         assert list(node.driver.hook_libraries()) == [], "shares_held_by_device, yet hook_libraries() installs one"
-        assert not (node.hooks_dir / refs[0].uid).exists(), "a hook dir (config, ledger) for a claim no hook holds"
+        held = sorted(p.name for p in (node.hooks_dir / refs[0].uid).iterdir())
+        assert held == [claim_marker.MARKER_FILE], f"a claim no hook holds has its marker alone in its dir, not {held}"
         spec = node.preparer.cdi.read_claim(refs[0].uid)
         assert spec is not None
         edits = [spec.get("containerEdits") or {}, *(d["containerEdits"] for d in spec["devices"])]
-        mounts = {m["containerPath"] for e in edits for m in e.get("mounts") or ()}
+        mounts = {m["containerPath"]: m for e in edits for m in e.get("mounts") or ()}
         env = {kv.partition("=")[0] for e in edits for kv in e.get("env") or ()}
         assert "/etc/ld.so.preload" not in mounts and "LD_PRELOAD" not in env, "a hook preloaded where no hook holds"
+        marker = mounts.get(claim_marker.container_path(refs[0].uid, node.driver.name))
+        assert marker is not None and "ro" in marker["options"], "the claim's marker, read-only: the watchdog's evidence"
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """One crash test per fault point this suite names (pytest calls this on test classes)."""

@@ -8,8 +8,8 @@ Decoded strictly by the framework (`dra.decode_config`): unknown fields, wrong t
 apiVersion/kind fail the claim (and, with the webhook, the ``kubectl apply``) with a message
 naming the field. The fields are `dra.ShareConfig`'s; ``preload`` names how to load a hook and is
 refused (the MLU's shares are held by the vendor's sMLU, no hook is loaded); ``watchdogAction``
-is accepted and has nothing to act on (the watchdog puts no process in an MLU claim: no hook mount
-marks its processes; it judges only processes in no pod, with the daemon's ``--watchdog`` action).
+is the action on the claim's verdicts (its processes are known by the claim's marker mount: past
+its memory, or on an MLU the claim was not given).
 The memory of the instance is always what the scheduler reserved.
 """
 

@@ -22,9 +22,10 @@ the watchdog stays idle.
 
 The memory is the physical memory (KiB, made bytes). Utilization is None: CNDev has a per-process
 utilization too (``cndevGetProcessUtilization``: ``ipuUtil`` and others), not read here, so the
-watchdog gives no over-share verdict on an MLU; nor does it judge an MLU claim's memory: the
-driver's claims carry no hook mount, so the watchdog counts a pod's process and judges only
-processes in no pod (docs/watchdog.md). `DeviceProcess.device` is the MLU's published name
+watchdog gives no over-share verdict on an MLU. An MLU claim has no hook; its containers carry the
+daemon's marker (`dra._runtime.claim_marker`), which puts its processes in it: held by the sMLU
+instance and judged against the claim's memory; any other process on the MLU is unheld
+(docs/watchdog.md). `DeviceProcess.device` is the MLU's published name
 (``mlu-<index>``), `DeviceProcess.uuid` its UUID (``MLU-...``; no hook names it by another key).
 The PIDs are taken for host PIDs, the daemon running in the host PID namespace, as Cambricon's
 exporter does for its per-process series (not verified on an MLU).

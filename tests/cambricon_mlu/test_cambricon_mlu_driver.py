@@ -291,16 +291,6 @@ def test_a_workload_whose_instance_is_gone_cannot_open_the_mlu(driver: MakeDrive
     assert rc == 3 and "cannot be opened" in kv["error"] and kv["smlu_info"] == "unavailable"
 
 
-def test_the_watchdog_has_nothing_to_act_on(driver: MakeDriver) -> None:
-    """MluConfig.watchdogAction is accepted and acts on nothing: the driver lists the MLUs'
-    processes, but the watchdog puts none in an MLU claim (its container carries no hook mount,
-    the watchdog's one proof of membership), so no verdict names the claim
-    (test_cambricon_mlu_watchdog.py)."""
-    d = driver(settings=OFF)
-    assert d.processes() == []
-    d.prepare(CLAIM, [alloc("mlu-0", config=MluConfig(watchdog_action="kill"), memory=GiB, cores=10)])
-
-
 def test_a_missing_libcndev_says_what_to_mount(tmp_path: Path) -> None:
     with pytest.raises(CndevError, match=r"libcndev\.so not found: is Cambricon's driver installed"):
         Cndev(tmp_path / "libcndev.so")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import time
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,12 @@ import pytest
 from driver_helpers import assert_watchdog_taints_until_exit, fake_drivers
 from kubernetes import client
 
-from dra import AllocatedDevice, ClaimRef
-from dra._runtime.checkpoint import PREPARED, ClaimRecord, DeviceRecord
+from dra import ClaimRef
 from dra_dev.cluster.controlplane import ControlPlane
 from drivers.cambricon_mlu import cndev, processes
 from drivers.cambricon_mlu.config import API_VERSION, MluConfig
 from drivers.cambricon_mlu.driver import CambriconMluDriver
-from tests.watchdog.watchdog_rig import PreparedClaim, PreparedRig, pod_cgroup
+from tests.watchdog.watchdog_rig import PreparedRig, pod_cgroup
 
 DRIVER = "cambricon-mlu.project-hami.io"
 ENV = "HOOKCORE_STUB_CNDEV_PROCESSES"
@@ -231,39 +229,39 @@ def mlu_rig(driver: CambriconMluDriver, tmp_path: Path) -> PreparedRig:
                        config={"apiVersion": API_VERSION, "kind": "MluConfig"})
 
 
-def prepared(rig: PreparedRig, device: str, memory: int, cores: int = 30, action: str | None = None) -> PreparedClaim:
-    """A claim's sMLU instance on `device`, made by the driver, recorded as the daemon records an
-    MLU claim: no hook, so no enforcement (`PreparedRig.claim` is for drivers with a hook)."""
-    uid = str(uuidlib.uuid4())
-    ref = ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
-    capacity = {"memory": memory, "cores": cores}
-    config = MluConfig(watchdog_action=action) if action else None
-    done = rig.driver.prepare(ref, [AllocatedDevice("mlu", "node-a", device, "s1", capacity, config=config)])
-    assert rig.driver.enforcement(ref, done) is None
-    recorded = {**rig.config, **({"watchdogAction": action} if action else {})}
-    rig.checkpoint.put(ClaimRecord(uid, ref.namespace, ref.name, PREPARED, rig.checkpoint.boot_id, devices=(
-        DeviceRecord(rig.driver.name, "mlu", "node-a", device, "s1", capacity, state=done[0].state,
-                     config=recorded),), updated_at=time.time()))
-    return PreparedClaim(uid, ref.name, device, str(uuidlib.uuid4()))
-
-
-def test_a_claims_process_is_counted_and_not_judged_and_a_host_process_is_unheld(mlu_rig: PreparedRig) -> None:
-    """A claim's process in its pod (an MLU claim's container has no mount of the daemon's, so
-    nothing shows it in its claim): counted, no verdict, not even past the claim's memory nor
-    with the claim's own `watchdogAction: kill`; a host process on another MLU: unheld, in no
-    claim."""
-    c = prepared(mlu_rig, "mlu-3", memory=4 * GiB, action="kill")
-    mlu_rig.proc.process(7001, cgroup=pod_cgroup(c.pod_uid))
+def test_a_claims_process_is_held_by_its_mlu_and_every_other_one_there_is_unheld(mlu_rig: PreparedRig) -> None:
+    """A claim's process (its container carries the claim's marker, the daemon's file): held by its
+    sMLU instance, counted in the claim, and judged against the claim's memory once CNDev lists it
+    past it; another pod's process on the same MLU (given the device another way) and a host
+    process on another MLU: unheld, in no claim."""
+    c = mlu_rig.claim("mlu-3", memory=4 * GiB)
+    assert c.marked and mlu_rig.driver.enforcement(ClaimRef(c.uid, "team-a", c.name), []) is None
+    mlu_rig.process(7001, c)
+    mlu_rig.proc.process(7003, cgroup=pod_cgroup(str(uuidlib.uuid4())))
     mlu_rig.proc.process(7002)
-    listed(f"3 7001 {8 * GiB // KiB}\n6 7002 {GiB // KiB}\n")
+    listed(f"3 7001 {2 * GiB // KiB}\n3 7003 {GiB // KiB}\n6 7002 {GiB // KiB}\n")
     wd = mlu_rig.watchdog()
     got = wd.poll()
-    assert [(v.kind, v.device, v.pid, v.claim) for v in got] == [("unheld", "mlu-6", 7002, None)]
-    assert "in none of cambricon-mlu.project-hami.io's claims (a host process, in no pod)" in got[0].message
+    assert sorted((v.kind, v.device, v.pid, v.claim) for v in got) == [
+        ("unheld", "mlu-3", 7003, None), ("unheld", "mlu-6", 7002, None)]
     assert mlu_rig.events.got == got and wd.poll() == []
-    assert mlu_rig.metric('dra_device_processes{device="mlu-3"') == 1
-    assert mlu_rig.metric('dra_device_processes_unheld{device="mlu-3"') == 0
+    assert mlu_rig.metric('dra_device_processes{device="mlu-3"') == 2
+    assert mlu_rig.metric('dra_device_processes_unheld{device="mlu-3"') == 1
     assert mlu_rig.metric('dra_device_processes_unheld{device="mlu-6"') == 1
+    listed(f"3 7001 {8 * GiB // KiB}\n3 7003 {GiB // KiB}\n6 7002 {GiB // KiB}\n")
+    [over] = wd.poll()
+    assert (over.kind, over.device, over.pid, over.claim and over.claim.uid) == ("over-quota", "mlu-3", 7001, c.uid)
+
+
+def test_the_claims_watchdog_action_acts_on_its_verdicts(mlu_rig: PreparedRig) -> None:
+    """MluConfig.watchdogAction, accepted by the driver's prepare and copied into the daemon's
+    record, is the action on the claim's verdicts (here taint: no process is signalled)."""
+    c = mlu_rig.claim("mlu-2", memory=GiB, config=MluConfig(watchdog_action="taint"),
+                      recorded={**mlu_rig.config, "watchdogAction": "taint"})
+    mlu_rig.process(7101, c)
+    listed(f"2 7101 {4 * GiB // KiB}\n")
+    [verdict] = mlu_rig.watchdog().poll()
+    assert (verdict.kind, verdict.pid, verdict.action) == ("over-quota", 7101, "taint")
 
 
 def test_hostile_lines_lose_nothing_and_crash_nothing(mlu_rig: PreparedRig, capfd: pytest.CaptureFixture[str],

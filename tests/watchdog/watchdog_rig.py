@@ -28,7 +28,7 @@ from kube_helpers import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 
 import dra
-from dra._runtime import procinfo
+from dra._runtime import claim_marker, procinfo
 from dra._runtime.checkpoint import PREPARED, Checkpoint, ClaimRecord, DeviceRecord
 from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
@@ -326,6 +326,7 @@ class PreparedClaim:
     name: str
     device: str
     pod_uid: str
+    marked: bool = False  # no hook: its containers carry the claim's marker (claim_marker)
 
 
 class PreparedRig:
@@ -345,22 +346,30 @@ class PreparedRig:
         self.registry = CollectorRegistry()
         self.hset: Any = None
 
-    def claim(self, device: str, memory: int, cores: int = 30, config: Any = None) -> PreparedClaim:
+    def claim(self, device: str, memory: int, cores: int = 30, config: Any = None,
+              recorded: dict[str, str] | None = None) -> PreparedClaim:
+        """A claim prepared as the daemon prepares it: its hook dir (config and ledger), or, where
+        the driver gives no enforcement (its devices hold their shares), its marker; `recorded`:
+        the record's copy of the claim's config (default: the rig's)."""
         uid = str(uuidlib.uuid4())
         ref = dra.ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
         capacity = {"memory": memory, "cores": cores}
         alloc = dra.AllocatedDevice(self.device_type, "node-a", device, "s1", capacity, config=config)
         prepared = self.driver.prepare(ref, [alloc])
         enforcement = self.driver.enforcement(ref, prepared)
-        assert enforcement is not None
-        self.hset = self.hook_dir.install(enforcement.library)
-        plan = self.hooks.plan(enforcement)
-        self.hooks.create(uid, plan)
+        hooks_json = None
+        if enforcement is None:
+            claim_marker.mark(self.hooks, uid, self.driver.name)
+        else:
+            self.hset = self.hook_dir.install(enforcement.library)
+            plan = self.hooks.plan(enforcement)
+            self.hooks.create(uid, plan)
+            hooks_json = {**plan.to_json(), "set": str(self.hset.path)}
         self.checkpoint.put(ClaimRecord(uid, ref.namespace, ref.name, PREPARED, self.checkpoint.boot_id, devices=(
             DeviceRecord(self.driver.name, self.device_type, "node-a", device, "s1", capacity,
-                         state=prepared[0].state, config=self.config),),
-            enforcement={**plan.to_json(), "set": str(self.hset.path)}, updated_at=time.time()))
-        return PreparedClaim(uid, ref.name, device, str(uuidlib.uuid4()))
+                         state=prepared[0].state, config=self.config if recorded is None else recorded),),
+            enforcement=hooks_json, updated_at=time.time()))
+        return PreparedClaim(uid, ref.name, device, str(uuidlib.uuid4()), marked=enforcement is None)
 
     def hook_maps(self) -> bytes:
         """The maps line of the claims' hook library mapped executable (by device and inode)."""
@@ -373,6 +382,10 @@ class PreparedRig:
         host process in no claim."""
         if claim is None:
             self.proc.process(pid)
+            return
+        if claim.marked:  # no hook to map: its marker is all its containers carry of the daemon's
+            self.proc.process(pid, cgroup=pod_cgroup(claim.pod_uid),
+                              mountinfo=FakeProc.claim_mount(self.state / "hooks", claim.uid, claim_marker.MARKER_FILE))
             return
         self.proc.process(pid, cgroup=pod_cgroup(claim.pod_uid),
                           mountinfo=FakeProc.claim_mount(self.state / "hooks", claim.uid),

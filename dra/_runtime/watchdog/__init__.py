@@ -40,11 +40,12 @@ processes it judges):
   counts in the claim its pod's other processes on that device are in (the pod from its cgroup,
   which a container cannot leave). A process whose thread-group leader exited is read through a
   live thread (`procinfo.task_dir`).
-- **A driver whose devices hold their shares themselves** (`Driver.shares_held_by_device`, no
-  hook) gives its claims no hook mount, so no process on its devices can be shown to be in one: a
-  process in a pod is counted and not judged (it may be its claim's), one in no pod (a host
-  process, a container outside Kubernetes) is unheld, in no claim; no claim of such a driver is
-  judged over its quota or share.
+- **A claim no hook holds** (its devices hold its shares: an sMLU instance, a MIG device) has the
+  daemon's marker instead (`claim_marker`: ``hooks/<uid>/claim``, a read-only file mount), which
+  puts a process in it as a hook's files do. Such a process is held on the claim's devices (by the
+  device) and judged against the claim's memory; on another device it is unheld. A hookless claim
+  prepared by a daemon from before markers has none: while it is on a device, a pod's process
+  there in no claim is counted and not judged (said once per claim); a host process still is.
 - **The driver's own processes** on a device (`DeviceProcess.system`, e.g. an MPS server) are
   neither judged nor counted in a claim. Only the driver sets that field; nothing read from
   /proc does.

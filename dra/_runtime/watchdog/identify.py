@@ -52,15 +52,11 @@ class Identifier:
     """Identifies a poll's device processes (`identify`); `procs` keeps what it learnt."""
 
     def __init__(self, proc: Path, hooks_root: Path, hooks_fs: procinfo.HooksFs, maps: bool, records: ClaimRecords,
-                 warn_once: WarnOnce, unmarked_claims: bool = False) -> None:
-        """`unmarked_claims`: the driver's claims carry no file mount of the daemon's (no hook: its
-        devices hold their shares themselves), so no process can be shown to be in one; a process
-        in a pod is then not judged (it may be its claim's), one in no pod is (in no claim)."""
+                 warn_once: WarnOnce) -> None:
         self.proc = proc
         self.hooks_root = hooks_root
         self.hooks_fs = hooks_fs
         self.maps = maps
-        self.unmarked_claims = unmarked_claims
         self.records = records
         self._warn_once = warn_once
         self.procs: dict[tuple[int, int], Seen] = {}  # (pid, start time) -> what was learnt
@@ -83,7 +79,8 @@ class Identifier:
             key = (p.pid, start)
             old = self.procs.get(key)
             s: Seen | None
-            if old is not None and old.readable and (old.claim is None or old.claim.uid in claims):
+            recheck = old is not None and old.claim is None and old.held is None  # counted for an unmarked claim
+            if old is not None and old.readable and not recheck and (old.claim is None or old.claim.uid in claims):
                 s = dataclasses.replace(old, proc=p, claim=claims.get(old.claim.uid) if old.claim else None)
                 if s.claim is not None and s.claim.hook:
                     s = self._check_held(s)  # every poll: an exec keeps the PID and start time
@@ -109,13 +106,21 @@ class Identifier:
             claims = self.records.refresh(force=True)  # a claim prepared since the records were read
         mine = [claims[u] for u in sorted(w.claims) if u in claims]
         claim = next((c for c in mine if p.device in c.devices), mine[0] if mine else None)
-        if claim is None and w.pod_uid and self.unmarked_claims:
-            return Seen(p, start, w.pod_uid, w.container_id, None, None)  # counted, not judged: maybe its claim's
         if not w.complete:
             self._warn_once(f"unreadable-{p.pid}-{start}", "a device process's mounts cannot be read in full "
                             "(unreadable, or past the watchdog's bound): judged unheld", pid=p.pid)
             return Seen(p, start, w.pod_uid, w.container_id, claim, False,
                         why="its mounts could not be read in full", readable=False)
+        if claim is not None and claim.marked:  # no hook: its devices hold its shares, on those it was given
+            return Seen(p, start, w.pod_uid, w.container_id, claim, p.device in claim.devices,
+                        why="" if p.device in claim.devices else "on a device the claim was not given")
+        if claim is None and w.pod_uid:
+            legacy = next((c for c in claims.values() if c.marked is False and p.device in c.devices), None)
+            if legacy is not None:  # maybe that claim's, which nothing marks: counted, not judged
+                self._warn_once(f"unmarked-{legacy.uid}", "a claim without a hook was prepared before claims carried"
+                                " their marker: processes of pods on its devices are counted and not judged until it"
+                                " is prepared again", claim=f"{legacy.namespace}/{legacy.name}", device=p.device)
+                return Seen(p, start, w.pod_uid, w.container_id, None, None)
         s = Seen(p, start, w.pod_uid, w.container_id, claim, False if claim is None else None)
         return self._check_held(s) if claim is not None and claim.hook else s
 

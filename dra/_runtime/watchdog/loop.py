@@ -58,16 +58,8 @@ class Watchdog:
         """Held is proven by maps (the daemon has CAP_SYS_PTRACE); else nothing proves it."""
         self.metrics = WatchdogMetrics(driver.name, registry)
         self.records = ClaimRecords(records, driver.name, self.hooks_root, records_stamp)
-        # No hook, so no hook mount marks a claim's processes. Read as the watchdog reads the rest of
-        # the driver (its name and processes() only): an object without the declaration has a hook.
-        unmarked = bool(getattr(driver, "shares_held_by_device", False))
-        if unmarked:
-            log.warning("the driver's devices hold their shares themselves: its claims carry no hook mount, so no "
-                        "process on its devices can be shown to be in one; a process in a pod is counted, not "
-                        "judged, one in no pod (a host process, a container outside Kubernetes) is judged unheld, "
-                        "and no claim is judged over its quota", extra={"driver": driver.name})
         self.identifier = Identifier(self.settings.proc, self.hooks_root, self.hooks_fs, self.maps, self.records,
-                                     self._warn_once, unmarked_claims=unmarked)
+                                     self._warn_once)
         self.actions = Actions(driver.name, self.settings.proc, self.hooks_fs, self.metrics)
 
     # --- the loop -----------------------------------------------------------------------------

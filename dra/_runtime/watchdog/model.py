@@ -59,6 +59,10 @@ class ClaimView:
     action: str | None = None  # the strongest watchdogAction of its devices' configs
     ledger: tuple[int, int] | None = None  # (st_dev, st_ino) of its hooks/<uid>/ledger
     config_dir: str | None = None  # where its containers see config and ledger (/run/hookcore/<stem>)
+    marked: bool | None = None
+    """None: a hooked claim (its hook's files mark its processes). True: no hook (its devices hold
+    its shares) and its containers carry its marker (`claim_marker`). False: no hook and no marker
+    (prepared by a daemon from before markers): nothing tells its processes from others."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dra._runtime import procinfo
+from dra._runtime import claim_marker, procinfo
 from dra._runtime.checkpoint import PREPARED, ClaimRecord
 from dra._runtime.watchdog.model import ACTION_RANK, CONFIG_KEY, ClaimView
 
@@ -46,8 +46,9 @@ def claim_view(record: ClaimRecord, driver: str, hooks_root: Path) -> ClaimView 
         _hook_quotas(record, devices, enforcement, memory, cores)
         ledger = _regular_file(hooks_root / record.uid / "ledger")
         config_dir = str(enforcement.get("configDir") or "") or None
+    marked = None if enforcement else _regular_file(hooks_root / record.uid / claim_marker.MARKER_FILE) is not None
     return ClaimView(record.uid, record.namespace, record.name, frozenset(memory), memory, cores, hook, action,
-                     ledger, config_dir)
+                     ledger, config_dir, marked)
 
 
 def _hook_quotas(record: ClaimRecord, devices: Sequence[Any], enforcement: Mapping[str, Any],

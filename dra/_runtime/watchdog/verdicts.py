@@ -86,6 +86,10 @@ def unheld(s: Seen, driver: str, default_action: str) -> Verdict:
         msg = (f"process {p.pid} on device {p.device} holds {mib(p.memory)} MiB but is in none of "
                f"{driver}'s claims ({where}): nothing limits it. Give the pod a claim of "
                f"this driver, or stop giving it the device another way")
+    elif s.claim.marked:
+        msg = (f"process {p.pid} of claim {s.claim.namespace}/{s.claim.name} holds {mib(p.memory)} MiB on device "
+               f"{p.device}, which the claim was not given: nothing limits it there. Stop giving the pod the device "
+               "another way (a privileged container, a host path)")
     else:
         why = s.why or "without the claim's hook loaded"
         msg = (f"process {p.pid} of claim {s.claim.namespace}/{s.claim.name} on device {p.device} holds "
