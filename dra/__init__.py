@@ -71,6 +71,7 @@ from dra.driver import (
 )
 from dra.health import DeviceHealth, HealthWatch, PolledHealth, Processed
 from dra.library import LibraryError, VendorLibrary
+from dra.process_reader import DeviceProcessReader
 from dra.shared import ClaimView, SharedDeviceDriver, Visible, shared_device
 from dra.warn_once import WarnOnce
 
@@ -92,6 +93,7 @@ __all__ = [
     "DeviceKey",
     "DeviceNode",
     "DeviceProcess",
+    "DeviceProcessReader",
     "DeviceShare",
     "Driver",
     "DriverContext",

@@ -40,67 +40,42 @@ BUFFER = 256  # entries passed per query (4 KiB): the documented 32 and room pas
 WARNED_MAX = 1024  # distinct once-only warnings kept (forgotten all at once past it)
 
 
-class ProcessReader:
+class ProcessReader(dra.DeviceProcessReader[dcmi.Npu]):
     """Reads the processes on `npus` through `library` (shared with discovery and health: every
     call is serialised by `dra.VendorLibrary`); `read()` once per poll."""
 
+    query = CALL
+    missing = ("DCMI has no process query: the watchdog sees no NPU process; install an Ascend driver whose "
+               "libdcmi.so has dcmi_get_device_resource_info")
+    check = "npu-smi info"
+    noun = "NPU"
+
     def __init__(self, library: dcmi.Dcmi, npus: Sequence[dcmi.Npu]) -> None:
-        self.library = library
-        self.npus = sorted(npus, key=lambda n: n.logic_id)
-        self._failing: set[str] = set()  # NPU UUIDs skipped until they answer again
-        self._warn_once = dra.WarnOnce(log, WARNED_MAX)
-        self.unsupported = self._missing_call()
+        super().__init__(library, sorted(npus, key=lambda n: n.logic_id), log, WARNED_MAX)
 
-    def _missing_call(self) -> str | None:
-        """Why the process query cannot be used (the library lacks it), or None."""
-        try:
-            self.library.function(CALL)
-        except dcmi.DcmiError as exc:
-            log.warning("DCMI has no process query: the watchdog sees no NPU process; install an Ascend driver "
-                        "whose libdcmi.so has dcmi_get_device_resource_info",
-                        extra={"library": self.library.path, "error": str(exc)})
-            return str(exc)
-        return None
+    def describe(self, npu: dcmi.Npu) -> tuple[str, str]:
+        return devices.device_name(npu), npu.uuid
 
-    def read(self) -> list[DeviceProcess] | None:
-        """The processes on every NPU now; None where the library has no process query."""
-        if self.unsupported is not None:
-            return None
-        out: list[DeviceProcess] = []
-        for npu in self.npus:
-            out.extend(self._npu(npu))
-        return out
-
-    def _npu(self, npu: dcmi.Npu) -> list[DeviceProcess]:
-        """The processes on one NPU; none (warned once until it answers) where its query fails."""
+    def device_processes(self, npu: dcmi.Npu) -> list[DeviceProcess]:
+        """The processes on one NPU; DcmiError where its query fails (or answers a negative count)."""
         name = devices.device_name(npu)
         buf = (dcmi.ProcMemInfo * BUFFER)()
         count = ctypes.c_int(0)
-        try:
-            self.library.call(CALL, npu.card, npu.chip, buf, ctypes.byref(count), target=npu.target)
-            if count.value < 0:
-                raise dcmi.DcmiError(CALL, npu.target, -1, f"a negative process count ({count.value})")
-        except dcmi.DcmiError as exc:
-            if npu.uuid not in self._failing:
-                self._failing.add(npu.uuid)
-                log.warning("NPU's processes unreadable; skipped until it answers; check `npu-smi info` on the node",
-                            extra={"device": name, "uuid": npu.uuid, "error": str(exc)})
-            return []
-        if npu.uuid in self._failing:
-            self._failing.discard(npu.uuid)
-            log.info("NPU's processes readable again", extra={"device": name, "uuid": npu.uuid})
+        self.library.call(CALL, npu.card, npu.chip, buf, ctypes.byref(count), target=npu.target)
+        if count.value < 0:
+            raise dcmi.DcmiError(CALL, npu.target, -1, f"a negative process count ({count.value})")
         if count.value > BUFFER:
-            self._warn_once("cut", "DCMI counts more processes on an NPU than it was given room for; the first "
-                            "are checked", device=name, count=count.value, buffer=BUFFER)
+            self.warn_once("cut", "DCMI counts more processes on an NPU than it was given room for; the first "
+                           "are checked", device=name, count=count.value, buffer=BUFFER)
         elif count.value == MAX_PROCESSES:
-            self._warn_once(f"full {npu.uuid}", "DCMI lists its documented maximum of processes on an NPU; "
-                            "more may run there unseen by the watchdog", device=name, max_processes=MAX_PROCESSES)
+            self.warn_once(f"full {npu.uuid}", "DCMI lists its documented maximum of processes on an NPU; "
+                           "more may run there unseen by the watchdog", device=name, max_processes=MAX_PROCESSES)
         memory: dict[int, int] = {}
         for entry in buf[: min(count.value, BUFFER)]:
             pid = int(entry.proc_id)
             if pid <= 0:
                 kind = "PID 0" if pid == 0 else "a negative PID"
-                self._warn_once(kind, f"DCMI lists {kind}, which is no process: left out", device=name, pid=pid)
+                self.warn_once(kind, f"DCMI lists {kind}, which is no process: left out", device=name, pid=pid)
                 continue
             memory[pid] = max(memory.get(pid, 0), int(entry.proc_mem_usage))
         key = edits.hook_key(npu.phy_id)

@@ -52,37 +52,23 @@ PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT on 64-bit hosts: no PID is large
 WARNED_MAX = 1024  # distinct once-only warnings kept (forgotten all at once past it)
 
 
-class ProcessReader:
+class ProcessReader(dra.DeviceProcessReader[cndev.Mlu]):
     """Reads the processes on `mlus` through `library` (shared with discovery, health and sMLU
     management: every call is serialised by `dra.VendorLibrary`); `read()` once per poll."""
 
+    query = CALL
+    missing = ("CNDev has no process query: the watchdog sees no MLU process; install a Cambricon driver whose "
+               "libcndev.so has cndevGetProcessInfo")
+    check = "cnmon"
+    noun = "MLU"
+
     def __init__(self, library: cndev.Cndev, mlus: Sequence[cndev.Mlu]) -> None:
-        self.library = library
-        self.mlus = sorted(mlus, key=lambda m: m.index)
-        self._failing: set[str] = set()  # MLU UUIDs skipped until they answer again
+        super().__init__(library, sorted(mlus, key=lambda m: m.index), log, WARNED_MAX)
+        self.cndev = library
         self._room: dict[str, int] = {}  # MLU UUID -> the entries to pass first (what it last needed)
-        self._warn_once = dra.WarnOnce(log, WARNED_MAX)
-        self.unsupported = self._missing_call()
 
-    def _missing_call(self) -> str | None:
-        """Why the process query cannot be used (the library lacks it), or None."""
-        try:
-            self.library.function(CALL)
-        except cndev.CndevError as exc:
-            log.warning("CNDev has no process query: the watchdog sees no MLU process; install a Cambricon driver "
-                        "whose libcndev.so has cndevGetProcessInfo",
-                        extra={"library": self.library.path, "error": str(exc)})
-            return str(exc)
-        return None
-
-    def read(self) -> list[DeviceProcess] | None:
-        """The processes on every MLU now; None where the library has no process query."""
-        if self.unsupported is not None:
-            return None
-        out: list[DeviceProcess] = []
-        for mlu in self.mlus:
-            out.extend(self._mlu(mlu))
-        return out
+    def describe(self, mlu: cndev.Mlu) -> tuple[str, str]:
+        return devices.device_name(mlu), mlu.uuid
 
     def _ask(self, mlu: cndev.Mlu, room: int) -> tuple[Any, int, bool]:
         """(an array of `room` entries, the count CNDev answered, whether the list fit in it)."""
@@ -90,46 +76,36 @@ class ProcessReader:
         buf[0].version = cndev.VERSION
         count = ctypes.c_uint32(room)
         try:
-            self.library.call(CALL, ctypes.byref(count), buf, self.library.handle(mlu.index), target=mlu.target)
+            self.cndev.call(CALL, ctypes.byref(count), buf, self.cndev.handle(mlu.index), target=mlu.target)
         except cndev.CndevError as exc:
             if exc.code != cndev.INSUFFICIENT_SPACE:
                 raise
             return buf, int(count.value), False
         return buf, int(count.value), True
 
-    def _mlu(self, mlu: cndev.Mlu) -> list[DeviceProcess]:
-        """The processes on one MLU; none (warned once until it answers) where its query fails."""
+    def device_processes(self, mlu: cndev.Mlu) -> list[DeviceProcess]:
+        """The processes on one MLU; CndevError where its query fails."""
         name = devices.device_name(mlu)
         room = self._room.get(mlu.uuid, ROOM)
-        try:
+        buf, count, fit = self._ask(mlu, room)
+        if not fit and room < MAX_PROCESSES:
+            room = min(max(count + SLACK, 2 * room), MAX_PROCESSES)
             buf, count, fit = self._ask(mlu, room)
-            if not fit and room < MAX_PROCESSES:
-                room = min(max(count + SLACK, 2 * room), MAX_PROCESSES)
-                buf, count, fit = self._ask(mlu, room)
-        except cndev.CndevError as exc:
-            if mlu.uuid not in self._failing:
-                self._failing.add(mlu.uuid)
-                log.warning("MLU's processes unreadable; skipped until it answers; check `cnmon` on the node",
-                            extra={"device": name, "uuid": mlu.uuid, "error": str(exc)})
-            return []
-        if mlu.uuid in self._failing:
-            self._failing.discard(mlu.uuid)
-            log.info("MLU's processes readable again", extra={"device": name, "uuid": mlu.uuid})
         self._room[mlu.uuid] = min(max(ROOM, count + SLACK), MAX_PROCESSES)
         if not fit:
-            self._warn_once(f"unfit {mlu.uuid}", "CNDev's process list of an MLU does not fit the most room the "
-                            "reader gives (too many processes, or a list that grew between two calls): none of its "
-                            "processes is seen this poll", device=name, count=count, room=room)
+            self.warn_once(f"unfit {mlu.uuid}", "CNDev's process list of an MLU does not fit the most room the "
+                           "reader gives (too many processes, or a list that grew between two calls): none of its "
+                           "processes is seen this poll", device=name, count=count, room=room)
             return []
         if count > room:
-            self._warn_once("cut", "CNDev counts more processes on an MLU than it was given room for, yet answers "
-                            "success; the first are checked", device=name, count=count, room=room)
+            self.warn_once("cut", "CNDev counts more processes on an MLU than it was given room for, yet answers "
+                           "success; the first are checked", device=name, count=count, room=room)
         memory: dict[int, int] = {}
         for entry in buf[: min(count, room)]:
             pid = int(entry.pid)
             if pid == 0 or pid > PID_MAX:
                 kind = "PID 0" if pid == 0 else "a PID past the kernel's maximum"
-                self._warn_once(kind, f"CNDev lists {kind}, which is no process: left out", device=name, pid=pid)
+                self.warn_once(kind, f"CNDev lists {kind}, which is no process: left out", device=name, pid=pid)
                 continue
             memory[pid] = max(memory.get(pid, 0), int(entry.physicalMemoryUsed) << 10)
         return [DeviceProcess(name, mlu.uuid, pid, held) for pid, held in memory.items()]
