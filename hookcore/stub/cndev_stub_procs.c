@@ -23,7 +23,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -43,25 +42,12 @@ typedef struct proc_line {
     uint64_t kib;
 } proc_line;
 
-/* An unsigned decimal of at most `max` at *p (blanks before it skipped) ending at a blank or the
-   line's end: 1 with *out set and *p past it; 0 for anything else. */
-static int number(const char **p, uint64_t max, uint64_t *out) {
-    const char *s = *p;
-    while (*s == ' ' || *s == '\t') s++;
-    if (*s < '0' || *s > '9') return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || v > max || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) return 0;
-    *out = v;
-    *p = end;
-    return 1;
-}
-
 static int parse_proc(const char *p, void *record) {
     proc_line *out = record;
     uint64_t mlu, pid, kib;
-    if (!number(&p, UINT32_MAX, &mlu) || !number(&p, UINT32_MAX, &pid) || !number(&p, UINT64_MAX, &kib)) return 0;
+    if (!stub_parse_u64(&p, UINT32_MAX, &mlu) || !stub_parse_u64(&p, UINT32_MAX, &pid) ||
+        !stub_parse_u64(&p, UINT64_MAX, &kib))
+        return 0;
     while (*p == ' ' || *p == '\t' || *p == '\r') p++;
     if (*p && *p != '\n') return 0;
     *out = (proc_line){(uint32_t)mlu, (uint32_t)pid, kib};

@@ -30,7 +30,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -286,27 +285,14 @@ typedef struct proc_line {
     uint64_t vram;
 } proc_line;
 
-/* An unsigned decimal of at most `max` at *p (blanks before it skipped) ending at a blank or the
-   line's end: 1 with *out set and *p past it; 0 for anything else. */
-static int number(const char **p, uint64_t max, uint64_t *out) {
-    const char *s = *p;
-    while (*s == ' ' || *s == '\t') s++;
-    if (*s < '0' || *s > '9') return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || v > max || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) return 0;
-    *out = v;
-    *p = end;
-    return 1;
-}
-
 static int parse_proc(const char *p, void *record) {
     proc_line *out = record;
     uint64_t dev, pid, vram, occ = CU_OCCUPANCY_INVALID;
-    if (!number(&p, UINT32_MAX, &dev) || !number(&p, UINT32_MAX, &pid) || !number(&p, UINT64_MAX, &vram)) return 0;
+    if (!stub_parse_u64(&p, UINT32_MAX, &dev) || !stub_parse_u64(&p, UINT32_MAX, &pid) ||
+        !stub_parse_u64(&p, UINT64_MAX, &vram))
+        return 0;
     while (*p == ' ' || *p == '\t') p++;
-    if (*p && *p != '\n' && *p != '\r' && !number(&p, 100, &occ)) return 0;
+    if (*p && *p != '\n' && *p != '\r' && !stub_parse_u64(&p, 100, &occ)) return 0;
     while (*p == ' ' || *p == '\t' || *p == '\r') p++;
     if (*p && *p != '\n') return 0;
     *out = (proc_line){(uint32_t)dev, (uint32_t)pid, (uint32_t)occ, vram};

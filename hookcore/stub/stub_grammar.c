@@ -2,6 +2,7 @@
  * stub_grammar.h). */
 #include "stub_grammar.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,19 @@ static int take_record(void *ctx, const char *line) {
     unsigned char scratch[128];
     if (r->size > sizeof scratch || !r->parse(line, scratch)) return 0;
     if (r->n < r->max) memcpy(r->out + (size_t)r->n++ * r->size, scratch, r->size);
+    return 1;
+}
+
+int stub_parse_u64(const char **p, uint64_t max, uint64_t *out) {
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s < '0' || *s > '9') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || v > max || (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) return 0;
+    *out = v;
+    *p = end;
     return 1;
 }
 

@@ -16,6 +16,7 @@
 #define HOOKCORE_STUB_GRAMMAR_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #pragma GCC visibility push(hidden) /* each stub library has its own copy; none exports it */
 
@@ -51,6 +52,10 @@ typedef int (*stub_parse_fn)(const char *line, void *record);
    how many were written. Lines past `max` are still checked (and named when `say`). */
 unsigned stub_read_records(const char *env, const char *expect, int say, stub_parse_fn parse, void *out, size_t size,
                            unsigned max);
+
+/* An unsigned decimal of at most `max` at *p (blanks before it skipped) ending at a blank or the
+   line's end: 1 with *out set and *p past it; 0 for anything else (a record's field). */
+int stub_parse_u64(const char **p, uint64_t max, uint64_t *out);
 
 /* Bytes of a quantity by the core's rule (hk_parse_mem); 0 and *bytes, or -1 with `why` set. */
 int stub_quantity(const char *value, unsigned long long *bytes, char *why, size_t whylen);
