@@ -36,6 +36,10 @@ int stub_nvml_gpu_attributes(const char *call, struct nvmlDevice_st *d, unsigned
 /* nvml_stub_mig_ci.c: when `d` is a MIG device handle, answer nvmlDeviceGetUUID for it (return 1,
    *ret the NVML return code); 0 when it is not one. */
 int stub_mig_device_uuid(const void *d, char *uuid, unsigned len, int *ret);
+/* nvml_stub_mig_ci.c: when `d` is a MIG device handle (return 1), its GPU's handle and its GPU and
+   compute instance IDs; *ret NOT_FOUND once its instance is destroyed, else SUCCESS (the caller
+   makes the GPU's checks). 0 when it is not one (nvml_stub_procs.c: a process query's scope). */
+int stub_mig_device_of(const void *d, struct nvmlDevice_st **gpu, unsigned *gi, unsigned *ci, int *ret);
 
 #pragma GCC visibility pop
 

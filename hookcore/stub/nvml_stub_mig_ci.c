@@ -296,6 +296,20 @@ STUB_API nvmlReturn_t nvmlDeviceGetAttributes(struct stub_mig_device *m, attribu
     return nvmlDeviceGetAttributes_v2(m, a);
 }
 
+int stub_mig_device_of(const void *d, struct nvmlDevice_st **gpu, unsigned *gi, unsigned *ci, int *ret) {
+    const struct stub_mig_device *m = d;
+    if (!is_mig_handle(m)) return 0;
+    mig_begin();
+    int alive = valid_mig(m);
+    mig_end();
+    stub_gpu_view g;
+    stub_nvml_gpu_at(m->gpu, &g, gpu);
+    *gi = m->gi;
+    *ci = m->ci;
+    *ret = alive ? R_SUCCESS : R_NOT_FOUND;
+    return 1;
+}
+
 /* MIG UUIDs as the driver forms them ("MIG-" + a UUID), derived from the parent, the instance
    IDs and the creation's sequence number: a re-created instance gets a new UUID, as on a GPU. */
 int stub_mig_device_uuid(const void *d, char *uuid, unsigned len, int *ret) {
