@@ -44,6 +44,7 @@ from dra.capacity import (
 from dra.config import ConfigError, decode_config, encode_config
 from dra.driver import (
     HOOK_KEY,
+    WHOLE_MEMORY,
     AllocatedDevice,
     Capacity,
     ClaimRef,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOOK_KEY",
+    "WHOLE_MEMORY",
     "AllocatedDevice",
     "Capacity",
     "ClaimRef",

@@ -236,15 +236,23 @@ class ContainerEdits:
 HOOK_KEY = "hookKey"
 """`PreparedDevice.state` key: the device's `Quota.uuid` (`dra.SharedDeviceDriver` sets it)."""
 
+WHOLE_MEMORY = "memory"
+"""`PreparedDevice.state` key: the bytes of memory of a device allocated whole, one claim's alone
+(not shared by capacity, e.g. a MIG device: Kubernetes records no consumed capacity for its
+allocation). The watchdog holds the claim's processes there to it; a shared device's quota is the
+memory its allocation consumed."""
+
 
 @dataclasses.dataclass(frozen=True)
 class PreparedDevice:
     """The driver's answer for one allocated device.
 
     `state` is JSON-serialisable data the driver wants back at unprepare (the framework stores it
-    in the checkpoint); keep it small. Two keys are read by the framework too: ``uuid`` (the
+    in the checkpoint); keep it small. Three keys are read by the framework too: ``uuid`` (the
     physical device) and `HOOK_KEY` (the key the hook names it by, where that is not its UUID: a
-    PCI bus ID, a physical ID), so the watchdog and the ledger metrics match the hook's devices.
+    PCI bus ID, a physical ID), so the watchdog and the ledger metrics match the hook's devices;
+    `WHOLE_MEMORY`, the memory of a device allocated whole (its allocation consumed no capacity),
+    which the watchdog judges the claim's memory there against.
     `cdi_devices` are extra fully qualified CDI device IDs (``vendor/class=name``) that the
     container runtime resolves from other specs (e.g. a vendor toolkit's ``nvidia.com/gpu=<uuid>``);
     the framework passes them to kubelet after its own.

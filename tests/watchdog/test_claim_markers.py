@@ -122,6 +122,29 @@ def test_a_marked_claim_is_judged_against_its_memory(tmp_path: Path, hooks: Clai
     assert (verdict.kind, verdict.pid, verdict.claim and verdict.claim.uid) == ("over-quota", 8101, claim.uid)
 
 
+@pytest.mark.parametrize("state, quota", [({"memory": GiB}, GiB), ({}, None), ({"memory": "1Gi"}, None),
+                                          ({"memory": True}, None), ({"memory": -1}, None)])
+def test_a_device_allocated_whole_holds_its_claim_to_the_memory_its_prepare_recorded(
+        tmp_path: Path, hooks: ClaimHooks, state: dict[str, object], quota: int | None) -> None:
+    """A device not shared (a MIG device) is allocated whole: Kubernetes records no consumed
+    capacity for it, so the claim's memory there is what the driver's prepare recorded
+    (`dra.WHOLE_MEMORY`, a positive integer); without it, or with anything else there, the claim's
+    memory is not judged (no quota), its processes still held."""
+    uid = str(uuidlib.uuid4())
+    claim_marker.mark(hooks, uid, ListingDriver.name)
+    claim = ClaimRecord(uid, "team-a", "claim-a", PREPARED, "boot", devices=(
+        DeviceRecord(ListingDriver.name, "dev", "node-a", "dev-0", None, {}, state=state),), updated_at=time.time())
+    proc = FakeProc(tmp_path / "proc")
+    proc.process(8101, cgroup=pod_cgroup(POD), mountinfo=marker_mount(hooks, claim.uid))
+    wd, registry = watch(tmp_path, [DeviceProcess("dev-0", "DEV-0", 8101, 3 * GiB)], claim)
+    assert wd.records.refresh()[uid].memory == {"dev-0": quota}
+    got = [(v.kind, v.pid, v.amount) for v in wd.poll()]
+    assert got == ([("over-quota", 8101, float(2 * GiB - 64 * MiB))] if quota else [])
+    series = [line for line in generate_latest(registry).decode().splitlines()
+              if line.startswith("dra_claim_memory_over_quota_bytes{")]
+    assert [float(line.rsplit(" ", 1)[1]) for line in series] == ([2 * GiB - 64 * MiB] if quota else [])
+
+
 def test_a_claims_process_on_a_device_it_was_not_given_is_unheld(tmp_path: Path, hooks: ClaimHooks) -> None:
     claim = hookless_claim(hooks, marked=True)
     proc = FakeProc(tmp_path / "proc")

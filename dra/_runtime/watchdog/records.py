@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from dra._runtime import claim_marker, procinfo
-from dra._runtime.checkpoint import PREPARED, ClaimRecord
+from dra._runtime.checkpoint import PREPARED, ClaimRecord, DeviceRecord
 from dra._runtime.watchdog.model import ACTION_RANK, CONFIG_KEY, ClaimView
+from dra.driver import WHOLE_MEMORY
 
 log = logging.getLogger("dra._runtime.watchdog")
 
@@ -31,7 +32,7 @@ def claim_view(record: ClaimRecord, driver: str, hooks_root: Path) -> ClaimView 
     cores: dict[str, int] = {}
     action: str | None = None
     for d in devices:
-        memory[d.device] = (memory.get(d.device) or 0) + int(d.consumed_capacity.get("memory", 0)) or None
+        memory[d.device] = (memory.get(d.device) or 0) + _memory(d) or None
         cores[d.device] = min(100, cores.get(d.device, 0) + int(d.consumed_capacity.get("cores", 100)))
         configured = (d.config or {}).get(CONFIG_KEY)
         if configured in ACTION_RANK and (action is None or ACTION_RANK[configured] > ACTION_RANK[action]):
@@ -49,6 +50,16 @@ def claim_view(record: ClaimRecord, driver: str, hooks_root: Path) -> ClaimView 
     marked = None if enforcement else _regular_file(hooks_root / record.uid / claim_marker.MARKER_FILE) is not None
     return ClaimView(record.uid, record.namespace, record.name, frozenset(memory), memory, cores, hook, action,
                      ledger, config_dir, marked)
+
+
+def _memory(device: DeviceRecord) -> int:
+    """The bytes of `device` its claim may hold: what the allocation consumed, or, for a device
+    allocated whole (it consumed no capacity: a device not shared, e.g. a MIG device), the memory
+    the driver's prepare recorded for it (`dra.WHOLE_MEMORY`, a positive integer; else none)."""
+    if device.consumed_capacity:
+        return int(device.consumed_capacity.get("memory", 0))
+    whole = device.state.get(WHOLE_MEMORY)
+    return whole if isinstance(whole, int) and not isinstance(whole, bool) and whole > 0 else 0
 
 
 def _hook_quotas(record: ClaimRecord, devices: Sequence[Any], enforcement: Mapping[str, Any],
