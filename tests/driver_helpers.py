@@ -151,10 +151,11 @@ def device_taints(api: client.ApiClient, node: str, driver: str, device: str) ->
 
 
 def assert_watchdog_taints_until_exit(cluster: ControlPlane, api: client.ApiClient, driver: str, domain: str,
-                                      args: Sequence[str], processes_env: str, device: str, index: int,
+                                      args: Sequence[str], processes_env: str, device: str, index: int | str,
                                       other: str | None = None) -> None:
     """`dra run DRIVER ARGS --watchdog taint` on a fake node, the stub's process list in the file
-    named by `processes_env`: a process in no claim on `device` (the stub's device `index`) taints
+    named by `processes_env`: a process in no claim on `device` (the stub's device `index`, or the
+    line's whole device field, e.g. ``0/1/0`` for a MIG device of the stub NVML) taints
     it (``<domain>/watchdog=unheld:NoSchedule``) in the published slice and no other device (`other`:
     by default the name with its last number's lowest bit flipped), an Event on the Node names the
     process and the device, /metrics counts one unheld verdict, and the process's exit lifts the

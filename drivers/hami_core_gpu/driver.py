@@ -55,7 +55,9 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
                                            (self.fake.mps_root, self.fake.mps_control) if self.fake else None,
                                            self.health_changed, s.mps_sharing))
         self.mps.start([g.uuid for g in shared])
-        self._processes = self.adopt(ProcessReader([(devices.device_name(g), g.uuid) for g in shared]))
+        self._processes = self.adopt(ProcessReader([(devices.device_name(g), g.uuid) for g in shared],
+                                                   [(devices.device_name(g), g.minor, g.uuid) for g in self.migs.watched()],
+                                                   self.migs.published))
         return shared
 
     def watch_health(self, ctx: dra.DriverContext, shared: Sequence[nvml.Gpu]) -> health.HealthMonitor | None:
@@ -69,9 +71,14 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
         return health.health_events(self.by_name, self.monitor, self.mps, self.migs.devices)
 
     def processes(self) -> Sequence[dra.DeviceProcess]:
-        """Every process on the shared GPUs, from NVML, for the watchdog; the MPS control daemons
-        and servers this daemon started are marked ``mps`` (known by PID from `MpsDaemons`, never
-        from anything a process shows in /proc), so they are neither unheld nor in a claim."""
+        """Every process on the shared GPUs and in the MIG devices of the GPUs in MIG mode (``mig``
+        static or dynamic), from NVML, for the watchdog (`processes.py`). A MIG device's process is
+        under the MIG device's published name (`MigDevices.published`: a static device, a dynamic
+        instance a prepared claim holds), or, in an instance this driver does not publish, under
+        ``hami-gpu-<minor>-mig-gi<gi>-ci<ci>`` (`mig.unpublished_name`), which no claim holds: unheld.
+        Utilization is None on MIG (NVML gives none there): no over-share verdict. The MPS control
+        daemons and servers this daemon started are marked ``mps`` (known by PID from `MpsDaemons`,
+        never from anything a process shows in /proc), so they are neither unheld nor in a claim."""
         procs = self._processes.read()
         ours = self.mps.server_pids() if procs else frozenset()
         return [dataclasses.replace(p, system="mps") if p.pid in ours else p for p in procs]

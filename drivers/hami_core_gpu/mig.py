@@ -105,6 +105,15 @@ def device_name(minor: int, profile: Profile, start: int, compute_instance: int 
     return f"hami-gpu-{minor}-mig-{profile.slug}-{start}{suffix}"
 
 
+def unpublished_name(minor: int, gpu_instance: int, compute_instance: int) -> str:
+    """The name the processes of a MIG device this driver does not publish are reported under (an
+    admin's instance, one of a profile the driver does not know, one made after a static start,
+    a dynamic one no prepared claim records): ``hami-gpu-<minor>-mig-gi<gi>-ci<ci>``. No device is
+    ever published so (a published name ends in its placement: `parse_name` refuses this one), so
+    no claim holds it and the watchdog calls its processes unheld."""
+    return f"hami-gpu-{minor}-mig-gi{gpu_instance}-ci{compute_instance}"
+
+
 def parse_name(name: str) -> tuple[int, str, int, int] | None:
     """(minor, profile slug, start, compute instance) of a MIG device name, None if it is none."""
     m = _NAME.match(name)

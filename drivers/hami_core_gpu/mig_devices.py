@@ -1,7 +1,7 @@
-"""The MIG half of the driver: which MIG devices this node publishes (``--set mig=``), and their
-prepare and unprepare. Kept apart from `driver.py` because none of it is hook sharing: the
-hardware isolates a MIG device, so it has no share, no quota and no health of its own (a MIG
-device is as healthy as its GPU)."""
+"""The MIG half of the driver: which MIG devices this node publishes (``--set mig=``), their
+prepare and unprepare, and the names their processes are reported under (`published`). Kept apart
+from `driver.py` because none of it is hook sharing: the hardware isolates a MIG device, so it has
+no share, no hook quota and no health of its own (a MIG device is as healthy as its GPU)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
-from dra import AllocatedDevice, ClaimRef, Device, DriverContext, PreparedDevice, PrepareError, RecordedDevice, Taint
+from dra import (
+    WHOLE_MEMORY,
+    AllocatedDevice,
+    ClaimRef,
+    Device,
+    DriverContext,
+    PreparedDevice,
+    PrepareError,
+    RecordedDevice,
+    Taint,
+)
 from drivers.hami_core_gpu import devices, edits, mig, nvml
 from drivers.hami_core_gpu.config import GpuConfig
 from drivers.hami_core_gpu.fake import FakeBackend
@@ -26,6 +36,7 @@ class MigDevices:
         self.devices: list[Device] = []
         self.static: dict[str, mig.MigDevice] = {}
         self.dynamic: dict[str, tuple[nvml.Gpu, mig.Profile, int]] = {}
+        self._made: dict[str, str] = {}  # dynamic: MIG UUID -> device, the instances prepared claims hold
         self.ctx = DriverContext("", "")  # set by setup; this one records no claims
 
     def setup(self, ctx: DriverContext) -> MigDevices:
@@ -54,9 +65,23 @@ class MigDevices:
                 self.devices += mig.dynamic_devices(g, parent, found[g.uuid])
                 self.dynamic.update({mig.device_name(g.minor, p, start): (g, p, start)
                                      for p in found[g.uuid].profiles for start in p.starts})
+        if self.dynamic:
+            self._made = self._held_at_start(ctx, gpus, found)
         log.info("MIG GPUs", extra={"mode": self.settings.mig, "gpus": [g.uuid for g in gpus],
                                     "devices": len(self.devices)})
         return self
+
+    def _held_at_start(self, ctx: DriverContext, gpus: Sequence[nvml.Gpu], found: Mapping[str, mig.MigGpu]
+                       ) -> dict[str, str]:
+        """The dynamic instances that claims prepared before this start hold (the repair kept them),
+        MIG UUID -> device, from their records. A record unreadable: every instance there was at
+        start, by its placement (none was repaired; whose each is is unknown, and a claim's
+        processes must not be called unheld for it)."""
+        recorded = ctx.recorded()
+        if recorded is not None:
+            return {str(r.state["uuid"]): r.device for r in recorded if r.device in self.dynamic and "uuid" in r.state}
+        return {d.uuid: mig.device_name(g.minor, d.profile, d.start) for g in gpus for d in found[g.uuid].devices
+                if mig.device_name(g.minor, d.profile, d.start) in self.dynamic}
 
     def _repair(self, ctx: DriverContext, gpus: Sequence[nvml.Gpu], found: dict[str, mig.MigGpu]) -> None:
         """Destroy the MIG instances that no checkpoint record names (made by a prepare that crashed
@@ -71,6 +96,19 @@ class MigDevices:
                 if name not in recorded:
                     mig.destroy(g.uuid, profile, start)
                     log.warning("destroyed a MIG instance no claim records", extra={"device": name, "gpu": g.uuid})
+
+    def watched(self) -> list[nvml.Gpu]:
+        """The GPUs in MIG mode whose MIG devices this driver publishes (``mig`` static or dynamic),
+        whether or not one exists now: the watchdog lists their processes (`processes.py`)."""
+        return [g for g in self.inventory.gpus if g.mig_enabled] if self.settings.mig != "off" else []
+
+    def published(self) -> dict[str, str]:
+        """The MIG devices whose processes are reported under a published name, by MIG UUID: every
+        static device (as discovered: an instance made again since has another UUID), and the
+        dynamic instances that prepared claims hold (made at prepare, gone at unprepare)."""
+        out = {d.uuid: name for name, d in self.static.items()}
+        out.update(self._made)
+        return out
 
     def parents(self) -> list[nvml.Gpu]:
         """The GPUs whose MIG devices are published (the health monitor watches them too)."""
@@ -167,11 +205,15 @@ class MigDevices:
             caps = mig.cap_device_nodes(minor, found.gpu_instance, found.compute_instance, self.settings.dev_root) \
                 if on_host and self.settings.cdi_mode == "self-contained" else ()
             device_edits, toolkit = edits.device_edits(self.settings, on_host, minor, found.uuid, caps)
-            # gi and uuid are the instance's identity: unprepare destroys that instance and no other
+            # gi and uuid are the instance's identity: unprepare destroys that instance and no other;
+            # its memory is what the watchdog holds the claim to there (a MIG device is allocated whole)
             state = {"uuid": found.uuid, "parent": found.parent_uuid, "minor": minor, "mig": how,
-                     "profile": found.profile.name, "start": found.start, "memory": found.memory,
+                     "profile": found.profile.name, "start": found.start, WHOLE_MEMORY: found.memory,
                      "gi": found.gpu_instance, "ci": found.compute_instance}
             prepared.append(PreparedDevice(dev, device_edits, state=state, cdi_devices=toolkit))
+        made = {str(p.state["uuid"]): p.device.device for p in prepared if p.state["mig"] == "dynamic"}
+        if made:  # a new dict, never one changed in place: the watchdog's thread reads it
+            self._made = {**self._made, **made}
         return prepared
 
     @staticmethod
@@ -189,7 +231,7 @@ class MigDevices:
             else self.dynamic[p.device.device][1]
         return mig.MigDevice(uuid=str(st["uuid"]), parent_uuid=str(st["parent"]), gpu_instance=int(st["gi"]),
                              compute_instance=int(st["ci"]), profile=profile, start=int(st["start"]),
-                             multiprocessors=profile.multiprocessors, memory=int(st["memory"]))
+                             multiprocessors=profile.multiprocessors, memory=int(st[WHOLE_MEMORY]))
 
     def unprepare(self, claim: ClaimRef, prepared: Sequence[PreparedDevice]) -> None:
         """Destroy the claim's dynamic MIG instances: the one its record names by identity (GPU
@@ -213,6 +255,8 @@ class MigDevices:
             else:
                 outcome = mig.destroy(gpu.uuid, profile, start, None, keep)
             extra = {"claim": claim.uid, "device": p.device.device, "gi": st.get("gi"), "uuid": st.get("uuid")}
+            if outcome != "kept" and "uuid" in st:  # gone, or never the one made: no longer this device
+                self._made = {u: d for u, d in self._made.items() if u != str(st["uuid"])}
             if outcome == "destroyed":
                 log.info("MIG instance destroyed", extra=extra)
             elif outcome in ("another", "kept"):

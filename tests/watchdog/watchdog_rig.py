@@ -346,14 +346,15 @@ class PreparedRig:
         self.registry = CollectorRegistry()
         self.hset: Any = None
 
-    def claim(self, device: str, memory: int, cores: int = 30, config: Any = None,
+    def claim(self, device: str, memory: int | None, cores: int = 30, config: Any = None,
               recorded: dict[str, str] | None = None) -> PreparedClaim:
         """A claim prepared as the daemon prepares it: its hook dir (config and ledger), or, where
         the driver gives no enforcement (its devices hold their shares), its marker; `recorded`:
-        the record's copy of the claim's config (default: the rig's)."""
+        the record's copy of the claim's config (default: the rig's). `memory` None: the device is
+        allocated whole (not shared: a MIG device), its allocation consumes no capacity."""
         uid = str(uuidlib.uuid4())
         ref = dra.ClaimRef(uid, "team-a", f"claim-{uid[:6]}")
-        capacity = {"memory": memory, "cores": cores}
+        capacity = {"memory": memory, "cores": cores} if memory is not None else {}
         alloc = dra.AllocatedDevice(self.device_type, "node-a", device, "s1", capacity, config=config)
         prepared = self.driver.prepare(ref, [alloc])
         enforcement = self.driver.enforcement(ref, prepared)
