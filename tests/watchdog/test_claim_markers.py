@@ -120,6 +120,7 @@ def test_a_marked_claim_is_judged_against_its_memory(tmp_path: Path, hooks: Clai
     wd, _ = watch(tmp_path, [DeviceProcess("dev-0", "DEV-0", 8101, 3 * GiB)], claim)
     [verdict] = wd.poll()
     assert (verdict.kind, verdict.pid, verdict.claim and verdict.claim.uid) == ("over-quota", 8101, claim.uid)
+    assert "The device did not hold the claim to its memory" in verdict.message and "hook" not in verdict.message
 
 
 @pytest.mark.parametrize("state, quota", [({"memory": GiB}, GiB), ({}, None), ({"memory": "1Gi"}, None),

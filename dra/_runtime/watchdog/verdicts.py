@@ -108,7 +108,9 @@ def over_quota_verdict(claim: ClaimView, dev: str, group: Sequence[Seen], used: 
     msg = (f"claim {claim.namespace}/{claim.name} holds {mib(used)} MiB on device {dev} in {len(group)} "
            f"process(es), over its quota of {mib(quota)} MiB plus {mib(tolerance)} MiB "
            f"tolerance per process by {mib(over)} MiB (largest: process {target.proc.pid}, "
-           f"{mib(target.proc.memory)} MiB). Memory the hook did not charge: an unhooked allocation path")
+           f"{mib(target.proc.memory)} MiB). " + (
+               "The device did not hold the claim to its memory: check its partition (the instance the driver made)"
+               if claim.marked else "Memory the hook did not charge: an unhooked allocation path"))
     pods = tuple(sorted({s.pod_uid for s in group if s.pod_uid}))
     return Verdict("over-quota", dev, msg, claim, target.proc.pid, target.pod_uid, target.container_id, pods,
                    float(over), action_for(claim, default_action))
