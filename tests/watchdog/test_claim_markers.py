@@ -23,44 +23,19 @@ from dra._runtime.checkpoint import PREPARED, ClaimRecord, DeviceRecord
 from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
 from dra._runtime.watchdog.loop import Watchdog
-from dra._runtime.watchdog.model import Verdict, WatchdogSettings
-from dra.driver import DeviceProcess, Driver
-from tests.watchdog.watchdog_rig import FakeProc, pod_cgroup
+from dra._runtime.watchdog.model import WatchdogSettings
+from dra.driver import DeviceProcess
+from tests.watchdog.watchdog_rig import Events, FakeProc, ListingDriver, pod_cgroup
 
 GiB = 1 << 30
 MiB = 1 << 20
 POD, OTHER_POD = "5f0c3a52-1b7e-4a39-9c39-0e6d7a1f2b11", "9a1d2c3b-4e5f-4a6b-8c7d-0e1f2a3b4c5d"
 
 
-class ListingDriver(Driver):
+class HeldByDevice(ListingDriver):
     """Lists `procs` on its devices; its devices hold their shares (no hook)."""
 
-    name = "dev.example.com"
-    cdi_kind = "k8s.dev.example.com/dev"
     shares_held_by_device = True
-
-    def __init__(self, procs: Sequence[DeviceProcess]) -> None:
-        self.procs = list(procs)
-
-    def devices(self):  # type: ignore[no-untyped-def]
-        return []
-
-    def prepare(self, claim, devices):  # type: ignore[no-untyped-def]
-        return []
-
-    def unprepare(self, claim, prepared):  # type: ignore[no-untyped-def]
-        return None
-
-    def processes(self) -> Sequence[DeviceProcess]:
-        return self.procs
-
-
-class Events:
-    def __init__(self) -> None:
-        self.got: list[Verdict] = []
-
-    def emit(self, verdict: Verdict) -> None:
-        self.got.append(verdict)
 
 
 def hookless_claim(hooks: ClaimHooks, marked: bool) -> ClaimRecord:
@@ -68,9 +43,9 @@ def hookless_claim(hooks: ClaimHooks, marked: bool) -> ClaimRecord:
     marker as prepare makes it, or none (prepared by a daemon from before markers)."""
     uid = str(uuidlib.uuid4())
     if marked:
-        claim_marker.mark(hooks, uid, ListingDriver.name)
+        claim_marker.mark(hooks, uid, HeldByDevice.name)
     return ClaimRecord(uid, "team-a", "claim-a", PREPARED, "boot", devices=(
-        DeviceRecord(ListingDriver.name, "dev", "node-a", "dev-0", "s1", {"memory": GiB, "cores": 30}),),
+        DeviceRecord(HeldByDevice.name, "dev", "node-a", "dev-0", "s1", {"memory": GiB, "cores": 30}),),
         updated_at=time.time())
 
 
@@ -82,7 +57,7 @@ def marker_mount(hooks: ClaimHooks, uid: str) -> str:
 def watch(tmp_path: Path, procs: Sequence[DeviceProcess], record: ClaimRecord
           ) -> tuple[Watchdog, CollectorRegistry]:
     registry = CollectorRegistry()
-    return Watchdog(ListingDriver(procs), lambda: [record], tmp_path / "state" / "hooks", Events(), registry,
+    return Watchdog(HeldByDevice(procs), lambda: [record], tmp_path / "state" / "hooks", Events(), registry,
                     WatchdogSettings(proc=tmp_path / "proc")), registry
 
 
@@ -132,9 +107,9 @@ def test_a_device_allocated_whole_holds_its_claim_to_the_memory_its_prepare_reco
     (`dra.WHOLE_MEMORY`, a positive integer); without it, or with anything else there, the claim's
     memory is not judged (no quota), its processes still held."""
     uid = str(uuidlib.uuid4())
-    claim_marker.mark(hooks, uid, ListingDriver.name)
+    claim_marker.mark(hooks, uid, HeldByDevice.name)
     claim = ClaimRecord(uid, "team-a", "claim-a", PREPARED, "boot", devices=(
-        DeviceRecord(ListingDriver.name, "dev", "node-a", "dev-0", None, {}, state=state),), updated_at=time.time())
+        DeviceRecord(HeldByDevice.name, "dev", "node-a", "dev-0", None, {}, state=state),), updated_at=time.time())
     proc = FakeProc(tmp_path / "proc")
     proc.process(8101, cgroup=pod_cgroup(POD), mountinfo=marker_mount(hooks, claim.uid))
     wd, registry = watch(tmp_path, [DeviceProcess("dev-0", "DEV-0", 8101, 3 * GiB)], claim)
@@ -181,7 +156,7 @@ def test_a_pods_process_is_unheld_once_the_unmarked_claim_is_gone(tmp_path: Path
     records = [claim]
     proc = FakeProc(tmp_path / "proc")
     proc.process(8101, cgroup=pod_cgroup(POD))
-    wd = Watchdog(ListingDriver([DeviceProcess("dev-0", "DEV-0", 8101, GiB)]), lambda: list(records),
+    wd = Watchdog(HeldByDevice([DeviceProcess("dev-0", "DEV-0", 8101, GiB)]), lambda: list(records),
                   hooks.root, Events(), CollectorRegistry(), WatchdogSettings(proc=tmp_path / "proc"))
     assert wd.poll() == []
     records.clear()

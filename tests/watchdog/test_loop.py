@@ -12,27 +12,20 @@ from prometheus_client import CollectorRegistry
 
 from dra._runtime.watchdog.loop import Watchdog
 from dra._runtime.watchdog.model import WatchdogSettings
-from dra.driver import DeviceProcess, Driver
+from dra.driver import DeviceProcess
+from tests.watchdog.watchdog_rig import ListingDriver
 
 
-class FlakyDriver(Driver):
+class FlakyDriver(ListingDriver):
     """A fake driver whose process list fails a few times (an NVML outage), then answers."""
 
     name = "flaky.example.com"
     cdi_kind = "k8s.flaky.example.com/claim"
 
     def __init__(self, failures: int) -> None:
+        super().__init__()
         self.calls = 0
         self.failures = failures
-
-    def devices(self):  # type: ignore[no-untyped-def]
-        return []
-
-    def prepare(self, claim, devices):  # type: ignore[no-untyped-def]
-        return []
-
-    def unprepare(self, claim, prepared):  # type: ignore[no-untyped-def]
-        return None
 
     def processes(self) -> Sequence[DeviceProcess]:
         self.calls += 1

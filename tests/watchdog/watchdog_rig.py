@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from dra._runtime.enforcement import ClaimHooks
 from dra._runtime.hookdir import HookDir
 from dra._runtime.watchdog.loop import Watchdog
 from dra._runtime.watchdog.model import Verdict, WatchdogSettings
-from dra.driver import DriverContext, Enforcement, Mount, Preload, Quota
+from dra.driver import DeviceProcess, Driver, DriverContext, Enforcement, Mount, Preload, Quota
 from dra.testing.runtime import mount_script, runtime_unavailable
 from drivers.hami_core_gpu.driver import HamiCoreGpuDriver
 
@@ -115,6 +115,28 @@ def sleeping(pid: int) -> bool:
     """Whether the process is in an interruptible sleep (state S): done starting, waiting."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
+class ListingDriver(Driver):
+    """A driver double for the watchdog alone: no devices, prepares nothing, lists `procs`."""
+
+    name = "dev.example.com"
+    cdi_kind = "k8s.dev.example.com/dev"
+
+    def __init__(self, procs: Sequence[DeviceProcess] = ()) -> None:
+        self.procs = list(procs)
+
+    def devices(self):  # type: ignore[no-untyped-def]
+        return []
+
+    def prepare(self, claim, devices):  # type: ignore[no-untyped-def]
+        return []
+
+    def unprepare(self, claim, prepared):  # type: ignore[no-untyped-def]
+        return None
+
+    def processes(self) -> Sequence[DeviceProcess]:
+        return self.procs
 
 
 class Events:
