@@ -238,7 +238,7 @@ HOOK_KEY = "hookKey"
 
 WHOLE_MEMORY = "memory"
 """`PreparedDevice.state` key: the bytes of memory of a device allocated whole, one claim's alone
-(not shared by capacity, e.g. a MIG device: Kubernetes records no consumed capacity for its
+(not shared by capacity, e.g. a hardware partition: Kubernetes records no consumed capacity for its
 allocation). The watchdog holds the claim's processes there to it; a shared device's quota is the
 memory its allocation consumed."""
 

@@ -3,7 +3,7 @@
 The watchdog puts a process in a claim only by file identity: a mount of one of the daemon's own
 files under ``<state-dir>/hooks/<claimUID>/`` (`procinfo.HooksFs`). A hooked claim's containers
 get its ``config`` and ``ledger`` from there. A claim whose devices hold their shares themselves
-(an sMLU instance, a MIG device: `Driver.enforcement` answers None) has no hook, so without this
+(a vendor's partition of a device: `Driver.enforcement` answers None) has no hook, so without this
 its processes could not be told from a process that reached the device another way (a
 privileged pod, a host path, a container outside Kubernetes).
 

@@ -40,7 +40,7 @@ processes it judges):
   counts in the claim its pod's other processes on that device are in (the pod from its cgroup,
   which a container cannot leave). A process whose thread-group leader exited is read through a
   live thread (`procinfo.task_dir`).
-- **A claim no hook holds** (its devices hold its shares: an sMLU instance, a MIG device) has the
+- **A claim no hook holds** (its devices hold its shares: a vendor's partition of a device) has the
   daemon's marker instead (`claim_marker`: ``hooks/<uid>/claim``, a read-only file mount), which
   puts a process in it as a hook's files do. Such a process is held on the claim's devices (by the
   device) and judged against the claim's memory; on another device it is unheld. A hookless claim

@@ -54,7 +54,7 @@ def claim_view(record: ClaimRecord, driver: str, hooks_root: Path) -> ClaimView 
 
 def _memory(device: DeviceRecord) -> int:
     """The bytes of `device` its claim may hold: what the allocation consumed, or, for a device
-    allocated whole (it consumed no capacity: a device not shared, e.g. a MIG device), the memory
+    allocated whole (it consumed no capacity: a device not shared, such as a hardware partition), the memory
     the driver's prepare recorded for it (`dra.WHOLE_MEMORY`, a positive integer; else none)."""
     if device.consumed_capacity:
         return int(device.consumed_capacity.get("memory", 0))
