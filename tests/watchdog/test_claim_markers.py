@@ -54,6 +54,13 @@ def marker_mount(hooks: ClaimHooks, uid: str) -> str:
     return line.replace(f"/run/hookcore/vgpu/{claim_marker.MARKER_FILE}", claim_marker.container_path(uid, "d"))
 
 
+def in_its_container(tmp_path: Path, hooks: ClaimHooks, uid: str) -> FakeProc:
+    """Process 8101 in the claim's pod, its container carrying the claim's marker."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.process(8101, cgroup=pod_cgroup(POD), mountinfo=marker_mount(hooks, uid))
+    return proc
+
+
 def watch(tmp_path: Path, procs: Sequence[DeviceProcess], record: ClaimRecord
           ) -> tuple[Watchdog, CollectorRegistry]:
     registry = CollectorRegistry()
@@ -90,8 +97,7 @@ def test_a_marked_process_is_its_claims_and_every_other_one_on_the_device_is_unh
 def test_a_marked_claim_is_judged_against_its_memory(tmp_path: Path, hooks: ClaimHooks) -> None:
     """Its device holds its memory, the watchdog checks it did: 3 GiB of a 1 GiB claim is over."""
     claim = hookless_claim(hooks, marked=True)
-    proc = FakeProc(tmp_path / "proc")
-    proc.process(8101, cgroup=pod_cgroup(POD), mountinfo=marker_mount(hooks, claim.uid))
+    in_its_container(tmp_path, hooks, claim.uid)
     wd, _ = watch(tmp_path, [DeviceProcess("dev-0", "DEV-0", 8101, 3 * GiB)], claim)
     [verdict] = wd.poll()
     assert (verdict.kind, verdict.pid, verdict.claim and verdict.claim.uid) == ("over-quota", 8101, claim.uid)
@@ -110,8 +116,7 @@ def test_a_device_allocated_whole_holds_its_claim_to_the_memory_its_prepare_reco
     claim_marker.mark(hooks, uid, HeldByDevice.name)
     claim = ClaimRecord(uid, "team-a", "claim-a", PREPARED, "boot", devices=(
         DeviceRecord(HeldByDevice.name, "dev", "node-a", "dev-0", None, {}, state=state),), updated_at=time.time())
-    proc = FakeProc(tmp_path / "proc")
-    proc.process(8101, cgroup=pod_cgroup(POD), mountinfo=marker_mount(hooks, claim.uid))
+    in_its_container(tmp_path, hooks, claim.uid)
     wd, registry = watch(tmp_path, [DeviceProcess("dev-0", "DEV-0", 8101, 3 * GiB)], claim)
     assert wd.records.refresh()[uid].memory == {"dev-0": quota}
     got = [(v.kind, v.pid, v.amount) for v in wd.poll()]
@@ -123,8 +128,7 @@ def test_a_device_allocated_whole_holds_its_claim_to_the_memory_its_prepare_reco
 
 def test_a_claims_process_on_a_device_it_was_not_given_is_unheld(tmp_path: Path, hooks: ClaimHooks) -> None:
     claim = hookless_claim(hooks, marked=True)
-    proc = FakeProc(tmp_path / "proc")
-    proc.process(8101, cgroup=pod_cgroup(POD), mountinfo=marker_mount(hooks, claim.uid))
+    in_its_container(tmp_path, hooks, claim.uid)
     wd, _ = watch(tmp_path, [DeviceProcess("dev-1", "DEV-1", 8101, 256 * MiB)], claim)
     [verdict] = wd.poll()
     assert (verdict.kind, verdict.pid, verdict.device) == ("unheld", 8101, "dev-1")
