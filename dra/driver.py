@@ -280,7 +280,8 @@ class DeviceProcess:
     what the framework's watchdog checks against the claims (`Driver.processes`)."""
 
     device: str
-    """The published device name."""
+    """The published device name; with `taint_on` set, the name of a partition the driver does not
+    publish (for messages and metrics: no claim holds it, so its processes are unheld)."""
     uuid: str
     """The physical device, as `Quota.uuid` names it."""
     pid: int
@@ -293,6 +294,10 @@ class DeviceProcess:
     """A process the driver itself runs on the device (e.g. ``"mps-server"``): not a tenant's. The
     watchdog neither judges it nor counts it in a claim. Set only from what the driver knows it
     started (its own PIDs), never from anything a process can say about itself."""
+    taint_on: tuple[str, ...] | None = None
+    """Only where `device` is not published: the published devices that share its hardware, which a
+    ``taint`` verdict against it goes on (``()``: none does, and the verdict taints nothing, saying
+    so). None: `device` is published and its own taint takes it."""
 
 
 # --- enforcement: how a share is held to its quota -----------------------------------------------

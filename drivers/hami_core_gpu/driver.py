@@ -57,7 +57,7 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
         self.mps.start([g.uuid for g in shared])
         self._processes = self.adopt(ProcessReader([(devices.device_name(g), g.uuid) for g in shared],
                                                    [(devices.device_name(g), g.minor, g.uuid) for g in self.migs.watched()],
-                                                   self.migs.published))
+                                                   self.migs.published, self.migs.on_gpu()))
         return shared
 
     def watch_health(self, ctx: dra.DriverContext, shared: Sequence[nvml.Gpu]) -> health.HealthMonitor | None:
@@ -75,7 +75,8 @@ class HamiCoreGpuDriver(dra.SharedDeviceDriver[nvml.Gpu, GpuConfig]):
         static or dynamic), from NVML, for the watchdog (`processes.py`). A MIG device's process is
         under the MIG device's published name (`MigDevices.published`: a static device, a dynamic
         instance a prepared claim holds), or, in an instance this driver does not publish, under
-        ``hami-gpu-<minor>-mig-gi<gi>-ci<ci>`` (`mig.unpublished_name`), which no claim holds: unheld.
+        ``hami-gpu-<minor>-mig-gi<gi>-ci<ci>`` (`mig.unpublished_name`), which no claim holds: unheld,
+        and a taint of it goes on the GPU's published MIG devices (`MigDevices.on_gpu`).
         Utilization is None on MIG (NVML gives none there): no over-share verdict. The MPS control
         daemons and servers this daemon started are marked ``mps`` (known by PID from `MpsDaemons`,
         never from anything a process shows in /proc), so they are neither unheld nor in a claim."""

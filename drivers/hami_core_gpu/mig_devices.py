@@ -110,6 +110,15 @@ class MigDevices:
         out.update(self._made)
         return out
 
+    def on_gpu(self) -> dict[str, tuple[str, ...]]:
+        """The published MIG devices of each GPU, by GPU UUID: where a taint of an instance the driver
+        does not publish goes (`dra.DeviceProcess.taint_on`; the GPU's XIDs taint them all too)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for d in self.devices:
+            parent = str(d.attributes["parentUUID"])
+            out[parent] = (*out.get(parent, ()), d.name)
+        return out
+
     def parents(self) -> list[nvml.Gpu]:
         """The GPUs whose MIG devices are published (the health monitor watches them too)."""
         return list({g.uuid: g for g in self.inventory.gpus if g.mig_enabled and self.devices}.values())

@@ -31,8 +31,10 @@ A MIG device is named by the driver (`published`, by MIG UUID: a static MIG devi
 dynamic instance's placement while a prepared claim records it); any other instance (an admin's,
 one of a profile the driver does not know, one made after a static start) is reported under
 ``mig.unpublished_name``, a name no device has: no claim holds it, so its processes are unheld,
-never dropped. An instance destroyed between the walk and its query (NOT_FOUND) is passed over; any
-other failure skips the whole GPU with one warning, as a GPU not in MIG mode.
+never dropped, and a taint of it goes on the GPU's published MIG devices (``taint_on``: the
+instance holds slices of that GPU, as an XID of the GPU takes them all out). An instance destroyed
+between the walk and its query (NOT_FOUND) is passed over; any other failure skips the whole GPU
+with one warning, as a GPU not in MIG mode.
 """
 
 from __future__ import annotations
@@ -61,10 +63,13 @@ class ProcessReader:
     `read()` per poll."""
 
     def __init__(self, gpus: Sequence[tuple[str, str]], mig_gpus: Sequence[tuple[str, int, str]] = (),
-                 published: Published = dict) -> None:
+                 published: Published = dict, on_gpu: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """`on_gpu`: the published MIG devices of each MIG GPU (by UUID), which a taint of an
+        instance the driver does not publish goes on."""
         self.gpus = list(gpus)
         self.mig_gpus = list(mig_gpus)
         self.published = published
+        self.on_gpu = dict(on_gpu or {})
         self._handles: list[tuple[str, str, Any]] = []
         self._mig_handles: list[tuple[str, int, str, Any, int]] = []  # name, minor, UUID, handle, MIG slots
         self._since: dict[str, int] = {}  # per UUID: newest utilization sample seen (µs)
@@ -147,7 +152,7 @@ class ProcessReader:
                     continue  # no MIG device at this index
                 raise
             try:
-                out += self._mig_device(minor, uuid, index, device, published)
+                out += self._mig_device(minor, uuid, index, device, published, self.on_gpu.get(uuid, ()))
             except nvml.NvmlError as exc:
                 if exc.code != pynvml.NVML_ERROR_NOT_FOUND:
                     raise
@@ -155,8 +160,8 @@ class ProcessReader:
         return out
 
     @staticmethod
-    def _mig_device(minor: int, uuid: str, index: int, device: Any,
-                    published: Mapping[str, str]) -> list[DeviceProcess]:
+    def _mig_device(minor: int, uuid: str, index: int, device: Any, published: Mapping[str, str],
+                    siblings: tuple[str, ...]) -> list[DeviceProcess]:
         target = f"{uuid} MIG {index}"
         memory: dict[int, int] = {}
         _merge(memory, nvml.call(pynvml.nvmlDeviceGetComputeRunningProcesses, device, target=target))
@@ -164,11 +169,12 @@ class ProcessReader:
             return []
         mig_uuid = str(nvml.call(pynvml.nvmlDeviceGetUUID, device, target=target))
         name = published.get(mig_uuid)
+        taint_on: tuple[str, ...] | None = None
         if name is None:
             gi = int(nvml.call(pynvml.nvmlDeviceGetGpuInstanceId, device, target=f"{target} {mig_uuid}"))
             ci = int(nvml.call(pynvml.nvmlDeviceGetComputeInstanceId, device, target=f"{target} {mig_uuid}"))
-            name = mig.unpublished_name(minor, gi, ci)
-        return [DeviceProcess(name, mig_uuid, pid, used, None) for pid, used in sorted(memory.items())]
+            name, taint_on = mig.unpublished_name(minor, gi, ci), siblings
+        return [DeviceProcess(name, mig_uuid, pid, used, None, taint_on=taint_on) for pid, used in sorted(memory.items())]
 
     def _utilization(self, uuid: str, handle: Any) -> dict[int, float]:
         """Mean SM utilization per PID over the samples since the last read (none: absent)."""

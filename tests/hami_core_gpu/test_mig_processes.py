@@ -325,3 +325,28 @@ def test_the_reader_keeps_no_handle_of_a_mig_device_across_polls(driver: MakeDri
     assert seen(d) == [("hami-gpu-0-mig-7g141gb-0", str(p.state["uuid"]), 4501, GiB, None)]
     d.unprepare(CLAIM, [p])
     assert seen(d) == []
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_a_taint_of_an_instance_the_driver_does_not_publish_goes_on_its_gpus_mig_devices(
+        gpu_rig: Callable[[str], PreparedRig], listing: Path, mode: str) -> None:
+    """With ``taint``, a host process in the admin's instance on GPU 1 taints every MIG device the
+    driver publishes on GPU 1 (the instance holds slices of it) and none of GPU 0's, until it
+    exits; the name it is reported under carries no taint (no device has it)."""
+    rig = gpu_rig(mode)
+    admin = admin_instance(rig.driver)
+    nobody = mig.unpublished_name(1, admin.gpu_instance, admin.compute_instance)
+    rig.proc.process(7101)
+    listing.write_text(line(1, admin.gpu_instance, admin.compute_instance, 7101, GiB))
+    gpus = [g.uuid for g in rig.driver.inventory.gpus]
+    on = {g: {x.name for x in rig.driver.devices() if x.attributes.get("parentUUID") == g} for g in gpus[:2]}
+    assert on[gpus[0]] and on[gpus[1]]
+    wd = rig.watchdog(action="taint")
+    [v] = wd.poll()
+    assert (v.kind, v.device, v.pid, set(v.taint_on or ())) == ("unheld", nobody, 7101, on[gpus[1]])
+    assert f"the {len(on[gpus[1]])} published devices on its hardware" in v.outcome
+    assert {x for x in on[gpus[1]] if wd.taints(x)} == on[gpus[1]]
+    assert not any(wd.taints(x) for x in on[gpus[0]]) and wd.taints(nobody) == ()
+    listing.write_text("")
+    wd.poll()
+    assert not any(wd.taints(x) for x in on[gpus[1]])

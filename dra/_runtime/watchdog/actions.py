@@ -1,6 +1,7 @@
 """What a verdict makes the watchdog do: ``report`` (nothing more), ``kill`` (SIGKILL through a
 pidfd, only a process still in a claim of this driver, re-checked once pinned) or ``taint`` (a
-NoSchedule taint on the device, held until the claim ends or the process exits)."""
+NoSchedule taint on the device, held until the claim ends or the process exits; on a partition the
+driver does not publish, on the published devices that share its hardware)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dra._runtime.watchdog.model import ClaimView, Seen, Verdict
 from dra.driver import Taint
 
 log = logging.getLogger("dra._runtime.watchdog")
+
+TAINTS_NAMED = 4  # devices an outcome names before "and N more" (an Event's message is 1 KiB)
 
 
 class Actions:
@@ -35,18 +38,36 @@ class Actions:
         if v.action == "kill":
             outcome = self.kill(v, seen)
         elif v.action == "taint":
-            key: tuple[str, Any] = ("claim", v.claim.uid) if v.claim else ("pid", v.pid)
-            taints = self._taints.setdefault(v.device, {})
-            if key not in taints:
-                taints[key] = Taint(f"{self.driver}/watchdog", v.kind, "NoSchedule")
-                changed = True
-            until = "the claim ends" if v.claim else f"process {v.pid} exits"
-            outcome = f"device {v.device} tainted {self.driver}/watchdog={v.kind}:NoSchedule until {until}"
-            self.metrics.action("taint", "done")
+            outcome, changed = self.taint(v)
         else:
             outcome = "reported"
             self.metrics.action("report", "done")
         return outcome, changed
+
+    def taint(self, v: Verdict) -> tuple[str, bool]:
+        """Taint the verdict's device, or, where it is not published, the devices that share its
+        hardware (`Verdict.taint_on`); what was done, and whether the taints changed."""
+        targets = (v.device,) if v.taint_on is None else v.taint_on
+        if not targets:
+            self.metrics.action("taint", "refused")
+            return (f"not tainted: device {v.device} is not published and shares its hardware with no device that "
+                    "is (nothing to keep new claims off)"), False
+        key: tuple[str, Any] = ("claim", v.claim.uid) if v.claim else ("pid", v.pid)
+        changed = False
+        for device in targets:
+            taints = self._taints.setdefault(device, {})
+            if key not in taints:
+                taints[key] = Taint(f"{self.driver}/watchdog", v.kind, "NoSchedule")
+                changed = True
+        self.metrics.action("taint", "done")
+        rule = f"{self.driver}/watchdog={v.kind}:NoSchedule until " + (
+            "the claim ends" if v.claim else f"process {v.pid} exits")
+        if v.taint_on is None:
+            return f"device {v.device} tainted {rule}", changed
+        named = ", ".join(targets[:TAINTS_NAMED]) + (f" and {len(targets) - TAINTS_NAMED} more"
+                                                     if len(targets) > TAINTS_NAMED else "")
+        return (f"device {v.device} is not published; the {len(targets)} published devices on its hardware "
+                f"({named}) tainted {rule}"), changed
 
     def kill(self, v: Verdict, seen: Sequence[Seen]) -> str:
         """SIGKILL the verdict's process when it is still the one judged and in its claim."""

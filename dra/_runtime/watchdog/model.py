@@ -96,6 +96,7 @@ class Verdict:
     amount: float = 0.0  # bytes over (over-quota), percentage points over (over-share)
     action: str = "report"
     outcome: str = ""  # what the action did
+    taint_on: tuple[str, ...] | None = None  # `DeviceProcess.taint_on` of an unpublished device
 
 
 class EventSink(Protocol):

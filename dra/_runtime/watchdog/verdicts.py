@@ -97,7 +97,8 @@ def unheld(s: Seen, driver: str, default_action: str) -> Verdict:
                "loader, a cleared preload, or a process the watchdog cannot read): its quota is not enforced. "
                "Run it dynamically linked with the preload the claim's containers get")
     return Verdict("unheld", p.device, msg, s.claim, p.pid, s.pod_uid, s.container_id,
-                   (s.pod_uid,) if s.pod_uid else (), float(p.memory), action_for(s.claim, default_action))
+                   (s.pod_uid,) if s.pod_uid else (), float(p.memory), action_for(s.claim, default_action),
+                   taint_on=p.taint_on)
 
 
 def over_quota_verdict(claim: ClaimView, dev: str, group: Sequence[Seen], used: int, quota: int, over: int,
