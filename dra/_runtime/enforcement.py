@@ -515,23 +515,43 @@ class LedgerGuard:
 
 class _Modified:
     """inotify ``IN_MODIFY`` on the claims' ledger files: a ``write()`` or ``truncate`` wakes the
-    guard at once (the hook updates its ledger through a shared mapping, which raises no event)."""
+    guard at once (the hook updates its ledger through a shared mapping, which raises no event).
+
+    A watch is on an inode, not a path: a claim's dir replaced at a re-prepare (another config) puts
+    a new ledger at the same path while running containers keep the old one mapped, so its watch
+    lives on and sees none of the new file's writes. Each pass therefore compares the path's inode
+    with the watched one and moves the watch to a new file."""
 
     IN_MODIFY = 0x2
+    IN_DONT_FOLLOW = 0x02000000  # as the guard's lstat: a link is not the daemon's file
 
     def __init__(self) -> None:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
-        self._watched: set[str] = set()
+        self._watched: dict[str, tuple[tuple[int, int], int]] = {}  # path -> ((st_dev, st_ino), watch descriptor)
 
     def watch(self, paths: Iterable[str]) -> None:
-        """Watch these files (the kernel drops the watch of a removed one by itself)."""
-        now = set(paths)
-        for path in now - self._watched:
-            if self._libc.inotify_add_watch(self.fd, os.fsencode(path), self.IN_MODIFY) < 0:
-                now.discard(path)  # gone already, or the watch limit: the interval still checks it
+        """Watch the files now at these paths (one missing, or past the watch limit: the interval
+        still checks it); drop the watches of files no longer there."""
+        now: dict[str, tuple[tuple[int, int], int]] = {}
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # no ledger there (a claim without a hook has only its marker)
+            have = self._watched.pop(path, None)
+            if have is not None and have[0] == (st.st_dev, st.st_ino):
+                now[path] = have
+                continue
+            if have is not None:
+                self._libc.inotify_rm_watch(self.fd, have[1])
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), self.IN_MODIFY | self.IN_DONT_FOLLOW)
+            if wd >= 0:
+                now[path] = ((st.st_dev, st.st_ino), wd)
+        for _inode, wd in self._watched.values():  # claims gone (the kernel may have dropped it already)
+            self._libc.inotify_rm_watch(self.fd, wd)
         self._watched = now
 
     def wait(self, timeout: float, wake: int) -> bool:

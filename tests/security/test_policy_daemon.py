@@ -182,3 +182,39 @@ def test_a_write_to_a_ledger_wakes_the_guard_at_once(tmp_path: Path) -> None:
         assert cut == [uid] and ledger.stat().st_size == size
     finally:
         guard.stop()
+
+
+def test_a_ledger_replaced_at_a_re_prepare_is_watched_in_place_of_the_old_one(tmp_path: Path) -> None:
+    """Hostile: the claim's dir is replaced (a re-prepare with another config) while a running
+    container keeps the old ledger mapped (open here), so the old inode and its watch live on. A
+    write to the new ledger must still wake the guard (before, the watch stayed on the old file and
+    the growth waited for the interval, here 60 s)."""
+    import os
+
+    from dra._runtime.enforcement import LedgerGuard
+
+    hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
+    cut: list[str] = []
+    guard = LedgerGuard(hooks, cut.append, interval=60)
+    uid = "0c6a3f6e-0000-4000-8000-00000000c1a3"
+    (hooks.root / uid).mkdir(parents=True)
+    ledger = hooks.root / uid / "ledger"
+    size = guard.ledger_bytes()
+    ledger.write_bytes(b"\0" * size)
+    guard.start()
+    try:
+        with ledger.open("ab") as old:  # the running container's hold on the old ledger
+            assert guard.passes.wait(1, timeout=30), "the guard's first pass (which puts the watch in place)"
+            fresh = hooks.root / uid / "ledger.new"
+            fresh.write_bytes(b"\0" * size)
+            os.rename(fresh, ledger)
+            old.write(b"x")  # the old container writes: a pass, which finds the new file
+            old.flush()
+            assert guard.woken.wait(1, timeout=30), "a pass started by the old file's write"
+            with ledger.open("ab") as f:
+                f.write(b"x" * (8 << 20))
+            # Within 30 s, half the interval: only the new file's write can start this pass.
+            assert guard.woken.wait(2, timeout=30), "a pass started by the new file's write"
+        assert cut == [uid] and ledger.stat().st_size == size
+    finally:
+        guard.stop()
