@@ -2,12 +2,11 @@
  * they come from, and graph memory (allocation nodes, allocations captured from a stream): charged
  * through the allocation ladder of alloc.h.
  *
- * A pool with a release threshold keeps up to that much freed memory reserved on the device
- * (cuMemPoolSetAttribute(RELEASE_THRESHOLD); the default pool's threshold is 0). Its freed
- * allocations therefore stay charged, as the pool's "retained" bytes, up to the threshold; the
- * pool's next allocations are charged against what it retains first, so reuse costs nothing.
- * Lowering the threshold, cuMemPoolTrimTo and cuMemPoolDestroy give the excess back. Without a
- * retaining pool (no threshold set) none of this runs.
+ * A pool with a release threshold (cuMemPoolSetAttribute(RELEASE_THRESHOLD)) keeps freed memory
+ * reserved: its books are core/pool.h's (freed allocations stay charged up to the threshold, the
+ * pool's next allocations are charged against them first; lowering the threshold, cuMemPoolTrimTo
+ * and cuMemPoolDestroy give the excess back). Each allocation's pool is remembered with it, so a
+ * threshold set between an allocation and its free still keeps it.
  *
  * An allocation made while its stream is being captured becomes a graph allocation node: its
  * memory belongs to the graph's pool, kept reserved across launches, so it is charged as graph
@@ -16,65 +15,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <string.h>
+
+#include "../core/pool.h"
 #include "alloc.h"
 
-/* ---------------------------------------------------------------------------
- * Pools that keep freed memory
- * ------------------------------------------------------------------------- */
-#define HK_MAX_POOLS 256
-typedef struct pool_acct {
-    _Atomic(uintptr_t) xpool; /* 0 = free entry */
-    _Atomic int xdev;
-    _Atomic uint64_t xthreshold;
-    _Atomic uint64_t xretained; /* charged, freed, kept by the pool */
-} pool_acct;
-static pool_acct g_pools[HK_MAX_POOLS];
-static _Atomic int g_any_retaining; /* some pool has a threshold > 0 */
-
-static pool_acct *pool_find(CUmemoryPool p, int create) {
-    uintptr_t key = (uintptr_t)p;
-    if (!key) return NULL;
-    for (int i = 0; i < HK_MAX_POOLS; i++)
-        if (hk_atomic_load_acquire(&g_pools[i].xpool) == key) return &g_pools[i];
-    if (!create) return NULL;
-    for (int i = 0; i < HK_MAX_POOLS; i++) {
-        uintptr_t expect = 0;
-        if (hk_atomic_cas_strong_acq_rel(&g_pools[i].xpool, &expect, key)) {
-            hk_atomic_store_relaxed(&g_pools[i].xdev, -1);
-            hk_atomic_store_relaxed(&g_pools[i].xthreshold, 0);
-            hk_atomic_store_relaxed(&g_pools[i].xretained, 0);
-            return &g_pools[i];
-        }
-        if (expect == key) return &g_pools[i];
-    }
-    return NULL;
-}
-
-/* Take up to `want` bytes from what the pool retains (already charged). */
-static uint64_t pool_take(pool_acct *a, uint64_t want) {
-    uint64_t r = hk_atomic_load_acquire(&a->xretained), take;
-    do { take = r < want ? r : want; } while (take && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, r - take));
-    return take;
-}
-
-/* Keep `bytes` of a freed allocation as the pool's retained memory, up to its threshold;
-   release the rest. */
-static void pool_keep(pool_acct *a, int dev, uint64_t bytes) {
-    uint64_t t = hk_atomic_load_acquire(&a->xthreshold);
-    uint64_t r = hk_atomic_load_acquire(&a->xretained), keep;
-    do {
-        keep = r >= t ? 0 : (t - r < bytes ? t - r : bytes);
-    } while (keep && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, r + keep));
-    if (bytes > keep) hk_mem_release(dev, bytes - keep);
-}
-
-/* Trim the pool's retained memory to `keep` bytes. */
-static void pool_trim(pool_acct *a, uint64_t keep) {
-    uint64_t r = hk_atomic_load_acquire(&a->xretained);
-    while (r > keep && !hk_atomic_cas_weak_acq_rel(&a->xretained, &r, keep)) {}
-    int dev = hk_atomic_load_relaxed(&a->xdev);
-    if (r > keep && dev >= 0) hk_mem_release(dev, r - keep);
-}
+static _Atomic int g_pooled; /* some stream-ordered allocation had its pool remembered */
 
 static int capturing(CUstream s) {
     int c = 0;
@@ -82,16 +28,14 @@ static int capturing(CUstream s) {
 }
 
 /* The pool a stream-ordered allocation comes from: the given one, or the current pool of the
-   current context's device. Only needed while some pool retains memory. */
-static pool_acct *pool_of(CUmemoryPool given) {
-    if (!hk_atomic_load_relaxed(&g_any_retaining)) return NULL;
+   current context's device; NULL when the driver does not say. */
+static CUmemoryPool pool_of(CUmemoryPool given) {
     CUmemoryPool p = given;
     CUdevice ord;
     if (!p && (!hk_real.cuCtxGetDevice || hk_real.cuCtxGetDevice(&ord) != CUDA_SUCCESS || !hk_real.cuDeviceGetMemPool ||
                hk_real.cuDeviceGetMemPool(&p, ord) != CUDA_SUCCESS))
         return NULL;
-    pool_acct *a = pool_find(p, 0);
-    return a && hk_atomic_load_relaxed(&a->xthreshold) ? a : NULL;
+    return p;
 }
 
 /* ---------------------------------------------------------------------------
@@ -109,21 +53,26 @@ static CUresult alloc_stream_ordered(CUdeviceptr *dptr, size_t size, CUmemoryPoo
     if (st == HK_STATE_DORMANT) return REAL_CALL;
     uint64_t charge = hk_charge_of(size);
     int graph = capturing(s);
-    pool_acct *acct = graph ? NULL : pool_of(from_pool ? pool : NULL);
-    uint64_t reused = acct ? pool_take(acct, charge) : 0;
+    CUmemoryPool from = graph ? NULL : pool_of(from_pool ? pool : NULL);
+    hk_pool *acct = from && hk_pool_any() ? hk_pool_retaining((uintptr_t)from) : NULL;
+    uint64_t reused = acct ? hk_pool_take(acct, charge) : 0;
     hk_alloc a;
     CUresult r = hk_alloc_admit(&a, charge - reused);
     if (r == CUDA_SUCCESS) r = hk_alloc_called(&a, REAL_CALL);
     if (r != CUDA_SUCCESS || a.skip) {
-        if (reused) pool_keep(acct, hk_atomic_load_relaxed(&acct->xdev), reused); /* still the pool's */
+        if (reused) hk_pool_keep(acct, -1, reused); /* still the pool's */
         return r;
-    }
-    if (acct) {
-        hk_atomic_store_relaxed(&acct->xdev, a.dev);
-        hk_track_alloc(*dptr, HK_KIND_POOLPTR, a.dev, (uint64_t)(uintptr_t)(from_pool ? pool : NULL) | 1u);
     }
     a.charge = charge; /* the whole allocation: what its free gives back (to the quota or the pool) */
     HK_ALLOC_KEEP(&a, *dptr, graph ? HK_KIND_GRAPHMEM : HK_KIND_PTR, undo(*dptr, s));
+    if (from) { /* its pool, whether or not it keeps freed memory yet: a threshold may come before the free */
+        int odev;
+        uint64_t old;
+        (void)hk_track_free(*dptr, HK_KIND_POOLPTR, &odev, &old); /* a stale entry of this address */
+        if (hk_track_alloc(*dptr, HK_KIND_POOLPTR, a.dev, (uint64_t)(uintptr_t)from | 1u) == HK_OK &&
+            !hk_atomic_load_relaxed(&g_pooled))
+            hk_atomic_store_release(&g_pooled, 1);
+    }
     return CUDA_SUCCESS;
 #undef REAL_CALL
 }
@@ -150,14 +99,11 @@ void hk_alloc_forget_ptr(CUdeviceptr p) {
     int dev, pdev;
     uint64_t size, pool;
     if (hk_track_free(p, HK_KIND_PTR, &dev, &size) != HK_OK) return; /* graph memory stays charged */
-    if (hk_atomic_load_relaxed(&g_any_retaining) && hk_track_free(p, HK_KIND_POOLPTR, &pdev, &pool) == HK_OK) {
-        CUmemoryPool h = (CUmemoryPool)(uintptr_t)(pool & ~(uint64_t)1);
-        CUdevice ord;
-        if (!h && hk_real.cuCtxGetDevice && hk_real.cuCtxGetDevice(&ord) == CUDA_SUCCESS && hk_real.cuDeviceGetMemPool)
-            hk_real.cuDeviceGetMemPool(&h, ord);
-        pool_acct *a = pool_find(h, 0);
-        if (a && hk_atomic_load_relaxed(&a->xthreshold)) {
-            pool_keep(a, dev, size);
+    if (hk_atomic_load_acquire(&g_pooled) && hk_track_free(p, HK_KIND_POOLPTR, &pdev, &pool) == HK_OK &&
+        hk_pool_any()) {
+        hk_pool *a = hk_pool_retaining((uintptr_t)(pool & ~(uint64_t)1));
+        if (a) {
+            hk_pool_keep(a, dev, size);
             return;
         }
     }
@@ -188,38 +134,32 @@ HK_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pro
     return hk_real.cuMemPoolCreate(pool, props);
 }
 
+/* The threshold is read once and the driver is given that copy (another thread of the tenant could
+   change the value between two reads); one past the pools the books can follow is refused. */
 HK_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value) {
     if (!hk_real.cuMemPoolSetAttribute) return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = hk_real.cuMemPoolSetAttribute(pool, attr, value);
-    if (r != CUDA_SUCCESS || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || !value ||
-        hk_preload_ready() != HK_STATE_READY)
-        return r;
-    uint64_t t = *(const uint64_t *)value;
-    pool_acct *a = pool_find(pool, t != 0);
-    if (!a) return r; /* (more than HK_MAX_POOLS retaining pools: their frees release at once) */
-    hk_atomic_store_release(&a->xthreshold, t);
-    if (t) hk_atomic_store_release(&g_any_retaining, 1);
-    pool_trim(a, t);
+    if (attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || !value || hk_preload_ready() != HK_STATE_READY)
+        return hk_real.cuMemPoolSetAttribute(pool, attr, value);
+    uint64_t threshold;
+    memcpy(&threshold, value, sizeof threshold);
+    hk_pool *books;
+    if (hk_pool_threshold_begin((uintptr_t)pool, threshold, &books) != HK_OK) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = hk_real.cuMemPoolSetAttribute(pool, attr, &threshold);
+    hk_pool_threshold_end(books, threshold, r == CUDA_SUCCESS);
     return r;
 }
 
 HK_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     if (!hk_real.cuMemPoolTrimTo) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuMemPoolTrimTo(pool, keep);
-    pool_acct *a = r == CUDA_SUCCESS ? pool_find(pool, 0) : NULL;
-    if (a) pool_trim(a, keep);
+    if (r == CUDA_SUCCESS) hk_pool_trim((uintptr_t)pool, keep);
     return r;
 }
 
 HK_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     if (!hk_real.cuMemPoolDestroy) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = hk_real.cuMemPoolDestroy(pool);
-    pool_acct *a = r == CUDA_SUCCESS ? pool_find(pool, 0) : NULL;
-    if (a) {
-        hk_atomic_store_release(&a->xthreshold, 0);
-        pool_trim(a, 0);
-        hk_atomic_store_release(&a->xpool, 0);
-    }
+    if (r == CUDA_SUCCESS) hk_pool_destroyed((uintptr_t)pool);
     return r;
 }
 

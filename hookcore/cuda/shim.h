@@ -139,9 +139,9 @@ int hk_cuda_ordinal_of_uuid(const char *uuid) HK_HIDDEN;
 #define HK_KIND_CTX      8u  /* a created (non-primary) context -> its charge */
 #define HK_KIND_CTXLIMIT 9u  /* (context, limit) -> what that limit is charged */
 #define HK_KIND_GRAPHMEM 10u /* graph memory (alloc nodes, captured allocations) */
-#define HK_KIND_POOLPTR  11u /* a pool allocation -> its pool */
-#define HK_KIND_VMMREF   12u /* a VMM handle's references (handle, retains, mappings) */
-#define HK_KIND_VMMMAP   13u /* a mapping's address -> its handle */
+/* 11: HK_KIND_POOLPTR (core/pool.h) */
+#define HK_KIND_VMMREF 12u /* a VMM handle's references (handle, retains, mappings) */
+#define HK_KIND_VMMMAP 13u /* a mapping's address -> its handle */
 
 /* Charge this process's context on ledger device `ldev` once (HOOKCORE_CONTEXT_MEMORY_<i>).
    CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY when the quota cannot hold it. */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/pool.h"
 #include "hip.h"
 
 __thread int hk_hip_depth;
@@ -93,11 +94,22 @@ int hk_hip_remember(uint64_t key, uint32_t kind, int dev, int ldev, uint64_t cha
     return 1;
 }
 
+void hk_hip_remember_pool(uint64_t key, int dev, uintptr_t pool) {
+    int odev;
+    uint64_t old;
+    (void)hk_track_free(key, HK_KIND_POOLPTR, &odev, &old); /* a stale entry of this address */
+    (void)hk_track_alloc_owned(key, HK_KIND_POOLPTR, dev, (uint64_t)pool | 1u, owner_of(dev));
+}
+
 static void give_back(int ldev, uint64_t size) { hk_mem_release(ldev, size); }
+static void no_charge(int ldev, uint64_t pool) { (void)ldev, (void)pool; }
 
 void hk_hip_device_reset(int dev) {
     hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_PTR, give_back);
     hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_ARRAY, give_back);
+    hk_track_drop_owner(owner_of(dev), HK_KIND_POOLPTR, no_charge); /* their charges: the pointers' */
+    int ldev = hk_hip_ldev(dev);
+    if (ldev >= 0) hk_pool_device_gone(ldev);
 }
 
 void hk_hip_forget(uint64_t key, uint32_t kind) {

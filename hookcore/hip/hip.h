@@ -38,6 +38,9 @@ hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc *desc, hip
 hipError_t hipFree(void *p);
 hipError_t hipFreeAsync(void *p, hipStream_t s);
 hipError_t hipFreeArray(hipArray_t a);
+hipError_t hipMemPoolSetAttribute(hipMemPool_t pool, int attr, void *value);
+hipError_t hipMemPoolTrimTo(hipMemPool_t pool, size_t keep);
+hipError_t hipMemPoolDestroy(hipMemPool_t pool);
 hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t size, const hipMemAllocationProp *prop,
                         unsigned long long flags);
 hipError_t hipMemRelease(hipMemGenericAllocationHandle_t h);
@@ -128,9 +131,14 @@ int hk_hip_admit(int *dev, uint64_t charge, int *ldev, int *skip);
    was released and the caller undoes the allocation. */
 int hk_hip_remember(uint64_t key, uint32_t kind, int dev, int ldev, uint64_t charge);
 void hk_hip_forget(uint64_t key, uint32_t kind);
+/* A stream-ordered allocation (key = pointer) on device ordinal `dev` came from a pool that keeps
+   freed memory (core/pool.h), keyed `pool`: remembered so its free returns the charge there. */
+void hk_hip_remember_pool(uint64_t key, int dev, uintptr_t pool);
+/* A freed device pointer: its charge goes back to the quota, or to its pool (mempool.c). */
+void hk_hip_forget_ptr(uint64_t key);
 
 /* Device ordinal `dev` was reset (hipDeviceReset answered hipSuccess): the pointers and arrays
-   allocated on it went with it, and so do their charges. */
+   allocated on it went with it, and so do their charges, and what its pools kept. */
 void hk_hip_device_reset(int dev);
 
 /* The claim's view of device `dev`'s memory (dev < 0: the current one), given the runtime's. */

@@ -61,15 +61,16 @@ typedef struct hipMemAllocationProp {
     } allocFlags;
 } hipMemAllocationProp;
 
-#define hipSuccess                   0
-#define hipErrorInvalidValue         1
-#define hipErrorOutOfMemory          2 /* device out of memory: also over quota */
-#define hipErrorNotInitialized       3 /* libvhip failed closed */
-#define hipErrorInvalidDevice        101
-#define hipErrorNotReady             600 /* hipEventQuery: not complete yet */
-#define hipErrorNotSupported         801 /* the real library lacks the entry point */
-#define hipStreamCaptureStatusActive 1
-#define hipMemLocationTypeDevice     1
-#define HIP_PCI_BUS_ID_MAX           64
+#define hipSuccess                     0
+#define hipErrorInvalidValue           1
+#define hipErrorOutOfMemory            2 /* device out of memory: also over quota */
+#define hipErrorNotInitialized         3 /* libvhip failed closed */
+#define hipErrorInvalidDevice          101
+#define hipErrorNotReady               600 /* hipEventQuery: not complete yet */
+#define hipErrorNotSupported           801 /* the real library lacks the entry point */
+#define hipStreamCaptureStatusActive   1
+#define hipMemLocationTypeDevice       1
+#define hipMemPoolAttrReleaseThreshold 4 /* hipMemPoolAttr: bytes of freed memory a pool keeps */
+#define HIP_PCI_BUS_ID_MAX             64
 
 #endif

@@ -8,9 +8,8 @@
  *
  * Charges: the size rounded up (hip.h, hk_hip_charge); pitched memory pitch x height (x depth) as
  * the runtime chose the pitch (an upper bound is reserved first, then settled); arrays the
- * element size from their channel format x the extent. Stream-ordered allocations are charged
- * from the call to hipFreeAsync (memory a pool keeps after that is not: see hookcore/README.md).
- * The virtual-memory API (hipMemCreate) is vmm.c.
+ * element size from their channel format x the extent. Stream-ordered allocations and their
+ * pools are mempool.c; the virtual-memory API (hipMemCreate) is vmm.c.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -78,15 +77,6 @@ HK_EXPORT hipError_t hipExtMallocWithFlags(void **p, size_t size, unsigned int f
     HK_HIP_ALLOC(hk_hip.hipExtMallocWithFlags, p, hk_hip.hipExtMallocWithFlags(p, size, flags), hk_hip.hipFree(*p));
 }
 
-/* Stream-ordered: undone with a hipFree, which waits for the stream (hipFreeAsync would not). */
-HK_EXPORT hipError_t hipMallocAsync(void **p, size_t size, hipStream_t s) {
-    HK_HIP_ALLOC(hk_hip.hipMallocAsync, p, hk_hip.hipMallocAsync(p, size, s), hk_hip.hipFree(*p));
-}
-
-HK_EXPORT hipError_t hipMallocFromPoolAsync(void **p, size_t size, hipMemPool_t pool, hipStream_t s) {
-    HK_HIP_ALLOC(hk_hip.hipMallocFromPoolAsync, p, hk_hip.hipMallocFromPoolAsync(p, size, pool, s), hk_hip.hipFree(*p));
-}
-
 /* ---------------------------------------------------------------------------
  * Pitched and array memory: the size is the runtime's choice.
  * ------------------------------------------------------------------------- */
@@ -152,23 +142,26 @@ HK_EXPORT hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc 
 /* ---------------------------------------------------------------------------
  * Frees: the runtime first, the charge released only when it succeeded.
  * ------------------------------------------------------------------------- */
-#define HK_HIP_FREE(real_fn, key, kind, call)                                                       \
-    do {                                                                                            \
-        HK_HIP_REAL(real_fn);                                                                       \
-        int pass_ = hk_hip_nested();                                                                \
-        hipError_t r_ = HK_HIP_NESTED(call);                                                        \
-        if (!pass_ && r_ == hipSuccess && (key)) hk_hip_forget((uint64_t)(uintptr_t)(key), (kind)); \
-        return r_;                                                                                  \
+#define HK_HIP_FREE(real_fn, key, forget, call)                                      \
+    do {                                                                             \
+        HK_HIP_REAL(real_fn);                                                        \
+        int pass_ = hk_hip_nested();                                                 \
+        hipError_t r_ = HK_HIP_NESTED(call);                                         \
+        if (!pass_ && r_ == hipSuccess && (key)) forget((uint64_t)(uintptr_t)(key)); \
+        return r_;                                                                   \
     } while (0)
 
-HK_EXPORT hipError_t hipFree(void *p) { HK_HIP_FREE(hk_hip.hipFree, p, HK_KIND_HIP_PTR, hk_hip.hipFree(p)); }
+static void forget_array(uint64_t key) { hk_hip_forget(key, HK_KIND_HIP_ARRAY); }
+
+/* A pointer's charge goes back, or to its pool when that pool keeps freed memory (mempool.c). */
+HK_EXPORT hipError_t hipFree(void *p) { HK_HIP_FREE(hk_hip.hipFree, p, hk_hip_forget_ptr, hk_hip.hipFree(p)); }
 
 HK_EXPORT hipError_t hipFreeAsync(void *p, hipStream_t s) {
-    HK_HIP_FREE(hk_hip.hipFreeAsync, p, HK_KIND_HIP_PTR, hk_hip.hipFreeAsync(p, s));
+    HK_HIP_FREE(hk_hip.hipFreeAsync, p, hk_hip_forget_ptr, hk_hip.hipFreeAsync(p, s));
 }
 
 HK_EXPORT hipError_t hipFreeArray(hipArray_t a) {
-    HK_HIP_FREE(hk_hip.hipFreeArray, a, HK_KIND_HIP_ARRAY, hk_hip.hipFreeArray(a));
+    HK_HIP_FREE(hk_hip.hipFreeArray, a, forget_array, hk_hip.hipFreeArray(a));
 }
 
 /* ---------------------------------------------------------------------------

@@ -96,6 +96,60 @@ HIP_API hipError_t hipMallocFromPoolAsync(void **p, size_t size, void *pool, hip
     return alloc_ptr(p, size);
 }
 
+/* Pools: handles and a release threshold each, nothing more (the stub keeps no freed memory, so a
+   threshold changes nothing on the device; what a tenant holds in a real pool is the hook's books).
+   0x1000 + device: a device's default pool; 0x10000 + (n << 8) + device: one hipMemPoolCreate
+   made. */
+#define DEFAULT_POOL(d) ((void *)(uintptr_t)(0x1000 + (d)))
+#define POOL_ATTR_MAX   8 /* hipMemPoolAttr: 1..8 */
+static void *g_current_pool[HD_MAX_DEVICES];
+static _Atomic unsigned g_pools_made;
+
+static int pool_dev(void *pool) {
+    uintptr_t v = (uintptr_t)pool;
+    int d = v >= 0x10000 ? (int)(v & 0xff) : v >= 0x1000 ? (int)(v - 0x1000) : -1;
+    return d >= 0 && d < g_ndev ? d : -1;
+}
+
+HIP_API hipError_t hipMemPoolCreate(void **pool, const hipMemAllocationProp *props) {
+    hs_ready();
+    if (!pool || !props || props->location.type != 1 || pool_dev(DEFAULT_POOL(props->location.id)) < 0)
+        return hipErrorInvalidValue;
+    unsigned n = hk_atomic_add_seq_cst(&g_pools_made, 1) + 1;
+    *pool = (void *)(uintptr_t)(0x10000 + ((uintptr_t)n << 8) + (unsigned)props->location.id);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipMemPoolDestroy(void *pool) {
+    hs_ready();
+    return pool_dev(pool) >= 0 && (uintptr_t)pool >= 0x10000 ? hipSuccess : hipErrorInvalidValue;
+}
+
+HIP_API hipError_t hipDeviceGetMemPool(void **pool, int dev) {
+    hs_ready();
+    if (!pool || dev < 0 || dev >= g_ndev) return hipErrorInvalidValue;
+    *pool = g_current_pool[dev] ? g_current_pool[dev] : DEFAULT_POOL(dev);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipDeviceSetMemPool(int dev, void *pool) {
+    hs_ready();
+    if (dev < 0 || dev >= g_ndev || pool_dev(pool) != dev) return hipErrorInvalidValue;
+    g_current_pool[dev] = pool;
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipMemPoolSetAttribute(void *pool, int attr, void *value) {
+    hs_ready();
+    return pool_dev(pool) >= 0 && attr >= 1 && attr <= POOL_ATTR_MAX && value ? hipSuccess : hipErrorInvalidValue;
+}
+
+HIP_API hipError_t hipMemPoolTrimTo(void *pool, size_t keep) {
+    (void)keep;
+    hs_ready();
+    return pool_dev(pool) >= 0 ? hipSuccess : hipErrorInvalidValue;
+}
+
 static size_t pitch_of(size_t width) { return (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN; }
 
 HIP_API hipError_t hipMallocPitch(void **p, size_t *pitch, size_t width, size_t height) {

@@ -194,6 +194,24 @@ def test_vmm_memory_stays_charged_while_mapped(run) -> None:
     assert lines(out, "MAPPED") == [[OOM]] and lines(out, "UNMAPPED") == [[0]]
 
 
+def test_memory_a_pool_keeps_stays_charged(run) -> None:
+    """Hostile: four pools at release threshold UINT64_MAX, each 600 MiB allocated and freed
+    (stream-ordered), under a 1 GiB quota. A pool keeps freed memory resident, so its freed
+    allocation stays charged (before, hipFreeAsync gave it back: the four held 2.4 GiB on 1 GiB):
+    the second to fourth are refused. Trimming pool 0, destroying pool 1, lowering the device pool's
+    threshold and a device reset each give back what was kept; a pool's next allocation is charged
+    against what it keeps first (REUSED)."""
+    out = ok(run("pools", "600M", HOOKCORE_MEMORY_LIMIT_0="1Gi"))
+    assert lines(out, "POOL") == [[0, 0], [1, OOM], [2, OOM], [3, OOM]]
+    assert [lines(out, k) for k in ("TRIMMED", "DESTROYED", "DEFAULT", "REUSED", "LOWERED", "RESET")] == [
+        [[0]], [[0]], [[OOM]], [[0]], [[0]], [[0]]]
+    # a threshold set after the allocation, before its free, still keeps it
+    assert lines(out, "LATE") == [[OOM]]
+    # pools 0, 2, 3, the device's and the late one have books: 251 more of HK_MAX_POOLS (256); one
+    # past them is refused rather than left keeping memory the books do not see
+    assert lines(out, "OVERFLOW") == [[251, OOM]]
+
+
 def _hold(client: Path, env: dict[str, str], size: int) -> subprocess.Popen[str]:
     p = subprocess.Popen([str(client), "alloc", str(size)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)

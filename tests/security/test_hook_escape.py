@@ -105,6 +105,12 @@ def test_memory_a_pool_keeps_stays_charged(hostile: Path, hookcore_libs: HookLib
     out = run(hostile, hookcore_libs, tmp_path, "pools", "600M")
     assert out["POOL"] == ["0 0", f"1 {OOM}", f"2 {OOM}", f"3 {OOM}"]   # not 4 x 600 MiB resident
     assert out["TRIMMED"] == ["0"]                                       # trimming gives it back
+    # a threshold set after the allocation still keeps it at the free (before: released, and the
+    # second pool's 600 MiB fit beside the 600 the first kept)
+    assert out["LATE"] == [str(OOM)]
+    # pools 1-3 and the late one have books: 252 more of HK_MAX_POOLS (256); one past them is refused
+    # rather than left keeping memory the books do not see
+    assert out["OVERFLOW"] == [f"252 {OOM}"]
 
 
 def test_shared_and_retained_vmm_memory_stays_charged(hostile: Path, hookcore_libs: HookLibs,  # noqa: F811

@@ -11,7 +11,10 @@
  *                         times, then cuMemAlloc(BYTES): "CAPTURED <rc> AFTER <rc>"; then
  *                         cuGraphAddMemAllocNode(BYTES) until it fails: "NODES <n> <rc>"
  *   pools BYTES           4 pools with release threshold UINT64_MAX, each BYTES allocated and freed:
- *                         "POOL <i> <rc>"; then pool 0 trimmed and pool 1 again: "TRIMMED <rc>"
+ *                         "POOL <i> <rc>"; then pool 0 trimmed and again: "TRIMMED <rc>", freed,
+ *                         pool 0 destroyed; BYTES from a new pool, its threshold set to UINT64_MAX,
+ *                         freed, BYTES from another: "LATE <rc>"; new pools given UINT64_MAX until
+ *                         one is refused (at most 1024): "OVERFLOW <how many were not> <rc>"
  *   vmm BYTES             create, export, import, map the import, release the original, then
  *                         cuMemCreate(BYTES): "IMPORT <rc> AFTER <rc>"; create, map, retain, release
  *                         twice, cuMemCreate(BYTES): "RETAIN <rc>", unmap, again: "UNMAPPED <rc>"
@@ -188,6 +191,7 @@ static void cmd_pools(size_t bytes) {
     F(CUresult, cuMemPoolTrimTo, (CUmemoryPool, size_t));
     F(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream));
     F(CUresult, cuMemFreeAsync, (CUdeviceptr, CUstream));
+    F(CUresult, cuMemPoolDestroy, (CUmemoryPool));
     CUmemoryPool pools[4];
     CUmemPoolProps props;
     memset(&props, 0, sizeof props);
@@ -206,7 +210,27 @@ static void cmd_pools(size_t bytes) {
     }
     cuMemPoolTrimTo(pools[0], 0);
     CUdeviceptr p = 0;
-    printf("TRIMMED %d\n", cuMemAllocFromPoolAsync(&p, bytes, pools[0], NULL));
+    CUresult r = cuMemAllocFromPoolAsync(&p, bytes, pools[0], NULL);
+    printf("TRIMMED %d\n", r);
+    if (r == CUDA_SUCCESS) cuMemFreeAsync(p, NULL);
+    cuMemPoolDestroy(pools[0]); /* what it kept goes back */
+    /* A threshold given after the allocation, before its free: the pool keeps it all the same. */
+    CUmemoryPool late, other;
+    cuMemPoolCreate(&late, &props);
+    cuMemPoolCreate(&other, &props);
+    r = cuMemAllocFromPoolAsync(&p, bytes, late, NULL);
+    uint64_t max = UINT64_MAX;
+    cuMemPoolSetAttribute(late, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max);
+    if (r == CUDA_SUCCESS) cuMemFreeAsync(p, NULL);
+    printf("LATE %d\n", cuMemAllocFromPoolAsync(&p, bytes, other, NULL));
+    /* More pools given a threshold than the hook's books follow: the first past them is refused. */
+    int n = 0;
+    for (; n < 1024; n++) {
+        CUmemoryPool more;
+        cuMemPoolCreate(&more, &props);
+        if ((r = cuMemPoolSetAttribute(more, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max)) != CUDA_SUCCESS) break;
+    }
+    printf("OVERFLOW %d %d\n", n, r);
 }
 
 static void cmd_vmm(size_t bytes) {

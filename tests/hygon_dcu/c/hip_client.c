@@ -30,6 +30,18 @@
  *   vmm SIZE                           create SIZE on device 0, map it, release the handle (still mapped):
  *                                      "MAPPED <rc of a second hipMemCreate(SIZE)>"; retain + release it,
  *                                      unmap: "UNMAPPED <rc of hipMemCreate(SIZE)>"
+ *   pools SIZE                         on device 0: 4 created pools with release threshold UINT64_MAX,
+ *                                      each SIZE allocated and freed (stream-ordered): "POOL <i> <rc>";
+ *                                      pool 0 trimmed, pool 1 again: "TRIMMED <rc>"; pool 1 destroyed,
+ *                                      hipMalloc(SIZE): "DESTROYED <rc>"; the device's current pool at
+ *                                      UINT64_MAX, hipMallocAsync + hipFreeAsync, hipMalloc(SIZE):
+ *                                      "DEFAULT <rc>", hipMallocAsync(SIZE) again: "REUSED <rc>"; its
+ *                                      threshold back to 0, hipMalloc(SIZE): "LOWERED <rc>"; at UINT64_MAX
+ *                                      again, SIZE freed into it, hipDeviceReset, hipMalloc(SIZE):
+ *                                      "RESET <rc>" (each hipMalloc freed after); SIZE from a new pool,
+ *                                      its threshold set, freed, SIZE from another: "LATE <rc>"; new
+ *                                      pools given UINT64_MAX until one is refused (at most 1024):
+ *                                      "OVERFLOW <how many were not> <rc>"
  *   hold SIZE                          "SETUP 0", allocate SIZE: "HELD <rc>", then per stdin line
  *                                      "alloc N": "RC <rc>" (tests/security's tenant protocol)
  *   dlroutes SIZE                      "SETUP 0"; reach glibc's dlsym through dlvsym (every version),
@@ -88,6 +100,11 @@ hipError_t hipMemMap(void *, size_t, size_t, void *, unsigned long long);
 hipError_t hipMemUnmap(void *, size_t);
 hipError_t hipMemRetainAllocationHandle(void **, void *);
 hipError_t hipMemGetInfo(size_t *, size_t *);
+hipError_t hipMemPoolCreate(void **, const hipMemAllocationProp *);
+hipError_t hipMemPoolDestroy(void *);
+hipError_t hipMemPoolSetAttribute(void *, int, void *);
+hipError_t hipMemPoolTrimTo(void *, size_t);
+hipError_t hipDeviceGetMemPool(void **, int);
 hipError_t hipDeviceTotalMem(size_t *, int);
 hipError_t hipDeviceGetPCIBusId(char *, int, int);
 hipError_t hipStreamCreate(void **);
@@ -322,6 +339,71 @@ static int cmd_vmm(size_t size) {
     return 0;
 }
 
+#define RELEASE_THRESHOLD 4 /* hipMemPoolAttrReleaseThreshold */
+
+/* hipMalloc(size), freed at once: its rc. */
+static int fits(size_t size) {
+    void *p = NULL;
+    int r = hipMalloc(&p, size);
+    if (!r) hipFree(p);
+    return r;
+}
+
+/* SIZE allocated from `pool` (NULL: the device's current one) and freed, stream-ordered: the rc. */
+static int through(void *pool, size_t size) {
+    void *p = NULL;
+    int r = pool ? hipMallocFromPoolAsync(&p, size, pool, NULL) : hipMallocAsync(&p, size, NULL);
+    if (!r) hipFreeAsync(p, NULL);
+    return r;
+}
+
+static void threshold(void *pool, uint64_t bytes) { hipMemPoolSetAttribute(pool, RELEASE_THRESHOLD, &bytes); }
+
+static int cmd_pools(size_t size) {
+    hipSetDevice(0);
+    hipMemAllocationProp props = vmm_prop(0); /* a pool's props begin as an allocation's: type, handles, location */
+    void *pools[4], *current = NULL;
+    for (int i = 0; i < 4; i++) {
+        hipMemPoolCreate(&pools[i], &props);
+        threshold(pools[i], UINT64_MAX);
+    }
+    for (int i = 0; i < 4; i++) printf("POOL %d %d\n", i, through(pools[i], size));
+    hipMemPoolTrimTo(pools[0], 0);
+    printf("TRIMMED %d\n", through(pools[1], size));
+    hipMemPoolDestroy(pools[1]);
+    printf("DESTROYED %d\n", fits(size));
+    hipDeviceGetMemPool(&current, 0);
+    threshold(current, UINT64_MAX);
+    through(NULL, size);
+    printf("DEFAULT %d\n", fits(size));
+    void *p = NULL;
+    int r = hipMallocAsync(&p, size, NULL);
+    printf("REUSED %d\n", r);
+    if (!r) hipFreeAsync(p, NULL);
+    threshold(current, 0);
+    printf("LOWERED %d\n", fits(size));
+    threshold(current, UINT64_MAX);
+    through(NULL, size);
+    hipDeviceReset();
+    printf("RESET %d\n", fits(size));
+    void *late = NULL, *other = NULL;
+    hipMemPoolCreate(&late, &props);
+    hipMemPoolCreate(&other, &props);
+    r = hipMallocFromPoolAsync(&p, size, late, NULL);
+    threshold(late, UINT64_MAX); /* after the allocation, before its free */
+    if (!r) hipFreeAsync(p, NULL);
+    printf("LATE %d\n", through(other, size));
+    int n = 0;
+    for (; n < 1024; n++) {
+        void *more = NULL;
+        uint64_t max = UINT64_MAX;
+        hipMemPoolCreate(&more, &props);
+        if ((r = hipMemPoolSetAttribute(more, RELEASE_THRESHOLD, &max)) != 0) break;
+    }
+    printf("OVERFLOW %d %d\n", n, r);
+    return 0;
+}
+
 static size_t size_arg(const char *s) {
     char *end;
     double v = strtod(s, &end);
@@ -429,6 +511,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "vmm") && argc == 1) return cmd_vmm(size_arg(argv[0]));
+    if (!strcmp(cmd, "pools") && argc == 1) return cmd_pools(size_arg(argv[0]));
     if (!strcmp(cmd, "hold") && argc == 1) return cmd_hold(size_arg(argv[0]));
     if (!strcmp(cmd, "dlroutes") && argc == 1) return cmd_dlroutes(size_arg(argv[0]));
     return 2;
