@@ -4,7 +4,8 @@
  * (NULL = the null stream, where a synchronous call's work goes), `bytes` the amount moved or
  * set, `kind` separates signatures (a 1 MiB host-to-device copy is not a 1 MiB memset).
  * hip.h declares the prototypes from it and launch.c defines the interposers; hooks.def lists
- * the same names (a test compares the library's exports with hooks.def).
+ * the same names (a test compares the library's exports with hooks.def). HK_HIP_COPIES_SPT: the
+ * per-thread default stream's variants (_spt).
  */
 #ifndef HOOKCORE_HIP_COPY_H
 #define HOOKCORE_HIP_COPY_H
@@ -37,5 +38,23 @@
     X(hipMemsetD8Async, (hipDeviceptr_t dst, unsigned char v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 10)         \
     X(hipMemsetD32, (hipDeviceptr_t dst, int v, size_t n), (dst, v, n), NULL, 4 * (uint64_t)n, 11)                     \
     X(hipMemsetD32Async, (hipDeviceptr_t dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, 4 * (uint64_t)n, 11)
+
+/* Their per-thread default stream twins (what a program built with -fgpu-default-stream=per-thread
+   calls): the same work, where the null stream means hipStreamPerThread, so the meter's events go
+   to the stream the work runs on. */
+#define HK_HIP_PT(st) ((st) ? (st) : hipStreamPerThread)
+
+#define HK_HIP_COPIES_SPT(X)                                                                                           \
+    X(hipMemcpy_spt, (void *dst, const void *src, size_t n, hipMemcpyKind k), (dst, src, n, k), hipStreamPerThread, n, \
+      1)                                                                                                               \
+    X(hipMemcpyAsync_spt, (void *dst, const void *src, size_t n, hipMemcpyKind k HK_HIP_ST), (dst, src, n, k, st),     \
+      HK_HIP_PT(st), n, 1)                                                                                             \
+    X(hipMemcpy2D_spt, (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k),        \
+      (dst, dp, src, sp, w, h, k), hipStreamPerThread, (uint64_t)w *h, 6)                                              \
+    X(hipMemcpy2DAsync_spt,                                                                                            \
+      (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k HK_HIP_ST),               \
+      (dst, dp, src, sp, w, h, k, st), HK_HIP_PT(st), (uint64_t)w *h, 6)                                               \
+    X(hipMemset_spt, (void *dst, int v, size_t n), (dst, v, n), hipStreamPerThread, n, 9)                              \
+    X(hipMemsetAsync_spt, (void *dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), HK_HIP_PT(st), n, 9)
 
 #endif

@@ -64,9 +64,17 @@ hipError_t hipExtModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy, u
 hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s);
 hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode);
 hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g);
+hipError_t hipLaunchKernel_spt(const void *f, dim3 grid, dim3 block, void **args, size_t shmem, hipStream_t s);
+hipError_t hipLaunchCooperativeKernel_spt(const void *f, dim3 grid, dim3 block, void **args, uint32_t shmem,
+                                          hipStream_t s);
+hipError_t hipGraphLaunch_spt(hipGraphExec_t g, hipStream_t s);
+hipError_t hipStreamBeginCapture_spt(hipStream_t s, hipStreamCaptureMode mode);
+hipError_t hipStreamEndCapture_spt(hipStream_t s, hipGraph_t *g);
 hipError_t hipDeviceReset(void);
+hipError_t hipGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags, void *status);
 #define HK_HIP_PROTO(name, params, args, stream, bytes, kind) hipError_t name params;
 HK_HIP_COPIES(HK_HIP_PROTO)
+HK_HIP_COPIES_SPT(HK_HIP_PROTO)
 #undef HK_HIP_PROTO
 
 /* The real functions, one slot per hooks.def entry (filled by the preload registry). */

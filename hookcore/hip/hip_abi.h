@@ -70,7 +70,8 @@ typedef struct hipMemAllocationProp {
 #define hipErrorNotSupported           801 /* the real library lacks the entry point */
 #define hipStreamCaptureStatusActive   1
 #define hipMemLocationTypeDevice       1
-#define hipMemPoolAttrReleaseThreshold 4 /* hipMemPoolAttr: bytes of freed memory a pool keeps */
+#define hipMemPoolAttrReleaseThreshold 4                /* hipMemPoolAttr: bytes of freed memory a pool keeps */
+#define hipStreamPerThread             ((hipStream_t)2) /* the calling thread's default stream */
 #define HIP_PCI_BUS_ID_MAX             64
 
 #endif

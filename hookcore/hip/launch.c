@@ -128,6 +128,25 @@ HK_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s) {
     KERNEL(hk_hip.hipGraphLaunch, s, (uint64_t)(uintptr_t)g * 0x100000001b3ULL + 7, hk_hip.hipGraphLaunch(g, s));
 }
 
+/* The per-thread default stream's twins (-fgpu-default-stream=per-thread builds call these): the
+   meter's events go to the stream the work runs on, hipStreamPerThread for a null stream. */
+HK_EXPORT hipError_t hipLaunchKernel_spt(const void *f, dim3 grid, dim3 block, void **args, size_t shmem,
+                                         hipStream_t s) {
+    KERNEL(hk_hip.hipLaunchKernel_spt, HK_HIP_PT(s), DSIG(f, grid, block),
+           hk_hip.hipLaunchKernel_spt(f, grid, block, args, shmem, s));
+}
+
+HK_EXPORT hipError_t hipLaunchCooperativeKernel_spt(const void *f, dim3 grid, dim3 block, void **args, uint32_t shmem,
+                                                    hipStream_t s) {
+    KERNEL(hk_hip.hipLaunchCooperativeKernel_spt, HK_HIP_PT(s), DSIG(f, grid, block),
+           hk_hip.hipLaunchCooperativeKernel_spt(f, grid, block, args, shmem, s));
+}
+
+HK_EXPORT hipError_t hipGraphLaunch_spt(hipGraphExec_t g, hipStream_t s) {
+    KERNEL(hk_hip.hipGraphLaunch_spt, HK_HIP_PT(s), (uint64_t)(uintptr_t)g * 0x100000001b3ULL + 7,
+           hk_hip.hipGraphLaunch_spt(g, s));
+}
+
 /* ---------------------------------------------------------------------------
  * Copies and memsets (copy.h)
  * ------------------------------------------------------------------------- */
@@ -138,6 +157,7 @@ HK_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s) {
         HK_HIP_GATED(hk_hip.name, (stream), HK_HIP_COPY_SIG(kind, bytes), HK_WORK_COPY, hk_hip.name args); \
     }
 HK_HIP_COPIES(HK_HIP_COPY_DEF)
+HK_HIP_COPIES_SPT(HK_HIP_COPY_DEF)
 #undef HK_HIP_COPY_DEF
 
 /* ---------------------------------------------------------------------------
@@ -154,6 +174,21 @@ HK_EXPORT hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g) {
     HK_HIP_REAL(hk_hip.hipStreamEndCapture);
     int was = hk_hip.hipStreamIsCapturing ? op_capturing(s) : 1;
     hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamEndCapture(s, g));
+    hk_meter_capture_ended(was);
+    return r;
+}
+
+HK_EXPORT hipError_t hipStreamBeginCapture_spt(hipStream_t s, hipStreamCaptureMode mode) {
+    HK_HIP_REAL(hk_hip.hipStreamBeginCapture_spt);
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamBeginCapture_spt(s, mode));
+    hk_meter_capture_begun(r == hipSuccess);
+    return r;
+}
+
+HK_EXPORT hipError_t hipStreamEndCapture_spt(hipStream_t s, hipGraph_t *g) {
+    HK_HIP_REAL(hk_hip.hipStreamEndCapture_spt);
+    int was = hk_hip.hipStreamIsCapturing ? op_capturing(HK_HIP_PT(s)) : 1;
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamEndCapture_spt(s, g));
     hk_meter_capture_ended(was);
     return r;
 }

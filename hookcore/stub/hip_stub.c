@@ -163,6 +163,22 @@ HIP_API hipError_t hipDeviceGetName(char *out, int len, int dev) {
     return hipSuccess;
 }
 
+/* The entry point named `symbol` from the stub's own tables (hip_stub.h), never through dlsym;
+   version and flags are not read (the stub has one variant of each). */
+HIP_API hipError_t hipGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+    (void)version;
+    (void)flags;
+    if (!symbol || !pfn) return hipErrorInvalidValue;
+    static const hs_sym *const tables[] = {hs_syms_memory, hs_syms_engine};
+    void *found = NULL;
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0] && !found; t++)
+        for (const hs_sym *e = tables[t]; e->name && !found; e++)
+            if (!strcmp(e->name, symbol)) found = e->fn;
+    *pfn = found;
+    if (status) *status = found ? 0 : 1; /* HIP_GET_PROC_ADDRESS_SUCCESS, _SYMBOL_NOT_FOUND */
+    return found ? hipSuccess : hipErrorInvalidValue;
+}
+
 HIP_API hipError_t hipRuntimeGetVersion(int *v) {
     if (!v) return hipErrorInvalidValue;
     *v = 60300000; /* HIP 6.3 */

@@ -92,6 +92,19 @@ extern hip_engine g_dev[HD_MAX_DEVICES] HIP_HIDDEN;
 extern uint64_t g_launches HIP_HIDDEN, g_copies HIP_HIDDEN;
 extern __thread int t_dev HIP_HIDDEN;
 
+/* hipGetProcAddress's table: each file names some of the functions it defines (hs_syms_<file>,
+   ended by a NULL name) through hidden aliases, so the runtime hands out its own code, not what the
+   dynamic linker binds the name to (a preloaded hook): a runtime that finds its entry points without
+   dlsym, the case a hook must catch at hipGetProcAddress itself. */
+typedef struct {
+    const char *name;
+    void *fn;
+} hs_sym;
+#define HS_ALIAS(n) extern __typeof__(n) hs_local_##n __attribute__((alias(#n), visibility("hidden")));
+#define HS_SYM(n)   {#n, (void *)&hs_local_##n},
+extern const hs_sym hs_syms_memory[] HIP_HIDDEN;
+extern const hs_sym hs_syms_engine[] HIP_HIDDEN;
+
 /* The devices read once (HOOKCORE_STUB_HIP_DEVICES, HIP_VISIBLE_DEVICES). */
 void hs_ready(void) HIP_HIDDEN;
 /* The thread's device, -1 when there is none. */

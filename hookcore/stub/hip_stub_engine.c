@@ -371,3 +371,58 @@ HIP_API hipError_t hipMemsetD32Async(void *d, int v, size_t n, hipStream_t st) {
     (void)d, (void)v;
     return copy(st, 4 * (uint64_t)n, 0);
 }
+
+/* This file's part of hipGetProcAddress's table (hip_stub.h). */
+#define SYMS(X)                   \
+    X(hipLaunchKernel)            \
+    X(hipLaunchCooperativeKernel) \
+    X(hipGraphLaunch)             \
+    X(hipStreamBeginCapture)      \
+    X(hipStreamEndCapture)        \
+    X(hipMemcpy)                  \
+    X(hipMemcpyAsync)             \
+    X(hipMemcpy2D)                \
+    X(hipMemcpy2DAsync)           \
+    X(hipMemset)                  \
+    X(hipMemsetAsync)             \
+    X(hipStreamSynchronize)
+SYMS(HS_ALIAS)
+const hs_sym hs_syms_engine[] = {SYMS(HS_SYM){NULL, NULL}};
+#undef SYMS
+
+/* ---------------------------------------------------------------------------
+ * The per-thread default stream's entry points (_spt): the same work, a null stream meaning
+ * hipStreamPerThread (which the stub serves with the null stream); each calls this file's own
+ * function, not the exported name a preloaded hook would take.
+ * ------------------------------------------------------------------------- */
+#define PT(s) ((s) ? (s) : (hipStream_t)2)
+HIP_API hipError_t hipLaunchKernel_spt(const void *f, dim3 grid, dim3 block, void **args, size_t shmem, hipStream_t s) {
+    return hs_local_hipLaunchKernel(f, grid, block, args, shmem, PT(s));
+}
+HIP_API hipError_t hipLaunchCooperativeKernel_spt(const void *f, dim3 grid, dim3 block, void **args, unsigned int shmem,
+                                                  hipStream_t s) {
+    return hs_local_hipLaunchCooperativeKernel(f, grid, block, args, shmem, PT(s));
+}
+HIP_API hipError_t hipGraphLaunch_spt(void *exec, hipStream_t s) { return hs_local_hipGraphLaunch(exec, PT(s)); }
+HIP_API hipError_t hipStreamBeginCapture_spt(hipStream_t s, int mode) {
+    return hs_local_hipStreamBeginCapture(PT(s), mode);
+}
+HIP_API hipError_t hipStreamEndCapture_spt(hipStream_t s, void **graph) {
+    return hs_local_hipStreamEndCapture(PT(s), graph);
+}
+HIP_API hipError_t hipMemcpy_spt(void *d, const void *s, size_t n, int k) { return hs_local_hipMemcpy(d, s, n, k); }
+HIP_API hipError_t hipMemcpyAsync_spt(void *d, const void *s, size_t n, int k, hipStream_t st) {
+    return hs_local_hipMemcpyAsync(d, s, n, k, PT(st));
+}
+HIP_API hipError_t hipMemcpy2D_spt(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, int k) {
+    return hs_local_hipMemcpy2D(d, dp, s, sp, w, h, k);
+}
+HIP_API hipError_t hipMemcpy2DAsync_spt(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, int k,
+                                        hipStream_t st) {
+    return hs_local_hipMemcpy2DAsync(d, dp, s, sp, w, h, k, PT(st));
+}
+HIP_API hipError_t hipMemset_spt(void *d, int v, size_t n) { return hs_local_hipMemset(d, v, n); }
+HIP_API hipError_t hipMemsetAsync_spt(void *d, int v, size_t n, hipStream_t st) {
+    return hs_local_hipMemsetAsync(d, v, n, PT(st));
+}
+#undef PT

@@ -338,3 +338,15 @@ HIP_API hipError_t hipMemRetainAllocationHandle(void **h, void *addr) {
     pthread_mutex_unlock(&g_lock);
     return r;
 }
+
+/* This file's part of hipGetProcAddress's table (hip_stub.h). */
+#define SYMS(X)               \
+    X(hipMalloc)              \
+    X(hipFree)                \
+    X(hipMallocAsync)         \
+    X(hipFreeAsync)           \
+    X(hipMallocFromPoolAsync) \
+    X(hipMemPoolSetAttribute)
+SYMS(HS_ALIAS)
+const hs_sym hs_syms_memory[] = {SYMS(HS_SYM){NULL, NULL}};
+#undef SYMS

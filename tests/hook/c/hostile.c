@@ -122,6 +122,15 @@ static void cmd_dlroutes(size_t bytes) {
     printf("ROUTE dlvsym-cuda %s\n", direct ? where((void *)direct) : "none");
     dlsym_t priv = (dlsym_t)dlsym(libc, "__libc_dlsym");
     printf("ROUTE libc-private %s\n", priv && priv(cuda, "cuMemAlloc_v2") ? "found" : "none");
+    /* The driver's own lookup by name (the stub answers from its tables, not through dlsym). */
+    F(CUresult, cuGetProcAddress, (const char *, void **, int, cuuint64_t));
+    void *byname = NULL;
+    cuGetProcAddress("cuMemAlloc", &byname, 12000, 0);
+    printf("ROUTE procaddress %s\n", where(byname));
+    if (byname) {
+        CUdeviceptr p = 0;
+        printf("ALLOC procaddress %d\n", ((alloc_t)byname)(&p, bytes));
+    }
 }
 
 static void cmd_ctxloop(int n) {

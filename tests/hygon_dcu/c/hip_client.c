@@ -20,7 +20,9 @@
  *                                      each waits), d32 (hipMemsetD32Async); a copy of US x 1000 bytes
  *                                      takes US microseconds on the stub; reset: kernel, and halfway
  *                                      through hipDeviceReset (work still queued) and a new stream,
- *                                      then "DEAD <calls on events the reset took>" (the stub's count)
+ *                                      then "DEAD <calls on events the reset took>" (the stub's count);
+ *                                      kernel_spt, coop_spt, graph_spt, copy_spt, memset_spt, sync_spt:
+ *                                      the per-thread default stream's entry points on the null stream
  *   resetmem [-d DEV] [-a API] [-r RDEV] SIZE
  *                                      allocate SIZE on DEV through API, reset device RDEV (default DEV):
  *                                      "GONE <rc>"; on DEV allocate SIZE again: "AGAIN <rc>", free the
@@ -46,7 +48,8 @@
  *                                      "alloc N": "RC <rc>" (tests/security's tenant protocol)
  *   dlroutes SIZE                      "SETUP 0"; reach glibc's dlsym through dlvsym (every version),
  *                                      libc's handle, RTLD_NEXT; "ROUTE <how> <library its hipMalloc came
- *                                      from>", then allocate SIZE through it: "ALLOC <how> <rc>"
+ *                                      from>", then allocate SIZE through it: "ALLOC <how> <rc>"; the same
+ *                                      for hipGetProcAddress("hipMalloc") ("procaddress")
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -100,6 +103,7 @@ hipError_t hipMemMap(void *, size_t, size_t, void *, unsigned long long);
 hipError_t hipMemUnmap(void *, size_t);
 hipError_t hipMemRetainAllocationHandle(void **, void *);
 hipError_t hipMemGetInfo(size_t *, size_t *);
+hipError_t hipGetProcAddress(const char *, void **, int, uint64_t, void *);
 hipError_t hipMemPoolCreate(void **, const hipMemAllocationProp *);
 hipError_t hipMemPoolDestroy(void *);
 hipError_t hipMemPoolSetAttribute(void *, int, void *);
@@ -124,6 +128,13 @@ hipError_t hipModuleLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned,
 hipError_t hipExtModuleLaunchKernel(void *, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, size_t, void *,
                                     void **, void **, void *, void *, uint32_t);
 hipError_t hipMemcpy(void *, const void *, size_t, int);
+hipError_t hipLaunchKernel_spt(const void *, dim3, dim3, void **, size_t, void *);
+hipError_t hipLaunchCooperativeKernel_spt(const void *, dim3, dim3, void **, unsigned int, void *);
+hipError_t hipGraphLaunch_spt(void *, void *);
+hipError_t hipMemcpyAsync_spt(void *, const void *, size_t, int, void *);
+hipError_t hipMemsetAsync_spt(void *, int, size_t, void *);
+hipError_t hipMemcpy_spt(void *, const void *, size_t, int);
+#define PER_THREAD ((void *)2) /* hipStreamPerThread */
 hipError_t hipMemcpyAsync(void *, const void *, size_t, int, void *);
 hipError_t hipMemcpyHtoDAsync(void *, void *, size_t, void *);
 hipError_t hipMemsetAsync(void *, int, size_t, void *);
@@ -271,7 +282,8 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     hipMalloc(&dst, bytes);
     hipEventCreate(&e0);
     hipEventCreate(&e1);
-    if (!strcmp(mode, "graph")) exec = graph_of(us, s);
+    if (!strcmp(mode, "graph") || !strcmp(mode, "graph_spt")) exec = graph_of(us, s);
+    int spt = strstr(mode, "_spt") != NULL; /* the per-thread default stream's entry points, null stream */
     int reset = !strcmp(mode, "reset");
     if (reset) mode = "kernel";
     long n = 0;
@@ -305,10 +317,22 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
             r = hipMemsetD32Async(dst, 0, bytes / 4, s);
         else if (!strcmp(mode, "sync"))
             r = hipMemcpy(dst, dst, bytes, 3);
+        else if (!strcmp(mode, "kernel_spt"))
+            r = hipLaunchKernel_spt(f, one, one, NULL, 0, NULL);
+        else if (!strcmp(mode, "coop_spt"))
+            r = hipLaunchCooperativeKernel_spt(f, one, one, NULL, 0, NULL);
+        else if (!strcmp(mode, "graph_spt"))
+            r = hipGraphLaunch_spt(exec, NULL);
+        else if (!strcmp(mode, "copy_spt"))
+            r = hipMemcpyAsync_spt(dst, dst, bytes, 3, NULL);
+        else if (!strcmp(mode, "memset_spt"))
+            r = hipMemsetAsync_spt(dst, 0, bytes, NULL);
+        else if (!strcmp(mode, "sync_spt"))
+            r = hipMemcpy_spt(dst, dst, bytes, 3);
         else
             return fprintf(stderr, "unknown mode %s\n", mode), 2;
         if (r) return printf("SUBMIT %d\n", r), 4;
-        if (++n % 16 == 0) hipStreamSynchronize(s); /* keep the queue short: count what completes */
+        if (++n % 16 == 0) hipStreamSynchronize(spt ? PER_THREAD : s); /* keep the queue short: count what completes */
     }
     hipDeviceSynchronize();
     double took = now() - t0;
@@ -472,6 +496,14 @@ static int cmd_dlroutes(size_t bytes) {
     printf("ROUTE dlvsym-hip %s\n", direct ? where((void *)direct) : "none");
     dlsym_t priv = (dlsym_t)dlsym(libc, "__libc_dlsym");
     printf("ROUTE libc-private %s\n", priv && priv(g_hip, "hipMalloc") ? "found" : "none");
+    /* The runtime's own lookup by name (the stub answers from its tables, not through dlsym). */
+    void *byname = NULL;
+    hipGetProcAddress("hipMalloc", &byname, 600, 0, NULL);
+    printf("ROUTE procaddress %s\n", where(byname));
+    if (byname) {
+        void *p = NULL;
+        printf("ALLOC procaddress %d\n", ((alloc_t)byname)(&p, bytes));
+    }
     return 0;
 }
 
