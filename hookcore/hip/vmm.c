@@ -112,24 +112,23 @@ HK_EXPORT hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_
     return r;
 }
 
+/* A mapping of a charged handle is counted before the runtime makes it, under the lock: with the
+   table full (4096 live mappings, far beyond what allocators make) the map is refused with
+   hipErrorOutOfMemory, since an uncounted mapping would let the handle's charge go at its release
+   while the memory stays mapped (before, such a mapping was made and not counted). */
 HK_EXPORT hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t h,
                                unsigned long long flags) {
     HK_HIP_REAL(hk_hip.hipMemMap);
-    int pass = hk_hip_nested();
-    hipError_t r = HK_HIP_NESTED(hk_hip.hipMemMap(ptr, size, offset, h, flags));
-    if (pass || r != hipSuccess || !ptr) return r;
+    if (hk_hip_nested() || !ptr) return HK_HIP_NESTED(hk_hip.hipMemMap(ptr, size, offset, h, flags));
     pthread_mutex_lock(&g_lock);
     vmm_handle *e = find(h);
-    if (e) {
-        for (int i = 0; i < VMM_MAPPINGS; i++) {
-            if (!g_maps[i].base) {
-                g_maps[i] = (vmm_map){(uintptr_t)ptr, (uintptr_t)ptr + size, h};
-                e->maps++;
-                break;
-            }
-        }
-        /* mappings table full: the mapping is not counted, so the charge may go at the release;
-           4096 live mappings per process is far beyond what allocators make */
+    vmm_map *slot = NULL;
+    for (int i = 0; e && !slot && i < VMM_MAPPINGS; i++)
+        if (!g_maps[i].base) slot = &g_maps[i];
+    hipError_t r = e && !slot ? hipErrorOutOfMemory : HK_HIP_NESTED(hk_hip.hipMemMap(ptr, size, offset, h, flags));
+    if (r == hipSuccess && slot) {
+        *slot = (vmm_map){(uintptr_t)ptr, (uintptr_t)ptr + size, h};
+        e->maps++;
     }
     pthread_mutex_unlock(&g_lock);
     return r;

@@ -21,7 +21,7 @@ typedef struct hip_block {
     unsigned gen;   /* K_PTR, K_ARRAY: its device's generation (a hipDeviceReset frees the older) */
 } hip_block;
 
-#define MAX_MAPS 1024
+#define MAX_MAPS 8192 /* above libvhip's own table (4096), so the hook's limit is the one a test meets */
 static struct {
     uintptr_t base, end;
     hip_block *phys;

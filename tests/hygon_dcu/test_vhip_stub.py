@@ -192,6 +192,10 @@ def test_vmm_memory_stays_charged_while_mapped(run) -> None:
     a second one of the same size does not fit a 1.5 GiB quota until the last mapping goes."""
     out = ok(run("vmm", "1G", HOOKCORE_MEMORY_LIMIT_0="1536Mi"))
     assert lines(out, "MAPPED") == [[OOM]] and lines(out, "UNMAPPED") == [[0]]
+    # Hostile: with the hook's mapping table full, a mapping it could not count is refused (before,
+    # it was made uncounted, the release gave the 1 GiB back while it stayed mapped, and a second
+    # 1 GiB fit: 2 GiB on 1.5); unmapped, the released handle's charge is back for the next create.
+    assert lines(out, "MAPFULL") == [[OOM]] and lines(out, "AFTERFULL") == [[0]]
 
 
 def test_memory_a_pool_keeps_stays_charged(run) -> None:

@@ -31,7 +31,9 @@
  *                                      <rc end> <graph>"
  *   vmm SIZE                           create SIZE on device 0, map it, release the handle (still mapped):
  *                                      "MAPPED <rc of a second hipMemCreate(SIZE)>"; retain + release it,
- *                                      unmap: "UNMAPPED <rc of hipMemCreate(SIZE)>"
+ *                                      unmap: "UNMAPPED <rc of hipMemCreate(SIZE)>"; a 2 MiB handle mapped
+ *                                      4096 times (the hook's table), then SIZE mapped: "MAPFULL <rc>",
+ *                                      released, created again: "AFTERFULL <rc>"
  *   pools SIZE                         on device 0: 4 created pools with release threshold UINT64_MAX,
  *                                      each SIZE allocated and freed (stream-ordered): "POOL <i> <rc>";
  *                                      pool 0 trimmed, pool 1 again: "TRIMMED <rc>"; pool 1 destroyed,
@@ -343,6 +345,8 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     return 0;
 }
 
+#define MAPS 4096 /* libvhip's mapping table */
+
 static int cmd_vmm(size_t size) {
     hipSetDevice(0);
     hipMemAllocationProp p = vmm_prop(0);
@@ -360,6 +364,19 @@ static int cmd_vmm(size_t size) {
     r = hipMemCreate(&again, size, &p, 0);
     printf("UNMAPPED %d\n", r);
     if (!r) hipMemRelease(again);
+    /* Fill the hook's mapping table with one small handle, then map SIZE: an uncounted mapping
+       would let the release below give the charge back while the memory stays mapped. */
+    void *small = NULL, *big = NULL, *many = NULL, *one = NULL;
+    size_t piece = 2 << 20;
+    hipMemCreate(&small, piece, &p, 0);
+    hipMemAddressReserve(&many, piece * MAPS, 0, NULL, 0);
+    for (int i = 0; i < MAPS; i++) hipMemMap((char *)many + (size_t)i * piece, piece, 0, small, 0);
+    hipMemCreate(&big, size, &p, 0);
+    hipMemAddressReserve(&one, size, 0, NULL, 0);
+    r = hipMemMap(one, size, 0, big, 0);
+    printf("MAPFULL %d\n", r);
+    hipMemRelease(big);
+    printf("AFTERFULL %d\n", hipMemCreate(&again, size, &p, 0));
     return 0;
 }
 
