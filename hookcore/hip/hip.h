@@ -48,6 +48,9 @@ hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_t *h, void
 hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t h,
                      unsigned long long flags);
 hipError_t hipMemUnmap(void *ptr, size_t size);
+hipError_t hipMemExportToShareableHandle(void *shareable, hipMemGenericAllocationHandle_t h, int type,
+                                         unsigned long long flags);
+hipError_t hipMemImportFromShareableHandle(hipMemGenericAllocationHandle_t *h, void *os_handle, int type);
 hipError_t hipMemGetInfo(size_t *free_b, size_t *total_b);
 hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t dev);
 hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shmem, hipStream_t s);

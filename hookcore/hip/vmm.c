@@ -7,9 +7,14 @@
  * mapping unmapped: releasing a handle that is still mapped keeps it charged, which would
  * otherwise let a process map, release and create again past its quota. The books are
  * process-local (a handle is a process's own); VMM calls are rare (an allocator growing a
- * segment), so one lock and two small tables suffice. Handles shared with another process
- * (hipMemExportToShareableHandle / hipMemImportFromShareableHandle) are charged to the creator
- * only: see hookcore/README.md.
+ * segment), so one lock and two small tables suffice.
+ *
+ * Sharing: an exported handle may be imported by a process the hook cannot see, which then holds
+ * the memory, so exporting pins the handle's charge for this process's life (one reference never
+ * released). An imported handle is memory another process created: it is charged here when it is
+ * mapped (the mapping's size, on the current device), so a process that keeps an import alive
+ * after the exporter is gone still holds a charge for it. An import of this process's own handle
+ * is one more reference to it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -24,10 +29,11 @@
 
 typedef struct vmm_handle {
     hipMemGenericAllocationHandle_t h; /* NULL = free slot */
-    int ldev;
+    int ldev;                          /* -1: an import not mapped yet (nothing charged) */
     uint64_t charge;
-    uint32_t refs; /* hipMemCreate + retains - releases */
-    uint32_t maps; /* live mappings */
+    uint32_t refs;     /* hipMemCreate or import + retains - releases (+ 1 once exported) */
+    uint32_t maps;     /* live mappings */
+    uint32_t exported; /* pinned: an importer elsewhere may hold the memory */
 } vmm_handle;
 
 typedef struct vmm_map {
@@ -54,7 +60,7 @@ static vmm_handle *find(hipMemGenericAllocationHandle_t h) {
 /* Under the lock: give the charge back once nothing holds the memory. */
 static void maybe_free(vmm_handle *e) {
     if (e->refs || e->maps) return;
-    hk_mem_release(e->ldev, e->charge);
+    if (e->charge) hk_mem_release(e->ldev, e->charge);
     memset(e, 0, sizeof *e);
 }
 
@@ -75,7 +81,7 @@ HK_EXPORT hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t siz
     }
     pthread_mutex_lock(&g_lock);
     vmm_handle *e = find(NULL);
-    if (e) *e = (vmm_handle){*h, ldev, charge, 1, 0};
+    if (e) *e = (vmm_handle){*h, ldev, charge, 1, 0, 0};
     pthread_mutex_unlock(&g_lock);
     if (!e) { /* the table is full: refuse rather than hold memory nobody accounts for */
         hk_mem_release(ldev, charge);
@@ -125,10 +131,21 @@ HK_EXPORT hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGene
     vmm_map *slot = NULL;
     for (int i = 0; e && !slot && i < VMM_MAPPINGS; i++)
         if (!g_maps[i].base) slot = &g_maps[i];
-    hipError_t r = e && !slot ? hipErrorOutOfMemory : HK_HIP_NESTED(hk_hip.hipMemMap(ptr, size, offset, h, flags));
+    int ldev = -1, dev;
+    uint64_t charge = 0;
+    hipError_t r = e && !slot ? hipErrorOutOfMemory : hipSuccess;
+    if (r == hipSuccess && e && e->ldev < 0) { /* an import mapped first: charged now, here */
+        charge = hk_hip_charge(size);
+        int rc = hk_hip_current(&dev) == 0 ? ((ldev = hk_hip_ldev(dev)) < 0 ? HK_ENOMEM : hk_mem_reserve(ldev, charge))
+                                           : HK_ENOMEM;
+        if (rc != HK_OK) r = rc == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized, charge = 0;
+    }
+    if (r == hipSuccess) r = HK_HIP_NESTED(hk_hip.hipMemMap(ptr, size, offset, h, flags));
+    if (r != hipSuccess && charge) hk_mem_release(ldev, charge);
     if (r == hipSuccess && slot) {
         *slot = (vmm_map){(uintptr_t)ptr, (uintptr_t)ptr + size, h};
         e->maps++;
+        if (charge) e->ldev = ldev, e->charge = charge;
     }
     pthread_mutex_unlock(&g_lock);
     return r;
@@ -152,5 +169,39 @@ HK_EXPORT hipError_t hipMemUnmap(void *ptr, size_t size) {
         }
     }
     pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+HK_EXPORT hipError_t hipMemExportToShareableHandle(void *shareable, hipMemGenericAllocationHandle_t h, int type,
+                                                   unsigned long long flags) {
+    HK_HIP_REAL(hk_hip.hipMemExportToShareableHandle);
+    int pass = hk_hip_nested();
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipMemExportToShareableHandle(shareable, h, type, flags));
+    if (pass || r != hipSuccess) return r;
+    pthread_mutex_lock(&g_lock);
+    vmm_handle *e = find(h);
+    if (e && !e->exported) e->exported = 1, e->refs++; /* the importer's reference: never given back */
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+HK_EXPORT hipError_t hipMemImportFromShareableHandle(hipMemGenericAllocationHandle_t *h, void *os_handle, int type) {
+    HK_HIP_REAL(hk_hip.hipMemImportFromShareableHandle);
+    if (hk_hip_nested() || !h) return HK_HIP_NESTED(hk_hip.hipMemImportFromShareableHandle(h, os_handle, type));
+    int st = hk_preload_ready();
+    if (st == HK_STATE_FAILCLOSED) return hipErrorNotInitialized;
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipMemImportFromShareableHandle(h, os_handle, type));
+    if (r != hipSuccess || st == HK_STATE_DORMANT) return r;
+    pthread_mutex_lock(&g_lock);
+    vmm_handle *e = find(*h);
+    if (e)
+        e->refs++; /* this process's own handle came back */
+    else if ((e = find(NULL)) != NULL)
+        *e = (vmm_handle){*h, -1, 0, 1, 0, 0};
+    pthread_mutex_unlock(&g_lock);
+    if (!e) { /* the table is full: refuse rather than map memory nobody accounts for */
+        (void)HK_HIP_NESTED(hk_hip.hipMemRelease(*h));
+        return hipErrorOutOfMemory;
+    }
     return r;
 }

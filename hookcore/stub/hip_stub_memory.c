@@ -12,13 +12,14 @@
 #include "hip_stub.h"
 
 #define BLOCK_MAGIC 0x484950424c4b0001ULL /* "HIPBLK" */
-enum { K_PTR = 1, K_ARRAY, K_PHYS };
+enum { K_PTR = 1, K_ARRAY, K_PHYS, K_IMPORT };
 typedef struct hip_block {
     uint64_t magic;
     uint64_t size;
     int dev, kind;
-    int refs, maps; /* K_PHYS only */
-    unsigned gen;   /* K_PTR, K_ARRAY: its device's generation (a hipDeviceReset frees the older) */
+    int refs, maps;       /* K_PHYS only */
+    unsigned gen;         /* K_PTR, K_ARRAY: its device's generation (a hipDeviceReset frees the older) */
+    struct hip_block *of; /* K_IMPORT: the physical allocation it names (holding one reference) */
 } hip_block;
 
 #define MAX_MAPS 8192 /* above libvhip's own table (4096), so the hook's limit is the one a test meets */
@@ -47,7 +48,7 @@ static hipError_t block_new(int dev, uint64_t size, int kind, hip_block **out) {
         free(b);
         return hipErrorOutOfMemory;
     }
-    *b = (hip_block){BLOCK_MAGIC, size, dev, kind, kind == K_PHYS, 0, gen};
+    *b = (hip_block){BLOCK_MAGIC, size, dev, kind, kind == K_PHYS, 0, gen, NULL};
     *out = b;
     return hipSuccess;
 }
@@ -66,7 +67,7 @@ static void block_free(hip_block *b) {
 static hip_block *block_of(void *p, int kind) {
     hip_block *b = p;
     if (!b || b->magic != BLOCK_MAGIC || b->kind != kind) return NULL;
-    return kind == K_PHYS || b->gen == hk_atomic_load_acquire(&g_dev[b->dev].gen) ? b : NULL;
+    return kind == K_PHYS || kind == K_IMPORT || b->gen == hk_atomic_load_acquire(&g_dev[b->dev].gen) ? b : NULL;
 }
 
 static hipError_t alloc_ptr(void **p, uint64_t size) {
@@ -254,10 +255,13 @@ HIP_API hipError_t hipMemCreate(void **h, size_t size, const hipMemAllocationPro
 
 HIP_API hipError_t hipMemRelease(void *h) {
     pthread_mutex_lock(&g_lock);
-    hip_block *b = block_of(h, K_PHYS);
+    hip_block *imp = block_of(h, K_IMPORT);
+    hip_block *b = imp ? imp->of : block_of(h, K_PHYS);
     int ok = b && b->refs > 0;
     if (ok) b->refs--;
+    if (imp) imp->magic = 0;
     pthread_mutex_unlock(&g_lock);
+    free(imp);
     if (!ok) return hipErrorInvalidValue;
     if (b->refs <= 0 && b->maps <= 0) block_free(b);
     return hipSuccess;
@@ -292,7 +296,8 @@ HIP_API hipError_t hipMemMap(void *ptr, size_t size, size_t offset, void *h, uns
     (void)flags;
     hipError_t r = hipErrorInvalidValue;
     pthread_mutex_lock(&g_lock);
-    hip_block *b = block_of(h, K_PHYS);
+    hip_block *imp = block_of(h, K_IMPORT);
+    hip_block *b = imp ? imp->of : block_of(h, K_PHYS);
     for (int i = 0; b && ptr && i < MAX_MAPS; i++) {
         if (!g_maps[i].base) {
             g_maps[i].base = (uintptr_t)ptr;
@@ -337,6 +342,49 @@ HIP_API hipError_t hipMemRetainAllocationHandle(void **h, void *addr) {
     }
     pthread_mutex_unlock(&g_lock);
     return r;
+}
+
+/* Sharing: exporting a physical allocation gives an OS handle (an int, as a POSIX file descriptor
+   would be) holding one reference to it for the process's life (the stub never closes one);
+   importing that gives a new handle (K_IMPORT) holding one more, which maps the same memory. */
+#define MAX_EXPORTS 64
+static hip_block *g_exports[MAX_EXPORTS];
+
+HIP_API hipError_t hipMemExportToShareableHandle(void *shareable, void *h, int type, unsigned long long flags) {
+    (void)type;
+    (void)flags;
+    hipError_t r = hipErrorInvalidValue;
+    pthread_mutex_lock(&g_lock);
+    hip_block *b = block_of(h, K_PHYS);
+    for (int i = 0; b && shareable && i < MAX_EXPORTS; i++) {
+        if (g_exports[i] && g_exports[i] != b) continue;
+        if (!g_exports[i]) b->refs++;
+        g_exports[i] = b;
+        *(int *)shareable = 1000 + i;
+        r = hipSuccess;
+        break;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+HIP_API hipError_t hipMemImportFromShareableHandle(void **h, void *os_handle, int type) {
+    (void)type;
+    int i = (int)(intptr_t)os_handle - 1000;
+    if (!h || i < 0 || i >= MAX_EXPORTS) return hipErrorInvalidValue;
+    hip_block *imp = malloc(sizeof *imp);
+    if (!imp) return hipErrorOutOfMemory;
+    pthread_mutex_lock(&g_lock);
+    hip_block *b = g_exports[i];
+    if (b) {
+        b->refs++;
+        *imp = (hip_block){BLOCK_MAGIC, b->size, b->dev, K_IMPORT, 1, 0, 0, b};
+        *h = imp;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (b) return hipSuccess;
+    free(imp);
+    return hipErrorInvalidValue;
 }
 
 /* This file's part of hipGetProcAddress's table (hip_stub.h). */

@@ -198,6 +198,16 @@ def test_vmm_memory_stays_charged_while_mapped(run) -> None:
     assert lines(out, "MAPFULL") == [[OOM]] and lines(out, "AFTERFULL") == [[0]]
 
 
+def test_shared_vmm_memory_stays_charged(run) -> None:
+    """Hostile: 400 MiB created, exported, imported and the import mapped, the original released,
+    under a 1 GiB quota. Exporting pins the original's charge (an importer the hook cannot see may
+    hold the memory) and the import is charged when mapped, so 400 MiB more do not fit (before,
+    export and import were not followed: the release gave the 400 MiB back while the import kept
+    them mapped, uncharged)."""
+    out = ok(run("share", "400M", HOOKCORE_MEMORY_LIMIT_0="1Gi"))
+    assert lines(out, "IMPORT") == [[0, OOM]]
+
+
 def test_memory_a_pool_keeps_stays_charged(run) -> None:
     """Hostile: four pools at release threshold UINT64_MAX, each 600 MiB allocated and freed
     (stream-ordered), under a 1 GiB quota. A pool keeps freed memory resident, so its freed

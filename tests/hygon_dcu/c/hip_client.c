@@ -34,6 +34,9 @@
  *                                      unmap: "UNMAPPED <rc of hipMemCreate(SIZE)>"; a 2 MiB handle mapped
  *                                      4096 times (the hook's table), then SIZE mapped: "MAPFULL <rc>",
  *                                      released, created again: "AFTERFULL <rc>"
+ *   share SIZE                         create SIZE on device 0, export it, import it, map the import,
+ *                                      release the original: "IMPORT <rc of the map> <rc of
+ *                                      hipMemCreate(SIZE)>"
  *   pools SIZE                         on device 0: 4 created pools with release threshold UINT64_MAX,
  *                                      each SIZE allocated and freed (stream-ordered): "POOL <i> <rc>";
  *                                      pool 0 trimmed, pool 1 again: "TRIMMED <rc>"; pool 1 destroyed,
@@ -345,6 +348,28 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     return 0;
 }
 
+hipError_t hipMemExportToShareableHandle(void *, void *, int, unsigned long long);
+hipError_t hipMemImportFromShareableHandle(void **, void *, int);
+#define POSIX_FD 1 /* hipMemHandleTypePosixFileDescriptor */
+
+/* Create SIZE on device 0, export it, import it, map the import, release the original:
+   "IMPORT <rc of the map> <rc of hipMemCreate(SIZE)>". */
+static int cmd_share(size_t size) {
+    hipSetDevice(0);
+    hipMemAllocationProp p = vmm_prop(0);
+    void *h = NULL, *imported = NULL, *va = NULL, *again = NULL;
+    int fd = -1, r = hipMemCreate(&h, size, &p, 0);
+    if (r) return printf("CREATE %d\n", r), 4;
+    if ((r = hipMemExportToShareableHandle(&fd, h, POSIX_FD, 0)) != 0) return printf("EXPORT %d\n", r), 4;
+    if ((r = hipMemImportFromShareableHandle(&imported, (void *)(intptr_t)fd, POSIX_FD)) != 0)
+        return printf("IMPORTED %d\n", r), 4;
+    hipMemAddressReserve(&va, size, 0, NULL, 0);
+    r = hipMemMap(va, size, 0, imported, 0);
+    hipMemRelease(h); /* the original goes; the exported memory lives on in the import */
+    printf("IMPORT %d %d\n", r, hipMemCreate(&again, size, &p, 0));
+    return 0;
+}
+
 #define MAPS 4096 /* libvhip's mapping table */
 
 static int cmd_vmm(size_t size) {
@@ -561,6 +586,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "vmm") && argc == 1) return cmd_vmm(size_arg(argv[0]));
     if (!strcmp(cmd, "pools") && argc == 1) return cmd_pools(size_arg(argv[0]));
+    if (!strcmp(cmd, "share") && argc == 1) return cmd_share(size_arg(argv[0]));
     if (!strcmp(cmd, "hold") && argc == 1) return cmd_hold(size_arg(argv[0]));
     if (!strcmp(cmd, "dlroutes") && argc == 1) return cmd_dlroutes(size_arg(argv[0]));
     return 2;
