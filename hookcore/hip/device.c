@@ -107,6 +107,7 @@ static void no_charge(int ldev, uint64_t pool) { (void)ldev, (void)pool; }
 void hk_hip_device_reset(int dev) {
     hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_PTR, give_back);
     hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_ARRAY, give_back);
+    hk_track_drop_owner(owner_of(dev), HK_KIND_HIP_GRAPHMEM, give_back);
     hk_track_drop_owner(owner_of(dev), HK_KIND_POOLPTR, no_charge); /* their charges: the pointers' */
     int ldev = hk_hip_ldev(dev);
     if (ldev >= 0) hk_pool_device_gone(ldev);

@@ -41,6 +41,8 @@ hipError_t hipFreeArray(hipArray_t a);
 hipError_t hipMemPoolSetAttribute(hipMemPool_t pool, int attr, void *value);
 hipError_t hipMemPoolTrimTo(hipMemPool_t pool, size_t keep);
 hipError_t hipMemPoolDestroy(hipMemPool_t pool);
+hipError_t hipGraphAddMemAllocNode(hipGraphNode_t *node, hipGraph_t g, const hipGraphNode_t *deps, size_t n,
+                                   hipMemAllocNodeParams *params);
 hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *h, size_t size, const hipMemAllocationProp *prop,
                         unsigned long long flags);
 hipError_t hipMemRelease(hipMemGenericAllocationHandle_t h);
@@ -162,8 +164,9 @@ static inline uint64_t hk_hip_charge(uint64_t size) {
     return size >= (2u << 20) ? hk_hip_round(size, 2u << 20) : hk_hip_round(size, 512);
 }
 
-#define HK_KIND_HIP_PTR   HK_KIND_PTR   /* hipMalloc*, managed, pitched, 3D, stream-ordered */
-#define HK_KIND_HIP_ARRAY HK_KIND_ARRAY /* hipMallocArray, hipMalloc3DArray */
+#define HK_KIND_HIP_PTR      HK_KIND_PTR   /* hipMalloc*, managed, pitched, 3D, stream-ordered */
+#define HK_KIND_HIP_ARRAY    HK_KIND_ARRAY /* hipMallocArray, hipMalloc3DArray */
+#define HK_KIND_HIP_GRAPHMEM 10u           /* allocations captured into a graph: charged for the process's life */
 
 /* ---------------------------------------------------------------------------
  * Compute (launch.c): the meter's operations in HIP terms

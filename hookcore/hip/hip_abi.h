@@ -61,6 +61,26 @@ typedef struct hipMemAllocationProp {
     } allocFlags;
 } hipMemAllocationProp;
 
+/* A stream-ordered pool's properties (hipMemPoolCreate) and a graph's memory allocation node
+   (hipGraphAddMemAllocNode), as AMD's HIP lays them out: 88 bytes of pool properties (the reserved
+   tail took `maxSize` from its first 8 bytes in HIP 6), then the node's fields. */
+typedef void *hipGraphNode_t;
+typedef struct hipMemPoolProps {
+    int allocType;
+    int handleTypes;
+    hipMemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned char reserved[56];
+} hipMemPoolProps;
+typedef struct hipMemAllocNodeParams {
+    hipMemPoolProps poolProps;
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    void *dptr;
+} hipMemAllocNodeParams;
+
 #define hipSuccess                     0
 #define hipErrorInvalidValue           1
 #define hipErrorOutOfMemory            2 /* device out of memory: also over quota */

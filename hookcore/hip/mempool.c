@@ -13,8 +13,14 @@
  * every allocation and remembered with it, so a threshold set between an allocation and its free
  * still keeps it; an allocation is charged to the current device, as every other (a pool of
  * another device included). At most HK_MAX_POOLS pools keep freed memory at once: a threshold for
- * one more is refused (hipErrorOutOfMemory). Not followed: allocations made while their stream is
- * captured (the graph's memory): as before, charged from the call to the captured free.
+ * one more is refused (hipErrorOutOfMemory).
+ *
+ * Graph memory: an allocation made while its stream is captured becomes a graph allocation node,
+ * whose memory the graph's pool keeps reserved between launches (HIP's graph pool never releases
+ * it), so it is charged for the process's life (HK_KIND_HIP_GRAPHMEM) and the captured free gives
+ * nothing back; so is a node added with hipGraphAddMemAllocNode. A reset of the device gives the
+ * captured ones back. Before, the captured free gave the charge back and every launch of the graph
+ * held memory uncharged.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -48,7 +54,8 @@ static hipError_t alloc_stream_ordered(void **out, size_t size, hipMemPool_t poo
     uint64_t charge = hk_hip_charge(size);
     int dev = -1, ldev = -1, skip = 0;
     int st = hk_preload_ready();
-    hipMemPool_t from = st == HK_STATE_READY && hk_hip_current(&dev) == 0 ? pool_of(pool, dev, s) : NULL;
+    int graph = st == HK_STATE_READY && capturing(s);
+    hipMemPool_t from = st == HK_STATE_READY && !graph && hk_hip_current(&dev) == 0 ? pool_of(pool, dev, s) : NULL;
     hk_pool *acct = from && hk_pool_any() ? hk_pool_retaining((uintptr_t)from) : NULL;
     uint64_t reused = acct ? hk_pool_take(acct, charge) : 0;
     int rc = hk_hip_admit(&dev, charge - reused, &ldev, &skip);
@@ -60,7 +67,7 @@ static hipError_t alloc_stream_ordered(void **out, size_t size, hipMemPool_t poo
         return r;
     }
     /* The whole charge is the allocation's: its free gives it back, to the quota or to the pool. */
-    if (hk_hip_remember((uint64_t)(uintptr_t)*out, HK_KIND_HIP_PTR, dev, ldev, charge)) {
+    if (hk_hip_remember((uint64_t)(uintptr_t)*out, graph ? HK_KIND_HIP_GRAPHMEM : HK_KIND_HIP_PTR, dev, ldev, charge)) {
         (void)HK_HIP_NESTED(hk_hip.hipFree(*out));
         return hipErrorOutOfMemory;
     }
@@ -131,5 +138,24 @@ HK_EXPORT hipError_t hipMemPoolDestroy(hipMemPool_t pool) {
     int pass = hk_hip_nested();
     hipError_t r = HK_HIP_NESTED(hk_hip.hipMemPoolDestroy(pool));
     if (!pass && r == hipSuccess) hk_pool_destroyed((uintptr_t)pool);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------
+ * Graph memory nodes: charged when added, with their device's quota, for the process's life
+ * (rounded up to 2 MiB, the graph pool's granularity).
+ * ------------------------------------------------------------------------- */
+HK_EXPORT hipError_t hipGraphAddMemAllocNode(hipGraphNode_t *node, hipGraph_t g, const hipGraphNode_t *deps, size_t n,
+                                             hipMemAllocNodeParams *params) {
+    HK_HIP_REAL(hk_hip.hipGraphAddMemAllocNode);
+    if (hk_hip_nested() || !params || params->bytesize == 0)
+        return HK_HIP_NESTED(hk_hip.hipGraphAddMemAllocNode(node, g, deps, n, params));
+    int dev = params->poolProps.location.type == hipMemLocationTypeDevice ? params->poolProps.location.id : -1;
+    uint64_t charge = hk_hip_round(params->bytesize, 2u << 20);
+    int ldev = -1, skip = 0;
+    int rc = hk_hip_admit(&dev, charge, &ldev, &skip);
+    if (rc != HK_OK) return rc == HK_ENOMEM ? hipErrorOutOfMemory : hipErrorNotInitialized;
+    hipError_t r = HK_HIP_NESTED(hk_hip.hipGraphAddMemAllocNode(node, g, deps, n, params));
+    if (!skip && r != hipSuccess) hk_mem_release(ldev, charge);
     return r;
 }

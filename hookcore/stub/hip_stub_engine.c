@@ -239,6 +239,17 @@ HIP_API hipError_t hipGraphInstantiate(void **exec, void *graph, void *err_node,
     return hipSuccess;
 }
 
+/* A memory allocation node: a handle and a device address (the stub's graphs run kernels only, so
+   the node's memory is never touched). */
+HIP_API hipError_t hipGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t n, void *params) {
+    (void)deps;
+    (void)n;
+    if (!node || !graph || !params) return hipErrorInvalidValue;
+    static _Atomic uintptr_t next = 0x7d0000000000ULL;
+    *node = (void *)hk_atomic_add_seq_cst(&next, 0x1000);
+    return hipSuccess;
+}
+
 HIP_API hipError_t hipGraphExecDestroy(void *exec) { return exec ? hipSuccess : hipErrorInvalidValue; }
 HIP_API hipError_t hipGraphDestroy(void *graph) { return graph ? hipSuccess : hipErrorInvalidValue; }
 

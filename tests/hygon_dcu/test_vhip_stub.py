@@ -198,6 +198,17 @@ def test_vmm_memory_stays_charged_while_mapped(run) -> None:
     assert lines(out, "MAPFULL") == [[OOM]] and lines(out, "AFTERFULL") == [[0]]
 
 
+def test_captured_allocations_and_graph_nodes_stay_charged(run) -> None:
+    """Hostile: a stream-ordered allocation captured into a graph is the graph's memory, which its
+    pool keeps reserved between launches: charged for the process's life, its captured free gives
+    nothing back (before, it gave the charge back, and every launch held the memory uncharged); an
+    allocation node added to the graph is charged when added."""
+    out = ok(run("graphmem", "600M", HOOKCORE_MEMORY_LIMIT_0="1Gi"))
+    assert lines(out, "CAPTURED") == [[0, OOM]] and lines(out, "NODES") == [[0, OOM]]
+    out = ok(run("graphmem", "300M", HOOKCORE_MEMORY_LIMIT_0="1Gi"))  # 300 captured + 2 x 300 fit, 4 x 300 do not
+    assert lines(out, "CAPTURED") == [[0, 0]] and lines(out, "NODES") == [[2, OOM]]
+
+
 def test_shared_vmm_memory_stays_charged(run) -> None:
     """Hostile: 400 MiB created, exported, imported and the import mapped, the original released,
     under a 1 GiB quota. Exporting pins the original's charge (an importer the hook cannot see may

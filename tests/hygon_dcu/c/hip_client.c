@@ -34,6 +34,9 @@
  *                                      unmap: "UNMAPPED <rc of hipMemCreate(SIZE)>"; a 2 MiB handle mapped
  *                                      4096 times (the hook's table), then SIZE mapped: "MAPFULL <rc>",
  *                                      released, created again: "AFTERFULL <rc>"
+ *   graphmem SIZE                      SIZE allocated and freed on a captured stream, then hipMalloc(SIZE):
+ *                                      "CAPTURED <rc> <rc>"; allocation nodes of SIZE added to that graph
+ *                                      until one is refused (at most 16): "NODES <n> <rc>"
  *   share SIZE                         create SIZE on device 0, export it, import it, map the import,
  *                                      release the original: "IMPORT <rc of the map> <rc of
  *                                      hipMemCreate(SIZE)>"
@@ -64,86 +67,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef int hipError_t;
-typedef struct {
-    uint32_t x, y, z;
-} dim3;
-typedef struct {
-    size_t width, height, depth;
-} hipExtent;
-typedef struct {
-    void *ptr;
-    size_t pitch, xsize, ysize;
-} hipPitchedPtr;
-typedef struct {
-    int x, y, z, w, f;
-} hipChannelFormatDesc;
-typedef struct {
-    int type, handle_type;
-    struct {
-        int type, id;
-    } location;
-    void *win32;
-    unsigned char flags[4];
-} hipMemAllocationProp;
-
-hipError_t hipSetDevice(int);
-hipError_t hipMalloc(void **, size_t);
-hipError_t hipMallocPitch(void **, size_t *, size_t, size_t);
-hipError_t hipMemAllocPitch(void **, size_t *, size_t, size_t, unsigned int);
-hipError_t hipMalloc3D(hipPitchedPtr *, hipExtent);
-hipError_t hipMallocManaged(void **, size_t, unsigned int);
-hipError_t hipMallocAsync(void **, size_t, void *);
-hipError_t hipMallocFromPoolAsync(void **, size_t, void *, void *);
-hipError_t hipExtMallocWithFlags(void **, size_t, unsigned int);
-hipError_t hipMallocArray(void **, const hipChannelFormatDesc *, size_t, size_t, unsigned int);
-hipError_t hipMalloc3DArray(void **, const hipChannelFormatDesc *, hipExtent, unsigned int);
-hipError_t hipFree(void *);
-hipError_t hipFreeAsync(void *, void *);
-hipError_t hipFreeArray(void *);
-hipError_t hipMemCreate(void **, size_t, const hipMemAllocationProp *, unsigned long long);
-hipError_t hipMemRelease(void *);
-hipError_t hipMemAddressReserve(void **, size_t, size_t, void *, unsigned long long);
-hipError_t hipMemMap(void *, size_t, size_t, void *, unsigned long long);
-hipError_t hipMemUnmap(void *, size_t);
-hipError_t hipMemRetainAllocationHandle(void **, void *);
-hipError_t hipMemGetInfo(size_t *, size_t *);
-hipError_t hipGetProcAddress(const char *, void **, int, uint64_t, void *);
-hipError_t hipMemPoolCreate(void **, const hipMemAllocationProp *);
-hipError_t hipMemPoolDestroy(void *);
-hipError_t hipMemPoolSetAttribute(void *, int, void *);
-hipError_t hipMemPoolTrimTo(void *, size_t);
-hipError_t hipDeviceGetMemPool(void **, int);
-hipError_t hipDeviceTotalMem(size_t *, int);
-hipError_t hipDeviceGetPCIBusId(char *, int, int);
-hipError_t hipStreamCreate(void **);
-hipError_t hipStreamSynchronize(void *);
-hipError_t hipDeviceSynchronize(void);
-hipError_t hipDeviceReset(void);
-hipError_t hipStreamBeginCapture(void *, int);
-hipError_t hipStreamEndCapture(void *, void **);
-hipError_t hipGraphInstantiate(void **, void *, void *, char *, size_t);
-hipError_t hipGraphLaunch(void *, void *);
-hipError_t hipEventCreate(void **);
-hipError_t hipLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
-hipError_t hipExtLaunchKernel(const void *, dim3, dim3, void **, size_t, void *, void *, void *, int);
-hipError_t hipLaunchCooperativeKernel(const void *, dim3, dim3, void **, unsigned int, void *);
-hipError_t hipModuleLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
-                                 void **, void **);
-hipError_t hipExtModuleLaunchKernel(void *, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, size_t, void *,
-                                    void **, void **, void *, void *, uint32_t);
-hipError_t hipMemcpy(void *, const void *, size_t, int);
-hipError_t hipLaunchKernel_spt(const void *, dim3, dim3, void **, size_t, void *);
-hipError_t hipLaunchCooperativeKernel_spt(const void *, dim3, dim3, void **, unsigned int, void *);
-hipError_t hipGraphLaunch_spt(void *, void *);
-hipError_t hipMemcpyAsync_spt(void *, const void *, size_t, int, void *);
-hipError_t hipMemsetAsync_spt(void *, int, size_t, void *);
-hipError_t hipMemcpy_spt(void *, const void *, size_t, int);
-#define PER_THREAD ((void *)2) /* hipStreamPerThread */
-hipError_t hipMemcpyAsync(void *, const void *, size_t, int, void *);
-hipError_t hipMemcpyHtoDAsync(void *, void *, size_t, void *);
-hipError_t hipMemsetAsync(void *, int, size_t, void *);
-hipError_t hipMemsetD32Async(void *, int, size_t, void *);
+#include "hip_api.h"
 
 #define ROW 4096
 
@@ -348,10 +272,6 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
     return 0;
 }
 
-hipError_t hipMemExportToShareableHandle(void *, void *, int, unsigned long long);
-hipError_t hipMemImportFromShareableHandle(void **, void *, int);
-#define POSIX_FD 1 /* hipMemHandleTypePosixFileDescriptor */
-
 /* Create SIZE on device 0, export it, import it, map the import, release the original:
    "IMPORT <rc of the map> <rc of hipMemCreate(SIZE)>". */
 static int cmd_share(size_t size) {
@@ -367,6 +287,31 @@ static int cmd_share(size_t size) {
     r = hipMemMap(va, size, 0, imported, 0);
     hipMemRelease(h); /* the original goes; the exported memory lives on in the import */
     printf("IMPORT %d %d\n", r, hipMemCreate(&again, size, &p, 0));
+    return 0;
+}
+
+/* SIZE allocated and freed on a captured stream, then hipMalloc(SIZE): "CAPTURED <rc> <rc>"; then
+   allocation nodes of SIZE added to that graph until one is refused (at most 16): "NODES <n> <rc>". */
+static int cmd_graphmem(size_t size) {
+    hipSetDevice(0);
+    void *s = NULL, *p = NULL, *graph = NULL, *q = NULL, *node = NULL;
+    hipStreamCreate(&s);
+    hipStreamBeginCapture(s, 0);
+    int r = hipMallocAsync(&p, size, s);
+    if (!r) hipFreeAsync(p, s);
+    hipStreamEndCapture(s, &graph);
+    int after = hipMalloc(&q, size);
+    if (!after) hipFree(q);
+    printf("CAPTURED %d %d\n", r, after);
+    alloc_node_params params;
+    memset(&params, 0, sizeof params);
+    params.alloc_type = 1;    /* pinned */
+    params.location.type = 1; /* device 0 */
+    params.bytesize = size;
+    int n = 0;
+    for (; n < 16; n++)
+        if ((r = hipGraphAddMemAllocNode(&node, graph, NULL, 0, &params)) != 0) break;
+    printf("NODES %d %d\n", n, r);
     return 0;
 }
 
@@ -587,6 +532,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "vmm") && argc == 1) return cmd_vmm(size_arg(argv[0]));
     if (!strcmp(cmd, "pools") && argc == 1) return cmd_pools(size_arg(argv[0]));
     if (!strcmp(cmd, "share") && argc == 1) return cmd_share(size_arg(argv[0]));
+    if (!strcmp(cmd, "graphmem") && argc == 1) return cmd_graphmem(size_arg(argv[0]));
     if (!strcmp(cmd, "hold") && argc == 1) return cmd_hold(size_arg(argv[0]));
     if (!strcmp(cmd, "dlroutes") && argc == 1) return cmd_dlroutes(size_arg(argv[0]));
     return 2;
