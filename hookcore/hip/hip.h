@@ -67,6 +67,11 @@ hipError_t hipExtModuleLaunchKernel(hipFunction_t f, uint32_t gx, uint32_t gy, u
                                     uint32_t lz, size_t shmem, hipStream_t s, void **params, void **extra,
                                     hipEvent_t start, hipEvent_t stop, uint32_t flags);
 hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s);
+hipError_t hipModuleLaunchCooperativeKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                                            hipStream_t s, void **params);
+hipError_t hipLaunchKernelExC(const hipLaunchConfig_t *config, const void *f, void **args);
+hipError_t hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG *config, hipFunction_t f, void **params, void **extra);
 hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode);
 hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g);
 hipError_t hipLaunchKernel_spt(const void *f, dim3 grid, dim3 block, void **args, size_t shmem, hipStream_t s);

@@ -61,6 +61,22 @@ typedef struct hipMemAllocationProp {
     } allocFlags;
 } hipMemAllocationProp;
 
+/* The extensible launches' configurations: hipLaunchKernelExC's hipLaunchConfig_t and
+   hipDrvLaunchKernelEx's HIP_LAUNCH_CONFIG (the stream is what the meter needs of them). */
+typedef struct hipLaunchConfig_t {
+    dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    hipStream_t stream;
+    void *attrs;
+    unsigned int numAttrs;
+} hipLaunchConfig_t;
+typedef struct HIP_LAUNCH_CONFIG {
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    hipStream_t hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} HIP_LAUNCH_CONFIG;
+
 /* A stream-ordered pool's properties (hipMemPoolCreate) and a graph's memory allocation node
    (hipGraphAddMemAllocNode), as AMD's HIP lays them out: 88 bytes of pool properties (the reserved
    tail took `maxSize` from its first 8 bytes in HIP 6), then the node's fields. */

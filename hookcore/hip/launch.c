@@ -128,6 +128,30 @@ HK_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t g, hipStream_t s) {
     KERNEL(hk_hip.hipGraphLaunch, s, (uint64_t)(uintptr_t)g * 0x100000001b3ULL + 7, hk_hip.hipGraphLaunch(g, s));
 }
 
+HK_EXPORT hipError_t hipModuleLaunchCooperativeKernel(hipFunction_t f, unsigned int gx, unsigned int gy,
+                                                      unsigned int gz, unsigned int bx, unsigned int by,
+                                                      unsigned int bz, unsigned int shmem, hipStream_t s,
+                                                      void **params) {
+    KERNEL(hk_hip.hipModuleLaunchCooperativeKernel, s, grid_sig(f, gx, gy, gz, bx, by, bz),
+           hk_hip.hipModuleLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params));
+}
+
+/* The extensible launches: the work goes to the configuration's stream (no configuration: the
+   runtime refuses the call, which then runs unmetered). */
+HK_EXPORT hipError_t hipLaunchKernelExC(const hipLaunchConfig_t *config, const void *f, void **args) {
+    KERNEL(hk_hip.hipLaunchKernelExC, config ? config->stream : NULL,
+           config ? DSIG(f, config->gridDim, config->blockDim) : 0, hk_hip.hipLaunchKernelExC(config, f, args));
+}
+
+HK_EXPORT hipError_t hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG *config, hipFunction_t f, void **params,
+                                          void **extra) {
+    KERNEL(hk_hip.hipDrvLaunchKernelEx, config ? config->hStream : NULL,
+           config ? grid_sig(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                             config->blockDimY, config->blockDimZ)
+                  : 0,
+           hk_hip.hipDrvLaunchKernelEx(config, f, params, extra));
+}
+
 /* The per-thread default stream's twins (-fgpu-default-stream=per-thread builds call these): the
    meter's events go to the stream the work runs on, hipStreamPerThread for a null stream. */
 HK_EXPORT hipError_t hipLaunchKernel_spt(const void *f, dim3 grid, dim3 block, void **args, size_t shmem,

@@ -57,6 +57,21 @@ typedef struct hipMemAllocationProp {
     unsigned char allocFlags[4];
 } hipMemAllocationProp;
 
+/* hipLaunchConfig_t (hipLaunchKernelExC) and HIP_LAUNCH_CONFIG (hipDrvLaunchKernelEx). */
+typedef struct hs_launch_config {
+    dim3 grid, block;
+    size_t shmem;
+    hipStream_t stream;
+    void *attrs;
+    unsigned int nattrs;
+} hs_launch_config;
+typedef struct hs_drv_launch_config {
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    hipStream_t stream;
+    void *attrs;
+    unsigned int nattrs;
+} hs_drv_launch_config;
+
 #define PITCH_ALIGN 256
 
 typedef struct hip_stream {

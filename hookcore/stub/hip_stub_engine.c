@@ -302,6 +302,24 @@ HIP_API hipError_t hipGraphLaunch(void *exec, hipStream_t s) {
     return kernel(exec, s, NULL, NULL);
 }
 
+HIP_API hipError_t hipModuleLaunchCooperativeKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                    unsigned int bx, unsigned int by, unsigned int bz,
+                                                    unsigned int shmem, hipStream_t s, void **params) {
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)params;
+    return kernel(f, s, NULL, NULL);
+}
+
+/* The extensible launches: the stream is the configuration's (hip_stub.h lays both out). */
+HIP_API hipError_t hipLaunchKernelExC(const hs_launch_config *config, const void *f, void **args) {
+    (void)args;
+    return config ? kernel(f, config->stream, NULL, NULL) : hipErrorInvalidValue;
+}
+
+HIP_API hipError_t hipDrvLaunchKernelEx(const hs_drv_launch_config *config, void *f, void **params, void **extra) {
+    (void)params, (void)extra;
+    return config ? kernel(f, config->stream, NULL, NULL) : hipErrorInvalidValue;
+}
+
 /* ---------------------------------------------------------------------------
  * Copies and memsets: 1 ns per byte on the engine
  * ------------------------------------------------------------------------- */

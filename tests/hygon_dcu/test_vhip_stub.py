@@ -286,13 +286,16 @@ def limited(run, tmp_path: Path, mode: str, share: int, seconds: str = "1.5") ->
 @pytest.mark.parametrize("mode,share", [
     ("kernel", 30), ("kernel", 70), ("ext", 50), ("coop", 30), ("module", 50), ("extmodule", 30), ("graph", 50),
     ("copy", 30), ("h2d", 50), ("memset", 30), ("d32", 70),
+    ("modcoop", 30), ("kernelex", 50), ("drvex", 30),
     ("kernel_spt", 30), ("coop_spt", 50), ("graph_spt", 30), ("copy_spt", 50), ("memset_spt", 30), ("sync_spt", 40),
 ])
 def test_limiter_holds_the_share(run, tmp_path: Path, mode: str, share: int) -> None:
     """Every launch path, graph launches, copies and memsets are metered: the claim gets its share
     of the device's time, within the limiter's burst and two batches (on the virtual clock, so
     the host's load moves nothing). The per-thread default stream's entry points too (`_spt`,
-    what a program built with -fgpu-default-stream=per-thread calls): before, they ran unmetered."""
+    what a program built with -fgpu-default-stream=per-thread calls), hipModuleLaunchCooperativeKernel
+    and the extensible launches (hipLaunchKernelExC, hipDrvLaunchKernelEx): before, they ran
+    unmetered."""
     got, usage = limited(run, tmp_path, mode, share)
     assert_held(usage, [got], share)
 

@@ -65,6 +65,21 @@ hipError_t hipStreamBeginCapture(void *, int);
 hipError_t hipStreamEndCapture(void *, void **);
 hipError_t hipGraphInstantiate(void **, void *, void *, char *, size_t);
 hipError_t hipGraphLaunch(void *, void *);
+hipError_t hipModuleLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                            unsigned, void *, void **);
+typedef struct {
+    dim3 grid, block;
+    size_t shmem;
+    void *stream, *attrs;
+    unsigned int nattrs;
+} launch_config; /* hipLaunchConfig_t */
+typedef struct {
+    unsigned int gx, gy, gz, bx, by, bz, shmem;
+    void *stream, *attrs;
+    unsigned int nattrs;
+} drv_launch_config; /* HIP_LAUNCH_CONFIG */
+hipError_t hipLaunchKernelExC(const launch_config *, const void *, void **);
+hipError_t hipDrvLaunchKernelEx(const drv_launch_config *, void *, void **, void **);
 hipError_t hipEventCreate(void **);
 hipError_t hipLaunchKernel(const void *, dim3, dim3, void **, size_t, void *);
 hipError_t hipExtLaunchKernel(const void *, dim3, dim3, void **, size_t, void *, void *, void *, int);

@@ -21,6 +21,8 @@
  *                                      takes US microseconds on the stub; reset: kernel, and halfway
  *                                      through hipDeviceReset (work still queued) and a new stream,
  *                                      then "DEAD <calls on events the reset took>" (the stub's count);
+ *                                      modcoop (hipModuleLaunchCooperativeKernel), kernelex
+ *                                      (hipLaunchKernelExC), drvex (hipDrvLaunchKernelEx);
  *                                      kernel_spt, coop_spt, graph_spt, copy_spt, memset_spt, sync_spt:
  *                                      the per-thread default stream's entry points on the null stream
  *   resetmem [-d DEV] [-a API] [-r RDEV] SIZE
@@ -246,7 +248,15 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
             r = hipMemsetD32Async(dst, 0, bytes / 4, s);
         else if (!strcmp(mode, "sync"))
             r = hipMemcpy(dst, dst, bytes, 3);
-        else if (!strcmp(mode, "kernel_spt"))
+        else if (!strcmp(mode, "modcoop"))
+            r = hipModuleLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL);
+        else if (!strcmp(mode, "kernelex")) {
+            launch_config c = {one, one, 0, s, NULL, 0};
+            r = hipLaunchKernelExC(&c, f, NULL);
+        } else if (!strcmp(mode, "drvex")) {
+            drv_launch_config c = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
+            r = hipDrvLaunchKernelEx(&c, f, NULL, NULL);
+        } else if (!strcmp(mode, "kernel_spt"))
             r = hipLaunchKernel_spt(f, one, one, NULL, 0, NULL);
         else if (!strcmp(mode, "coop_spt"))
             r = hipLaunchCooperativeKernel_spt(f, one, one, NULL, 0, NULL);
