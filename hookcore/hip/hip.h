@@ -35,6 +35,9 @@ hipError_t hipExtMallocWithFlags(void **p, size_t size, unsigned int flags);
 hipError_t hipMallocArray(hipArray_t *a, const hipChannelFormatDesc *desc, size_t width, size_t height,
                           unsigned int flags);
 hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc *desc, hipExtent extent, unsigned int flags);
+hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *a, const hipChannelFormatDesc *desc, hipExtent extent,
+                                   unsigned int levels, unsigned int flags);
+hipError_t hipFreeMipmappedArray(hipMipmappedArray_t a);
 hipError_t hipFree(void *p);
 hipError_t hipFreeAsync(void *p, hipStream_t s);
 hipError_t hipFreeArray(hipArray_t a);

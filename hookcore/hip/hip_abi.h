@@ -23,6 +23,7 @@ typedef void *hipGraph_t;
 typedef void *hipGraphExec_t;
 typedef void *hipMemPool_t;
 typedef void *hipArray_t;
+typedef void *hipMipmappedArray_t;
 typedef void *hipDeviceptr_t;
 typedef void *hipMemGenericAllocationHandle_t;
 

@@ -139,6 +139,35 @@ HK_EXPORT hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc 
                  (uint64_t)(uintptr_t)*a, HK_KIND_HIP_ARRAY, hk_hip.hipFreeArray(*a));
 }
 
+/* A product of extents and element sizes a tenant chose, saturating: a wrapped product would
+   charge a few bytes for an allocation the runtime might still make. */
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* Every level of a mipmapped array: each halves the extent (down to 1) of the one before. */
+static uint64_t mip_elements(hipExtent e, unsigned int levels) {
+    uint64_t w = e.width, h = e.height ? e.height : 1, d = e.depth ? e.depth : 1, sum = 0;
+    for (unsigned int l = 0; l < (levels ? levels : 1) && l < 64; l++) {
+        uint64_t level = sat_mul(sat_mul(w, h), d);
+        sum = sum > UINT64_MAX - level ? UINT64_MAX : sum + level;
+        w = w > 1 ? w / 2 : 1, h = h > 1 ? h / 2 : 1, d = d > 1 ? d / 2 : 1;
+    }
+    return sum;
+}
+
+HK_EXPORT hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *a, const hipChannelFormatDesc *desc, hipExtent extent,
+                                             unsigned int levels, unsigned int flags) {
+    HK_HIP_REAL(hk_hip.hipMallocMipmappedArray);
+    if (hk_hip_nested() || !a || !desc || extent.width == 0)
+        return HK_HIP_NESTED(hk_hip.hipMallocMipmappedArray(a, desc, extent, levels, flags));
+    uint64_t elements = sat_mul(element_bytes(desc), mip_elements(extent, levels));
+    uint64_t bytes = elements > UINT64_MAX - (4u << 20) ? UINT64_MAX : hk_hip_charge(elements);
+    HK_HIP_SIZED(hk_hip.hipMallocMipmappedArray, bytes, hk_hip.hipMallocMipmappedArray(a, desc, extent, levels, flags),
+                 bytes, (uint64_t)(uintptr_t)*a, HK_KIND_HIP_ARRAY, hk_hip.hipFreeMipmappedArray(*a));
+}
+
 /* ---------------------------------------------------------------------------
  * Frees: the runtime first, the charge released only when it succeeded.
  * ------------------------------------------------------------------------- */
@@ -162,6 +191,10 @@ HK_EXPORT hipError_t hipFreeAsync(void *p, hipStream_t s) {
 
 HK_EXPORT hipError_t hipFreeArray(hipArray_t a) {
     HK_HIP_FREE(hk_hip.hipFreeArray, a, forget_array, hk_hip.hipFreeArray(a));
+}
+
+HK_EXPORT hipError_t hipFreeMipmappedArray(hipMipmappedArray_t a) {
+    HK_HIP_FREE(hk_hip.hipFreeMipmappedArray, a, forget_array, hk_hip.hipFreeMipmappedArray(a));
 }
 
 /* ---------------------------------------------------------------------------

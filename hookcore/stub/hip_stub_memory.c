@@ -197,6 +197,25 @@ HIP_API hipError_t hipMalloc3DArray(void **a, const hipChannelFormatDesc *d, hip
     return alloc_array(a, d, (uint64_t)e.width * (e.height ? e.height : 1) * (e.depth ? e.depth : 1));
 }
 
+/* A mipmapped array holds every level: each halves the extent (down to 1) of the one before. */
+HIP_API hipError_t hipMallocMipmappedArray(void **a, const hipChannelFormatDesc *d, hipExtent e, unsigned int levels,
+                                           unsigned int flags) {
+    (void)flags;
+    uint64_t w = e.width, h = e.height ? e.height : 1, z = e.depth ? e.depth : 1, elements = 0;
+    for (unsigned l = 0; l < (levels ? levels : 1) && l < 32; l++) {
+        elements += w * h * z;
+        w = w > 1 ? w / 2 : 1, h = h > 1 ? h / 2 : 1, z = z > 1 ? z / 2 : 1;
+    }
+    return alloc_array(a, d, elements);
+}
+
+HIP_API hipError_t hipFreeMipmappedArray(void *a) {
+    hip_block *b = block_of(a, K_ARRAY);
+    if (!b) return hipErrorInvalidValue;
+    block_free(b);
+    return hipSuccess;
+}
+
 HIP_API hipError_t hipFree(void *p) {
     if (!p) return hipSuccess;
     hip_block *b = block_of(p, K_PTR);

@@ -34,7 +34,7 @@ DEVICES = ";".join([
     "pci=0000:81:00.0,memory=8Gi,name=K100_AI",
 ])
 STRIP = ("HOOKCORE_", "HIP_", "CUDA_", "ROCR_", "LD_PRELOAD")
-APIS = ["malloc", "pitch", "mempitch", "3d", "managed", "async", "pool", "ext", "array", "array3d", "vmm"]
+APIS = ["malloc", "pitch", "mempitch", "3d", "managed", "async", "pool", "ext", "array", "array3d", "mipmap", "vmm"]
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +102,16 @@ def test_every_allocation_path_is_held_to_the_quota(run, api: str) -> None:
     before, after = lines(out, "INFO")
     assert before == [0, 2 * GiB, 0]  # free 0 of a 2 GiB total: what the claim sees, not the device's 8 GiB
     assert lines(out, "FREE") == [[0, 0]] and after == [2 * GiB, 2 * GiB, 0]
+
+
+def test_a_mipmapped_array_is_charged_every_level(run) -> None:
+    """Hostile: 1 GiB of 8-bit elements in 4 levels holds 1 GiB x (1 + 1/4 + 1/16 + 1/64): refused
+    under a 1.25 GiB quota, which the base level alone fits (before, mipmapped arrays were not
+    charged at all: any size fit any quota)."""
+    assert lines(ok(run("alloc", "-a", "mipmap4", str(GiB), HOOKCORE_MEMORY_LIMIT_0="1280Mi")), "ALLOC") == [[GiB, OOM]]
+    assert lines(ok(run("alloc", "-a", "mipmap", str(GiB), HOOKCORE_MEMORY_LIMIT_0="1280Mi")), "ALLOC") == [[GiB, 0]]
+    out = ok(run("alloc", "-a", "mipmap4", str(GiB), HOOKCORE_MEMORY_LIMIT_0="1360Mi"))  # 1 GiB x 85/64 = 1360 MiB
+    assert lines(out, "ALLOC") == [[GiB, 0]] and lines(out, "INFO")[0][:2] == [0, 1360 * MiB]
 
 
 @pytest.mark.parametrize("api", ["malloc", "pitch", "managed", "array"])

@@ -42,6 +42,8 @@ hipError_t hipMalloc3DArray(void **, const hipChannelFormatDesc *, hipExtent, un
 hipError_t hipFree(void *);
 hipError_t hipFreeAsync(void *, void *);
 hipError_t hipFreeArray(void *);
+hipError_t hipMallocMipmappedArray(void **, const hipChannelFormatDesc *, hipExtent, unsigned int, unsigned int);
+hipError_t hipFreeMipmappedArray(void *);
 hipError_t hipMemCreate(void **, size_t, const hipMemAllocationProp *, unsigned long long);
 hipError_t hipMemRelease(void *);
 hipError_t hipMemAddressReserve(void **, size_t, size_t, void *, unsigned long long);
