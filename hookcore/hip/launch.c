@@ -187,34 +187,35 @@ HK_HIP_COPIES_SPT(HK_HIP_COPY_DEF)
 /* ---------------------------------------------------------------------------
  * Stream capture bookkeeping: no events while a capture is in progress
  * ------------------------------------------------------------------------- */
+/* The capture calls, each run by `real_fn` (its _spt twin on `stream`, the per-thread stream where
+   the caller gave the null one). */
+#define BEGIN_CAPTURE(real_fn, s, mode)                  \
+    do {                                                 \
+        HK_HIP_REAL(real_fn);                            \
+        hipError_t r_ = HK_HIP_NESTED(real_fn(s, mode)); \
+        hk_meter_capture_begun(r_ == hipSuccess);        \
+        return r_;                                       \
+    } while (0)
+#define END_CAPTURE(real_fn, s, stream, g)                                 \
+    do {                                                                   \
+        HK_HIP_REAL(real_fn);                                              \
+        int was_ = hk_hip.hipStreamIsCapturing ? op_capturing(stream) : 1; \
+        hipError_t r_ = HK_HIP_NESTED(real_fn(s, g));                      \
+        hk_meter_capture_ended(was_);                                      \
+        return r_;                                                         \
+    } while (0)
+
 HK_EXPORT hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode) {
-    HK_HIP_REAL(hk_hip.hipStreamBeginCapture);
-    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamBeginCapture(s, mode));
-    hk_meter_capture_begun(r == hipSuccess);
-    return r;
+    BEGIN_CAPTURE(hk_hip.hipStreamBeginCapture, s, mode);
 }
-
 HK_EXPORT hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t *g) {
-    HK_HIP_REAL(hk_hip.hipStreamEndCapture);
-    int was = hk_hip.hipStreamIsCapturing ? op_capturing(s) : 1;
-    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamEndCapture(s, g));
-    hk_meter_capture_ended(was);
-    return r;
+    END_CAPTURE(hk_hip.hipStreamEndCapture, s, s, g);
 }
-
 HK_EXPORT hipError_t hipStreamBeginCapture_spt(hipStream_t s, hipStreamCaptureMode mode) {
-    HK_HIP_REAL(hk_hip.hipStreamBeginCapture_spt);
-    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamBeginCapture_spt(s, mode));
-    hk_meter_capture_begun(r == hipSuccess);
-    return r;
+    BEGIN_CAPTURE(hk_hip.hipStreamBeginCapture_spt, s, mode);
 }
-
 HK_EXPORT hipError_t hipStreamEndCapture_spt(hipStream_t s, hipGraph_t *g) {
-    HK_HIP_REAL(hk_hip.hipStreamEndCapture_spt);
-    int was = hk_hip.hipStreamIsCapturing ? op_capturing(HK_HIP_PT(s)) : 1;
-    hipError_t r = HK_HIP_NESTED(hk_hip.hipStreamEndCapture_spt(s, g));
-    hk_meter_capture_ended(was);
-    return r;
+    END_CAPTURE(hk_hip.hipStreamEndCapture_spt, s, HK_HIP_PT(s), g);
 }
 
 /* ---------------------------------------------------------------------------

@@ -159,20 +159,27 @@ def test_the_daemon_counts_a_cut_back_ledger(tmp_path: Path) -> None:
         guard.stop()
 
 
-def test_a_write_to_a_ledger_wakes_the_guard_at_once(tmp_path: Path) -> None:
-    """inotify: the write itself wakes the guard, which cuts the growth back; it does not wait for the
-    next interval (here 60 s)."""
+def guard_on_one_ledger(tmp_path: Path, uid: str) -> tuple[Any, Path, int, list[str]]:
+    """A started `LedgerGuard` (interval 60 s: only a write's wake starts a pass within 30) over one
+    claim's fresh ledger: the guard, the ledger, its size and the UIDs the guard cut back."""
     from dra._runtime.enforcement import LedgerGuard
 
     hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
     cut: list[str] = []
     guard = LedgerGuard(hooks, cut.append, interval=60)
-    uid = "0c6a3f6e-0000-4000-8000-00000000c1a2"
     (hooks.root / uid).mkdir(parents=True)
     ledger = hooks.root / uid / "ledger"
     size = guard.ledger_bytes()
     ledger.write_bytes(b"\0" * size)
     guard.start()
+    return guard, ledger, size, cut
+
+
+def test_a_write_to_a_ledger_wakes_the_guard_at_once(tmp_path: Path) -> None:
+    """inotify: the write itself wakes the guard, which cuts the growth back; it does not wait for the
+    next interval (here 60 s)."""
+    uid = "0c6a3f6e-0000-4000-8000-00000000c1a2"
+    guard, ledger, size, cut = guard_on_one_ledger(tmp_path, uid)
     try:
         assert guard.passes.wait(1, timeout=30), "the guard's first pass (which puts the watch in place)"
         with ledger.open("ab") as f:
@@ -191,21 +198,12 @@ def test_a_ledger_replaced_at_a_re_prepare_is_watched_in_place_of_the_old_one(tm
     the growth waited for the interval, here 60 s)."""
     import os
 
-    from dra._runtime.enforcement import LedgerGuard
-
-    hooks = ClaimHooks(tmp_path / "state", HookDir(tmp_path / "hook-dir"))
-    cut: list[str] = []
-    guard = LedgerGuard(hooks, cut.append, interval=60)
     uid = "0c6a3f6e-0000-4000-8000-00000000c1a3"
-    (hooks.root / uid).mkdir(parents=True)
-    ledger = hooks.root / uid / "ledger"
-    size = guard.ledger_bytes()
-    ledger.write_bytes(b"\0" * size)
-    guard.start()
+    guard, ledger, size, cut = guard_on_one_ledger(tmp_path, uid)
     try:
         with ledger.open("ab") as old:  # the running container's hold on the old ledger
             assert guard.passes.wait(1, timeout=30), "the guard's first pass (which puts the watch in place)"
-            fresh = hooks.root / uid / "ledger.new"
+            fresh = ledger.with_name("ledger.new")
             fresh.write_bytes(b"\0" * size)
             os.rename(fresh, ledger)
             old.write(b"x")  # the old container writes: a pass, which finds the new file
