@@ -39,10 +39,9 @@ static int capturing(hipStream_t s) {
 }
 
 /* The pool an allocation on device ordinal `dev` comes from: `given`, else the device's current
-   one; NULL while its stream is captured or when the runtime does not say. */
-static hipMemPool_t pool_of(hipMemPool_t given, int dev, hipStream_t s) {
+   one; NULL when the runtime does not say. */
+static hipMemPool_t pool_of(hipMemPool_t given, int dev) {
     hipMemPool_t p = given;
-    if (capturing(s)) return NULL;
     if (!p && (!hk_hip.hipDeviceGetMemPool || HK_HIP_NESTED(hk_hip.hipDeviceGetMemPool(&p, dev)) != hipSuccess))
         return NULL;
     return p;
@@ -55,7 +54,7 @@ static hipError_t alloc_stream_ordered(void **out, size_t size, hipMemPool_t poo
     int dev = -1, ldev = -1, skip = 0;
     int st = hk_preload_ready();
     int graph = st == HK_STATE_READY && capturing(s);
-    hipMemPool_t from = st == HK_STATE_READY && !graph && hk_hip_current(&dev) == 0 ? pool_of(pool, dev, s) : NULL;
+    hipMemPool_t from = st == HK_STATE_READY && !graph && hk_hip_current(&dev) == 0 ? pool_of(pool, dev) : NULL;
     hk_pool *acct = from && hk_pool_any() ? hk_pool_retaining((uintptr_t)from) : NULL;
     uint64_t reused = acct ? hk_pool_take(acct, charge) : 0;
     int rc = hk_hip_admit(&dev, charge - reused, &ldev, &skip);
