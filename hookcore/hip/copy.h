@@ -11,6 +11,9 @@
 #define HOOKCORE_HIP_COPY_H
 
 #define HK_HIP_ST , hipStream_t st
+/* A 3D extent's bytes (its width is in bytes for linear memory); hipMemcpy3D's parameter struct is
+   not read (its signature is its kind alone: the meter charges what the events measure). */
+#define HK_HIP_VOLUME(e) ((uint64_t)(e).width * ((e).height ? (e).height : 1) * ((e).depth ? (e).depth : 1))
 
 #define HK_HIP_COPIES(X)                                                                                               \
     X(hipMemcpy, (void *dst, const void *src, size_t n, hipMemcpyKind k), (dst, src, n, k), NULL, n, 1)                \
@@ -37,7 +40,23 @@
     X(hipMemsetD8, (hipDeviceptr_t dst, unsigned char v, size_t n), (dst, v, n), NULL, n, 10)                          \
     X(hipMemsetD8Async, (hipDeviceptr_t dst, unsigned char v, size_t n HK_HIP_ST), (dst, v, n, st), st, n, 10)         \
     X(hipMemsetD32, (hipDeviceptr_t dst, int v, size_t n), (dst, v, n), NULL, 4 * (uint64_t)n, 11)                     \
-    X(hipMemsetD32Async, (hipDeviceptr_t dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, 4 * (uint64_t)n, 11)
+    X(hipMemsetD32Async, (hipDeviceptr_t dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), st, 4 * (uint64_t)n, 11)    \
+    X(hipMemcpyToSymbol, (const void *sym, const void *src, size_t n, size_t off, hipMemcpyKind k),                    \
+      (sym, src, n, off, k), NULL, n, 7)                                                                               \
+    X(hipMemcpyToSymbolAsync, (const void *sym, const void *src, size_t n, size_t off, hipMemcpyKind k HK_HIP_ST),     \
+      (sym, src, n, off, k, st), st, n, 7)                                                                             \
+    X(hipMemcpyFromSymbol, (void *dst, const void *sym, size_t n, size_t off, hipMemcpyKind k), (dst, sym, n, off, k), \
+      NULL, n, 8)                                                                                                      \
+    X(hipMemcpyFromSymbolAsync, (void *dst, const void *sym, size_t n, size_t off, hipMemcpyKind k HK_HIP_ST),         \
+      (dst, sym, n, off, k, st), st, n, 8)                                                                             \
+    X(hipMemset2D, (void *dst, size_t pitch, int v, size_t w, size_t h), (dst, pitch, v, w, h), NULL, (uint64_t)w *h,  \
+      12)                                                                                                              \
+    X(hipMemset2DAsync, (void *dst, size_t pitch, int v, size_t w, size_t h HK_HIP_ST), (dst, pitch, v, w, h, st), st, \
+      (uint64_t)w *h, 12)                                                                                              \
+    X(hipMemset3D, (hipPitchedPtr pp, int v, hipExtent e), (pp, v, e), NULL, HK_HIP_VOLUME(e), 14)                     \
+    X(hipMemset3DAsync, (hipPitchedPtr pp, int v, hipExtent e HK_HIP_ST), (pp, v, e, st), st, HK_HIP_VOLUME(e), 14)    \
+    X(hipMemcpy3D, (const void *p), (p), NULL, 0, 13)                                                                  \
+    X(hipMemcpy3DAsync, (const void *p HK_HIP_ST), (p, st), st, 0, 13)
 
 /* Their per-thread default stream twins (what a program built with -fgpu-default-stream=per-thread
    calls): the same work, where the null stream means hipStreamPerThread, so the meter's events go

@@ -57,6 +57,18 @@ typedef struct hipMemAllocationProp {
     unsigned char allocFlags[4];
 } hipMemAllocationProp;
 
+/* hipMemcpy3DParms, as AMD's HIP lays it out (a position is three size_t). */
+typedef struct hs_memcpy3d {
+    void *src_array;
+    size_t src_pos[3];
+    hipPitchedPtr src;
+    void *dst_array;
+    size_t dst_pos[3];
+    hipPitchedPtr dst;
+    hipExtent extent;
+    int kind;
+} hs_memcpy3d;
+
 /* hipLaunchConfig_t (hipLaunchKernelExC) and HIP_LAUNCH_CONFIG (hipDrvLaunchKernelEx). */
 typedef struct hs_launch_config {
     dim3 grid, block;

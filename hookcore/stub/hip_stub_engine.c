@@ -396,6 +396,45 @@ HIP_API hipError_t hipMemsetD32(void *d, int v, size_t n) {
     (void)d, (void)v;
     return copy(NULL, 4 * (uint64_t)n, 1);
 }
+HIP_API hipError_t hipMemcpyToSymbol(const void *sym, const void *s, size_t n, size_t off, int k) {
+    (void)sym, (void)s, (void)off, (void)k;
+    return copy(NULL, n, 1);
+}
+HIP_API hipError_t hipMemcpyToSymbolAsync(const void *sym, const void *s, size_t n, size_t off, int k, hipStream_t st) {
+    (void)sym, (void)s, (void)off, (void)k;
+    return copy(st, n, 0);
+}
+HIP_API hipError_t hipMemcpyFromSymbol(void *d, const void *sym, size_t n, size_t off, int k) {
+    (void)d, (void)sym, (void)off, (void)k;
+    return copy(NULL, n, 1);
+}
+HIP_API hipError_t hipMemcpyFromSymbolAsync(void *d, const void *sym, size_t n, size_t off, int k, hipStream_t st) {
+    (void)d, (void)sym, (void)off, (void)k;
+    return copy(st, n, 0);
+}
+HIP_API hipError_t hipMemset2D(void *d, size_t pitch, int v, size_t w, size_t h) {
+    (void)d, (void)pitch, (void)v;
+    return copy(NULL, (uint64_t)w * h, 1);
+}
+HIP_API hipError_t hipMemset2DAsync(void *d, size_t pitch, int v, size_t w, size_t h, hipStream_t st) {
+    (void)d, (void)pitch, (void)v;
+    return copy(st, (uint64_t)w * h, 0);
+}
+static uint64_t volume(hipExtent e) { return (uint64_t)e.width * (e.height ? e.height : 1) * (e.depth ? e.depth : 1); }
+HIP_API hipError_t hipMemset3D(hipPitchedPtr pp, int v, hipExtent e) {
+    (void)pp, (void)v;
+    return copy(NULL, volume(e), 1);
+}
+HIP_API hipError_t hipMemset3DAsync(hipPitchedPtr pp, int v, hipExtent e, hipStream_t st) {
+    (void)pp, (void)v;
+    return copy(st, volume(e), 0);
+}
+HIP_API hipError_t hipMemcpy3D(const hs_memcpy3d *p) {
+    return p ? copy(NULL, volume(p->extent), 1) : hipErrorInvalidValue;
+}
+HIP_API hipError_t hipMemcpy3DAsync(const hs_memcpy3d *p, hipStream_t st) {
+    return p ? copy(st, volume(p->extent), 0) : hipErrorInvalidValue;
+}
 HIP_API hipError_t hipMemsetD32Async(void *d, int v, size_t n, hipStream_t st) {
     (void)d, (void)v;
     return copy(st, 4 * (uint64_t)n, 0);

@@ -296,6 +296,7 @@ def limited(run, tmp_path: Path, mode: str, share: int, seconds: str = "1.5") ->
 @pytest.mark.parametrize("mode,share", [
     ("kernel", 30), ("kernel", 70), ("ext", 50), ("coop", 30), ("module", 50), ("extmodule", 30), ("graph", 50),
     ("copy", 30), ("h2d", 50), ("memset", 30), ("d32", 70),
+    ("tosymbol", 30), ("memset2d", 50), ("memset3d", 30), ("copy3d", 50),
     ("modcoop", 30), ("kernelex", 50), ("drvex", 30),
     ("kernel_spt", 30), ("coop_spt", 50), ("graph_spt", 30), ("copy_spt", 50), ("memset_spt", 30), ("sync_spt", 40),
 ])

@@ -102,6 +102,20 @@ hipError_t hipMemcpyAsync(void *, const void *, size_t, int, void *);
 hipError_t hipMemcpyHtoDAsync(void *, void *, size_t, void *);
 hipError_t hipMemsetAsync(void *, int, size_t, void *);
 hipError_t hipMemsetD32Async(void *, int, size_t, void *);
+hipError_t hipMemcpyToSymbolAsync(const void *, const void *, size_t, size_t, int, void *);
+hipError_t hipMemset2DAsync(void *, size_t, int, size_t, size_t, void *);
+hipError_t hipMemset3DAsync(hipPitchedPtr, int, hipExtent, void *);
+typedef struct {
+    void *src_array;
+    size_t src_pos[3];
+    hipPitchedPtr src;
+    void *dst_array;
+    size_t dst_pos[3];
+    hipPitchedPtr dst;
+    hipExtent extent;
+    int kind;
+} memcpy3d_params; /* hipMemcpy3DParms */
+hipError_t hipMemcpy3DAsync(const memcpy3d_params *, void *);
 hipError_t hipMemExportToShareableHandle(void *, void *, int, unsigned long long);
 hipError_t hipMemImportFromShareableHandle(void **, void *, int);
 #define POSIX_FD 1 /* hipMemHandleTypePosixFileDescriptor */

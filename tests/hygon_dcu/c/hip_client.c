@@ -21,7 +21,9 @@
  *                                      takes US microseconds on the stub; reset: kernel, and halfway
  *                                      through hipDeviceReset (work still queued) and a new stream,
  *                                      then "DEAD <calls on events the reset took>" (the stub's count);
- *                                      modcoop (hipModuleLaunchCooperativeKernel), kernelex
+ *                                      tosymbol (hipMemcpyToSymbolAsync), memset2d, memset3d, copy3d
+ *                                      (hipMemset2DAsync, hipMemset3DAsync, hipMemcpy3DAsync of the same
+ *                                      bytes); modcoop (hipModuleLaunchCooperativeKernel), kernelex
  *                                      (hipLaunchKernelExC), drvex (hipDrvLaunchKernelEx);
  *                                      kernel_spt, coop_spt, graph_spt, copy_spt, memset_spt, sync_spt:
  *                                      the per-thread default stream's entry points on the null stream
@@ -251,7 +253,16 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
             r = hipMemsetD32Async(dst, 0, bytes / 4, s);
         else if (!strcmp(mode, "sync"))
             r = hipMemcpy(dst, dst, bytes, 3);
-        else if (!strcmp(mode, "modcoop"))
+        else if (!strcmp(mode, "tosymbol"))
+            r = hipMemcpyToSymbolAsync(dst, dst, bytes, 0, 1, s);
+        else if (!strcmp(mode, "memset2d"))
+            r = hipMemset2DAsync(dst, ROW, 0, bytes / us, us, s);
+        else if (!strcmp(mode, "memset3d"))
+            r = hipMemset3DAsync((hipPitchedPtr){dst, bytes, bytes, 1}, 0, (hipExtent){bytes, 1, 1}, s);
+        else if (!strcmp(mode, "copy3d")) {
+            memcpy3d_params p3 = {.extent = {bytes, 1, 1}, .kind = 3};
+            r = hipMemcpy3DAsync(&p3, s);
+        } else if (!strcmp(mode, "modcoop"))
             r = hipModuleLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL);
         else if (!strcmp(mode, "kernelex")) {
             launch_config c = {one, one, 0, s, NULL, 0};
