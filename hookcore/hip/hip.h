@@ -38,6 +38,11 @@ hipError_t hipMalloc3DArray(hipArray_t *a, const hipChannelFormatDesc *desc, hip
 hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *a, const hipChannelFormatDesc *desc, hipExtent extent,
                                    unsigned int levels, unsigned int flags);
 hipError_t hipFreeMipmappedArray(hipMipmappedArray_t a);
+hipError_t hipArrayCreate(hipArray_t *a, const HIP_ARRAY_DESCRIPTOR *d);
+hipError_t hipArray3DCreate(hipArray_t *a, const HIP_ARRAY3D_DESCRIPTOR *d);
+hipError_t hipArrayDestroy(hipArray_t a);
+hipError_t hipMipmappedArrayCreate(hipMipmappedArray_t *a, HIP_ARRAY3D_DESCRIPTOR *d, unsigned int levels);
+hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t a);
 hipError_t hipFree(void *p);
 hipError_t hipFreeAsync(void *p, hipStream_t s);
 hipError_t hipFreeArray(hipArray_t a);

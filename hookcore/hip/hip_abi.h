@@ -62,6 +62,20 @@ typedef struct hipMemAllocationProp {
     } allocFlags;
 } hipMemAllocationProp;
 
+/* The driver-style array descriptors (hipArrayCreate, hipArray3DCreate, hipMipmappedArrayCreate):
+   Format is hipArray_Format (HIP_AD_FORMAT_*: the element's type, CUDA's numbering). */
+typedef struct HIP_ARRAY_DESCRIPTOR {
+    size_t Width, Height;
+    int Format;
+    unsigned int NumChannels;
+} HIP_ARRAY_DESCRIPTOR;
+typedef struct HIP_ARRAY3D_DESCRIPTOR {
+    size_t Width, Height, Depth;
+    int Format;
+    unsigned int NumChannels, Flags;
+} HIP_ARRAY3D_DESCRIPTOR;
+#define hipArrayLayered 0x01 /* HIP_ARRAY3D_DESCRIPTOR.Flags: Depth counts layers, which levels do not halve */
+
 /* The extensible launches' configurations: hipLaunchKernelExC's hipLaunchConfig_t and
    hipDrvLaunchKernelEx's HIP_LAUNCH_CONFIG (the stream is what the meter needs of them). */
 typedef struct hipLaunchConfig_t {

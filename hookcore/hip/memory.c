@@ -157,6 +157,62 @@ static uint64_t mip_elements(hipExtent e, unsigned int levels) {
     return sum;
 }
 
+/* The driver-style arrays: an element is its format's size (HIP_AD_FORMAT_*) times its channels; a
+   layered array's levels keep its layers. */
+static uint64_t format_bytes(int f) {
+    switch (f) {
+        case 0x01:
+        case 0x08: return 1; /* (un)signed int8 */
+        case 0x02:
+        case 0x09:
+        case 0x10: return 2; /* (un)signed int16, half */
+        default: return 4;   /* (un)signed int32, float; at most 4 B for the others */
+    }
+}
+
+static uint64_t drv_array_bytes(size_t w, size_t h, size_t d, int format, unsigned int ch, unsigned int flags,
+                                unsigned int levels) {
+    uint64_t elem = sat_mul(format_bytes(format), ch ? ch : 1), total = 0;
+    uint64_t W = w ? w : 1, H = h ? h : 1, D = d ? d : 1;
+    for (unsigned int l = 0; l < (levels ? levels : 1) && l < 64; l++) {
+        uint64_t level = sat_mul(sat_mul(sat_mul(W, H), D), elem);
+        total = total > UINT64_MAX - level ? UINT64_MAX : total + level;
+        W = W > 1 ? W / 2 : 1, H = H > 1 ? H / 2 : 1;
+        if (!(flags & hipArrayLayered)) D = D > 1 ? D / 2 : 1;
+    }
+    return total > UINT64_MAX - (4u << 20) ? UINT64_MAX : hk_hip_charge(total);
+}
+
+#define DRV_ARRAY(real_fn, bytes, call, key, undo)                                                \
+    do {                                                                                          \
+        uint64_t b_ = (bytes);                                                                    \
+        HK_HIP_SIZED(real_fn, b_, call, b_, (uint64_t)(uintptr_t)(key), HK_KIND_HIP_ARRAY, undo); \
+    } while (0)
+
+HK_EXPORT hipError_t hipArrayCreate(hipArray_t *a, const HIP_ARRAY_DESCRIPTOR *d) {
+    HK_HIP_REAL(hk_hip.hipArrayCreate);
+    if (hk_hip_nested() || !a || !d || d->Width == 0) return HK_HIP_NESTED(hk_hip.hipArrayCreate(a, d));
+    DRV_ARRAY(hk_hip.hipArrayCreate, drv_array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels, 0, 1),
+              hk_hip.hipArrayCreate(a, d), *a, hk_hip.hipArrayDestroy(*a));
+}
+
+HK_EXPORT hipError_t hipArray3DCreate(hipArray_t *a, const HIP_ARRAY3D_DESCRIPTOR *d) {
+    HK_HIP_REAL(hk_hip.hipArray3DCreate);
+    if (hk_hip_nested() || !a || !d || d->Width == 0) return HK_HIP_NESTED(hk_hip.hipArray3DCreate(a, d));
+    DRV_ARRAY(hk_hip.hipArray3DCreate,
+              drv_array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags, 1),
+              hk_hip.hipArray3DCreate(a, d), *a, hk_hip.hipArrayDestroy(*a));
+}
+
+HK_EXPORT hipError_t hipMipmappedArrayCreate(hipMipmappedArray_t *a, HIP_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
+    HK_HIP_REAL(hk_hip.hipMipmappedArrayCreate);
+    if (hk_hip_nested() || !a || !d || d->Width == 0)
+        return HK_HIP_NESTED(hk_hip.hipMipmappedArrayCreate(a, d, levels));
+    DRV_ARRAY(hk_hip.hipMipmappedArrayCreate,
+              drv_array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags, levels),
+              hk_hip.hipMipmappedArrayCreate(a, d, levels), *a, hk_hip.hipMipmappedArrayDestroy(*a));
+}
+
 HK_EXPORT hipError_t hipMallocMipmappedArray(hipMipmappedArray_t *a, const hipChannelFormatDesc *desc, hipExtent extent,
                                              unsigned int levels, unsigned int flags) {
     HK_HIP_REAL(hk_hip.hipMallocMipmappedArray);
@@ -195,6 +251,14 @@ HK_EXPORT hipError_t hipFreeArray(hipArray_t a) {
 
 HK_EXPORT hipError_t hipFreeMipmappedArray(hipMipmappedArray_t a) {
     HK_HIP_FREE(hk_hip.hipFreeMipmappedArray, a, forget_array, hk_hip.hipFreeMipmappedArray(a));
+}
+
+HK_EXPORT hipError_t hipArrayDestroy(hipArray_t a) {
+    HK_HIP_FREE(hk_hip.hipArrayDestroy, a, forget_array, hk_hip.hipArrayDestroy(a));
+}
+
+HK_EXPORT hipError_t hipMipmappedArrayDestroy(hipMipmappedArray_t a) {
+    HK_HIP_FREE(hk_hip.hipMipmappedArrayDestroy, a, forget_array, hk_hip.hipMipmappedArrayDestroy(a));
 }
 
 /* ---------------------------------------------------------------------------

@@ -216,6 +216,35 @@ HIP_API hipError_t hipFreeMipmappedArray(void *a) {
     return hipSuccess;
 }
 
+/* The driver-style arrays: an element of format HIP_AD_FORMAT_* (1, 2 or 4 bytes) per channel. */
+typedef struct {
+    size_t w, h;
+    int format;
+    unsigned int channels;
+} drv_desc2d;
+typedef struct {
+    size_t w, h, d;
+    int format;
+    unsigned int channels, flags;
+} drv_desc3d;
+static uint64_t drv_bytes(size_t w, size_t h, size_t d, int format, unsigned int ch) {
+    uint64_t elem = format == 0x01 || format == 0x08 ? 1 : format == 0x02 || format == 0x09 || format == 0x10 ? 2 : 4;
+    return (uint64_t)(w ? w : 1) * (h ? h : 1) * (d ? d : 1) * elem * (ch ? ch : 1);
+}
+static hipError_t drv_array(void **a, uint64_t bytes) {
+    if (!a) return hipErrorInvalidValue;
+    hip_block *b;
+    hipError_t r = block_new(hs_current(), bytes, K_ARRAY, &b);
+    if (r == hipSuccess) *a = b;
+    return r;
+}
+HIP_API hipError_t hipArrayCreate(void **a, const drv_desc2d *d) {
+    return d ? drv_array(a, drv_bytes(d->w, d->h, 1, d->format, d->channels)) : hipErrorInvalidValue;
+}
+HIP_API hipError_t hipArray3DCreate(void **a, const drv_desc3d *d) {
+    return d ? drv_array(a, drv_bytes(d->w, d->h, d->d, d->format, d->channels)) : hipErrorInvalidValue;
+}
+
 HIP_API hipError_t hipFree(void *p) {
     if (!p) return hipSuccess;
     hip_block *b = block_of(p, K_PTR);
@@ -230,6 +259,13 @@ HIP_API hipError_t hipFreeAsync(void *p, hipStream_t s) {
 }
 
 HIP_API hipError_t hipFreeArray(void *a) {
+    hip_block *b = block_of(a, K_ARRAY);
+    if (!b) return hipErrorInvalidValue;
+    block_free(b);
+    return hipSuccess;
+}
+
+HIP_API hipError_t hipArrayDestroy(void *a) {
     hip_block *b = block_of(a, K_ARRAY);
     if (!b) return hipErrorInvalidValue;
     block_free(b);

@@ -34,7 +34,8 @@ DEVICES = ";".join([
     "pci=0000:81:00.0,memory=8Gi,name=K100_AI",
 ])
 STRIP = ("HOOKCORE_", "HIP_", "CUDA_", "ROCR_", "LD_PRELOAD")
-APIS = ["malloc", "pitch", "mempitch", "3d", "managed", "async", "pool", "ext", "array", "array3d", "mipmap", "vmm"]
+APIS = ["malloc", "pitch", "mempitch", "3d", "managed", "async", "pool", "ext", "array", "array3d", "mipmap", "drvarray",
+        "drvarray3d", "vmm"]
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,20 @@ hipError_t hipFreeAsync(void *, void *);
 hipError_t hipFreeArray(void *);
 hipError_t hipMallocMipmappedArray(void **, const hipChannelFormatDesc *, hipExtent, unsigned int, unsigned int);
 hipError_t hipFreeMipmappedArray(void *);
+typedef struct {
+    size_t width, height;
+    int format;
+    unsigned int channels;
+} array_desc; /* HIP_ARRAY_DESCRIPTOR */
+typedef struct {
+    size_t width, height, depth;
+    int format;
+    unsigned int channels, flags;
+} array3d_desc; /* HIP_ARRAY3D_DESCRIPTOR */
+hipError_t hipArrayCreate(void **, const array_desc *);
+hipError_t hipArray3DCreate(void **, const array3d_desc *);
+hipError_t hipArrayDestroy(void *);
+#define U8 0x01 /* HIP_AD_FORMAT_UNSIGNED_INT8 */
 hipError_t hipMemCreate(void **, size_t, const hipMemAllocationProp *, unsigned long long);
 hipError_t hipMemRelease(void *);
 hipError_t hipMemAddressReserve(void **, size_t, size_t, void *, unsigned long long);

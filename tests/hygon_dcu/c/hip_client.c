@@ -128,6 +128,14 @@ static int alloc_one(const char *api, int dev, size_t size, void **out) {
     if (!strcmp(api, "ext")) return hipExtMallocWithFlags(out, size, 0);
     if (!strcmp(api, "array")) return hipMallocArray(out, &u8, ROW, size / ROW, 0);
     if (!strcmp(api, "array3d")) return hipMalloc3DArray(out, &u8, (hipExtent){ROW, size / ROW, 1}, 0);
+    if (!strcmp(api, "drvarray")) {
+        array_desc d = {ROW, size / ROW, U8, 1};
+        return hipArrayCreate(out, &d);
+    }
+    if (!strcmp(api, "drvarray3d")) {
+        array3d_desc d = {ROW, size / ROW, 1, U8, 1, 0};
+        return hipArray3DCreate(out, &d);
+    }
     if (!strcmp(api, "mipmap")) return hipMallocMipmappedArray(out, &u8, (hipExtent){ROW, size / ROW, 0}, 1, 0);
     if (!strcmp(api, "mipmap4")) return hipMallocMipmappedArray(out, &u8, (hipExtent){ROW, size / ROW, 0}, 4, 0);
     if (!strcmp(api, "vmm")) {
@@ -141,6 +149,7 @@ static int free_one(const char *api, void *p) {
     if (!strcmp(api, "async")) return hipFreeAsync(p, NULL);
     if (!strcmp(api, "array") || !strcmp(api, "array3d")) return hipFreeArray(p);
     if (!strncmp(api, "mipmap", 6)) return hipFreeMipmappedArray(p);
+    if (!strncmp(api, "drvarray", 8)) return hipArrayDestroy(p);
     if (!strcmp(api, "vmm")) return hipMemRelease(p);
     return hipFree(p);
 }
