@@ -74,6 +74,23 @@
       (void *dst, size_t dp, const void *src, size_t sp, size_t w, size_t h, hipMemcpyKind k HK_HIP_ST),               \
       (dst, dp, src, sp, w, h, k, st), HK_HIP_PT(st), (uint64_t)w *h, 6)                                               \
     X(hipMemset_spt, (void *dst, int v, size_t n), (dst, v, n), hipStreamPerThread, n, 9)                              \
-    X(hipMemsetAsync_spt, (void *dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), HK_HIP_PT(st), n, 9)
+    X(hipMemsetAsync_spt, (void *dst, int v, size_t n HK_HIP_ST), (dst, v, n, st), HK_HIP_PT(st), n, 9)                \
+    X(hipMemcpyToSymbol_spt, (const void *sym, const void *src, size_t n, size_t off, hipMemcpyKind k),                \
+      (sym, src, n, off, k), hipStreamPerThread, n, 7)                                                                 \
+    X(hipMemcpyToSymbolAsync_spt, (const void *sym, const void *src, size_t n, size_t off, hipMemcpyKind k HK_HIP_ST), \
+      (sym, src, n, off, k, st), HK_HIP_PT(st), n, 7)                                                                  \
+    X(hipMemcpyFromSymbol_spt, (void *dst, const void *sym, size_t n, size_t off, hipMemcpyKind k),                    \
+      (dst, sym, n, off, k), hipStreamPerThread, n, 8)                                                                 \
+    X(hipMemcpyFromSymbolAsync_spt, (void *dst, const void *sym, size_t n, size_t off, hipMemcpyKind k HK_HIP_ST),     \
+      (dst, sym, n, off, k, st), HK_HIP_PT(st), n, 8)                                                                  \
+    X(hipMemset2D_spt, (void *dst, size_t pitch, int v, size_t w, size_t h), (dst, pitch, v, w, h),                    \
+      hipStreamPerThread, (uint64_t)w *h, 12)                                                                          \
+    X(hipMemset2DAsync_spt, (void *dst, size_t pitch, int v, size_t w, size_t h HK_HIP_ST), (dst, pitch, v, w, h, st), \
+      HK_HIP_PT(st), (uint64_t)w *h, 12)                                                                               \
+    X(hipMemset3D_spt, (hipPitchedPtr pp, int v, hipExtent e), (pp, v, e), hipStreamPerThread, HK_HIP_VOLUME(e), 14)   \
+    X(hipMemset3DAsync_spt, (hipPitchedPtr pp, int v, hipExtent e HK_HIP_ST), (pp, v, e, st), HK_HIP_PT(st),           \
+      HK_HIP_VOLUME(e), 14)                                                                                            \
+    X(hipMemcpy3D_spt, (const void *p), (p), hipStreamPerThread, 0, 13)                                                \
+    X(hipMemcpy3DAsync_spt, (const void *p HK_HIP_ST), (p, st), HK_HIP_PT(st), 0, 13)
 
 #endif

@@ -453,6 +453,16 @@ HIP_API hipError_t hipMemsetD32Async(void *d, int v, size_t n, hipStream_t st) {
     X(hipMemcpy2DAsync)           \
     X(hipMemset)                  \
     X(hipMemsetAsync)             \
+    X(hipMemcpyToSymbol)          \
+    X(hipMemcpyToSymbolAsync)     \
+    X(hipMemcpyFromSymbol)        \
+    X(hipMemcpyFromSymbolAsync)   \
+    X(hipMemset2D)                \
+    X(hipMemset2DAsync)           \
+    X(hipMemset3D)                \
+    X(hipMemset3DAsync)           \
+    X(hipMemcpy3D)                \
+    X(hipMemcpy3DAsync)           \
     X(hipStreamSynchronize)
 SYMS(HS_ALIAS)
 const hs_sym hs_syms_engine[] = {SYMS(HS_SYM){NULL, NULL}};
@@ -492,5 +502,32 @@ HIP_API hipError_t hipMemcpy2DAsync_spt(void *d, size_t dp, const void *s, size_
 HIP_API hipError_t hipMemset_spt(void *d, int v, size_t n) { return hs_local_hipMemset(d, v, n); }
 HIP_API hipError_t hipMemsetAsync_spt(void *d, int v, size_t n, hipStream_t st) {
     return hs_local_hipMemsetAsync(d, v, n, PT(st));
+}
+HIP_API hipError_t hipMemcpyToSymbol_spt(const void *sym, const void *s, size_t n, size_t off, int k) {
+    return hs_local_hipMemcpyToSymbol(sym, s, n, off, k);
+}
+HIP_API hipError_t hipMemcpyToSymbolAsync_spt(const void *sym, const void *s, size_t n, size_t off, int k,
+                                              hipStream_t st) {
+    return hs_local_hipMemcpyToSymbolAsync(sym, s, n, off, k, PT(st));
+}
+HIP_API hipError_t hipMemcpyFromSymbol_spt(void *d, const void *sym, size_t n, size_t off, int k) {
+    return hs_local_hipMemcpyFromSymbol(d, sym, n, off, k);
+}
+HIP_API hipError_t hipMemcpyFromSymbolAsync_spt(void *d, const void *sym, size_t n, size_t off, int k, hipStream_t st) {
+    return hs_local_hipMemcpyFromSymbolAsync(d, sym, n, off, k, PT(st));
+}
+HIP_API hipError_t hipMemset2D_spt(void *d, size_t pitch, int v, size_t w, size_t h) {
+    return hs_local_hipMemset2D(d, pitch, v, w, h);
+}
+HIP_API hipError_t hipMemset2DAsync_spt(void *d, size_t pitch, int v, size_t w, size_t h, hipStream_t st) {
+    return hs_local_hipMemset2DAsync(d, pitch, v, w, h, PT(st));
+}
+HIP_API hipError_t hipMemset3D_spt(hipPitchedPtr pp, int v, hipExtent e) { return hs_local_hipMemset3D(pp, v, e); }
+HIP_API hipError_t hipMemset3DAsync_spt(hipPitchedPtr pp, int v, hipExtent e, hipStream_t st) {
+    return hs_local_hipMemset3DAsync(pp, v, e, PT(st));
+}
+HIP_API hipError_t hipMemcpy3D_spt(const hs_memcpy3d *p) { return hs_local_hipMemcpy3D(p); }
+HIP_API hipError_t hipMemcpy3DAsync_spt(const hs_memcpy3d *p, hipStream_t st) {
+    return hs_local_hipMemcpy3DAsync(p, PT(st));
 }
 #undef PT

@@ -300,6 +300,7 @@ def limited(run, tmp_path: Path, mode: str, share: int, seconds: str = "1.5") ->
     ("tosymbol", 30), ("memset2d", 50), ("memset3d", 30), ("copy3d", 50),
     ("modcoop", 30), ("kernelex", 50), ("drvex", 30),
     ("kernel_spt", 30), ("coop_spt", 50), ("graph_spt", 30), ("copy_spt", 50), ("memset_spt", 30), ("sync_spt", 40),
+    ("memset2d_spt", 50), ("copy3d_spt", 30),
 ])
 def test_limiter_holds_the_share(run, tmp_path: Path, mode: str, share: int) -> None:
     """Every launch path, graph launches, copies and memsets are metered: the claim gets its share

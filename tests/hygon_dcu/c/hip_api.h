@@ -130,6 +130,8 @@ typedef struct {
     int kind;
 } memcpy3d_params; /* hipMemcpy3DParms */
 hipError_t hipMemcpy3DAsync(const memcpy3d_params *, void *);
+hipError_t hipMemset2DAsync_spt(void *, size_t, int, size_t, size_t, void *);
+hipError_t hipMemcpy3DAsync_spt(const memcpy3d_params *, void *);
 hipError_t hipMemExportToShareableHandle(void *, void *, int, unsigned long long);
 hipError_t hipMemImportFromShareableHandle(void **, void *, int);
 #define POSIX_FD 1 /* hipMemHandleTypePosixFileDescriptor */

@@ -25,7 +25,8 @@
  *                                      (hipMemset2DAsync, hipMemset3DAsync, hipMemcpy3DAsync of the same
  *                                      bytes); modcoop (hipModuleLaunchCooperativeKernel), kernelex
  *                                      (hipLaunchKernelExC), drvex (hipDrvLaunchKernelEx);
- *                                      kernel_spt, coop_spt, graph_spt, copy_spt, memset_spt, sync_spt:
+ *                                      kernel_spt, coop_spt, graph_spt, copy_spt, memset_spt, sync_spt,
+ *                                      memset2d_spt, copy3d_spt:
  *                                      the per-thread default stream's entry points on the null stream
  *   resetmem [-d DEV] [-a API] [-r RDEV] SIZE
  *                                      allocate SIZE on DEV through API, reset device RDEV (default DEV):
@@ -268,7 +269,12 @@ static int cmd_rate(const char *mode, unsigned us, double secs) {
             r = hipMemset2DAsync(dst, ROW, 0, bytes / us, us, s);
         else if (!strcmp(mode, "memset3d"))
             r = hipMemset3DAsync((hipPitchedPtr){dst, bytes, bytes, 1}, 0, (hipExtent){bytes, 1, 1}, s);
-        else if (!strcmp(mode, "copy3d")) {
+        else if (!strcmp(mode, "memset2d_spt"))
+            r = hipMemset2DAsync_spt(dst, ROW, 0, bytes / us, us, NULL);
+        else if (!strcmp(mode, "copy3d_spt")) {
+            memcpy3d_params p3 = {.extent = {bytes, 1, 1}, .kind = 3};
+            r = hipMemcpy3DAsync_spt(&p3, NULL);
+        } else if (!strcmp(mode, "copy3d")) {
             memcpy3d_params p3 = {.extent = {bytes, 1, 1}, .kind = 3};
             r = hipMemcpy3DAsync(&p3, s);
         } else if (!strcmp(mode, "modcoop"))
