@@ -233,7 +233,7 @@ def test_shared_vmm_memory_stays_charged(run) -> None:
 def test_memory_a_pool_keeps_stays_charged(run) -> None:
     """Hostile: four pools at release threshold UINT64_MAX, each 600 MiB allocated and freed
     (stream-ordered), under a 1 GiB quota. A pool keeps freed memory resident, so its freed
-    allocation stays charged (before, hipFreeAsync gave it back: the four held 2.4 GiB on 1 GiB):
+    allocation stays charged (before, hipFreeAsync gave it back: all four fit, 2.4 GiB a real pool keeps):
     the second to fourth are refused. Trimming pool 0, destroying pool 1, lowering the device pool's
     threshold and a device reset each give back what was kept; a pool's next allocation is charged
     against what it keeps first (REUSED)."""
