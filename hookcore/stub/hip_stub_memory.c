@@ -70,12 +70,23 @@ static hip_block *block_of(void *p, int kind) {
     return kind == K_PHYS || kind == K_IMPORT || b->gen == hk_atomic_load_acquire(&g_dev[b->dev].gen) ? b : NULL;
 }
 
-static hipError_t alloc_ptr(void **p, uint64_t size) {
-    if (!p) return hipErrorInvalidValue;
+/* A pointer or array of `size` bytes on the thread's device, into *out. */
+static hipError_t alloc_block(void **out, uint64_t size, int kind) {
+    if (!out) return hipErrorInvalidValue;
     hip_block *b;
-    hipError_t r = block_new(hs_current(), size, K_PTR, &b);
-    if (r == hipSuccess) *p = b;
+    hipError_t r = block_new(hs_current(), size, kind, &b);
+    if (r == hipSuccess) *out = b;
     return r;
+}
+
+static hipError_t alloc_ptr(void **p, uint64_t size) { return alloc_block(p, size, K_PTR); }
+
+/* An array of any kind (plain, mipmapped, driver-style): the stub keeps them alike. */
+static hipError_t free_array(void *a) {
+    hip_block *b = block_of(a, K_ARRAY);
+    if (!b) return hipErrorInvalidValue;
+    block_free(b);
+    return hipSuccess;
 }
 
 HIP_API hipError_t hipMalloc(void **p, size_t size) { return alloc_ptr(p, size); }
@@ -180,11 +191,7 @@ static uint64_t element(const hipChannelFormatDesc *d) {
 }
 
 static hipError_t alloc_array(void **a, const hipChannelFormatDesc *d, uint64_t elements) {
-    if (!a || !d) return hipErrorInvalidValue;
-    hip_block *b;
-    hipError_t r = block_new(hs_current(), element(d) * elements, K_ARRAY, &b);
-    if (r == hipSuccess) *a = b;
-    return r;
+    return d ? alloc_block(a, element(d) * elements, K_ARRAY) : hipErrorInvalidValue;
 }
 
 HIP_API hipError_t hipMallocArray(void **a, const hipChannelFormatDesc *d, size_t w, size_t h, unsigned int flags) {
@@ -209,12 +216,7 @@ HIP_API hipError_t hipMallocMipmappedArray(void **a, const hipChannelFormatDesc 
     return alloc_array(a, d, elements);
 }
 
-HIP_API hipError_t hipFreeMipmappedArray(void *a) {
-    hip_block *b = block_of(a, K_ARRAY);
-    if (!b) return hipErrorInvalidValue;
-    block_free(b);
-    return hipSuccess;
-}
+HIP_API hipError_t hipFreeMipmappedArray(void *a) { return free_array(a); }
 
 /* The driver-style arrays: an element of format HIP_AD_FORMAT_* (1, 2 or 4 bytes) per channel. */
 typedef struct {
@@ -231,18 +233,11 @@ static uint64_t drv_bytes(size_t w, size_t h, size_t d, int format, unsigned int
     uint64_t elem = format == 0x01 || format == 0x08 ? 1 : format == 0x02 || format == 0x09 || format == 0x10 ? 2 : 4;
     return (uint64_t)(w ? w : 1) * (h ? h : 1) * (d ? d : 1) * elem * (ch ? ch : 1);
 }
-static hipError_t drv_array(void **a, uint64_t bytes) {
-    if (!a) return hipErrorInvalidValue;
-    hip_block *b;
-    hipError_t r = block_new(hs_current(), bytes, K_ARRAY, &b);
-    if (r == hipSuccess) *a = b;
-    return r;
-}
 HIP_API hipError_t hipArrayCreate(void **a, const drv_desc2d *d) {
-    return d ? drv_array(a, drv_bytes(d->w, d->h, 1, d->format, d->channels)) : hipErrorInvalidValue;
+    return d ? alloc_block(a, drv_bytes(d->w, d->h, 1, d->format, d->channels), K_ARRAY) : hipErrorInvalidValue;
 }
 HIP_API hipError_t hipArray3DCreate(void **a, const drv_desc3d *d) {
-    return d ? drv_array(a, drv_bytes(d->w, d->h, d->d, d->format, d->channels)) : hipErrorInvalidValue;
+    return d ? alloc_block(a, drv_bytes(d->w, d->h, d->d, d->format, d->channels), K_ARRAY) : hipErrorInvalidValue;
 }
 
 HIP_API hipError_t hipFree(void *p) {
@@ -258,19 +253,9 @@ HIP_API hipError_t hipFreeAsync(void *p, hipStream_t s) {
     return hipFree(p);
 }
 
-HIP_API hipError_t hipFreeArray(void *a) {
-    hip_block *b = block_of(a, K_ARRAY);
-    if (!b) return hipErrorInvalidValue;
-    block_free(b);
-    return hipSuccess;
-}
+HIP_API hipError_t hipFreeArray(void *a) { return free_array(a); }
 
-HIP_API hipError_t hipArrayDestroy(void *a) {
-    hip_block *b = block_of(a, K_ARRAY);
-    if (!b) return hipErrorInvalidValue;
-    block_free(b);
-    return hipSuccess;
-}
+HIP_API hipError_t hipArrayDestroy(void *a) { return free_array(a); }
 
 HIP_API hipError_t hipMemGetInfo(size_t *free_b, size_t *total_b) {
     int d = hs_current();
